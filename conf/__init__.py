@@ -1,0 +1,31 @@
+"""Configuration contracts shared by runtime, simulator and analysis (no torch import).
+
+- `schema`: typed dataclasses of every Hydra group, validation, immutability;
+- `presets`: model shapes, GPU and link presets;
+- `trace`: the trace-record schema (one record per operator or step) and Chrome-trace export;
+- `messages`: the draft <-> target message dataclasses and their wire format;
+- `rundir`: run directories (resolved config, git SHA, seed, metrics, traces), written atomically.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conf.schema import ExperimentConfig, freeze
+
+
+def build_config(cfg: Any) -> ExperimentConfig:
+    """Convert a composed Hydra config (DictConfig) into a validated, immutable ExperimentConfig.
+
+    Call once, at an entry point. Raises ValueError naming the offending field.
+    """
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(cfg, DictConfig):
+        obj = OmegaConf.to_object(cfg)
+    else:
+        obj = cfg
+    if not isinstance(obj, ExperimentConfig):
+        raise TypeError(f"expected a config composed against ExperimentConfig, got {type(obj).__name__}")
+    obj.validate()
+    return freeze(obj)

@@ -1,0 +1,116 @@
+"""Run directories: what every run (simulate, generate, bench, calibrate) writes, and how it is read back.
+
+Layout of a run dir:
+    config.json       resolved ExperimentConfig (plus `meta`: git SHA, seed, date, command, device, oracle)
+    metrics.json      summary metrics (one flat-ish JSON object)
+    metrics.csv       the same summary as a one-row CSV
+    iterations.csv    per-iteration breakdown (optional)
+    traces.jsonl      trace records (conf/trace.py), chrome_trace.json
+Every file is written atomically (temporary file + rename), so a crash never leaves a torn result.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import io
+import json
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterable
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file in the same folder and an atomic rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    """JSON-encode `obj` (dataclasses allowed) and write it atomically."""
+    atomic_write_text(path, json.dumps(_plain(obj), indent=2, sort_keys=False) + "\n")
+
+
+def atomic_write_csv(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    """Write dict rows as CSV (header = union of keys in first-seen order), atomically."""
+    rows = list(rows)
+    keys: list[str] = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=keys)
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: _plain(v) for k, v in r.items()})
+    atomic_write_text(path, buf.getvalue())
+
+
+def _plain(obj: Any) -> Any:
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return {k: _plain(v) for k, v in asdict(obj).items() if not k.startswith("_")}
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items() if not str(k).startswith("_")}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+def git_sha(repo: Path = REPO_ROOT) -> str:
+    """The checkout's commit (with `-dirty` if the tree has changes), or 'unknown' outside git."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
+                             timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def run_meta(seed: int, command: str, device: str, **extra: Any) -> dict[str, Any]:
+    """Metadata every run dir records next to its resolved config."""
+    return {"git_sha": git_sha(), "seed": seed, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+            "command": command, "device": device, **extra}
+
+
+def write_run(run_dir: Path, config: Any, meta: dict[str, Any], metrics: dict[str, Any]) -> None:
+    """Write config.json (config + meta), metrics.json and metrics.csv into `run_dir`."""
+    run_dir = Path(run_dir)
+    atomic_write_json(run_dir / "config.json", {"config": config, "meta": meta})
+    atomic_write_json(run_dir / "metrics.json", metrics)
+    flat = {k: v for k, v in _plain(metrics).items() if not isinstance(v, (dict, list))}
+    atomic_write_csv(run_dir / "metrics.csv", [flat])
+
+
+def read_run(run_dir: str | Path) -> dict[str, Any]:
+    """Read a run dir's config.json and metrics.json: {"config", "meta", "metrics", "path"}."""
+    run_dir = Path(run_dir)
+    out: dict[str, Any] = {"path": str(run_dir)}
+    for name in ("config.json", "metrics.json"):
+        p = run_dir / name
+        if not p.exists():
+            raise FileNotFoundError(f"{run_dir} is not a run dir: {name} is missing")
+        try:
+            data = json.loads(p.read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{p}: not valid JSON ({e})") from e
+        if name == "config.json":
+            out["config"], out["meta"] = data.get("config", {}), data.get("meta", {})
+        else:
+            out["metrics"] = data
+    return out

@@ -1,0 +1,376 @@
+"""The typed configuration schema: one dataclass per Hydra config group, registered in the ConfigStore.
+
+Hydra composes `conf/**.yaml` against these classes (structured configs: a typo or a wrong type fails at
+compose time). Each entry point calls `conf.build_config(cfg)` once, which converts the DictConfig into an
+`ExperimentConfig`, validates it (messages name the field and the allowed values) and freezes it. Below the
+entry points only these objects, or their sub-configs, are passed around; nothing reads env vars or argv.
+
+Units: fields with a unit carry it as a suffix (`_s`, `_tokens`, `_bytes`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any
+
+from conf.presets import GPU_PRESETS, LINK_PRESETS, check_tp, model_preset, preset_of
+
+MODES = ("autoregressive", "chain", "serial_tree", "async_tree")
+DRAFT_MODES = ("chain", "serial_tree", "async_tree")
+
+
+class _Frozen:
+    """Mixin: attribute assignment raises once `freeze()` has run (Hydra needs mutable dataclasses)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self.__dict__.get("_frozen", False):
+            raise AttributeError(f"config is immutable after validation: cannot set {name!r}")
+        super().__setattr__(name, value)
+
+
+def freeze(obj: Any) -> Any:
+    """Recursively make a validated config immutable; returns it."""
+    if is_dataclass(obj) and isinstance(obj, _Frozen):
+        for f in fields(obj):
+            freeze(getattr(obj, f.name))
+        object.__setattr__(obj, "_frozen", True)
+    elif isinstance(obj, list):
+        for item in obj:
+            freeze(item)
+    return obj
+
+
+def _require(cond: bool, field_name: str, msg: str) -> None:
+    if not cond:
+        raise ValueError(f"{field_name}: {msg}")
+
+
+@dataclass
+class ModelConfig(_Frozen):
+    """One model: a shape preset plus optional weights."""
+
+    preset: str = "tiny-llama"
+    """Shape preset name (conf/presets.py MODEL_PRESETS); must match the checkpoint if one is given."""
+    checkpoint: str | None = None
+    """Hugging Face safetensors folder or GGUF file; None = random weights from `seed`."""
+    dtype: str = "float32"
+    """Compute and weight dtype: float32 | bfloat16 | float16."""
+    weight_bits: int = 16
+    """Weight precision the simulator costs (16, 8 or 4); the runtime stores `dtype` weights."""
+    seed: int = 0
+    """Seed of random weights."""
+
+    def validate(self, name: str) -> None:
+        """Check the preset, dtype and weight precision."""
+        model_preset(self.preset, f"{name}.preset")
+        _require(self.dtype in ("float32", "bfloat16", "float16"), f"{name}.dtype",
+                 f"{self.dtype!r} is not one of float32, bfloat16, float16")
+        _require(self.weight_bits in (4, 8, 16), f"{name}.weight_bits", f"{self.weight_bits} not in 4, 8, 16")
+
+
+@dataclass
+class ModelPairConfig(_Frozen):
+    """Target model and optional draft model (group `model`)."""
+
+    name: str = "tiny"
+    """Short name of the pair, used in run-dir names and figure legends."""
+    target: ModelConfig = field(default_factory=ModelConfig)
+    draft: ModelConfig | None = None
+    tokenizer: str | None = None
+    """Tokenizer source (HF folder, tokenizer.json or GGUF); None = the target checkpoint's, or bytes."""
+
+
+@dataclass
+class ParallelConfig(_Frozen):
+    """GPU split (group `parallel`): target group ranks [0, T), draft group ranks [T, T+D)."""
+
+    target_gpus: int = 1
+    """Ranks of the target group; also its TP degree."""
+    draft_gpus: int = 1
+    """Ranks of the draft group; also its TP degree (0 = no draft group)."""
+    device: str = "auto"
+    """auto (cuda if available, else cpu) | cuda | cpu."""
+    timeout_s: float = 120.0
+    """Bound on every wait across ranks; a dead peer ends the run with an error after this long."""
+
+    @property
+    def world_size(self) -> int:
+        """Ranks the split needs."""
+        return self.target_gpus + self.draft_gpus
+
+    def validate(self) -> None:
+        """Check the group sizes and the device."""
+        _require(self.target_gpus >= 1, "parallel.target_gpus", f"must be >= 1, got {self.target_gpus}")
+        _require(self.draft_gpus >= 0, "parallel.draft_gpus", f"must be >= 0, got {self.draft_gpus}")
+        _require(self.device in ("auto", "cuda", "cpu"), "parallel.device",
+                 f"{self.device!r} is not one of auto, cuda, cpu")
+        _require(self.timeout_s > 0, "parallel.timeout_s", f"must be > 0, got {self.timeout_s}")
+
+    def check_world(self, world_size: int) -> None:
+        """Raise unless the split fits in `world_size` ranks (GPUs)."""
+        _require(
+            self.world_size <= world_size,
+            "parallel.target_gpus + parallel.draft_gpus",
+            f"{self.target_gpus} + {self.draft_gpus} = {self.world_size} exceeds the {world_size} available",
+        )
+
+
+@dataclass
+class AcceptanceConfig(_Frozen):
+    """Acceptance model shared by the simulator and the runtime's oracle (group `acceptance`).
+
+    Positional acceptance: `positional[depth][rank]` is the probability that the rank-th most likely draft
+    child of a correct node at that depth is the target's next token. Depths beyond the table reuse its
+    last row. `file` (a JSON written by the acceptance report) takes precedence over the inline table.
+    """
+
+    kind: str = "positional"
+    """positional | replay (a recorded runtime run's verify outcomes, from `file`)."""
+    positional: list[list[float]] = field(
+        default_factory=lambda: [[0.62, 0.12, 0.05, 0.03, 0.02, 0.01, 0.01, 0.01]]
+    )
+    file: str | None = None
+    """Acceptance JSON (acceptance report or recorded run); None = the inline table."""
+    scale: float = 1.0
+    """Multiplies every probability (for acceptance sweeps); rows are renormalised if they exceed 1."""
+
+    def validate(self) -> None:
+        """Check the kind and that every row is a sub-probability vector."""
+        _require(self.kind in ("positional", "replay"), "acceptance.kind",
+                 f"{self.kind!r} is not one of positional, replay")
+        _require(self.kind != "replay" or self.file is not None, "acceptance.file",
+                 "kind=replay needs a recorded run file")
+        _require(len(self.positional) >= 1, "acceptance.positional", "needs at least one depth row")
+        for d, row in enumerate(self.positional):
+            _require(len(row) >= 1, f"acceptance.positional[{d}]", "empty row")
+            for r, p in enumerate(row):
+                _require(0.0 <= p <= 1.0, f"acceptance.positional[{d}][{r}]", f"{p} is outside [0, 1]")
+            _require(sum(row) <= 1.0 + 1e-9, f"acceptance.positional[{d}]",
+                     f"probabilities sum to {sum(row):.4f} > 1")
+        _require(self.scale >= 0.0, "acceptance.scale", f"must be >= 0, got {self.scale}")
+
+
+@dataclass
+class SpecConfig(_Frozen):
+    """Decoding mode and speculation shape (group `spec`)."""
+
+    mode: str = "async_tree"
+    """autoregressive | chain | serial_tree | async_tree."""
+    bs: int = 8
+    """Verify width: tree nodes per target verify, root included."""
+    w: int = 8
+    """Draft width: leaves expanded per draft forward."""
+    d: str = "auto"
+    """Expansions per round in async_tree: a positive integer, or auto (from measured verify/expand times)."""
+    topk: int = 8
+    """Children added per expanded node."""
+    gamma: int = 4
+    """Draft tokens per round in chain mode."""
+    max_tree_nodes: int = 256
+    """Capacity of the draft tree region of the KV cache (nodes)."""
+    temperature: float = 0.0
+    """0 = greedy; > 0 = lossless tree rejection sampling."""
+    oracle: bool = False
+    """Draw verify outcomes from the acceptance model (shape-realistic runs); outputs are labelled oracle."""
+
+    @property
+    def d_fixed(self) -> int | None:
+        """`d` as an int, or None for auto."""
+        return None if str(self.d) == "auto" else int(self.d)
+
+    def validate(self) -> None:
+        """Check the mode and every width against its bound."""
+        _require(self.mode in MODES, "spec.mode", f"{self.mode!r} is not one of {', '.join(MODES)}")
+        _require(self.bs >= 2, "spec.bs", f"verify width must be >= 2 (root + one draft token), got {self.bs}")
+        _require(self.w >= 1, "spec.w", f"draft width must be >= 1, got {self.w}")
+        _require(self.topk >= 1, "spec.topk", f"must be >= 1, got {self.topk}")
+        _require(self.gamma >= 1, "spec.gamma", f"must be >= 1, got {self.gamma}")
+        d = str(self.d)
+        _require(d == "auto" or (d.isdigit() and int(d) >= 1), "spec.d",
+                 f"{self.d!r} is neither 'auto' nor a positive integer")
+        _require(self.max_tree_nodes >= max(self.bs, self.w + 1), "spec.max_tree_nodes",
+                 f"{self.max_tree_nodes} < max(bs, w + 1) = {max(self.bs, self.w + 1)}")
+        _require(self.temperature >= 0.0, "spec.temperature", f"must be >= 0, got {self.temperature}")
+
+
+@dataclass
+class KernelsConfig(_Frozen):
+    """Kernel selection (group `kernels`)."""
+
+    backend: str = "reference"
+    """reference (plain torch, exact on CPU) | triton."""
+    cuda_graphs: bool = False
+    """Capture verify and expand steps in CUDA graphs (GPU only)."""
+    fused_allreduce: bool = False
+    """Use the one-shot GEMM + all-reduce for row-parallel linears (GPU, TP > 1)."""
+
+    def validate(self) -> None:
+        """Check the backend name."""
+        _require(self.backend in ("reference", "triton"), "kernels.backend",
+                 f"{self.backend!r} is not one of reference, triton")
+
+
+@dataclass
+class WorkloadConfig(_Frozen):
+    """What to generate (group `workload`)."""
+
+    prompts: list[str] = field(default_factory=list)
+    """Prompts as text; empty = `prompt_file`, else random token prompts of `prompt_tokens`."""
+    prompt_file: str | None = None
+    """JSONL file with one {"prompt": ...} per line."""
+    prompt_tokens: int = 32
+    """Length of random prompts and the simulator's prompt length."""
+    num_requests: int = 1
+    """Requests decoded one after another (batch = 1 request, as in the paper)."""
+    max_new_tokens: int = 64
+    """Tokens to generate per request (stops earlier at EOS)."""
+    max_seq_len_tokens: int = 2048
+    """Prefix capacity of the KV cache (prompt + generated); the tree region comes on top."""
+    seed: int = 0
+    """Seed of random prompts, sampling and the acceptance oracle."""
+
+    def validate(self) -> None:
+        """Check counts and that prompt + generation fits in the cache."""
+        _require(self.num_requests >= 1, "workload.num_requests", f"must be >= 1, got {self.num_requests}")
+        _require(self.max_new_tokens >= 1, "workload.max_new_tokens", f"must be >= 1, got {self.max_new_tokens}")
+        _require(self.prompt_tokens >= 1, "workload.prompt_tokens", f"must be >= 1, got {self.prompt_tokens}")
+        _require(
+            self.prompt_tokens + self.max_new_tokens <= self.max_seq_len_tokens,
+            "workload.max_new_tokens",
+            f"prompt_tokens {self.prompt_tokens} + max_new_tokens {self.max_new_tokens} exceeds the KV cache "
+            f"(workload.max_seq_len_tokens = {self.max_seq_len_tokens})",
+        )
+
+
+@dataclass
+class HardwareConfig(_Frozen):
+    """GPU type and node layout (group `hardware`)."""
+
+    gpu: str = "h200"
+    """GPU preset (conf/presets.py GPU_PRESETS)."""
+    gpus_per_node: int = 8
+    num_nodes: int = 1
+
+    def validate(self) -> None:
+        """Check the preset and node counts."""
+        preset_of(GPU_PRESETS, self.gpu, "hardware.gpu")
+        _require(self.gpus_per_node >= 1, "hardware.gpus_per_node", f"must be >= 1, got {self.gpus_per_node}")
+        _require(self.num_nodes >= 1, "hardware.num_nodes", f"must be >= 1, got {self.num_nodes}")
+
+
+@dataclass
+class InterconnectConfig(_Frozen):
+    """Links inside a group, between the groups, and the all-reduce algorithm (group `interconnect`)."""
+
+    name: str = "nvlink"
+    """Scenario name for tables and figures."""
+    intra_group: str = "nvlink4"
+    """Link preset between the GPUs of one group (LINK_PRESETS)."""
+    cross_group: str = "nvlink4"
+    """Link preset between the draft and target leaders (e.g. ib-ndr when on different nodes)."""
+    allreduce: str = "oneshot"
+    """oneshot | ring | tree."""
+    host_overhead_s: float = 2.0e-5
+    """Per-message software overhead (framework, launch) on top of the link latency."""
+
+    def validate(self) -> None:
+        """Check the presets and the all-reduce algorithm."""
+        preset_of(LINK_PRESETS, self.intra_group, "interconnect.intra_group")
+        preset_of(LINK_PRESETS, self.cross_group, "interconnect.cross_group")
+        _require(self.allreduce in ("oneshot", "ring", "tree"), "interconnect.allreduce",
+                 f"{self.allreduce!r} is not one of oneshot, ring, tree")
+        _require(self.host_overhead_s >= 0, "interconnect.host_overhead_s", "must be >= 0")
+
+
+@dataclass
+class SimConfig(_Frozen):
+    """Simulator settings (group `sim`)."""
+
+    profile: str | None = None
+    """Fitted profile JSON (calibrate.py); None = the analytic roofline prior."""
+    max_iterations: int = 1_000_000
+    """Safety bound on simulated iterations per request."""
+    step_overhead_s: float = 3.0e-5
+    """Host overhead per forward step (scheduling, graph launch) in the analytic prior."""
+    record_events: bool = True
+    """Keep the per-iteration event log (needed for the Chrome trace and the breakdown CSV)."""
+
+    def validate(self) -> None:
+        """Check bounds."""
+        _require(self.max_iterations >= 1, "sim.max_iterations", "must be >= 1")
+        _require(self.step_overhead_s >= 0, "sim.step_overhead_s", "must be >= 0")
+
+
+@dataclass
+class TraceConfig(_Frozen):
+    """Trace output (group `trace`)."""
+
+    enabled: bool = True
+    """Write trace records (shared schema, conf/trace.py) to the run dir."""
+    chrome: bool = True
+    """Also write a Chrome trace (open in Perfetto)."""
+    per_operator: bool = False
+    """Time every operator (synchronises the device: for profiling, not for speed runs)."""
+
+
+@dataclass
+class ExperimentConfig(_Frozen):
+    """The whole resolved configuration of one run."""
+
+    model: ModelPairConfig = field(default_factory=ModelPairConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    spec: SpecConfig = field(default_factory=SpecConfig)
+    acceptance: AcceptanceConfig = field(default_factory=AcceptanceConfig)
+    kernels: KernelsConfig = field(default_factory=KernelsConfig)
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    interconnect: InterconnectConfig = field(default_factory=InterconnectConfig)
+    sim: SimConfig = field(default_factory=SimConfig)
+    trace: TraceConfig = field(default_factory=TraceConfig)
+    seed: int = 0
+    """Global seed; per-component generators derive from it."""
+    run_name: str = "run"
+    """Label of the run (run-dir metadata, figure legends)."""
+
+    def validate(self) -> None:
+        """Validate every group, then the rules that span groups."""
+        self.model.target.validate("model.target")
+        if self.model.draft is not None:
+            self.model.draft.validate("model.draft")
+        for part in (self.parallel, self.spec, self.acceptance, self.kernels, self.workload, self.hardware,
+                     self.interconnect, self.sim):
+            part.validate()
+        mode = self.spec.mode
+        if mode in DRAFT_MODES:
+            _require(self.model.draft is not None, "model.draft", f"spec.mode={mode} needs a draft model")
+        if mode == "async_tree":
+            _require(self.parallel.draft_gpus >= 1, "parallel.draft_gpus",
+                     "spec.mode=async_tree needs a draft group of >= 1 GPU (disjoint from the target's)")
+        target = model_preset(self.model.target.preset, "model.target.preset")
+        check_tp(target, self.parallel.target_gpus, "parallel.target_gpus")
+        if self.model.draft is not None and self.parallel.draft_gpus >= 1:
+            draft = model_preset(self.model.draft.preset, "model.draft.preset")
+            check_tp(draft, self.parallel.draft_gpus, "parallel.draft_gpus")
+            _require(draft.token_count == target.token_count, "model.draft.preset",
+                     f"draft vocabulary ({draft.token_count} tokens) differs from the target's "
+                     f"({target.token_count} tokens)")
+        cache_tokens = self.workload.max_seq_len_tokens + self.spec.max_tree_nodes
+        _require(cache_tokens <= target.max_position, "workload.max_seq_len_tokens",
+                 f"cache of {cache_tokens} tokens exceeds {target.name}'s {target.max_position} positions")
+        node_gpus = self.hardware.gpus_per_node * self.hardware.num_nodes
+        self.parallel.check_world(node_gpus)
+
+
+def register_configs() -> None:
+    """Register the schema in Hydra's ConfigStore so every YAML group is type-checked."""
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    cs.store(name="experiment_schema", node=ExperimentConfig)
+    for group, node in [
+        ("model", ModelPairConfig), ("parallel", ParallelConfig), ("spec", SpecConfig),
+        ("acceptance", AcceptanceConfig), ("kernels", KernelsConfig), ("workload", WorkloadConfig),
+        ("hardware", HardwareConfig), ("interconnect", InterconnectConfig), ("sim", SimConfig),
+        ("trace", TraceConfig),
+    ]:
+        cs.store(group=group, name=f"{group}_schema", node=node)
