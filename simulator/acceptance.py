@@ -1,0 +1,237 @@
+"""Acceptance models: which draft node is the target's next token (the truth), per verify.
+
+**Positional** (`acceptance.kind=positional`, Sequoia-style): `p[depth][rank]` is the probability that the
+rank-th most likely draft child of a *correct* node at `depth` below the verify root is the target's next
+token; with probability 1 - sum(p[depth]) it is none of them. Depths beyond the table reuse its last row.
+The table is `acceptance.positional`, or `{"positional": [[...]]}` from `acceptance.file`; every entry is
+multiplied by `acceptance.scale`, and a row whose sum then exceeds 1 is renormalised to sum 1.
+
+The simulator draws the truth node by node along the verified path only: at a correct node at depth k, the
+true child's rank r is the inverse CDF of row k at a uniform u[position] (`true_rank`). Uniforms are drawn
+per request and indexed by token position, so configurations compared at one seed see the same sequence of
+"how hard is the next token" (common random numbers). Verify outcomes, re-root hits and misses then emerge
+from the real draft tree (tree.py): the walk accepts the child of rank r if the proposal holds it.
+
+The draft's own belief (`belief`, tree growth order) is log p of the *unscaled* table, made non-increasing
+in rank and floored at `BELIEF_FLOOR` (a rank the table gives 0 still has a tiny weight), so acceptance
+sweeps change the truth, not the tree the draft grows.
+
+Temperature: the same table stands for greedy verification (temperature 0) and lossless tree rejection
+sampling (temperature > 0); a table fitted at the run's temperature carries the difference, the model
+does not.
+
+**Replay** (`acceptance.kind=replay`): `acceptance.file` holds a recorded run's verify outcomes: its
+iterations.csv (columns accepted, hit), or a JSON list (or {"verifies": [...]}) of {"accepted": k, "hit":
+true|false|null} or bare ints; consumed in order and cycled. As in the runtime's oracle (runtime/oracle.py):
+accept k tokens along the rank-0 chain (fewer if the proposal is shallower), then the bonus is the rank-0
+child if the record was a hit, else a token the draft did not draft. Accepted lengths are reproduced when
+the proposal is deep enough along its top chain, hits when the draft tree holds the node.
+
+Closed form for checks: chain of gamma with constant acceptance a, `chain_accept_length`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from bisect import bisect_right
+from pathlib import Path
+from typing import Any
+
+from conf.rundir import REPO_ROOT
+from conf.schema import AcceptanceConfig
+
+BELIEF_FLOOR = 1.0e-6
+"""Smallest probability the draft's belief assigns to a ranked child (keeps log finite)."""
+
+
+def chain_accept_length(a: float, gamma: int) -> float:
+    """Mean tokens per verify (accepted + bonus) of a gamma-chain with i.i.d. acceptance `a`:
+    (1 - a^(gamma+1)) / (1 - a), and gamma + 1 at a = 1 (Leviathan et al. 2023)."""
+    if a >= 1.0:
+        return float(gamma + 1)
+    return (1.0 - a ** (gamma + 1)) / (1.0 - a)
+
+
+def resolve_path(path: str) -> Path:
+    """A data path as given, or relative to the repository root when it does not exist as given."""
+    p = Path(path)
+    return p if p.is_absolute() or p.exists() else REPO_ROOT / p
+
+
+def _check_table(table: Any, where: str) -> list[list[float]]:
+    if not isinstance(table, list) or not table:
+        raise ValueError(f"{where}: must be a non-empty list of rows")
+    for d, row in enumerate(table):
+        if not isinstance(row, list) or not row:
+            raise ValueError(f"{where}[{d}]: must be a non-empty list of probabilities")
+        for r, p in enumerate(row):
+            if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+                raise ValueError(f"{where}[{d}][{r}]: {p!r} is outside [0, 1]")
+        if sum(row) > 1.0 + 1e-9:
+            raise ValueError(f"{where}[{d}]: probabilities sum to {sum(row):.4f} > 1")
+    return [[float(p) for p in row] for row in table]
+
+
+def _read_json(path: str, field: str) -> Any:
+    p = resolve_path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"{field}: acceptance file {p} does not exist")
+    try:
+        return json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{p}: not valid JSON ({e})") from e
+
+
+class PositionalAcceptance:
+    """Positional acceptance table with the draft's belief; `walk` draws one verify's outcome."""
+
+    kind = "positional"
+
+    def __init__(self, table: list[list[float]], scale: float = 1.0) -> None:
+        table = _check_table(table, "acceptance.positional")
+        self.raw = table
+        self.table = []
+        for row in table:
+            scaled = [p * scale for p in row]
+            s = sum(scaled)
+            self.table.append([p / s for p in scaled] if s > 1.0 else scaled)
+        self.cum = []
+        for row in self.table:
+            acc, cum = 0.0, []
+            for p in row:
+                acc += p
+                cum.append(acc)
+            if abs(acc - 1.0) < 1e-9:
+                cum[-1] = 1.0  # a full row never yields "none of them" through rounding
+            self.cum.append(cum)
+        self._last = len(self.cum) - 1
+
+    def belief(self, topk: int) -> list[list[float]]:
+        """The draft's log-probability proxy per depth and rank (topk ranks), non-increasing in rank."""
+        out = []
+        for row in self.raw:
+            logs, low = [], 1.0
+            for r in range(topk):
+                low = min(low, row[r] if r < len(row) else 0.0)
+                logs.append(math.log(max(low, BELIEF_FLOOR)))
+            out.append(logs)
+        return out
+
+    def true_rank(self, depth: int, u: float) -> int:
+        """Rank of the target's token among a correct node's draft children at `depth`, given uniform `u`;
+        len(row) means a token beyond the table (never drafted)."""
+        return bisect_right(self.cum[depth if depth < self._last else self._last], u)
+
+    def walk(self, children: dict[tuple[int, int], int], uniforms: list[float], position: int) -> tuple[
+            tuple[int, ...], tuple[int, ...]]:
+        """Verify a proposal: (ranks of accepted tokens + bonus, proposal indices of root + accepted).
+
+        `children[(parent_index, token)]` indexes the proposal; `uniforms[position + k]` drives depth k.
+        """
+        cum, last = self.cum, self._last
+        node, depth = 0, 0
+        ranks: list[int] = []
+        nodes = [0]
+        while True:
+            r = bisect_right(cum[depth if depth < last else last], uniforms[position + depth])
+            ranks.append(r)
+            child = children.get((node, r))
+            if child is None:
+                return tuple(ranks), tuple(nodes)
+            nodes.append(child)
+            node = child
+            depth += 1
+
+    def chain_length(self, gamma: int) -> float:
+        """Expected tokens per verify of a gamma-chain of top-ranked drafts under this table."""
+        total, alive = 1.0, 1.0
+        for k in range(gamma):
+            alive *= self.table[min(k, self._last)][0]
+            total += alive
+        return total
+
+
+class ReplayAcceptance:
+    """Recorded verify outcomes (accepted length, hit flag), consumed in order and cycled."""
+
+    kind = "replay"
+
+    def __init__(self, verifies: list[tuple[int, bool | None]], beyond: int) -> None:
+        if not verifies:
+            raise ValueError("acceptance.file: the replay holds no verifies")
+        self.verifies = verifies
+        self.beyond = beyond
+        self.index = 0
+
+    def belief(self, topk: int) -> list[list[float]]:
+        """A geometric belief (the replay has no table): rank r has weight 2^-(r+1)."""
+        return [[-(r + 1) * math.log(2.0) for r in range(topk)]]
+
+    def walk(self, children: dict[tuple[int, int], int], uniforms: list[float], position: int) -> tuple[
+            tuple[int, ...], tuple[int, ...]]:
+        """Follow the top-ranked chain for the recorded accepted length, then the recorded hit/miss."""
+        accepted, hit = self.verifies[self.index % len(self.verifies)]
+        self.index += 1
+        node = 0
+        ranks: list[int] = []
+        nodes = [0]
+        for _ in range(accepted):
+            child = children.get((node, 0))
+            if child is None:
+                break
+            ranks.append(0)
+            nodes.append(child)
+            node = child
+        ranks.append(0 if hit else self.beyond)
+        return tuple(ranks), tuple(nodes)
+
+
+def _read_replay_csv(path: str) -> list[dict[str, Any]]:
+    p = resolve_path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"acceptance.file: recorded run {p} does not exist")
+    with p.open() as f:
+        rows = list(csv.DictReader(f))
+    out: list[dict[str, Any]] = []
+    for i, r in enumerate(rows):
+        if "accepted" not in r or not str(r["accepted"]).strip().isdigit():
+            raise ValueError(f"{p}: row {i + 2}: accepted: needs a non-negative integer, got {r.get('accepted')!r}")
+        flag = str(r.get("hit") or "").strip().lower()
+        out.append({"accepted": int(r["accepted"]), "hit": None if flag == "" else flag in ("1", "true")})
+    return out
+
+
+def _parse_replay(data: Any, where: str) -> list[tuple[int, bool | None]]:
+    if isinstance(data, dict):
+        data = data.get("verifies")
+    if not isinstance(data, list):
+        raise ValueError(f"{where}: replay must be a JSON list of verifies or {{\"verifies\": [...]}}")
+    out: list[tuple[int, bool | None]] = []
+    for i, v in enumerate(data):
+        if isinstance(v, int) and not isinstance(v, bool):
+            v = {"accepted": v, "hit": None}
+        if not isinstance(v, dict) or not isinstance(v.get("accepted"), int) or v["accepted"] < 0:
+            raise ValueError(f"{where}[{i}]: needs an integer 'accepted' >= 0, got {v!r}")
+        hit = v.get("hit")
+        if hit is not None and not isinstance(hit, bool):
+            raise ValueError(f"{where}[{i}].hit: must be true, false or null, got {hit!r}")
+        out.append((v["accepted"], hit))
+    return out
+
+
+def load_acceptance(cfg: AcceptanceConfig, topk: int) -> PositionalAcceptance | ReplayAcceptance:
+    """The acceptance model the config names (file before inline table); errors name file and field."""
+    if cfg.kind == "replay":
+        if cfg.file is None:
+            raise ValueError("acceptance.file: kind=replay needs a recorded run file")
+        raw = _read_replay_csv(cfg.file) if cfg.file.endswith(".csv") else _read_json(cfg.file, "acceptance.file")
+        return ReplayAcceptance(_parse_replay(raw, str(cfg.file)), beyond=topk)
+    table: Any = cfg.positional
+    if cfg.file is not None:
+        data = _read_json(cfg.file, "acceptance.file")
+        if not isinstance(data, dict) or "positional" not in data:
+            raise ValueError(f"{cfg.file}: positional: missing (expected {{\"positional\": [[...]]}})")
+        table = _check_table(data["positional"], f"{cfg.file}: positional")
+    return PositionalAcceptance([list(row) for row in table], cfg.scale)

@@ -1,0 +1,262 @@
+"""Cost model: pure functions from a step description to seconds, summed from per-operator terms.
+
+A forward step of one GPU group (`StepDesc`: tokens in the step, keys attended = prefix + tree region, TP
+degree) on a model shape costs, per rank (all ranks of a TP group run in lockstep):
+
+    gemm        per layer: qkv, o, gate_up, down (+ the LM head once), each one weight-matrix GEMM call
+    attention   per layer: reading the KV of prefix + tree, tokens x kv_len query-key pairs
+    allreduce   2 per layer for TP > 1 (after o and down, tokens x hidden bf16) + 1 small logits gather
+    overhead    per step: host overhead + kernel launches (`kernels_per_step`)
+
+Each operator time comes from `Operators`: the analytic roofline prior (max(bytes / bandwidth, flops /
+FLOP/s) per GEMM and per layer's attention on GPU_PRESETS; alpha-beta links from interconnect.py;
+`sim.step_overhead_s` + launches x `GpuSpec.kernel_launch_s`), or, operator by operator, a fitted profile
+(profile.py forms) that takes precedence where it exists and applies.
+
+Precision: weights of `weight_bits` (16: 2 B/param; 8: 1 B + fp16 scale per group of 128; 4: 0.5 B +
+fp16 scale and int4 zero per group of 128, AWQ g128) in the decoder layers; embedding and LM head stay
+bf16 (SwiftSpec setup); KV cache and activations bf16. Shards round up (zero-padded TP, as the runtime).
+
+Both forms are affine in kv_len for a fixed token count, which `GroupCost` uses to cost a step with two
+multiplies on the hot path. What this model does not do: contention, prefill/decode interference, power
+or clock throttling, GEMM tile-quantisation steps (a fitted profile absorbs the average).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from conf.presets import GpuSpec, LinkSpec, ModelShape
+from simulator.interconnect import allreduce_time_s, message_time_s
+from simulator.profile import (
+    Profile,
+    allreduce_features,
+    attention_features,
+    gemm_features,
+    message_features,
+    step_overhead_features,
+)
+
+GROUP_SIZE = 128
+"""Quantisation group (AWQ g128): one fp16 scale (+ int4 zero for 4-bit) per 128 weights."""
+BYTES_PER_PARAM = {16: 2.0, 8: 1.0 + 2.0 / GROUP_SIZE, 4: 0.5 + 2.5 / GROUP_SIZE}
+ACT_BYTES = 2
+"""bf16 activations and KV cache."""
+GEMM_BW_EFFICIENCY = 0.85
+"""Share of HBM copy bandwidth a weight-streaming GEMM reaches: the Llama-3-8B GEMM chain at 1 token ran at
+3.46 of 4.29 TB/s including launch gaps (reference/device-h200.md), about 0.85 without them."""
+EAGER_LAUNCH_S = 5.0e-6
+"""Per-kernel host dispatch without CUDA graphs (PyTorch eager, order of magnitude)."""
+LOGITS_GATHER_BYTES_PER_TOKEN = 16
+"""TP > 1: each rank contributes its shard's best (value, index) per token to a small gather."""
+
+
+@dataclass(frozen=True)
+class StepDesc:
+    """One forward step of one group: `tokens` queries attending to `kv_len` keys, on `tp` ranks."""
+
+    tokens: int
+    kv_len: int
+    tp: int
+
+
+def shard(n: int, tp: int) -> int:
+    """Per-rank share of `n` under zero-padded TP."""
+    return -(-n // tp)
+
+
+def layer_matrices(shape: ModelShape, tp: int) -> list[tuple[str, int, int]]:
+    """(name, k, n) of the weight matrices of one decoder layer on one rank."""
+    q = shard(shape.num_heads, tp) * shape.head_dim
+    kv = shard(shape.num_kv_heads, tp) * shape.head_dim
+    inter = shard(shape.intermediate_size, tp)
+    h = shape.hidden_size
+    return [("qkv", h, q + 2 * kv), ("o", q, h), ("gate_up", h, 2 * inter), ("down", inter, h)]
+
+
+def lm_head_matrix(shape: ModelShape, tp: int) -> tuple[int, int]:
+    """(k, n) of the vocabulary-parallel LM head on one rank."""
+    return shape.hidden_size, shard(shape.vocab_size, tp)
+
+
+def weight_bytes_per_rank(shape: ModelShape, tp: int, weight_bits: int) -> float:
+    """Weight bytes one rank holds: layers at `weight_bits`, embedding and LM head in bf16."""
+    layer = sum(k * n for _, k, n in layer_matrices(shape, tp)) * BYTES_PER_PARAM[weight_bits]
+    k, n = lm_head_matrix(shape, tp)
+    emb = k * n * ACT_BYTES * (1 if shape.tie_embeddings else 2)
+    return shape.num_layers * layer + emb
+
+
+def kv_bytes_per_token_per_rank(shape: ModelShape, tp: int) -> float:
+    """KV-cache bytes of one token on one rank, all layers."""
+    return 2 * shape.num_layers * shard(shape.num_kv_heads, tp) * shape.head_dim * ACT_BYTES
+
+
+def attention_terms(shape: ModelShape, tp: int, tokens: int, kv_len: int) -> tuple[float, float]:
+    """(KV bytes read, FLOPs) of one layer's attention on one rank."""
+    kv_bytes = kv_len * 2 * shard(shape.num_kv_heads, tp) * shape.head_dim * ACT_BYTES
+    flops = 4.0 * tokens * kv_len * shard(shape.num_heads, tp) * shape.head_dim
+    return kv_bytes, flops
+
+
+def kernels_per_step(shape: ModelShape, tp: int, fused: bool) -> int:
+    """Kernel launches of one forward: per layer 2 norms, qkv, rope, attention, o, gate_up, act, down
+    (rope and act fused away by the Triton backend) + 2 all-reduces at TP > 1; embedding, final norm, LM
+    head, argmax (+ gather)."""
+    per_layer = (7 if fused else 9) + (2 if tp > 1 else 0)
+    return shape.num_layers * per_layer + 4 + (1 if tp > 1 else 0)
+
+
+class Operators:
+    """Per-operator time of one call: profile fit where one exists and applies, else the analytic prior."""
+
+    def __init__(self, gpu: GpuSpec, intra: LinkSpec, allreduce: str, cross: LinkSpec, host_overhead_s: float,
+                 step_overhead_s: float, cuda_graphs: bool, profile: Profile | None = None,
+                 intra_name: str = "", cross_name: str = "") -> None:
+        self.gpu, self.intra, self.allreduce_alg, self.cross = gpu, intra, allreduce, cross
+        self.host_overhead_s, self.base_overhead_s = host_overhead_s, step_overhead_s
+        self.launch_s = gpu.kernel_launch_s if cuda_graphs else EAGER_LAUNCH_S
+        fits = dict(profile.operators) if profile else {}
+        if profile is not None:
+            hw = profile.hardware
+            if hw.get("intra_group", intra_name) != intra_name or hw.get("allreduce", allreduce) != allreduce:
+                fits.pop("allreduce", None)  # measured on another link or algorithm: use the prior
+            if hw.get("cross_group", cross_name) != cross_name:
+                fits.pop("message", None)
+        self.fits = fits
+        self.sources = {op: ("profile" if op in fits else "analytic")
+                        for op in ("gemm", "attention", "allreduce", "message", "step_overhead")}
+
+    def gemm_s(self, weight_bytes: float, flops: float, tp: int) -> float:
+        """One GEMM call (one weight matrix on one rank)."""
+        fit = self.fits.get("gemm")
+        if fit is not None:
+            return fit.predict(gemm_features(weight_bytes, flops), tp)
+        return max(weight_bytes / (self.gpu.hbm_bytes_per_s * GEMM_BW_EFFICIENCY),
+                   flops / self.gpu.bf16_flops_per_s)
+
+    def attention_s(self, kv_bytes: float, flops: float, tokens: int, kv_len: int, tp: int) -> float:
+        """One layer's attention on one rank."""
+        fit = self.fits.get("attention")
+        if fit is not None:
+            return fit.predict(attention_features(kv_bytes, tokens, kv_len), tp)
+        return max(kv_bytes / self.gpu.hbm_bytes_per_s, flops / self.gpu.bf16_flops_per_s)
+
+    def allreduce_s(self, nbytes: float, tp: int) -> float:
+        """One all-reduce of `nbytes` per rank over `tp` ranks (0 at TP 1)."""
+        if tp <= 1:
+            return 0.0
+        fit = self.fits.get("allreduce")
+        if fit is not None:
+            return fit.predict(allreduce_features(nbytes), tp)
+        return allreduce_time_s(self.intra, self.allreduce_alg, tp, nbytes)
+
+    def message_s(self, nbytes: float, receiver_gpus: int) -> float:
+        """One cross-group message of `nbytes` delivered to a group of `receiver_gpus`."""
+        fit = self.fits.get("message")
+        if fit is not None:
+            return fit.predict(message_features(nbytes))
+        return message_time_s(self.cross, self.intra, receiver_gpus, nbytes, self.host_overhead_s)
+
+    def step_overhead_s(self, num_kernels: int, tp: int) -> float:
+        """Fixed cost of one forward step: host overhead + kernel launches."""
+        fit = self.fits.get("step_overhead")
+        if fit is not None:
+            return fit.predict(step_overhead_features(num_kernels), tp)
+        return self.base_overhead_s + num_kernels * self.launch_s
+
+
+def forward_breakdown(ops: Operators, shape: ModelShape, weight_bits: int, step: StepDesc,
+                      fused: bool = True) -> dict[str, float]:
+    """Seconds per operator class of one forward step (keys: gemm, attention, allreduce, overhead)."""
+    tp, t = step.tp, step.tokens
+    bpp = BYTES_PER_PARAM[weight_bits]
+    gemm = sum(ops.gemm_s(k * n * bpp, 2.0 * t * k * n, tp) for _, k, n in layer_matrices(shape, tp))
+    k, n = lm_head_matrix(shape, tp)
+    lm_head = ops.gemm_s(k * n * ACT_BYTES, 2.0 * t * k * n, tp)
+    kv_bytes, flops = attention_terms(shape, tp, t, step.kv_len)
+    attn = ops.attention_s(kv_bytes, flops, t, step.kv_len, tp)
+    ar = 2 * ops.allreduce_s(t * shape.hidden_size * ACT_BYTES, tp)
+    gather = ops.allreduce_s(t * LOGITS_GATHER_BYTES_PER_TOKEN, tp)
+    return {
+        "gemm": shape.num_layers * gemm + lm_head,
+        "attention": shape.num_layers * attn,
+        "allreduce": shape.num_layers * ar + gather,
+        "overhead": ops.step_overhead_s(kernels_per_step(shape, tp, fused), tp),
+    }
+
+
+def forward_time_s(ops: Operators, shape: ModelShape, weight_bits: int, step: StepDesc, fused: bool = True) -> float:
+    """Seconds of one forward step (sum of `forward_breakdown`)."""
+    return sum(forward_breakdown(ops, shape, weight_bits, step, fused).values())
+
+
+def compaction_time_s(gpu: GpuSpec, shape: ModelShape, tp: int, kept_tokens: int, launch_s: float) -> float:
+    """KV compaction after a verify: one gather over all layers, reading and writing the kept tokens' KV."""
+    return launch_s + 2.0 * kept_tokens * kv_bytes_per_token_per_rank(shape, tp) / gpu.hbm_bytes_per_s
+
+
+class GroupCost:
+    """The cost model bound to one group (model shape, precision, TP): fast, cached step costs.
+
+    `forward_s(tokens, kv_len)` = intercept(tokens) + slope(tokens) * kv_len, exact because every operator
+    form is affine in kv_len at fixed tokens (the coefficients come from `forward_breakdown` at two points).
+    """
+
+    def __init__(self, ops: Operators, shape: ModelShape, weight_bits: int, tp: int, fused: bool = True) -> None:
+        self.ops, self.shape, self.weight_bits, self.tp, self.fused = ops, shape, weight_bits, tp, fused
+        self._affine: dict[int, tuple[float, float]] = {}
+        self._compaction: dict[int, float] = {}
+
+    def breakdown(self, tokens: int, kv_len: int) -> dict[str, float]:
+        """Per-operator seconds of one step (not cached; for reports)."""
+        return forward_breakdown(self.ops, self.shape, self.weight_bits, StepDesc(tokens, kv_len, self.tp),
+                                 self.fused)
+
+    def _line(self, tokens: int) -> tuple[float, float]:
+        line = self._affine.get(tokens)
+        if line is None:
+            at0 = sum(self.breakdown(tokens, 0).values())
+            at1 = sum(self.breakdown(tokens, 1024).values())
+            line = (at0, (at1 - at0) / 1024)
+            self._affine[tokens] = line
+        return line
+
+    def forward_s(self, tokens: int, kv_len: int) -> float:
+        """Seconds of a forward of `tokens` queries over `kv_len` keys."""
+        a, b = self._line(tokens)
+        return a + b * kv_len
+
+    def prefill_s(self, prompt_tokens: int) -> float:
+        """Prompt prefill: all prompt tokens at once, causal (on average half the prompt attended); 0 if empty."""
+        if prompt_tokens <= 0:
+            return 0.0
+        return self.forward_s(prompt_tokens, math.ceil(prompt_tokens / 2))
+
+    def compaction_s(self, kept_tokens: int) -> float:
+        """KV compaction of `kept_tokens` tokens on this group."""
+        t = self._compaction.get(kept_tokens)
+        if t is None:
+            t = compaction_time_s(self.ops.gpu, self.shape, self.tp, kept_tokens, self.ops.launch_s)
+            self._compaction[kept_tokens] = t
+        return t
+
+
+class FixedCost:
+    """A group cost with constant step times (closed-form checks and what-if studies)."""
+
+    def __init__(self, forward_s: float, prefill_s: float = 0.0, compaction_s: float = 0.0) -> None:
+        self._forward_s, self._prefill_s, self._compaction_s = forward_s, prefill_s, compaction_s
+
+    def forward_s(self, tokens: int, kv_len: int) -> float:
+        """The constant forward time, whatever the shape."""
+        return self._forward_s
+
+    def prefill_s(self, prompt_tokens: int) -> float:
+        """The constant prefill time."""
+        return self._prefill_s
+
+    def compaction_s(self, kept_tokens: int) -> float:
+        """The constant KV-compaction time."""
+        return self._compaction_s

@@ -1,0 +1,256 @@
+"""SimPy processes: one per GPU group, one per link direction; stores (stores.py) carry conf.messages.
+
+    draft group --DraftProposal--> [link: draft->target] --> target group
+    target group --VerifiedPath--> [link: target->draft] --> draft group
+
+Process functions (verbs) take the `Simulation` (simulation.py) that owns the environment, the stores, the
+costs, the acceptance model, the tree states and the records. Requests are decoded one after another
+(batch of one request, as in the paper); within a request:
+
+- `decode_autoregressive` (target only): prefill, then one forward per token;
+- `verify_proposals` (target): prefill; loop: receive a proposal, verify it (one forward of its nodes),
+  walk the truth (acceptance model), send the verified path (stop=True once max_new_tokens are out);
+- `grow_tree_async` (draft, async_tree): prefill, refill, select, send; loop: expand d times (overlapping
+  the verify), receive the verified path, re-root, refill if the tree has < bs nodes, select, send;
+- `grow_tree_serial` (draft, serial_tree and chain): the same steps strictly after each verified path
+  (chain = a tree of topk 1, w 1, d = gamma, bs = gamma + 1, which always re-roots as a miss);
+- `carry_messages` (link): receive, wait the message delay, deliver.
+
+Each step is one timeout: an iteration is about a dozen SimPy events. Prompt convention: prefill writes the
+KV of the first prompt_tokens - 1 tokens; every verify's root is the last known token, whose KV the verify
+writes (DraftProposal node 0), so a verify of n nodes attends prefix + n keys.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from conf.messages import DraftProposal, VerifiedPath
+from simulator.records import DRAFT_IDLE, EXPAND, HIT, REROOT
+
+if TYPE_CHECKING:
+    from collections.abc import Generator
+
+    from simulator.simulation import Simulation
+    from simulator.stores import MessageStore
+
+
+def _too_many(sim: Simulation, request: int) -> RuntimeError:
+    return RuntimeError(f"sim.max_iterations: request {request} needed more than {sim.max_iterations} "
+                        f"iterations; raise sim.max_iterations or check the acceptance model")
+
+
+def decode_autoregressive(sim: Simulation) -> Generator[Any, Any, None]:
+    """Target group without a draft: prefill, then one forward (one token) per iteration."""
+    env, tally, rows, events, cost = sim.env, sim.tally, sim.rows, sim.events, sim.target_cost
+    record = sim.record_events
+    for req in range(sim.num_requests):
+        pf = cost.prefill_s(sim.prompt_tokens - 1)
+        if record:
+            events.append(("step.prefill", "target", env.now, pf, req, -1, sim.prompt_tokens - 1, 0))
+        yield env.timeout(pf)
+        tally.prefill_s += pf
+        tally.target_busy_s += pf
+        ctx = sim.prompt_tokens - 1
+        for it in range(sim.max_new_tokens):
+            t0 = env.now
+            dt = cost.forward_s(1, ctx + 1)
+            if record:
+                events.append(("step.verify", "target", t0, dt, req, it, 1, ctx))
+            yield env.timeout(dt)
+            rows.append([req, it, t0, t0 + dt, dt, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 1, None])
+            ctx += 1
+            tally.verify_s += dt
+            tally.target_busy_s += dt
+        tally.verifies += sim.max_new_tokens
+        tally.generated_tokens += sim.max_new_tokens
+        tally.accept_hist[1] = tally.accept_hist.get(1, 0) + sim.max_new_tokens
+    tally.wall_s = env.now
+
+
+def verify_proposals(sim: Simulation) -> Generator[Any, Any, None]:
+    """Target group: verify each proposal, send back the verified path (with stop at the end)."""
+    env, tally, rows, events, cost = sim.env, sim.tally, sim.rows, sim.events, sim.target_cost
+    get, put, walk = sim.target_inbox.get, sim.target_outbox.put, sim.acceptance.walk
+    record, max_new, children_of = sim.record_events, sim.max_new_tokens, sim.children_of
+    message_s = sim.proposal_s + sim.verified_s
+    hist = tally.accept_hist
+    for req in range(sim.num_requests):
+        sim.row_base.append(len(rows))
+        uniforms = sim.uniforms(req)
+        pf = cost.prefill_s(sim.prompt_tokens - 1)
+        if record:
+            events.append(("step.prefill", "target", env.now, pf, req, -1, sim.prompt_tokens - 1, 0))
+        yield env.timeout(pf)
+        tally.prefill_s += pf
+        tally.target_busy_s += pf
+        ctx, emitted, it = sim.prompt_tokens - 1, 0, 0
+        while True:
+            t0 = env.now
+            proposal = yield get()
+            t1 = env.now
+            n = proposal.num_nodes
+            ranks, nodes = walk(children_of(proposal), uniforms, emitted)
+            accepted = len(nodes) - 1
+            tv = cost.forward_s(n, ctx + n) + cost.compaction_s(accepted + 1)
+            if record:
+                events.append(("step.verify", "target", t1, tv, req, it, n, ctx))
+            yield env.timeout(tv)
+            emit = min(accepted + 1, max_new - emitted)
+            emitted += emit
+            ctx += accepted + 1
+            stop = emitted >= max_new
+            rows.append([req, it, t0, t1 + tv, tv, 0.0, 0.0, message_s, t1 - t0, 0.0, accepted, accepted + 1,
+                         None])
+            put(VerifiedPath(req, it, (proposal.token_ids[0], *ranks), nodes, stop))
+            tally.verify_s += tv
+            tally.target_busy_s += tv
+            hist[accepted + 1] = hist.get(accepted + 1, 0) + 1
+            if stop:
+                break
+            it += 1
+            if it >= sim.max_iterations:
+                raise _too_many(sim, req)
+        tally.verifies += it + 1
+        tally.generated_tokens += emitted
+    tally.wall_s = env.now
+
+
+def _send(sim: Simulation, sid: int, req: int, it: int) -> None:
+    tokens, parents = sim.trees.select(sid, sim.bs)
+    sim.draft_outbox.put(DraftProposal(req, it, tokens, parents))
+
+
+def _expand_s(sim: Simulation, n: int, ctx: int, expanded: int) -> float:
+    """n draft forwards of w leaves, attending prefix + tree region (its mean size over the n forwards)."""
+    if n == 0:
+        return 0.0
+    w = sim.w
+    return n * sim.draft_cost.forward_s(w, ctx + expanded + w * (n + 1) // 2)
+
+
+def grow_tree_async(sim: Simulation) -> Generator[Any, Any, None]:
+    """Draft group of async_tree: keep expanding while the target verifies; re-root on each result."""
+    env, tally, rows, events, trees = sim.env, sim.tally, sim.rows, sim.events, sim.trees
+    get, record, d, bs, w = sim.draft_inbox.get, sim.record_events, sim.d, sim.bs, sim.w
+    expand, refill, reroot, num_expanded = trees.expand, trees.refill, trees.reroot, trees.num_expanded
+    for req in range(sim.num_requests):
+        trees.maybe_trim()
+        ctx = sim.prompt_tokens - 1
+        pf = sim.draft_cost.prefill_s(ctx)
+        sid, n = refill(0, bs)
+        tx = _expand_s(sim, n, ctx, 0)
+        busy = pf + tx + sim.tree_op_s
+        if record:
+            events.append(("step.prefill", "draft", env.now, pf, req, -1, ctx, 0))
+            events.append(("step.expand", "draft", env.now + pf, tx, req, -1, n * w, ctx))
+        yield env.timeout(busy)
+        tally.draft_busy_s += busy
+        tally.draft_forwards += n
+        tally.expand_s += tx
+        _send(sim, sid, req, 0)
+        it = 0
+        while True:
+            e0 = num_expanded(sid)
+            sid, n = expand(sid, d)
+            te = _expand_s(sim, n, ctx, e0)
+            if te:
+                if record:
+                    events.append(("step.expand", "draft", env.now, te, req, it, n * w, ctx))
+                yield env.timeout(te)
+                tally.draft_busy_end_s = env.now
+            t0 = env.now
+            msg = yield get()
+            row = rows[sim.row_base[req] + it]
+            row[EXPAND] = te
+            row[DRAFT_IDLE] = env.now - t0
+            tally.draft_forwards += n
+            tally.expand_s += te
+            tally.draft_busy_s += te
+            if msg.stop:
+                break
+            ranks = msg.token_ids[1:]
+            ctx += len(ranks)
+            sid, hit, kept = reroot(sid, ranks)
+            e0 = num_expanded(sid)
+            sid, n = refill(sid, bs)
+            tr = sim.tree_op_s + sim.draft_cost.compaction_s(kept + len(ranks))
+            tx = _expand_s(sim, n, ctx, e0)
+            if record:
+                events.append(("step.reroot", "draft", env.now, tr, req, it, kept, ctx))
+                if n:
+                    events.append(("step.expand", "draft", env.now + tr, tx, req, it, n * w, ctx))
+            yield env.timeout(tr + tx)
+            tally.draft_busy_end_s = env.now
+            row[EXPAND] = te + tx
+            row[REROOT] = tr
+            row[HIT] = hit
+            tally.reroots += 1
+            tally.hits += hit
+            tally.draft_forwards += n
+            tally.expand_s += tx
+            tally.draft_busy_s += tr + tx
+            it += 1
+            _send(sim, sid, req, it)
+
+
+def grow_tree_serial(sim: Simulation) -> Generator[Any, Any, None]:
+    """Draft of serial_tree / chain: after each verified path, re-root, expand d times, refill, send."""
+    env, tally, rows, events, trees = sim.env, sim.tally, sim.rows, sim.events, sim.trees
+    get, record, d, bs, w = sim.draft_inbox.get, sim.record_events, sim.d, sim.bs, sim.w
+    count_hits = sim.mode == "serial_tree"
+    for req in range(sim.num_requests):
+        trees.maybe_trim()
+        ctx = sim.prompt_tokens - 1
+        pf = sim.draft_cost.prefill_s(ctx)
+        if record:
+            events.append(("step.prefill", "draft", env.now, pf, req, -1, ctx, 0))
+        yield env.timeout(pf)
+        tally.draft_busy_s += pf
+        sid, it, tr = 0, 0, sim.tree_op_s  # first round: a fresh tree, only the selection bookkeeping
+        while True:
+            e0 = trees.num_expanded(sid)
+            sid, n = trees.expand(sid, d)
+            sid, n2 = trees.refill(sid, bs)
+            tx = _expand_s(sim, n + n2, ctx, e0)
+            if record:
+                if it > 0:
+                    events.append(("step.reroot", "draft", env.now, tr, req, it - 1, 0, ctx))
+                events.append(("step.expand", "draft", env.now + tr, tx, req, it, (n + n2) * w, ctx))
+            yield env.timeout(tr + tx)
+            tally.draft_busy_s += tr + tx
+            tally.draft_busy_end_s = env.now
+            tally.draft_forwards += n + n2
+            tally.expand_s += tx
+            if it > 0:  # this round re-rooted on verify it - 1 and built the proposal of verify it
+                row = rows[sim.row_base[req] + it - 1]
+                row[EXPAND], row[REROOT] = tx, tr
+            _send(sim, sid, req, it)
+            t0 = env.now
+            msg = yield get()
+            row = rows[sim.row_base[req] + it]
+            row[DRAFT_IDLE] = env.now - t0
+            if msg.stop:
+                break
+            ranks = msg.token_ids[1:]
+            ctx += len(ranks)
+            sid, hit, kept = trees.reroot(sid, ranks)
+            tr = sim.tree_op_s + sim.draft_cost.compaction_s(kept + len(ranks))
+            if count_hits:
+                row[HIT] = hit
+                tally.reroots += 1
+                tally.hits += hit
+            it += 1
+
+
+def carry_messages(sim: Simulation, inbox: MessageStore, outbox: MessageStore, delay_s: float,
+                   name: str) -> Generator[Any, Any, None]:
+    """One link direction: deliver each message `delay_s` after it was sent (one in flight at a time)."""
+    env, events, record = sim.env, sim.events, sim.record_events
+    while True:
+        msg = yield inbox.get()
+        if delay_s > 0.0:
+            if record:
+                events.append((name, "link", env.now, delay_s, msg.request_id, msg.iteration, 0, 0))
+            yield env.timeout(delay_s)
+        outbox.put(msg)

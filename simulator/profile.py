@@ -1,0 +1,256 @@
+"""The profile file: fitted per-operator cost coefficients (written by calibrate.py, read by the cost model).
+
+Format (JSON, version 1)::
+
+    {
+      "version": 1,
+      "hardware": {"gpu": "h200",                      # required: a GPU_PRESETS name
+                   "intra_group": "nvlink4",           # optional: link the allreduce fit was measured on
+                   "allreduce": "oneshot",             # optional: algorithm the allreduce fit was measured with
+                   "cross_group": "nvlink4"},          # optional: link the message fit was measured on
+      "software": {"torch": "2.11.0", "kernels": "triton", "cuda_graphs": true, "git_sha": "..."},  # free-form
+      "operators": {
+        "gemm":          {"coefficients": {"a": 2.1e-6, "b": 2.5e-13, "c": 1.4e-15},
+                          "fit_error": {"mape": 0.04, "max_rel_error": 0.12, "num_samples": 96}},
+        "attention":     {"coefficients": {"a": ..., "b": ..., "c": ...}, "fit_error": {...}},
+        "allreduce":     {"coefficients": {"a": ..., "b": ...}, "fit_error": {...},
+                          "by_tp": {"2": {"coefficients": {...}, "fit_error": {...}}, "4": {...}}},
+        "message":       {"coefficients": {"a": ..., "b": ...}, "fit_error": {...}},
+        "step_overhead": {"coefficients": {"a": ..., "b": ...}, "fit_error": {...}}
+      }
+    }
+
+Functional forms (seconds; every coefficient >= 0, so each prediction is smooth and monotone
+non-decreasing in every feature; `predict` = dot(coefficients, features), linear least squares for calibrate):
+
+| operator      | one call is                                   | time                                   |
+|---------------|-----------------------------------------------|----------------------------------------|
+| gemm          | one weight matrix on one rank (qkv, o, ...)   | a + b * weight_bytes + c * flops       |
+| attention     | one layer's attention on one rank             | a + b * kv_bytes + c * tokens * kv_len |
+| allreduce     | one all-reduce of `bytes` per rank            | a + b * bytes                          |
+| message       | one draft <-> target message (incl. host)     | a + b * bytes                          |
+| step_overhead | per forward step, beyond the operators above  | a + b * num_kernels                    |
+
+`by_tp` (optional on any operator) holds coefficients per TP degree; a degree without an entry uses the
+operator's top-level coefficients. Operators missing from `operators` fall back to the analytic prior, as do
+allreduce / message when the recorded link or algorithm differs from the run's (cost_model.py).
+`fit_error.mape` (mean absolute percentage error on held-out samples, as a fraction) is required.
+
+Errors name the file and the JSON field (`ProfileError`). No I/O besides `load_profile` / `write_profile`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from conf.presets import GPU_PRESETS, LINK_PRESETS
+
+PROFILE_VERSION = 1
+
+OPERATOR_FORMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    # operator: (coefficient names, feature names); time = sum(coef * feature), the first feature is 1
+    "gemm": (("a", "b", "c"), ("1", "weight_bytes", "flops")),
+    "attention": (("a", "b", "c"), ("1", "kv_bytes", "tokens*kv_len")),
+    "allreduce": (("a", "b"), ("1", "bytes")),
+    "message": (("a", "b"), ("1", "bytes")),
+    "step_overhead": (("a", "b"), ("1", "num_kernels")),
+}
+
+
+class ProfileError(ValueError):
+    """A profile file that cannot be used; the message names the file and the field."""
+
+
+def gemm_features(weight_bytes: float, flops: float) -> tuple[float, ...]:
+    """Features of one GEMM call (one weight matrix, one rank)."""
+    return (1.0, weight_bytes, flops)
+
+
+def attention_features(kv_bytes: float, tokens: int, kv_len: int) -> tuple[float, ...]:
+    """Features of one layer's attention on one rank: KV bytes read and query-key pairs."""
+    return (1.0, kv_bytes, float(tokens) * kv_len)
+
+
+def allreduce_features(nbytes: float) -> tuple[float, ...]:
+    """Features of one all-reduce of `nbytes` per rank."""
+    return (1.0, nbytes)
+
+
+def message_features(nbytes: float) -> tuple[float, ...]:
+    """Features of one cross-group message of `nbytes` on the wire."""
+    return (1.0, nbytes)
+
+
+def step_overhead_features(num_kernels: int) -> tuple[float, ...]:
+    """Features of one forward step's fixed overhead."""
+    return (1.0, float(num_kernels))
+
+
+FEATURES = {"gemm": gemm_features, "attention": attention_features, "allreduce": allreduce_features,
+            "message": message_features, "step_overhead": step_overhead_features}
+"""Feature function per operator: calibrate builds its design matrix from these."""
+
+
+@dataclass(frozen=True)
+class OperatorFit:
+    """Fitted coefficients of one operator (plus optional per-TP overrides) and its fit error."""
+
+    name: str
+    coefficients: tuple[float, ...]
+    fit_error: dict[str, float]
+    by_tp: dict[int, tuple[float, ...]] = field(default_factory=dict)
+
+    def coefficients_for(self, tp: int) -> tuple[float, ...]:
+        """Coefficients for TP degree `tp` (its `by_tp` entry, else the top-level ones)."""
+        return self.by_tp.get(tp, self.coefficients)
+
+    def predict(self, features: tuple[float, ...], tp: int = 1) -> float:
+        """Seconds for one call with these features (see OPERATOR_FORMS)."""
+        return sum(c * f for c, f in zip(self.coefficients_for(tp), features))
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A loaded, validated profile."""
+
+    path: str
+    hardware: dict[str, Any]
+    software: dict[str, Any]
+    operators: dict[str, OperatorFit]
+
+    @property
+    def gpu(self) -> str:
+        """GPU preset the profile was measured on."""
+        return str(self.hardware["gpu"])
+
+
+def _fail(where: str, field_path: str, msg: str) -> ProfileError:
+    return ProfileError(f"{where}: {field_path}: {msg}")
+
+
+def _coefficients(where: str, fp: str, op: str, entry: Any) -> tuple[float, ...]:
+    names = OPERATOR_FORMS[op][0]
+    if not isinstance(entry, dict):
+        raise _fail(where, fp, f"must be an object with {list(names)}, got {type(entry).__name__}")
+    extra = set(entry) - set(names)
+    missing = [n for n in names if n not in entry]
+    if missing or extra:
+        raise _fail(where, fp, f"needs exactly {list(names)} (missing {missing}, unknown {sorted(extra)})")
+    out = []
+    for n in names:
+        v = entry[n]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise _fail(where, f"{fp}.{n}", f"must be a finite number, got {v!r}")
+        if v < 0:
+            raise _fail(where, f"{fp}.{n}", f"must be >= 0 (costs are monotone in every feature), got {v}")
+        out.append(float(v))
+    return tuple(out)
+
+
+def _fit_error(where: str, fp: str, entry: Any) -> dict[str, float]:
+    if not isinstance(entry, dict) or "mape" not in entry:
+        raise _fail(where, fp, "must be an object with at least 'mape' (fraction)")
+    out = {}
+    for k, v in entry.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise _fail(where, f"{fp}.{k}", f"must be a finite number >= 0, got {v!r}")
+        out[str(k)] = float(v)
+    return out
+
+
+def _operator(where: str, op: str, entry: Any) -> OperatorFit:
+    fp = f"operators.{op}"
+    if not isinstance(entry, dict):
+        raise _fail(where, fp, f"must be an object, got {type(entry).__name__}")
+    unknown = set(entry) - {"coefficients", "fit_error", "by_tp"}
+    if unknown:
+        raise _fail(where, fp, f"unknown keys {sorted(unknown)}; allowed: coefficients, fit_error, by_tp")
+    for key in ("coefficients", "fit_error"):
+        if key not in entry:
+            raise _fail(where, f"{fp}.{key}", "is missing")
+    coefs = _coefficients(where, f"{fp}.coefficients", op, entry["coefficients"])
+    err = _fit_error(where, f"{fp}.fit_error", entry["fit_error"])
+    by_tp: dict[int, tuple[float, ...]] = {}
+    raw = entry.get("by_tp", {})
+    if not isinstance(raw, dict):
+        raise _fail(where, f"{fp}.by_tp", "must be an object keyed by TP degree")
+    for k, sub in raw.items():
+        if not str(k).isdigit() or int(k) < 1:
+            raise _fail(where, f"{fp}.by_tp.{k}", "keys must be TP degrees >= 1")
+        if not isinstance(sub, dict) or "coefficients" not in sub:
+            raise _fail(where, f"{fp}.by_tp.{k}", "must be an object with 'coefficients'")
+        by_tp[int(k)] = _coefficients(where, f"{fp}.by_tp.{k}.coefficients", op, sub["coefficients"])
+        if "fit_error" in sub:
+            _fit_error(where, f"{fp}.by_tp.{k}.fit_error", sub["fit_error"])
+    return OperatorFit(op, coefs, err, by_tp)
+
+
+def parse_profile(data: Any, where: str = "profile") -> Profile:
+    """Validate a decoded profile JSON object; `where` (the file) prefixes every error."""
+    if not isinstance(data, dict):
+        raise _fail(where, "<top level>", f"must be a JSON object, got {type(data).__name__}")
+    unknown = set(data) - {"version", "hardware", "software", "operators"}
+    if unknown:
+        raise _fail(where, "<top level>", f"unknown keys {sorted(unknown)}")
+    if data.get("version") != PROFILE_VERSION:
+        raise _fail(where, "version", f"must be {PROFILE_VERSION}, got {data.get('version')!r}")
+    hw = data.get("hardware")
+    if not isinstance(hw, dict) or "gpu" not in hw:
+        raise _fail(where, "hardware", "must be an object with at least 'gpu'")
+    if hw["gpu"] not in GPU_PRESETS:
+        raise _fail(where, "hardware.gpu", f"unknown GPU {hw['gpu']!r}; allowed: {sorted(GPU_PRESETS)}")
+    for key in ("intra_group", "cross_group"):
+        if key in hw and hw[key] not in LINK_PRESETS:
+            raise _fail(where, f"hardware.{key}", f"unknown link {hw[key]!r}; allowed: {sorted(LINK_PRESETS)}")
+    if "allreduce" in hw and hw["allreduce"] not in ("oneshot", "ring", "tree"):
+        raise _fail(where, "hardware.allreduce", f"{hw['allreduce']!r} is not one of oneshot, ring, tree")
+    sw = data.get("software", {})
+    if not isinstance(sw, dict):
+        raise _fail(where, "software", "must be an object")
+    ops = data.get("operators")
+    if not isinstance(ops, dict) or not ops:
+        raise _fail(where, "operators", f"must be a non-empty object with keys from {list(OPERATOR_FORMS)}")
+    for op in ops:
+        if op not in OPERATOR_FORMS:
+            raise _fail(where, f"operators.{op}", f"unknown operator; allowed: {list(OPERATOR_FORMS)}")
+    fits = {op: _operator(where, op, entry) for op, entry in ops.items()}
+    return Profile(path=where, hardware=dict(hw), software=dict(sw), operators=fits)
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Read and validate a profile file; errors name the file and the field."""
+    p = Path(path)
+    if not p.exists():
+        raise ProfileError(f"sim.profile: profile file {p} does not exist (write one with calibrate.py, "
+                           f"or set sim=analytic for the roofline prior)")
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise ProfileError(f"{p}: not valid JSON ({e})") from e
+    return parse_profile(data, where=str(p))
+
+
+def profile_to_dict(profile: Profile) -> dict[str, Any]:
+    """The on-disk form of `profile` (what calibrate writes)."""
+    ops: dict[str, Any] = {}
+    for name, fit in profile.operators.items():
+        names = OPERATOR_FORMS[name][0]
+        entry: dict[str, Any] = {"coefficients": dict(zip(names, fit.coefficients)), "fit_error": fit.fit_error}
+        if fit.by_tp:
+            entry["by_tp"] = {str(tp): {"coefficients": dict(zip(names, c))} for tp, c in sorted(fit.by_tp.items())}
+        ops[name] = entry
+    return {"version": PROFILE_VERSION, "hardware": profile.hardware, "software": profile.software,
+            "operators": ops}
+
+
+def write_profile(path: str | Path, profile: Profile) -> None:
+    """Write `profile` atomically (after re-validating its dict form)."""
+    from conf.rundir import atomic_write_json
+
+    data = profile_to_dict(profile)
+    parse_profile(data, where=str(path))
+    atomic_write_json(Path(path), data)

@@ -1,0 +1,236 @@
+"""One simulation: wires config -> costs, acceptance, tree states, SimPy environment, stores and processes.
+
+`simulate(config)` is the library entry: it resolves `spec.d`, runs one `Simulation` and returns it (records
+in `.tally`, `.rows`, `.events`); metrics.py turns that into the metrics contract, main.py writes run dirs.
+
+Mode -> shape of the speculation (all modes share the processes of processes.py):
+
+| mode           | processes                                  | tree                         | d            |
+|----------------|--------------------------------------------|------------------------------|--------------|
+| autoregressive | decode_autoregressive                      | none                         | 0            |
+| chain          | grow_tree_serial + verify_proposals + links| topk 1, w 1, bs = gamma + 1  | gamma        |
+| serial_tree    | grow_tree_serial + verify_proposals + links| spec.topk, w, bs             | spec.d / auto|
+| async_tree     | grow_tree_async + verify_proposals + links | spec.topk, w, bs             | spec.d / auto|
+
+**d = auto**: the runtime (runtime/controller.py DepthTuner) measures, after warm-up, t_verify (send of a
+proposal -> receipt of its verified path) and t_expand (one draft forward of w leaves), takes
+r = floor(t_verify / t_expand), runs trial rounds at r and r + 1 and keeps the faster. The simulator takes
+both times from the cost model at the first iteration's context (t_verify = both messages + the verify
+forward) and uses d = max(1, round(t_verify / t_expand)) (`sim.d_rule=round`: r or r + 1, whichever the
+ratio is nearer; Python rounds halves to even), or simulates a pilot (one request of `sim.pilot_tokens`) at
+max(1, r) and r + 1 and keeps the faster (`sim.d_rule=best_of_two`). serial_tree uses the same rule, so
+serial vs async at one d isolates the overlap. A draft with draft_gpus = 0 shares the target's GPUs
+(TP = target_gpus) and messages cost 0.
+
+Seeds: the truth uniforms of request i come from SeedSequence([seed, workload.seed, i]); nothing else is
+random. Two simulations share no state (no globals, no class-level counters).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import simpy
+
+from conf.messages import DraftProposal
+from conf.presets import GPU_PRESETS, LINK_PRESETS, model_preset
+from conf.schema import ExperimentConfig
+from simulator.acceptance import load_acceptance, resolve_path
+from simulator.checks import check_config, draft_tp, uses_draft
+from simulator.cost_model import GroupCost, Operators
+from simulator.interconnect import message_bytes
+from simulator.processes import (
+    carry_messages,
+    decode_autoregressive,
+    grow_tree_async,
+    grow_tree_serial,
+    verify_proposals,
+)
+from simulator.profile import ProfileError, load_profile
+from simulator.records import Event, Tally
+from simulator.stores import MessageStore
+from simulator.tree import TreeStates
+
+
+class StepCost(Protocol):
+    """What processes need from a group's cost model (GroupCost, FixedCost)."""
+
+    def forward_s(self, tokens: int, kv_len: int) -> float:
+        """Seconds of one forward of `tokens` queries over `kv_len` keys."""
+        ...
+
+    def prefill_s(self, prompt_tokens: int) -> float:
+        """Seconds of the prompt prefill."""
+        ...
+
+    def compaction_s(self, kept_tokens: int) -> float:
+        """Seconds of the KV compaction of `kept_tokens` tokens."""
+        ...
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Every cost a simulation needs: per-group step costs, message delays, host tree bookkeeping."""
+
+    target: StepCost
+    draft: StepCost | None
+    proposal_s: float
+    """Draft -> target message delay."""
+    verified_s: float
+    """Target -> draft message delay."""
+    tree_op_s: float
+    source: str = "analytic"
+    """analytic | profile:<file> (with the operators that fell back to the prior)."""
+
+
+def proposal_nodes(config: ExperimentConfig) -> int:
+    """Nodes per proposal: gamma + 1 in chain mode, else bs."""
+    return config.spec.gamma + 1 if config.spec.mode == "chain" else config.spec.bs
+
+
+def build_costs(config: ExperimentConfig) -> Costs:
+    """The cost model the config describes: analytic prior, with a fitted profile where one is configured."""
+    gpu = GPU_PRESETS[config.hardware.gpu]
+    ic = config.interconnect
+    profile = None
+    if config.sim.profile:
+        profile = load_profile(resolve_path(config.sim.profile))
+        if profile.gpu != config.hardware.gpu:
+            raise ProfileError(f"{profile.path}: hardware.gpu: profile measured on {profile.gpu!r} but "
+                               f"hardware.gpu={config.hardware.gpu!r}")
+    ops = Operators(gpu, LINK_PRESETS[ic.intra_group], ic.allreduce, LINK_PRESETS[ic.cross_group],
+                    ic.host_overhead_s, config.sim.step_overhead_s, config.kernels.cuda_graphs, profile,
+                    intra_name=ic.intra_group, cross_name=ic.cross_group)
+    fused = config.kernels.backend == "triton"
+    par = config.parallel
+    target = GroupCost(ops, model_preset(config.model.target.preset), config.model.target.weight_bits,
+                       par.target_gpus, fused)
+    draft = None
+    proposal_s = verified_s = 0.0
+    if uses_draft(config):
+        assert config.model.draft is not None
+        draft = GroupCost(ops, model_preset(config.model.draft.preset), config.model.draft.weight_bits,
+                          draft_tp(config), fused)
+        if par.draft_gpus > 0:
+            nbytes = message_bytes(proposal_nodes(config))
+            proposal_s = ops.message_s(nbytes, par.target_gpus)
+            verified_s = ops.message_s(nbytes, par.draft_gpus)
+    source = "analytic"
+    if profile is not None:
+        prior = [op for op, src in ops.sources.items() if src == "analytic"]
+        source = f"profile:{config.sim.profile}" + (f" (analytic: {', '.join(prior)})" if prior else "")
+    return Costs(target, draft, proposal_s, verified_s, config.sim.tree_op_s, source)
+
+
+def d_ratio(config: ExperimentConfig, costs: Costs) -> float:
+    """t_verify / t_expand at the first iteration's context, t_verify as the runtime's DepthTuner measures it
+    (send of a proposal -> receipt of its verified path: both messages + the verify forward)."""
+    assert costs.draft is not None
+    ctx = config.workload.prompt_tokens - 1
+    bs, w = config.spec.bs, config.spec.w
+    t_verify = costs.proposal_s + costs.target.forward_s(bs, ctx + bs) + costs.verified_s
+    return t_verify / costs.draft.forward_s(w, ctx + w)
+
+
+class Simulation:
+    """One simulated run: environment, stores, processes and records. Call `run()` once."""
+
+    def __init__(self, config: ExperimentConfig, costs: Costs, d: int | None = None,
+                 num_requests: int | None = None, max_new_tokens: int | None = None,
+                 record_events: bool | None = None) -> None:
+        spec, wl = config.spec, config.workload
+        self.config = config
+        self.costs = costs
+        self.mode = spec.mode
+        self.num_requests = num_requests or wl.num_requests
+        self.max_new_tokens = max_new_tokens or wl.max_new_tokens
+        self.prompt_tokens = wl.prompt_tokens
+        self.max_iterations = config.sim.max_iterations
+        self.record_events = config.sim.record_events if record_events is None else record_events
+        chain = self.mode == "chain"
+        self.bs = spec.gamma + 1 if chain else spec.bs
+        self.w = 1 if chain else spec.w
+        self.topk = 1 if chain else spec.topk
+        self.target_cost, self.draft_cost = costs.target, costs.draft
+        self.proposal_s, self.verified_s, self.tree_op_s = costs.proposal_s, costs.verified_s, costs.tree_op_s
+        self.acceptance = load_acceptance(config.acceptance, self.topk)
+        self.trees = TreeStates(self.acceptance.belief(self.topk), self.topk, self.w, spec.max_tree_nodes)
+        if self.mode == "autoregressive":
+            self.d = 0
+        elif chain:
+            self.d = spec.gamma
+        elif d is not None:
+            self.d = d
+        else:
+            self.d = spec.d_fixed or max(1, round(d_ratio(config, costs)))
+        self._seed = (config.seed, wl.seed)
+        self._children: dict[tuple[tuple[int, ...], tuple[int, ...]], dict[tuple[int, int], int]] = {}
+        self.tally = Tally()
+        self.rows: list[list[Any]] = []
+        self.row_base: list[int] = []
+        self.events: list[Event] = []
+        self.env = simpy.Environment()
+        self.draft_outbox = MessageStore(self.env)
+        self.target_inbox = MessageStore(self.env)
+        self.target_outbox = MessageStore(self.env)
+        self.draft_inbox = MessageStore(self.env)
+        if self.mode == "autoregressive":
+            self.env.process(decode_autoregressive(self))
+        else:
+            self.env.process(verify_proposals(self))
+            draft = grow_tree_async if self.mode == "async_tree" else grow_tree_serial
+            self.env.process(draft(self))
+            self.env.process(carry_messages(self, self.draft_outbox, self.target_inbox, self.proposal_s,
+                                            "msg.proposal"))
+            self.env.process(carry_messages(self, self.target_outbox, self.draft_inbox, self.verified_s,
+                                            "msg.verified"))
+
+    def uniforms(self, request: int) -> list[float]:
+        """The truth uniforms of `request`, one per token position (+ room for the deepest verify)."""
+        rng = np.random.default_rng(np.random.SeedSequence([*self._seed, request]))
+        return rng.random(self.max_new_tokens + self.bs + 2).tolist()
+
+    def children_of(self, proposal: DraftProposal) -> dict[tuple[int, int], int]:
+        """(parent index, token) -> node index of a proposal (memoised by content)."""
+        key = (proposal.parent_indices, proposal.token_ids)
+        out = self._children.get(key)
+        if out is None:
+            out = {(p, t): i for i, (p, t) in enumerate(zip(proposal.parent_indices, proposal.token_ids))}
+            self._children[key] = out
+        return out
+
+    def run(self) -> Simulation:
+        """Run to completion (all requests, both groups); returns self."""
+        self.env.run()
+        if self.tally.generated_tokens != self.num_requests * self.max_new_tokens:
+            raise RuntimeError(f"simulation ended early: {self.tally.generated_tokens} of "
+                               f"{self.num_requests * self.max_new_tokens} tokens")
+        return self
+
+
+def resolve_d(config: ExperimentConfig, costs: Costs) -> int | None:
+    """d for tree modes under `sim.d_rule` (None: the Simulation's default rule applies)."""
+    if config.spec.mode not in ("serial_tree", "async_tree") or config.spec.d_fixed is not None:
+        return None
+    if config.sim.d_rule == "round":
+        return max(1, round(d_ratio(config, costs)))
+    r = math.floor(d_ratio(config, costs))
+    best: tuple[float, int] | None = None
+    for d in sorted({max(1, r), r + 1}):
+        pilot = Simulation(config, costs, d=d, num_requests=1, record_events=False,
+                           max_new_tokens=min(config.workload.max_new_tokens, config.sim.pilot_tokens)).run()
+        speed = pilot.tally.generated_tokens / pilot.tally.wall_s
+        if best is None or speed > best[0]:
+            best = (speed, d)
+    assert best is not None
+    return best[1]
+
+
+def simulate(config: ExperimentConfig, costs: Costs | None = None, record_events: bool | None = None) -> Simulation:
+    """Check the config, build the costs (unless given), resolve d and run one simulation."""
+    check_config(config)
+    costs = costs or build_costs(config)
+    return Simulation(config, costs, d=resolve_d(config, costs), record_events=record_events).run()

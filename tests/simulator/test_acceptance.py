@@ -1,0 +1,103 @@
+"""Acceptance models: table handling, the truth walk on hand-built proposals, files and replay."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from conf.schema import AcceptanceConfig
+from simulator.acceptance import (
+    PositionalAcceptance,
+    ReplayAcceptance,
+    chain_accept_length,
+    load_acceptance,
+)
+
+# proposal: root 0; children of the root with ranks 0 and 1 (nodes 1, 2); child rank 0 of node 1 (node 3)
+CHILDREN = {(-1, 0): 0, (0, 0): 1, (0, 1): 2, (1, 0): 3}
+
+
+def test_closed_form_chain_length():
+    assert chain_accept_length(0.5, 3) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+    assert chain_accept_length(1.0, 4) == 5.0
+    assert chain_accept_length(0.0, 4) == 1.0
+
+
+def test_scale_multiplies_and_renormalises_rows_above_one():
+    acc = PositionalAcceptance([[0.5, 0.3], [0.2]], scale=1.5)
+    assert acc.table[0] == pytest.approx([0.625, 0.375])  # 0.75 + 0.45 = 1.2 > 1 -> renormalised
+    assert acc.table[1] == pytest.approx([0.3])
+
+
+def test_belief_is_non_increasing_in_rank_and_floored():
+    acc = PositionalAcceptance([[0.2, 0.5, 0.0]])
+    b = acc.belief(4)[0]
+    assert b == sorted(b, reverse=True)
+    assert b[0] == pytest.approx(math.log(0.2)) and b[1] == pytest.approx(math.log(0.2))
+    assert all(math.isfinite(x) for x in b)
+
+
+def test_true_rank_inverts_the_row_cdf_and_reuses_the_last_row():
+    acc = PositionalAcceptance([[0.5, 0.3], [0.1]])
+    assert [acc.true_rank(0, u) for u in (0.0, 0.49, 0.5, 0.79, 0.8, 0.99)] == [0, 0, 1, 1, 2, 2]
+    assert acc.true_rank(5, 0.05) == 0 and acc.true_rank(5, 0.5) == 1  # depth 5 uses row 1
+
+
+@pytest.mark.parametrize("uniforms,ranks,nodes", [
+    ([0.1, 0.1, 0.95], (0, 0, 2), (0, 1, 3)),  # top child, its top child, then an undrafted token
+    ([0.6, 0.1, 0.1], (1, 0), (0, 2)),  # the root's 2nd child accepted, its children were not proposed
+    ([0.9, 0.1, 0.1], (2,), (0,)),  # nothing accepted; bonus = rank 2 (not drafted)
+], ids=["deep", "second-branch", "first-mismatch"])
+def test_walk_follows_the_truth_through_the_proposal(uniforms, ranks, nodes):
+    acc = PositionalAcceptance([[0.5, 0.3]])
+    assert acc.walk(CHILDREN, [0.0] * 3 + uniforms, 3) == (ranks, nodes)
+
+
+def test_file_table_takes_precedence_and_bad_files_name_the_field(tmp_path):
+    f = tmp_path / "acc.json"
+    f.write_text(json.dumps({"positional": [[0.9]]}))
+    acc = load_acceptance(AcceptanceConfig(positional=[[0.1]], file=str(f)), topk=4)
+    assert isinstance(acc, PositionalAcceptance) and acc.table == [[0.9]]
+    f.write_text(json.dumps({"positional": [[0.7, 0.6]]}))
+    with pytest.raises(ValueError, match=r"acc\.json: positional\[0\]: probabilities sum to 1\.3000 > 1"):
+        load_acceptance(AcceptanceConfig(file=str(f)), topk=4)
+    f.write_text(json.dumps({"rows": []}))
+    with pytest.raises(ValueError, match=r"acc\.json: positional: missing"):
+        load_acceptance(AcceptanceConfig(file=str(f)), topk=4)
+    with pytest.raises(FileNotFoundError, match=r"acceptance\.file: acceptance file .* does not exist"):
+        load_acceptance(AcceptanceConfig(file=str(tmp_path / "none.json")), topk=4)
+
+
+def test_replay_reproduces_recorded_lengths_and_cycles(tmp_path):
+    f = tmp_path / "run.json"
+    f.write_text(json.dumps({"verifies": [{"accepted": 1, "hit": True}, 0, {"accepted": 5, "hit": False}]}))
+    acc = load_acceptance(AcceptanceConfig(kind="replay", file=str(f)), topk=4)
+    assert isinstance(acc, ReplayAcceptance)
+    u: list[float] = []
+    assert acc.walk(CHILDREN, u, 0) == ((0, 0), (0, 1))  # 1 accepted, hit -> bonus is the top choice
+    assert acc.walk(CHILDREN, u, 0) == ((4,), (0,))  # 0 accepted, no hit flag -> undrafted bonus
+    assert acc.walk(CHILDREN, u, 0) == ((0, 0, 4), (0, 1, 3))  # 5 recorded, proposal only 2 deep; no hit
+    assert acc.walk(CHILDREN, u, 0) == ((0, 0), (0, 1))  # cycled
+
+
+def test_replay_rejects_malformed_entries(tmp_path):
+    f = tmp_path / "run.json"
+    f.write_text(json.dumps([{"accepted": -1}]))
+    with pytest.raises(ValueError, match=r"run\.json\[0\]: needs an integer 'accepted' >= 0"):
+        load_acceptance(AcceptanceConfig(kind="replay", file=str(f)), topk=4)
+    f.write_text(json.dumps([{"accepted": 1, "hit": "yes"}]))
+    with pytest.raises(ValueError, match=r"run\.json\[0\]\.hit: must be true, false or null"):
+        load_acceptance(AcceptanceConfig(kind="replay", file=str(f)), topk=4)
+
+
+def test_replay_reads_a_recorded_iterations_csv(tmp_path):
+    f = tmp_path / "iterations.csv"
+    f.write_text("request,iteration,accepted,emitted,hit\n0,0,2,3,1\n0,1,0,1,0\n0,2,1,2,\n")
+    acc = load_acceptance(AcceptanceConfig(kind="replay", file=str(f)), topk=4)
+    assert isinstance(acc, ReplayAcceptance)
+    assert acc.verifies == [(2, True), (0, False), (1, None)]
+    f.write_text("request,accepted\n0,x\n")
+    with pytest.raises(ValueError, match=r"iterations\.csv: row 2: accepted: needs a non-negative integer"):
+        load_acceptance(AcceptanceConfig(kind="replay", file=str(f)), topk=4)

@@ -1,0 +1,109 @@
+"""Cost model: analytic prior terms, precision, links and all-reduce algorithms, affine fast path."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from conf.presets import GPU_PRESETS, LINK_PRESETS, model_preset
+from simulator.cost_model import (
+    BYTES_PER_PARAM,
+    GroupCost,
+    Operators,
+    StepDesc,
+    forward_breakdown,
+    forward_time_s,
+    kernels_per_step,
+    weight_bytes_per_rank,
+)
+from simulator.interconnect import allreduce_time_s, message_bytes, message_time_s
+
+H200 = GPU_PRESETS["h200"]
+NVLINK = LINK_PRESETS["nvlink4"]
+
+
+def _ops(allreduce: str = "oneshot", graphs: bool = True) -> Operators:
+    return Operators(H200, NVLINK, allreduce, NVLINK, 2e-5, 3e-5, graphs, None, "nvlink4", "nvlink4")
+
+
+def test_int4_weights_cost_half_a_byte_plus_group_scales():
+    assert BYTES_PER_PARAM[4] == pytest.approx(0.5 + 2.5 / 128)
+    shape = model_preset("llama3-70b")
+    w16, w4 = weight_bytes_per_rank(shape, 4, 16), weight_bytes_per_rank(shape, 4, 4)
+    assert 0.25 < w4 / w16 < 0.3  # layers shrink ~3.85x; the bf16 embedding and LM head do not
+
+
+def test_llama3_8b_single_token_gemms_match_the_measured_weight_stream():
+    """reference/device-h200.md: the 8B GEMM chain (13.96 GB) takes 4.04 ms at 1 token on one H200.
+
+    The prior's GEMM term plus launch gaps of its 4 x 32 GEMM calls should be within 10% of that.
+    """
+    shape = model_preset("llama3-8b")
+    ops = _ops()
+    gemm = forward_breakdown(ops, shape, 16, StepDesc(1, 1, 1))["gemm"]
+    lm_head = ops.gemm_s(shape.hidden_size * shape.vocab_size * 2, 0.0, 1)
+    layers = gemm - lm_head + 4 * 32 * H200.kernel_launch_s
+    assert layers == pytest.approx(4.04e-3, rel=0.1)
+
+
+def test_step_time_is_monotone_in_tokens_context_and_shrinks_with_tp():
+    shape = model_preset("llama3-70b")
+    ops = _ops()
+    t = [forward_time_s(ops, shape, 16, StepDesc(n, 1024, 4)) for n in (1, 8, 64, 512)]
+    assert t == sorted(t) and t[-1] > t[0]
+    c = [forward_time_s(ops, shape, 16, StepDesc(8, n, 4)) for n in (0, 1024, 8192)]
+    assert c == sorted(c) and c[-1] > c[0]
+    assert forward_time_s(ops, shape, 16, StepDesc(8, 1024, 8)) < forward_time_s(ops, shape, 16, StepDesc(8, 1024, 2))
+
+
+def test_tp_adds_two_allreduces_per_layer_and_launches():
+    shape = model_preset("llama3.2-1b")
+    ops = _ops()
+    assert forward_breakdown(ops, shape, 16, StepDesc(8, 100, 1))["allreduce"] == 0.0
+    ar = forward_breakdown(ops, shape, 16, StepDesc(8, 100, 2))["allreduce"]
+    one = allreduce_time_s(NVLINK, "oneshot", 2, 8 * shape.hidden_size * 2)
+    assert ar == pytest.approx(2 * shape.num_layers * one, rel=0.05)  # + the small logits gather
+    assert kernels_per_step(shape, 2, True) - kernels_per_step(shape, 1, True) == 2 * shape.num_layers + 1
+    assert kernels_per_step(shape, 1, False) > kernels_per_step(shape, 1, True)
+
+
+@pytest.mark.parametrize("p,nbytes", [(2, 8192), (4, 65536), (8, 1 << 20)], ids=str)
+def test_allreduce_algorithms_follow_alpha_beta_forms(p, nbytes):
+    a, b = NVLINK.latency_s, NVLINK.bytes_per_s
+    assert allreduce_time_s(NVLINK, "oneshot", p, nbytes) == pytest.approx(a + (p - 1) * nbytes / b)
+    assert allreduce_time_s(NVLINK, "ring", p, nbytes) == pytest.approx(2 * (p - 1) * (a + nbytes / p / b))
+    assert allreduce_time_s(NVLINK, "tree", p, nbytes) == pytest.approx(
+        2 * math.ceil(math.log2(p)) * a + 2 * nbytes / b)
+    assert allreduce_time_s(NVLINK, "ring", 1, nbytes) == 0.0
+
+
+def test_ring_wins_for_large_messages_oneshot_for_small():
+    small, large = 8192, 64 << 20
+    assert allreduce_time_s(NVLINK, "oneshot", 8, small) < allreduce_time_s(NVLINK, "ring", 8, small)
+    assert allreduce_time_s(NVLINK, "ring", 8, large) < allreduce_time_s(NVLINK, "oneshot", 8, large)
+
+
+def test_cross_node_message_is_slower_than_nvlink():
+    nbytes = message_bytes(8)
+    assert nbytes == (4 + 2 * 8 + 2) * 8
+    nv = message_time_s(NVLINK, NVLINK, 4, nbytes, 2e-5)
+    ib = message_time_s(LINK_PRESETS["ib-ndr"], NVLINK, 4, nbytes, 2e-5)
+    pcie = message_time_s(LINK_PRESETS["pcie4"], LINK_PRESETS["pcie4"], 4, nbytes, 2e-5)
+    assert nv < ib and nv < pcie
+    assert nv == pytest.approx(2e-5 + 2 * (NVLINK.latency_s + nbytes / NVLINK.bytes_per_s))
+
+
+def test_group_cost_fast_path_equals_the_full_sum():
+    shape = model_preset("llama3-70b")
+    ops = _ops()
+    gc = GroupCost(ops, shape, 4, 6)
+    for tokens, kv in [(1, 0), (8, 1031), (16, 4000), (8, 17)]:
+        assert gc.forward_s(tokens, kv) == pytest.approx(forward_time_s(ops, shape, 4, StepDesc(tokens, kv, 6)),
+                                                         rel=1e-12)
+
+
+def test_eager_launches_cost_more_than_cuda_graphs():
+    shape = model_preset("llama3.2-1b")
+    step = StepDesc(8, 512, 2)
+    assert forward_time_s(_ops(graphs=False), shape, 16, step) > forward_time_s(_ops(graphs=True), shape, 16, step)

@@ -1,0 +1,127 @@
+"""Profile file: validation errors name the file and field; fits take precedence over the prior."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from conf.presets import model_preset
+from simulator.cost_model import StepDesc, forward_breakdown
+from simulator.profile import (
+    FEATURES,
+    OPERATOR_FORMS,
+    ProfileError,
+    load_profile,
+    parse_profile,
+    write_profile,
+)
+from simulator.simulation import build_costs
+from tests.simulator.conftest import cfg
+
+VALID = {
+    "version": 1,
+    "hardware": {"gpu": "h200", "intra_group": "nvlink4", "allreduce": "oneshot", "cross_group": "nvlink4"},
+    "software": {"kernels": "triton", "cuda_graphs": True},
+    "operators": {
+        "gemm": {"coefficients": {"a": 1e-6, "b": 0.0, "c": 0.0}, "fit_error": {"mape": 0.05}},
+        "attention": {"coefficients": {"a": 2e-6, "b": 0.0, "c": 0.0}, "fit_error": {"mape": 0.05}},
+        "allreduce": {"coefficients": {"a": 3e-6, "b": 0.0}, "fit_error": {"mape": 0.1},
+                      "by_tp": {"4": {"coefficients": {"a": 5e-6, "b": 0.0}}}},
+        "message": {"coefficients": {"a": 7e-6, "b": 0.0}, "fit_error": {"mape": 0.1}},
+        "step_overhead": {"coefficients": {"a": 1e-5, "b": 0.0}, "fit_error": {"mape": 0.1}},
+    },
+}
+
+
+def _write(tmp_path, data) -> str:
+    p = tmp_path / "profile.json"
+    p.write_text(json.dumps(data))
+    return str(p)
+
+
+def test_valid_profile_loads_and_round_trips(tmp_path):
+    prof = load_profile(_write(tmp_path, VALID))
+    assert prof.gpu == "h200"
+    assert prof.operators["allreduce"].coefficients_for(4) == (5e-6, 0.0)
+    assert prof.operators["allreduce"].coefficients_for(2) == (3e-6, 0.0)
+    out = tmp_path / "again.json"
+    write_profile(out, prof)
+    assert load_profile(out).operators == prof.operators
+
+
+def test_predict_is_the_dot_product_of_coefficients_and_features():
+    data = copy.deepcopy(VALID)
+    data["operators"]["gemm"]["coefficients"] = {"a": 1e-6, "b": 2e-13, "c": 3e-16}
+    fit = parse_profile(data).operators["gemm"]
+    assert fit.predict(FEATURES["gemm"](1e8, 1e9)) == pytest.approx(1e-6 + 2e-13 * 1e8 + 3e-16 * 1e9)
+    assert set(FEATURES) == set(OPERATOR_FORMS)
+
+
+def _mutate(path: list, value):
+    data = copy.deepcopy(VALID)
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    if value is KeyError:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return data
+
+
+@pytest.mark.parametrize("path,value,match", [
+    (["version"], 2, r"version: must be 1"),
+    (["hardware", "gpu"], "tpu9", r"hardware\.gpu: unknown GPU 'tpu9'"),
+    (["hardware", "intra_group"], "carrier-pigeon", r"hardware\.intra_group: unknown link"),
+    (["operators", "conv"], {}, r"operators\.conv: unknown operator"),
+    (["operators", "gemm", "coefficients", "b"], -1.0, r"operators\.gemm\.coefficients\.b: must be >= 0"),
+    (["operators", "gemm", "coefficients", "c"], KeyError, r"operators\.gemm\.coefficients: needs exactly"),
+    (["operators", "attention", "coefficients", "a"], "fast", r"operators\.attention\.coefficients\.a: must be"),
+    (["operators", "message", "fit_error"], KeyError, r"operators\.message\.fit_error: is missing"),
+    (["operators", "message", "fit_error"], {"rmse": 1.0}, r"operators\.message\.fit_error: .*'mape'"),
+    (["operators", "allreduce", "by_tp", "x"], {"coefficients": {"a": 1, "b": 1}}, r"by_tp\.x: keys must be"),
+    (["operators"], {}, r"operators: must be a non-empty object"),
+], ids=lambda v: str(v)[:30])
+def test_bad_profiles_name_the_file_and_field(tmp_path, path, value, match):
+    f = _write(tmp_path, _mutate(path, value))
+    with pytest.raises(ProfileError, match=match) as err:
+        load_profile(f)
+    assert str(f) in str(err.value)
+
+
+def test_missing_and_non_json_profiles_are_clear(tmp_path):
+    with pytest.raises(ProfileError, match=r"sim\.profile: profile file .*nope\.json does not exist"):
+        load_profile(tmp_path / "nope.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    with pytest.raises(ProfileError, match=r"bad\.json: not valid JSON"):
+        load_profile(bad)
+
+
+def test_profile_takes_precedence_over_the_prior(tmp_path):
+    f = _write(tmp_path, VALID)
+    config = cfg("workload.num_requests=1", f"sim.profile={f}")
+    costs = build_costs(config)
+    assert costs.source == f"profile:{f}"
+    shape = model_preset("llama3-70b")
+    b = forward_breakdown(costs.target.ops, shape, 16, StepDesc(8, 1000, 6))  # type: ignore[attr-defined]
+    assert b["gemm"] == pytest.approx(shape.num_layers * 4 * 1e-6 + 1e-6)  # 4 matrices per layer + LM head
+    assert b["attention"] == pytest.approx(shape.num_layers * 2e-6)
+    assert b["allreduce"] == pytest.approx((2 * shape.num_layers + 1) * 3e-6)
+    assert b["overhead"] == pytest.approx(1e-5)
+    assert costs.proposal_s == pytest.approx(7e-6)
+
+
+def test_profile_link_fits_fall_back_when_the_interconnect_differs(tmp_path):
+    f = _write(tmp_path, VALID)
+    costs = build_costs(cfg("workload.num_requests=1", f"sim.profile={f}", "interconnect=pcie5"))
+    assert "analytic: allreduce, message" in costs.source
+    assert costs.proposal_s > 7e-6
+
+
+def test_profile_from_another_gpu_is_rejected(tmp_path):
+    f = _write(tmp_path, VALID)
+    with pytest.raises(ProfileError, match=r"hardware\.gpu: profile measured on 'h200' but hardware\.gpu='h100'"):
+        build_costs(cfg("workload.num_requests=1", f"sim.profile={f}", "hardware=h100"))
