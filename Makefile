@@ -1,0 +1,31 @@
+# Project recipes. Figures read run dirs only; `make examples` re-runs the simulator for the example runs.
+#   make figures                        docs/figures/ from examples/runs/
+#   make figures MEASURED="runs/generate/*"   also pair runtime run dirs in fig04/fig05
+#   make examples                       regenerate examples/runs/ (python simulate.py sweeps)
+#   make simulate ARGS="spec=chain"     one simulation with Hydra overrides
+#   make test                           the CPU test suite (scripts/test.sh)
+PY ?= .venv/bin/python
+EXAMPLES ?= examples/runs
+FIGDIR ?= docs/figures
+MEASURED ?=
+ARGS ?=
+
+.PHONY: figures examples simulate test
+
+figures:
+	$(PY) analysis/fig01_gpu_split.py $(EXAMPLES)/fig01_gpu_split --out $(FIGDIR)/fig01_gpu_split
+	$(PY) analysis/fig02_acceptance.py $(EXAMPLES)/fig02_acceptance --out $(FIGDIR)/fig02_acceptance
+	$(PY) analysis/fig03_interconnect.py $(EXAMPLES)/fig03_interconnect --out $(FIGDIR)/fig03_interconnect
+	$(PY) analysis/fig04_parity.py $(EXAMPLES) $(MEASURED) --out $(FIGDIR)/fig04_parity
+	$(PY) analysis/fig05_timeline.py $(EXAMPLES)/fig05_timeline $(MEASURED) --out $(FIGDIR)/fig05_timeline
+	$(PY) analysis/fig06_ablation.py $(EXAMPLES)/fig06_ablation --out $(FIGDIR)/fig06_ablation
+	$(PY) analysis/fig07_acceptance_hist.py $(EXAMPLES)/fig06_ablation --out $(FIGDIR)/fig07_acceptance_hist
+
+examples:
+	PY=$(PY) bash analysis/make_examples.sh $(EXAMPLES)
+
+simulate:
+	$(PY) simulate.py $(ARGS)
+
+test:
+	bash scripts/test.sh
