@@ -1,0 +1,143 @@
+"""Generate text with the runtime (speculative decoding across GPU groups): `python generate.py [overrides]`.
+
+Thin Hydra entry point: compose -> validate/freeze once (`conf.build_config`) -> `runtime.launch.launch(
+runtime.engine.run_rank, cfg)` -> print the generated text, write the run dir, end with ONE JSON line of metrics.
+
+Prompts (read by the engine from `cfg.workload`): text on the command line, a JSONL file with one
+{"prompt": ...} per line, or seeded random token prompts when neither is given:
+
+    python generate.py 'workload.prompts=["def fibonacci(n):"]' workload.max_new_tokens=64
+    python generate.py workload.prompt_file=prompts.jsonl
+    python generate.py model=tiny parallel=2x1 spec=async_tree workload.num_requests=4   # random prompts
+
+Processes: plain `python generate.py` spawns `parallel.target_gpus + parallel.draft_gpus` ranks itself
+(gloo on CPU, NCCL on GPU). Under a launcher every process is one rank:
+
+    torchrun --nproc_per_node 2 generate.py parallel=1x1 hydra.run.dir=runs/generate/tr1
+    deepspeed --num_gpus 2 generate.py parallel=1x1 hydra.run.dir=runs/generate/ds1
+
+Under a launcher, pass `hydra.run.dir` so that every rank agrees on the folder (the default name has a
+timestamp); only rank 0 prints and writes results. The `--local_rank=N` argument the deepspeed launcher
+appends is dropped here (the rank comes from the environment).
+
+Output: the generated text per request on stdout (decoded with the model's tokenizer, or the byte tokenizer
+for text prompts on random-weight models; token ids when there is no tokenizer), a short summary, and
+finally one JSON line with the metrics of docs/CONTRACTS.md. The run dir (Hydra's output dir) holds
+config.json (with git SHA and seed), metrics.json/.csv, iterations.csv, traces.jsonl and chrome_trace.json.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from conf import build_config
+from conf.schema import ExperimentConfig, register_configs
+
+log = logging.getLogger("generate")
+
+register_configs()
+
+
+def strip_launcher_args(argv: list[str]) -> list[str]:
+    """Drop the `--local_rank=N` / `--local_rank N` arguments the deepspeed launcher appends."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--local_rank", "--local-rank"):
+            skip = True
+        elif not arg.startswith(("--local_rank=", "--local-rank=")):
+            out.append(arg)
+    return out
+
+
+def check_prompt_source(cfg: ExperimentConfig) -> None:
+    """Fail before starting any rank when the prompt file is missing or not JSONL with a "prompt" key."""
+    wl = cfg.workload
+    if wl.prompts or wl.prompt_file is None:
+        return
+    path = Path(wl.prompt_file)
+    if not path.is_file():
+        raise FileNotFoundError(f"workload.prompt_file: {path} does not exist")
+    for i, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"workload.prompt_file: {path}:{i} is not JSON ({e})") from e
+        if not isinstance(record, dict) or not isinstance(record.get("prompt"), str):
+            raise ValueError(f'workload.prompt_file: {path}:{i} needs a string "prompt" field')
+
+
+def output_texts(cfg: ExperimentConfig, outputs: list[list[int]]) -> tuple[list[str], str]:
+    """Decode the generated ids: (texts, what decoded them); token ids when there is no tokenizer."""
+    from runtime.tokenizer import ByteTokenizer, load_tokenizer
+
+    source = cfg.model.tokenizer or cfg.model.target.checkpoint
+    if source is not None:
+        tokenizer = load_tokenizer(source)
+    elif cfg.workload.prompts or cfg.workload.prompt_file:
+        tokenizer = ByteTokenizer()  # what encoded the text prompts of a random-weight model
+    else:
+        return [" ".join(str(t) for t in ids) for ids in outputs], "token ids"
+    try:
+        return [tokenizer.decode(list(ids)) for ids in outputs], tokenizer.source
+    except (ValueError, OverflowError, TypeError) as e:
+        log.warning("could not decode the output with %s (%s); printing token ids", tokenizer.source, e)
+        return [" ".join(str(t) for t in ids) for ids in outputs], "token ids"
+
+
+def report(cfg: ExperimentConfig, result: dict[str, Any], run_dir: Path, command: str) -> dict[str, Any]:
+    """Print outputs and summary, write the run dir; returns the metrics."""
+    from conf.rundir import run_meta
+    from runtime.metrics import write_run_dir
+
+    metrics = result["metrics"]
+    texts, decoder = output_texts(cfg, result["outputs"])
+    for rid, (prompt, text) in enumerate(zip(result["prompts"], texts)):
+        print(f"--- request {rid}: {len(prompt)} prompt tokens -> {len(result['outputs'][rid])} generated "
+              f"({decoder}) ---")
+        print(text)
+    meta = run_meta(cfg.seed, command, metrics["gpu"], workload_seed=cfg.workload.seed,
+                    oracle=bool(result.get("oracle", False)), source="runtime")
+    write_run_dir(run_dir, cfg, meta, metrics, result["iterations"], result["traces"])
+    oracle = " [acceptance ORACLE: outputs are not the model's]" if result.get("oracle") else ""
+    tps = metrics["tokens_per_s"]
+    print(f"--- {metrics['mode']} on {metrics['gpu']} ({cfg.parallel.target_gpus} target + "
+          f"{cfg.parallel.draft_gpus} draft ranks): {metrics['generated_tokens']} tokens in "
+          f"{metrics['wall_s']:.2f} s = {tps if tps is None else round(tps, 1)} tok/s, mean accept length "
+          f"{metrics['mean_accept_len']}, run dir {run_dir}{oracle}")
+    return metrics
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="generate")
+def main(cfg: DictConfig) -> float | None:
+    """Generate on every rank; rank 0 prints, writes the run dir and returns tokens/s."""
+    from runtime.engine import run_rank
+    from runtime.launch import launch
+
+    config = build_config(cfg)
+    check_prompt_source(config)
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    result = launch(run_rank, config)
+    if result is None:  # not world rank 0 under torchrun / deepspeed
+        return None
+    metrics = report(config, result, run_dir, " ".join(["generate.py", *sys.argv[1:]]))
+    print(json.dumps(metrics), flush=True)
+    tps = metrics.get("tokens_per_s")
+    return float(tps) if tps is not None else None
+
+
+if __name__ == "__main__":
+    sys.argv = strip_launcher_args(sys.argv)
+    main()

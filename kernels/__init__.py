@@ -1,0 +1,24 @@
+"""Triton kernels for tree speculative decoding. Tensors and plain scalars in, tensors out.
+
+This package imports nothing from the project. Every kernel has a slow PyTorch twin with the same
+signature in ``kernels.reference`` (the test oracle, selectable with ``kernels.backend=reference``).
+On CPU the kernels run under ``TRITON_INTERPRET=1`` (fp32/fp16; bf16 is upcast right after loads).
+All are capturable in CUDA graphs (static shapes, no host syncs); see each module for its contract.
+"""
+
+from kernels.fused_mlp import swiglu
+from kernels.gemm_allreduce import gemm_allreduce, prepare_gemm_allreduce
+from kernels.kv_compact import kv_compact
+from kernels.norm import add_rmsnorm
+from kernels.tree_attention import tree_attention
+from kernels.verify import greedy_verify
+
+__all__ = [
+    "add_rmsnorm",
+    "gemm_allreduce",
+    "greedy_verify",
+    "kv_compact",
+    "prepare_gemm_allreduce",
+    "swiglu",
+    "tree_attention",
+]

@@ -1,0 +1,131 @@
+"""Slow, obviously-correct PyTorch twins of every kernel in this package.
+
+Each function here has the same signature and semantics as its Triton counterpart (minus the tuning
+keywords) and is the oracle in ``tests/kernels``; the runtime can select them with
+``kernels.backend=reference``. They favour clarity over speed: host loops, float32 maths, dense masks.
+They do not promise CUDA-graph capturability (``greedy_verify_ref`` syncs with the host per node).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+
+def tree_attention_ref(
+    q: torch.Tensor,  # [T, Hq, D]
+    k_cache: torch.Tensor,  # [cap, Hkv, D]
+    v_cache: torch.Tensor,  # [cap, Hkv, D]
+    prefix_len: int | torch.Tensor,
+    tree_mask: torch.Tensor,  # [T, tree_len] bool
+    scale: float,
+    *,
+    out: torch.Tensor | None = None,  # [T, Hq, D], q.dtype
+) -> torch.Tensor:
+    """Dense float32 attention of T queries over prefix KV [0, prefix_len) plus masked tree KV.
+
+    Key ``prefix_len + j`` is visible to query ``i`` iff ``tree_mask[i, j]``. A query row that sees no key
+    at all (possible only for padding rows when ``prefix_len == 0``) outputs zeros, like the kernel.
+    """
+    p = int(prefix_len)
+    t, hq, d = q.shape
+    tree_len = tree_mask.shape[1]
+    hkv = k_cache.shape[1]
+    group = hq // hkv
+    k = k_cache[: p + tree_len].float().repeat_interleave(group, dim=1)  # [S, Hq, D]
+    v = v_cache[: p + tree_len].float().repeat_interleave(group, dim=1)
+    visible = torch.cat(
+        [torch.ones(t, p, dtype=torch.bool, device=q.device), tree_mask.to(torch.bool)], dim=1
+    )  # [T, S]
+    scores = torch.einsum("thd,shd->hts", q.float(), k) * scale  # [Hq, T, S]
+    scores = scores.masked_fill(~visible[None], float("-inf"))
+    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # all-masked rows -> 0
+    res = torch.einsum("hts,shd->thd", probs, v).to(q.dtype)
+    if out is not None:
+        out.copy_(res)
+        return out
+    return res
+
+
+def swiglu_ref(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
+    """silu(x @ w_gate.T) * (x @ w_up.T), computed in float32, returned in x.dtype. x [M,K], w [I,K]."""
+    g = x.float() @ w_gate.float().t()
+    u = x.float() @ w_up.float().t()
+    return (torch.nn.functional.silu(g) * u).to(x.dtype)
+
+
+def add_rmsnorm_ref(
+    x: torch.Tensor,  # [M, N]
+    residual: torch.Tensor | None,  # [M, N]
+    weight: torch.Tensor,  # [N]
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rmsnorm(x + residual) * weight, x + residual); the sum is rounded to x.dtype before the norm."""
+    new_residual = x if residual is None else (x.float() + residual.float()).to(x.dtype)
+    h = new_residual.float()
+    rstd = torch.rsqrt(h.pow(2).mean(dim=-1, keepdim=True) + eps)
+    normed = (h * rstd * weight.float()).to(x.dtype)
+    return normed, new_residual
+
+
+def kv_compact_ref(kv: torch.Tensor, src_slots: torch.Tensor, dst_start: int | torch.Tensor) -> None:
+    """In place: kv[:, :, dst_start + i] = kv[:, :, src_slots[i]] for every i with src_slots[i] >= 0.
+
+    kv is [L, 2, cap, H, D]. All sources are gathered before any destination is written (advanced
+    indexing makes a copy), so overlapping source and destination ranges are fine.
+    """
+    keep = src_slots >= 0
+    idx = torch.nonzero(keep).flatten()
+    if idx.numel() == 0:
+        return
+    vals = kv[:, :, src_slots[idx]].clone()
+    kv[:, :, int(dst_start) + idx] = vals
+
+
+def greedy_verify_ref(
+    target_argmax: torch.Tensor,  # [N] int64
+    token_ids: torch.Tensor,  # [N] int64
+    parent: torch.Tensor,  # [N] int64, -1 for the root, parents precede children
+    num_nodes: int | torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Greedy tree verification: (path [N] padded with -1, num_accepted 0-d, bonus 0-d), all int64.
+
+    Node 0 is the root and always accepted; node i > 0 is accepted iff its parent is accepted and
+    token_ids[i] == target_argmax[parent[i]]. The path is the deepest accepted chain; among equally deep
+    chains it takes the lowest node index at each depth, from the root down (lexicographic order).
+    """
+    n = token_ids.shape[0]
+    nn = int(num_nodes)
+    amax, tok, par = target_argmax.tolist(), token_ids.tolist(), parent.tolist()
+    accepted = [False] * nn
+    depth = [0] * nn
+    accepted[0] = True
+    for i in range(1, nn):
+        p = par[i]
+        accepted[i] = accepted[p] and tok[i] == amax[p]
+        depth[i] = depth[p] + 1
+    best = max(depth[i] for i in range(nn) if accepted[i])
+    on_best = [accepted[i] and depth[i] == best for i in range(nn)]
+    for i in range(nn - 1, 0, -1):  # children after parents: one backward sweep marks all ancestors
+        if on_best[i]:
+            on_best[par[i]] = True
+    path = [0]
+    for _ in range(best):
+        cur = path[-1]
+        path.append(min(i for i in range(1, nn) if on_best[i] and par[i] == cur))
+    dev = token_ids.device
+    path_t = torch.full((n,), -1, dtype=torch.int64, device=dev)
+    path_t[: len(path)] = torch.tensor(path, dtype=torch.int64, device=dev)
+    return (
+        path_t,
+        torch.tensor(best, dtype=torch.int64, device=dev),
+        torch.tensor(amax[path[-1]], dtype=torch.int64, device=dev),
+    )
+
+
+def gemm_allreduce_ref(x: torch.Tensor, w: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
+    """x @ w.T summed over ``group`` (a row-parallel linear): matmul, then ``dist.all_reduce``."""
+    y = x @ w.t()
+    if group is not None and dist.get_world_size(group) > 1:
+        dist.all_reduce(y, group=group)
+    return y

@@ -1,0 +1,301 @@
+"""Tree attention: T queries over a prefix KV plus a tree block with an arbitrary (non-square) mask.
+
+Contract (reference twin: ``kernels.reference.tree_attention_ref``)::
+
+    tree_attention(q [T,Hq,D], k_cache [cap,Hkv,D], v_cache [cap,Hkv,D], prefix_len, tree_mask [T,tree_len],
+                   scale) -> out [T,Hq,D] (q.dtype)
+
+Keys ``[0, prefix_len)`` are visible to every query; key ``prefix_len + j`` is visible to query ``i`` iff
+``tree_mask[i, j]``. ``T != tree_len`` is allowed (the draft expands ``w`` leaves of an ``n``-node tree: a
+``(w, n)`` mask; the target verifies a square one). GQA: ``Hq`` is a multiple of ``Hkv``. A query row that
+sees no key outputs zeros (only padding rows with ``prefix_len == 0`` can). RoPE is *not* fused: q and the
+cache are expected already rotated (the runtime applies RoPE in the QKV epilogue; fusing it here would
+save one [T,Hq,D] read+write, ~1% of the KV bytes at 1K context, so it does not pay yet).
+
+Work split. One program owns one (row block, kv head, split): rows are the ``T * Hq/Hkv`` (token, head in
+group) pairs that share one kv head, so each K/V tile is loaded once for the whole GQA group and fed to
+``tl.dot`` with M = BLOCK_M rows. The prefix key blocks are divided over ``num_splits`` programs
+(split-KV, flash-decoding style); the tree keys (usually one block) go to the last split, which has the
+fewest prefix blocks.
+
+Split-KV combine inside the same launch. Each split writes its unnormalised partial (acc, running max m,
+running sum l, in float32) to a workspace, then increments a per-(row block, kv head) counter with an
+acq_rel atomic after a CTA barrier (the CUTLASS "semaphore" pattern: barrier orders every thread's stores
+before thread 0's release). The program that sees ``count == num_splits - 1`` arrives last: it reads
+all partials (``.cg``, L2 only), merges them with the usual max-rescaling and writes the output, then
+resets the counter to 0. No spinning, no co-residency assumption, one launch, static shapes: capturable
+in CUDA graphs. The counters live in a cached buffer per (device, stream) that is zero between launches;
+two launches on *different streams of one device at the same time* each get their own buffer.
+
+For CUDA graphs, ``prefix_len`` may be a 1-element integer device tensor: the grid and split count are
+then sized from ``cap`` and the kernel reads the length on device, so one graph serves every step.
+
+Roofline (H200, bf16, Llama-3-8B head shape Hq=32, Hkv=8, D=128): bytes = ctx * Hkv * D * 2 (K,V) * 2 B
+= 4 KiB per context token (64 MiB at 16K, 15.6 us at 4.29 TB/s); FLOPs = 4 * T * Hq * ctx * D, i.e.
+~T * 8 FLOP/B: even T=64 (512 FLOP/B) is compute-light for the tensor cores but the softmax exp work
+per key grows with T*G, so large trees shift the kernel from bandwidth- toward issue-bound.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634  # 1 / ln(2): softmax runs on exp2
+TARGET_PROGRAMS_PER_SM = 2  # split-KV aims for this many programs per SM
+MAX_SPLITS = 64
+COMBINE_UNROLL = 4  # partial tiles loaded per step by the combining program
+_COUNTERS_INIT = 1024  # int32 counters per (device, stream), grown on demand
+
+_counter_cache: dict[tuple, torch.Tensor] = {}
+_sm_count_cache: dict[int, int] = {}
+
+
+@triton.jit
+def _attend_block(
+    acc, m_i, l_i, q, k_ptrs, v_ptrs, key_ok, visible, qk_scale,
+    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    """One online-softmax step over a BLOCK_N key tile; scores live in the log2 domain."""
+    k = tl.load(k_ptrs, mask=key_ok[None, :], other=0.0)  # [D, BLOCK_N]
+    v = tl.load(v_ptrs, mask=key_ok[:, None], other=0.0)  # [BLOCK_N, D]
+    if UPCAST:
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    s = tl.dot(q, k, input_precision=DOT_PRECISION) * qk_scale
+    s = tl.where(visible, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    # A row that has seen only masked keys keeps m = -inf; use 0 as its pivot so exp2 gives 0, not NaN.
+    m_pivot = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_pivot)
+    p = tl.exp2(s - m_pivot[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def _tree_attention_kernel(
+    Q, K, V, Out, Mask, prefix_arg, WsAcc, WsM, WsL, Counter,
+    n_rows, tree_len, num_splits, qk_scale,
+    stride_qt, stride_qh, stride_kc, stride_kh, stride_vc, stride_vh, stride_ot, stride_oh, stride_mt,
+    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+    SPLIT: tl.constexpr, SPLITS_PAD: tl.constexpr, COMBINE_UNROLL: tl.constexpr, PREFIX_IN_TENSOR: tl.constexpr,
+    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    kvh = tl.program_id(1)
+    split = tl.program_id(2)
+    if PREFIX_IN_TENSOR:
+        prefix_len = tl.load(prefix_arg).to(tl.int32)
+    else:
+        prefix_len = prefix_arg
+
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < n_rows
+    tok = rows // GROUP
+    head = kvh * GROUP + rows % GROUP
+    d = tl.arange(0, HEAD_DIM)
+    q = tl.load(Q + tok[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :], mask=row_ok[:, None], other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    k_head = K + kvh * stride_kh
+    v_head = V + kvh * stride_vh
+
+    # Prefix keys: every row sees every key below prefix_len; this split owns blocks [lo, hi).
+    n_blocks = tl.cdiv(prefix_len, BLOCK_N)
+    per_split = tl.cdiv(n_blocks, num_splits)
+    lo = split * per_split
+    hi = tl.minimum(lo + per_split, n_blocks)
+    for b in range(lo, hi):
+        keys = b * BLOCK_N + tl.arange(0, BLOCK_N)
+        key_ok = keys < prefix_len
+        acc, m_i, l_i = _attend_block(
+            acc, m_i, l_i, q,
+            k_head + keys[None, :].to(tl.int64) * stride_kc + d[:, None],
+            v_head + keys[:, None].to(tl.int64) * stride_vc + d[None, :],
+            key_ok, key_ok[None, :] & row_ok[:, None], qk_scale, UPCAST, DOT_PRECISION,
+        )
+
+    # Tree keys prefix_len + j: visible per (token, j) through the mask. Owned by the last split.
+    if split == num_splits - 1:
+        for tb in range(0, tl.cdiv(tree_len, BLOCK_N)):
+            j = tb * BLOCK_N + tl.arange(0, BLOCK_N)
+            j_ok = j < tree_len
+            vis = tl.load(Mask + tok[:, None] * stride_mt + j[None, :], mask=row_ok[:, None] & j_ok[None, :], other=0)
+            keys = (prefix_len + j).to(tl.int64)
+            acc, m_i, l_i = _attend_block(
+                acc, m_i, l_i, q,
+                k_head + keys[None, :] * stride_kc + d[:, None],
+                v_head + keys[:, None] * stride_vc + d[None, :],
+                j_ok, vis != 0, qk_scale, UPCAST, DOT_PRECISION,
+            )
+
+    out_ptrs = Out + tok[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :]
+    if not SPLIT:
+        l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+        tl.store(out_ptrs, (acc / l_safe[:, None]).to(Out.dtype.element_ty), mask=row_ok[:, None])
+    else:
+        tile = pid_m * tl.num_programs(1) + kvh
+        r = tl.arange(0, BLOCK_M)
+        slot = (tile * num_splits + split) * BLOCK_M + r
+        tl.store(WsAcc + slot[:, None] * HEAD_DIM + d[None, :], acc)
+        tl.store(WsM + slot, m_i)
+        tl.store(WsL + slot, l_i)
+        tl.debug_barrier()  # every thread's partial stores precede the release below
+        count = tl.atomic_add(Counter + tile, 1, sem="acq_rel", scope="gpu")
+        if count == num_splits - 1:  # last split of this tile to arrive: merge all partials
+            tl.debug_barrier()
+            # m and l of every split in one load, then one weight per (split, row)
+            s_idx = tl.arange(0, SPLITS_PAD)
+            s_ok = (s_idx < num_splits)[:, None]
+            ml = (tile * num_splits + s_idx[:, None]) * BLOCK_M + r[None, :]  # [SPLITS_PAD, BLOCK_M]
+            m_all = tl.load(WsM + ml, mask=s_ok, other=float("-inf"), cache_modifier=".cg")
+            l_all = tl.load(WsL + ml, mask=s_ok, other=0.0, cache_modifier=".cg")
+            m_tot = tl.max(m_all, axis=0)
+            w_all = tl.exp2(m_all - tl.where(m_tot == float("-inf"), 0.0, m_tot)[None, :])  # empty split -> 0
+            l_tot = tl.sum(w_all * l_all, axis=0)
+            o_tot = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+            # partial accumulators: COMBINE_UNROLL independent loads in flight per step (one SM does this
+            # whole tail, so it is latency-bound, not bandwidth-bound)
+            for s0 in range(0, num_splits, COMBINE_UNROLL):
+                for u in tl.static_range(COMBINE_UNROLL):
+                    s_cur = s0 + u
+                    w_s = tl.sum(tl.where(s_idx[:, None] == s_cur, w_all, 0.0), axis=0)
+                    ws = (tile * num_splits + s_cur) * BLOCK_M + r
+                    s_valid = (tl.zeros([BLOCK_M], dtype=tl.int32) + s_cur) < num_splits
+                    a_s = tl.load(WsAcc + ws[:, None] * HEAD_DIM + d[None, :], mask=s_valid[:, None], other=0.0,
+                                  cache_modifier=".cg")
+                    o_tot += a_s * w_s[:, None]
+            l_safe = tl.where(l_tot == 0.0, 1.0, l_tot)
+            tl.store(out_ptrs, (o_tot / l_safe[:, None]).to(Out.dtype.element_ty), mask=row_ok[:, None])
+            tl.atomic_xchg(Counter + tile, 0)  # ready for the next launch on this stream
+
+
+def _sm_count(device: torch.device) -> int:
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _sm_count_cache:
+        _sm_count_cache[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return _sm_count_cache[idx]
+
+
+def _counters(device: torch.device, needed: int) -> torch.Tensor:
+    """Self-resetting split counters, one buffer per (device, stream).
+
+    A buffer first needed during CUDA graph capture is allocated inside the capture (graph pool; its
+    zero-fill is recorded and replays harmlessly), so warm-up on another stream is not required.
+    """
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (str(device), stream)
+    buf = _counter_cache.get(key)
+    if buf is None or buf.numel() < needed:
+        buf = torch.zeros(max(needed, _COUNTERS_INIT), dtype=torch.int32, device=device)
+        _counter_cache[key] = buf
+    return buf
+
+
+def _pick_num_splits(device: torch.device, base_programs: int, n_blocks: int) -> int:
+    if device.type != "cuda":
+        return 1
+    target = TARGET_PROGRAMS_PER_SM * _sm_count(device)
+    return max(1, min(MAX_SPLITS, n_blocks, target // max(base_programs, 1)))
+
+
+def tree_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    prefix_len: int | torch.Tensor,
+    tree_mask: torch.Tensor,
+    scale: float,
+    *,
+    out: torch.Tensor | None = None,
+    num_splits: int | None = None,
+    block_n: int | None = None,
+    block_m: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+) -> torch.Tensor:
+    """Attention of q [T,Hq,D] over k/v_cache [cap,Hkv,D] keys [0, prefix_len) + masked tree keys.
+
+    Args:
+        q: [T, Hq, D] queries (fp32, fp16 or bf16); the last dim must be contiguous.
+        k_cache, v_cache: [cap, Hkv, D]; tree key j lives at slot ``prefix_len + j``.
+        prefix_len: Python int, or a 1-element int32/int64 tensor on q's device (CUDA-graph friendly:
+            the split count is then sized from ``cap``).
+        tree_mask: [T, tree_len] bool (or uint8); may be non-square.
+        scale: softmax scale (usually D ** -0.5).
+        out: optional [T, Hq, D] output buffer of q's dtype.
+        num_splits, block_n, block_m, num_warps, num_stages: tuning overrides (tests, benchmarks);
+            None picks the heuristic.
+
+    Returns:
+        out [T, Hq, D] in q's dtype.
+    """
+    t, hq, d = q.shape
+    cap, hkv, dk = k_cache.shape
+    if dk != d or v_cache.shape != k_cache.shape:
+        raise ValueError(f"tree_attention: head dims differ: q {tuple(q.shape)}, k {tuple(k_cache.shape)}")
+    if hq % hkv:
+        raise ValueError(f"tree_attention: Hq={hq} is not a multiple of Hkv={hkv}")
+    if d not in (16, 32, 64, 128, 256):
+        raise ValueError(f"tree_attention: head dim {d} unsupported (16, 32, 64, 128, 256)")
+    if tree_mask.dim() != 2 or tree_mask.shape[0] != t:
+        raise ValueError(f"tree_attention: tree_mask must be [T={t}, tree_len], got {tuple(tree_mask.shape)}")
+    if q.stride(-1) != 1 or k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1 or tree_mask.stride(-1) != 1:
+        raise ValueError("tree_attention: the last dim of q, caches and mask must be contiguous")
+    tree_len = tree_mask.shape[1]
+    prefix_in_tensor = isinstance(prefix_len, torch.Tensor)
+    if not prefix_in_tensor and not 0 <= prefix_len <= cap - tree_len:
+        raise ValueError(f"tree_attention: prefix_len {prefix_len} + tree_len {tree_len} exceeds cap {cap}")
+    if out is None:
+        out = torch.empty_like(q)
+    elif out.shape != q.shape or out.dtype != q.dtype or out.stride(-1) != 1:
+        raise ValueError("tree_attention: out must match q's shape and dtype, last dim contiguous")
+    if t == 0:
+        return out
+
+    group = hq // hkv
+    n_rows = t * group
+    bm = block_m or min(128 if n_rows >= 128 else 64, max(16, triton.next_power_of_2(n_rows)))
+    bn = block_n or (64 if d <= 128 else 32)
+    m_blocks = triton.cdiv(n_rows, bm)
+    max_prefix = (cap - tree_len) if prefix_in_tensor else prefix_len
+    n_blocks = triton.cdiv(max_prefix, bn)
+    splits = num_splits or _pick_num_splits(q.device, m_blocks * hkv, n_blocks)
+    mask = tree_mask.view(torch.uint8) if tree_mask.dtype == torch.bool else tree_mask
+
+    if splits > 1:
+        tiles = m_blocks * hkv
+        ws_acc = torch.empty(tiles * splits * bm * d, dtype=torch.float32, device=q.device)
+        ws_ml = torch.empty(2, tiles * splits * bm, dtype=torch.float32, device=q.device)
+        ws_m, ws_l = ws_ml[0], ws_ml[1]
+        counter = _counters(q.device, tiles)
+    else:
+        ws_acc = ws_m = ws_l = counter = out  # unused (SPLIT=False prunes every access)
+
+    upcast = q.device.type == "cpu"  # the interpreter computes bf16 wrongly: upcast right after loads
+    grid = (m_blocks, hkv, splits)
+    _tree_attention_kernel[grid](
+        q, k_cache, v_cache, out, mask, prefix_len, ws_acc, ws_m, ws_l, counter,
+        n_rows, tree_len, splits, float(scale) * LOG2E,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
+        out.stride(0), out.stride(1), mask.stride(0),
+        GROUP=group, BLOCK_M=bm, BLOCK_N=bn, HEAD_DIM=d, SPLIT=splits > 1, SPLITS_PAD=triton.next_power_of_2(splits),
+        COMBINE_UNROLL=COMBINE_UNROLL, PREFIX_IN_TENSOR=prefix_in_tensor,
+        UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or q.dtype == torch.float32) else "tf32",
+        num_warps=num_warps or (4 if bm < 64 else 8), num_stages=num_stages or 3,
+    )
+    return out
+
+
+def default_scale(head_dim: int) -> float:
+    """The usual softmax scale 1/sqrt(D)."""
+    return 1.0 / math.sqrt(head_dim)

@@ -1,0 +1,135 @@
+"""Draft side of speculative decoding: grow the draft tree, propose subtrees, follow verified paths.
+
+One `DraftWorker` per rank of the draft group (or of the target group when the draft is colocated). Every
+rank of the group runs the same steps on the same inputs (TP logits are identical on every rank), so the
+trees agree without exchanging them; only the leader sends proposals. The worker owns the draft model's
+KV cache and the request's `DraftTree`:
+
+    start(prompt)    prefill prompt[:-1]; the tree is the last prompt token alone
+    expand()         one draft forward over the w best frontier nodes (and any pending verified
+                     tokens); adds their top-k children
+    refill(bs)       expand until the tree has >= bs nodes
+    propose(...)     select the top-bs subtree -> DraftProposal (remembers the selection)
+    advance(...)     re-root along the verified path, compact the KV (one gather), count hit / miss
+
+It knows nothing of messages' transport, timing or stop rules (runtime/engine.py).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from conf.messages import DraftProposal
+from runtime.attention import AttentionBackend, AttnMeta
+from runtime.kv_cache import KVCache
+from runtime.model import Transformer
+from runtime.tree import DraftTree, Reroot, StepInputs, TreeStats
+from runtime.tree_cache import apply_reroot, step_meta
+
+
+class DraftWorker:
+    """The draft model, its KV cache and the current request's tree."""
+
+    def __init__(self, model: Transformer, attn: AttentionBackend, *, w: int, topk: int, max_tree_nodes: int,
+                 max_seq_len: int, temperature: float) -> None:
+        """Allocate the cache: `max_seq_len` prefix slots plus the `max_tree_nodes` tree region."""
+        self.model, self.attn = model, attn
+        self.w, self.topk, self.max_len = w, topk, max_tree_nodes
+        self.temperature = temperature
+        self.device = model.norm.weight.device
+        layers, heads, head_dim = model.cache_spec()
+        # Preallocated once for all requests (static shapes).
+        self.cache = KVCache(layers, max_seq_len + max_tree_nodes, heads, head_dim, model.dtype, self.device)
+        self.prefix_len = 0
+        self.tree = DraftTree(0)
+        self.pending: tuple[int, ...] = ()  # verified tokens whose KV the draft has not computed yet
+        self.selection: list[int] = []  # node ids of the last proposal, in proposal order
+
+    @property
+    def stats(self) -> TreeStats:
+        """Hit / miss / expansion counters of the current request."""
+        return self.tree.stats
+
+    @torch.no_grad()
+    def start(self, prompt: list[int]) -> None:
+        """Prefill all prompt tokens but the last, which becomes the root."""
+        self.prefix_len = len(prompt) - 1
+        if self.prefix_len:
+            ids = torch.tensor(prompt[:-1], device=self.device)
+            self.model(ids, AttnMeta.causal(0, self.prefix_len, self.device), self.cache, self.attn)
+        self.tree = DraftTree(prompt[-1])
+        self.pending, self.selection = (), []
+
+    @torch.no_grad()
+    def expand(self) -> bool:
+        """One draft forward over the best `w` frontier nodes; False (and no forward) if none fits.
+
+        Pending verified tokens (see `advance`) ride along in the same forward, in front of the tree rows.
+        """
+        if not self.tree.can_expand(self.w, self.max_len):
+            return False
+        shift = len(self.pending)
+        nodes, inp = self.tree.plan_expansion(self.w, self.prefix_len + shift, self.max_len)
+        if shift:
+            inp = with_pending(inp, self.pending, self.prefix_len)
+        logits = self.model(inp.token_ids.to(self.device), step_meta(inp, self.prefix_len, self.device),
+                            self.cache, self.attn)  # [shift + w, vocab]
+        self.prefix_len += shift
+        self.pending = ()
+        if self.temperature > 0:
+            logits = logits / self.temperature
+        self.tree.grow(nodes, torch.log_softmax(logits[shift:].float(), dim=-1).cpu(), self.topk)
+        return True
+
+    def refill(self, bs: int) -> int:
+        """Expand until the tree has at least `bs` nodes (or cannot grow); returns expansions run."""
+        done = 0
+        while len(self.tree) < bs and self.expand():
+            done += 1
+        return done
+
+    def propose(self, request_id: int, iteration: int, bs: int) -> DraftProposal:
+        """The top-`bs` subtree (best-first) as a message; remembered for `advance`."""
+        self.selection = self.tree.select(bs)
+        tokens, parents = self.tree.proposal(self.selection)
+        return DraftProposal(request_id, iteration, tuple(tokens), tuple(parents))
+
+    def children_tokens(self, proposal_index: int) -> list[int]:
+        """Tokens of a proposed node's children in the draft tree, by draft rank (for the oracle)."""
+        node = self.tree.nodes[self.selection[proposal_index]]
+        return [self.tree.nodes[c].token for c in node.children]
+
+    @torch.no_grad()
+    def advance(self, node_indices: tuple[int, ...], bonus: int) -> Reroot:
+        """Follow a verified path (proposal indices, root first) and its bonus token; compact the cache."""
+        path = [self.selection[k] for k in node_indices]
+        reroot = self.tree.reroot(path, bonus)
+        self.prefix_len = apply_reroot(self.cache, self.prefix_len, reroot)
+        self.tree, self.pending, self.selection = reroot.tree, reroot.pending, []
+        return reroot
+
+
+def with_pending(inp: StepInputs, pending: tuple[int, ...], prefix_len: int) -> StepInputs:
+    """Prepend the pending verified tokens to an expansion step, as causal rows at the prefix's end.
+
+    Pending tokens exist only after a miss whose accepted path ended at a leaf the draft never expanded;
+    the new tree is then a lone root. `inp` was planned after a prefix of `prefix_len + n` tokens (n =
+    len(pending)), so its tree slots and positions already hold; here the tree slots shift right by n and
+    the pending rows take tree slots 0..n-1 of the step (= prefix slots prefix_len..prefix_len+n-1):
+
+        pending row i:  sees pending rows 0..i             position prefix_len + i
+        tree row:       sees every pending row + its mask  position unchanged
+    """
+    n, (rows, max_len) = len(pending), inp.tree_mask.shape
+    mask = torch.zeros(n + rows, n + max_len, dtype=torch.bool)
+    mask[:n, :n] = torch.ones(n, n, dtype=torch.bool).tril()
+    mask[n:, :n] = True
+    mask[n:, n:] = inp.tree_mask
+    return StepInputs(
+        token_ids=torch.cat([torch.tensor(pending, dtype=torch.long), inp.token_ids]),
+        positions=torch.cat([torch.arange(prefix_len, prefix_len + n), inp.positions]),
+        tree_slots=torch.cat([torch.arange(n), inp.tree_slots + n]),
+        tree_mask=mask,
+        parents=torch.cat([torch.full((n,), -1, dtype=torch.long), inp.parents]),
+        num_real=inp.num_real,
+    )

@@ -1,0 +1,323 @@
+"""Decoding engine: the four modes in one loop family, and `run_rank`, the entry `launch` calls per rank.
+
+| mode           | proposal per iteration                         | where the draft runs                   |
+|----------------|------------------------------------------------|----------------------------------------|
+| autoregressive | the root alone (rows = 1)                      | no draft                               |
+| chain          | greedy chain of gamma tokens (w = topk = 1)    | target ranks, or its own group; serial |
+| serial_tree    | refill + `d` best-first expansions, top-bs     | target ranks, or its own group; serial |
+| async_tree     | top-bs; `d` expansions overlap the verify      | its own group (SwiftSpec Algorithm 1)  |
+
+Loops ([P] Algorithm 1; notes §1.2). Target leader: `recv proposal -> verify -> send verified path`.
+Draft leader: `propose -> send -> [async: expand d times] -> recv verified path -> re-root + compact ->
+refill -> propose ...`. Colocated (no draft group): `propose -> verify -> advance` on the same ranks.
+Inside a group, non-leaders get messages by broadcast (`LeaderChannel`) and run the same forwards (TP).
+
+Stop rule, applied token by token to what a verify emits (the same as `runtime.reference`): after the EOS
+token, after `max_new_tokens`, or when prompt + output reaches `workload.max_seq_len_tokens`. The target
+leader decides and sets `VerifiedPath.stop`.
+
+Metrics: every step is a `Timeline` span (step.prefill / verify / expand / reroot / select / iteration, and
+the channel's comm.* spans); rank 0 gathers all spans and derives the per-iteration rows and the metrics
+dict of docs/CONTRACTS.md from them (`iteration_rows`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from conf.messages import DraftProposal, VerifiedPath
+from conf.presets import model_preset
+from conf.schema import ExperimentConfig, SpecConfig
+from conf.trace import TraceRecord
+from runtime.attention import make_attention_backend
+from runtime.comm import LeaderChannel
+from runtime.controller import DepthTuner, Emitter, load_workload, request_generator
+from runtime.draft_worker import DraftWorker
+from runtime.loader import build_model
+from runtime.metrics import Timeline, device_name, summarize
+from runtime.oracle import AcceptanceOracle, resolve_bonus
+from runtime.parallel import ParallelContext
+from runtime.target_worker import TargetWorker
+
+
+@dataclass(frozen=True)
+class SpecShape:
+    """The speculation shape a mode runs with."""
+
+    rows: int  # verify width: bs (gamma + 1 in chain mode, 1 autoregressive)
+    w: int
+    topk: int
+    d: int | None  # serial: expansions after the refill; async: expansions per verify (None = auto)
+
+
+def spec_shape(spec: SpecConfig) -> SpecShape:
+    """Chain = a w = topk = 1 tree of gamma + 1 nodes; serial_tree's auto d = ceil((bs - 1) / w)."""
+    if spec.mode == "autoregressive":
+        return SpecShape(1, 1, 1, 0)
+    if spec.mode == "chain":
+        return SpecShape(spec.gamma + 1, 1, 1, 0)
+    d = spec.d_fixed
+    if spec.mode == "serial_tree" and d is None:
+        d = math.ceil((spec.bs - 1) / spec.w)
+    return SpecShape(spec.bs, spec.w, spec.topk, d)
+
+
+class Engine:
+    """One rank's part of a run: its workers, the cross-group channel, and the mode loops."""
+
+    def __init__(self, ctx: ParallelContext, cfg: ExperimentConfig, timeline: Timeline,
+                 eos_token_id: int | None) -> None:
+        """Build this rank's models (sharded on its group) and workers."""
+        self.ctx, self.cfg, self.tl, self.eos = ctx, cfg, timeline, eos_token_id
+        spec, self.shape = cfg.spec, spec_shape(cfg.spec)
+        self.mode, self.oracle_on = spec.mode, spec.oracle and spec.mode != "autoregressive"
+        self.colocated = ctx.num_draft == 0
+        attn = make_attention_backend(cfg.kernels.backend)
+        seq = cfg.workload.max_seq_len_tokens
+        self.target = self.draft = None
+        if ctx.role == "target":
+            self.target = TargetWorker(self._model(cfg.model.target), attn, rows=self.shape.rows, max_seq_len=seq,
+                                       temperature=spec.temperature, backend=cfg.kernels.backend)
+        if self.mode != "autoregressive" and (ctx.role == "draft" or self.colocated):
+            self.draft = DraftWorker(self._model(cfg.model.draft), attn, w=self.shape.w, topk=self.shape.topk,
+                                     max_tree_nodes=spec.max_tree_nodes, max_seq_len=seq,
+                                     temperature=spec.temperature)
+        self.channel = LeaderChannel(ctx, max_nodes=self.shape.rows, timeline=timeline)
+        self.tuner = DepthTuner(self.shape.d, ctx)
+        self.iteration = 0  # global over requests: both sides count proposals the same way
+
+    def _model(self, mcfg: Any) -> Any:
+        return build_model(model_preset(mcfg.preset), mcfg.dtype, self.ctx.device, mcfg.seed,
+                           group=self.ctx.tp_group, checkpoint=mcfg.checkpoint)
+
+    # ---- one request -------------------------------------------------------------------------------------
+    def generate(self, rid: int, prompt: list[int]) -> list[int] | None:
+        """Decode one request; the generated tokens on the target leader, None elsewhere."""
+        if self.ctx.role == "target":
+            emitter = Emitter(prompt, self.cfg.workload.max_new_tokens, self.cfg.workload.max_seq_len_tokens,
+                              None if self.oracle_on else self.eos)
+            if self.colocated or self.mode == "autoregressive":
+                self._colocated_loop(rid, prompt, emitter)
+            else:
+                self._target_loop(rid, prompt, emitter)
+            return emitter.tokens if self.ctx.is_leader else None
+        if self.mode != "autoregressive":
+            self._draft_loop(rid, prompt)
+        return None
+
+    def _colocated_loop(self, rid: int, prompt: list[int], emitter: Emitter) -> None:
+        gen, t_oracle, d_oracle = self._generators(rid)
+        self._prefill(prompt)
+        while True:
+            start = self.tl.now()
+            it = self._next_iteration()
+            if self.draft is not None:
+                prop = self._propose(rid, it)
+            else:  # autoregressive: the root alone, i.e. the last token so far
+                prop = DraftProposal(rid, it, ((emitter.tokens or prompt)[-1],), (-1,))
+            if t_oracle is not None and emitter.tokens:
+                emitter.replace_last(prop.token_ids[0])
+            vp = self._verify(prop, emitter, gen, t_oracle)
+            if self.draft is not None:
+                self._advance(prop, vp, d_oracle)
+            self.tl.add("step.iteration", start, self.tl.now() - start, iteration=it, extra={"request": rid})
+            if vp.stop:
+                return
+
+    def _target_loop(self, rid: int, prompt: list[int], emitter: Emitter) -> None:
+        gen, oracle, _ = self._generators(rid)
+        self._prefill(prompt)
+        while True:
+            start = self.tl.now()
+            it = self._next_iteration()
+            prop = self.channel.recv()
+            if (prop.request_id, prop.iteration) != (rid, it):
+                raise RuntimeError(f"{self.ctx.label}: expected request {rid} iteration {it}, got {prop}")
+            if oracle is not None and emitter.tokens:
+                emitter.replace_last(prop.token_ids[0])
+            vp = self._verify(prop, emitter, gen, oracle)
+            if self.ctx.is_leader:
+                self.channel.send(vp)
+            self.tl.add("step.iteration", start, self.tl.now() - start, iteration=it, extra={"request": rid})
+            if vp.stop:
+                return
+
+    def _draft_loop(self, rid: int, prompt: list[int]) -> None:
+        _, _, oracle = self._generators(rid)
+        self._prefill(prompt)
+        it = self._next_iteration()
+        prop = self._propose(rid, it)
+        first = True
+        while True:
+            if self.ctx.is_leader:
+                self.channel.send(prop)
+            self.tuner.sent(new_request=first)
+            first = False
+            if self.mode == "async_tree":
+                for _ in range(self.tuner.shared_d()):
+                    self._expand(it, "overlap")
+            vp = self.channel.recv()
+            self.tuner.received(vp.num_accepted + 1)
+            self._advance(prop, vp, oracle)
+            if vp.stop:
+                return
+            it = self._next_iteration()
+            prop = self._propose(rid, it)
+
+    # ---- steps -------------------------------------------------------------------------------------------
+    def _prefill(self, prompt: list[int]) -> None:
+        for worker in (self.target, self.draft):
+            if worker is not None:
+                with self.tl.span("step.prefill", tokens=len(prompt) - 1, extra={"model": type(worker).__name__}):
+                    worker.start(prompt)
+
+    def _propose(self, rid: int, it: int) -> DraftProposal:
+        """Refill (+ serial modes' extra expansions), then select the top-bs subtree."""
+        while len(self.draft.tree) < self.shape.rows and self._expand(it, "refill"):
+            pass
+        if self.mode in ("chain", "serial_tree"):
+            for _ in range(self.shape.d):
+                self._expand(it, "serial")
+        with self.tl.span("step.select", iteration=it, tokens=self.shape.rows):
+            return self.draft.propose(rid, it, self.shape.rows)
+
+    def _expand(self, it: int, phase: str) -> bool:
+        start = self.tl.now()
+        done = self.draft.expand()
+        if done:
+            took = self.tl.now() - start
+            self.tuner.expanded(took)
+            self.tl.add("step.expand", start, took, iteration=it, tokens=self.shape.w,
+                        ctx_len=self.draft.prefix_len, extra={"phase": phase})
+        return done
+
+    def _verify(self, prop: DraftProposal, emitter: Emitter, gen: torch.Generator | None,
+                oracle: AcceptanceOracle | None) -> VerifiedPath:
+        """Target group: forward, verdict on the leader (broadcast to TP peers), keep the accepted KV."""
+        start = self.tl.now()
+        self.target.forward(prop)
+        vp = None
+        if self.ctx.is_leader:
+            verdict = self.target.decide(gen, oracle)
+            tokens = tuple(prop.token_ids[k] for k in verdict.path) + (verdict.bonus,)
+            stop = emitter.emit(list(tokens[1:]))
+            vp = VerifiedPath(prop.request_id, prop.iteration, tokens, verdict.path, stop)
+        if self.ctx.group_size > 1:
+            vp = self.channel.broadcast_in_group(vp)
+        self.target.keep(vp.node_indices)
+        self.tl.add("step.verify", start, self.tl.now() - start, iteration=prop.iteration, tokens=self.shape.rows,
+                    ctx_len=self.target.prefix_len,
+                    extra={"request": prop.request_id, "accepted": vp.num_accepted, "emitted": vp.num_accepted + 1})
+        return vp
+
+    def _advance(self, prop: DraftProposal, vp: VerifiedPath, oracle: AcceptanceOracle | None) -> None:
+        """Draft: re-root along the verified path (oracle: resolve the drawn bonus rank first)."""
+        start = self.tl.now()
+        bonus = vp.bonus_token
+        if oracle is not None:
+            outcome = oracle.walk(prop.parent_indices)
+            if outcome.path != vp.node_indices:
+                raise RuntimeError(f"oracle draws diverged: draft {outcome.path}, target {vp.node_indices}")
+            bonus = resolve_bonus(self.draft.children_tokens(vp.node_indices[-1]), outcome.bonus_rank, bonus)
+        reroot = self.draft.advance(vp.node_indices, bonus)
+        self.tl.add("step.reroot", start, self.tl.now() - start, iteration=vp.iteration,
+                    tokens=len(reroot.keep_slots), extra={"hit": reroot.hit, "d": self._round_d()})
+
+    # ---- helpers -----------------------------------------------------------------------------------------
+    def _round_d(self) -> int:
+        """Expansions per round: overlapped ones in async_tree, serial ones after the refill otherwise."""
+        return self.tuner.round_d if self.mode == "async_tree" else self.shape.d
+
+    def _next_iteration(self) -> int:
+        self.iteration += 1
+        return self.iteration - 1
+
+    def _generators(self, rid: int) -> tuple[torch.Generator | None, AcceptanceOracle | None,
+                                             AcceptanceOracle | None]:
+        """(sampling generator, target-side oracle, draft-side oracle) of request `rid`."""
+        seed = self.cfg.workload.seed
+        gen = request_generator(seed, rid, "sample", self.ctx.device) if self.cfg.spec.temperature > 0 else None
+        if not self.oracle_on:
+            return gen, None, None
+        oracles = [AcceptanceOracle(self.cfg.acceptance, request_generator(seed, rid, "oracle", "cpu"))
+                   for _ in range(2)]
+        return gen, oracles[0], oracles[1]
+
+    def close(self) -> None:
+        """Flush outstanding sends (leaders)."""
+        if self.ctx.is_leader and self.ctx.peer_leader_rank is not None:
+            self.channel.close()
+
+
+# ---- run entry and metrics -------------------------------------------------------------------------------
+def run_rank(ctx: ParallelContext, cfg: ExperimentConfig, prompts: list[list[int]] | None = None,
+             eos_token_id: int | None = None) -> dict[str, Any] | None:
+    """Decode the workload on this rank; rank 0 returns outputs, metrics, iteration rows and traces.
+
+    `prompts` / `eos_token_id` override the workload (tests); by default prompts come from
+    `cfg.workload` (text through the tokenizer, a JSONL file, or seeded random tokens) and EOS from the
+    tokenizer.
+    """
+    prompts, eos = load_workload(cfg, prompts, eos_token_id)
+    timeline = Timeline.start(ctx, run_id=cfg.run_name)
+    engine = Engine(ctx, cfg, timeline, eos)
+    start = time.perf_counter()
+    outputs = [engine.generate(rid, prompt) for rid, prompt in enumerate(prompts)]
+    wall_s = time.perf_counter() - start
+    engine.close()
+    records = timeline.gather(ctx)
+    if ctx.rank != 0:
+        return None
+    leaders = {0} if ctx.peer_leader_rank is None else {0, ctx.num_target}
+    rows = iteration_rows(records, leaders, engine.colocated)
+    generated = sum(len(o) for o in outputs if o is not None)
+    d_used = [json.loads(r.extra)["d"] for r in records if r.name == "step.reroot"]
+    metrics = summarize(cfg, rows, generated, wall_s, gpu=device_name(ctx.device), num_requests=len(prompts),
+                        d_used=d_used[-1] if d_used else None)
+    return {"metrics": metrics, "iterations": rows, "traces": records, "outputs": outputs, "prompts": prompts,
+            "oracle": engine.oracle_on}
+
+
+def iteration_rows(records: list[TraceRecord], leaders: set[int], colocated: bool) -> list[dict[str, Any]]:
+    """One iterations.csv row per verify (ITERATION_COLUMNS), from the leaders' spans.
+
+    verify_s: the target's verify step; expand_s: draft expansions for that proposal (refill, serial or
+    overlapped with the verify); reroot_s: re-root + compaction + selection; message_s: sends and in-group
+    broadcasts; idle: a leader waiting in recv (colocated: the target idles while the draft works and
+    vice versa). `emitted` counts accepted + bonus before the stop rule truncates.
+    """
+    by: dict[tuple[str, int], list[TraceRecord]] = defaultdict(list)
+    for r in records:
+        if r.rank in leaders:
+            by[(r.name, r.iteration)].append(r)
+
+    def total(name: str, it: int, group: str | None = None) -> float:
+        return sum(r.duration_s for r in by[(name, it)] if group is None or r.group == group)
+
+    rows = []
+    iterations = sorted((r for (name, _), rs in list(by.items()) if name == "step.iteration" for r in rs),
+                        key=lambda r: r.start_s)
+    for rec in iterations:
+        it = rec.iteration
+        verify = by[("step.verify", it)]
+        info = json.loads(verify[0].extra) if verify else {}
+        reroot = by[("step.reroot", it)]
+        verify_s = total("step.verify", it)
+        rows.append({
+            "request": info.get("request", -1), "iteration": it, "start_s": rec.start_s,
+            "end_s": rec.start_s + rec.duration_s, "verify_s": verify_s, "expand_s": total("step.expand", it),
+            "reroot_s": total("step.reroot", it) + total("step.select", it),
+            "message_s": total("comm.send", it) + total("comm.broadcast", it),
+            "target_idle_s": rec.duration_s - verify_s if colocated else total("comm.recv", it, "target"),
+            "draft_idle_s": verify_s if colocated else total("comm.recv", it, "draft"),
+            "accepted": info.get("accepted", 0), "emitted": info.get("emitted", 1),
+            "hit": json.loads(reroot[0].extra)["hit"] if reroot else None,
+        })
+    return rows

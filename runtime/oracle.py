@@ -1,0 +1,134 @@
+"""Acceptance oracle: verify outcomes drawn from a seeded acceptance model (shape-realistic runs).
+
+With random weights nothing is ever accepted, so performance runs of big shapes replace the *outcome* of
+each verify (how many drafted tokens are accepted, and which token comes next) by a draw from the
+acceptance model the simulator uses (`conf.schema.AcceptanceConfig`); every forward, kernel and message
+still runs for real. Off by default (`spec.oracle`); a run that used it is labelled `oracle` in its metrics
+and outputs, and its tokens are not a model's output.
+
+Models:
+- positional: at an accepted node of depth `k` (root = 0), the target's next token is the draft's
+  rank-r child with probability `positional[k][r]` (depths beyond the table reuse its last row; rows are
+  scaled by `scale` and renormalised if they then exceed 1), and none of them otherwise.
+- replay: iteration i replays record i (cyclically) of a recorded run: accept `accepted` tokens along the
+  rank-0 chain (fewer if the proposal is shallower), then bonus rank 0 if the record was a hit, else none.
+
+How the two groups agree without new message fields: both sides own an `AcceptanceOracle` seeded from
+(`workload.seed`, request) and call `walk` on the same proposals in the same order, so they draw the same
+outcomes. The target keeps the accepted path's KV and reports it; the draft resolves the outcome's bonus
+*rank* into a token of its own tree (`resolve_bonus`: the rank-r child of the last accepted node, a hit if
+the draft has it; otherwise a token that is not a child, a miss). The target's bonus token in the message is
+a placeholder (its argmax); the next proposal's root token is the emitted token.
+
+Ranks within a proposal: the draft sends nodes best-first, so the children of a node appear in decreasing
+draft probability; the r-th child in the proposal is the draft's rank-r child.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from conf.schema import AcceptanceConfig
+
+NO_RANK = -1  # the target's token is none of the draft's ranked children
+
+
+@dataclass(frozen=True)
+class OracleOutcome:
+    """One drawn verify outcome over a proposal."""
+
+    path: tuple[int, ...]  # accepted proposal indices, root first
+    bonus_rank: int  # draft rank of the next token under the last accepted node, or NO_RANK
+
+
+def load_positional(cfg: AcceptanceConfig) -> list[list[float]]:
+    """The positional table (from `cfg.file` if given), scaled by `cfg.scale`, rows renormalised to <= 1."""
+    table = cfg.positional
+    if cfg.file is not None:
+        data = json.loads(Path(cfg.file).read_text())
+        table = data["positional"] if isinstance(data, dict) else data
+    rows = []
+    for row in table:
+        scaled = [float(p) * cfg.scale for p in row]
+        total = sum(scaled)
+        rows.append([p / total for p in scaled] if total > 1.0 else scaled)
+    return rows
+
+
+def load_replay(path: str | Path) -> list[tuple[int, bool]]:
+    """(accepted, hit) per iteration of a recorded run: its iterations.csv, or a JSON list of objects."""
+    path = Path(path)
+    if path.suffix == ".csv":
+        with path.open() as f:
+            rows = list(csv.DictReader(f))
+    else:
+        rows = json.loads(path.read_text())
+    records = [(int(r["accepted"]), str(r.get("hit", "")).strip().lower() in ("1", "true")) for r in rows]
+    if not records:
+        raise ValueError(f"acceptance.file: {path} holds no iterations to replay")
+    return records
+
+
+def _children(parents: tuple[int, ...] | list[int]) -> list[list[int]]:
+    kids: list[list[int]] = [[] for _ in parents]
+    for i, p in enumerate(parents):
+        if p >= 0:
+            kids[p].append(i)
+    return kids
+
+
+class AcceptanceOracle:
+    """Seeded verify outcomes for one request (one per side; equal seeds give equal outcomes)."""
+
+    def __init__(self, cfg: AcceptanceConfig, generator: torch.Generator) -> None:
+        """`generator` is this request's oracle stream (the same seed on the draft and target side)."""
+        self.kind = cfg.kind
+        self.generator = generator
+        self.table = load_positional(cfg) if cfg.kind == "positional" else []
+        self.replay = load_replay(cfg.file) if cfg.kind == "replay" else []
+        self._step = 0
+
+    def walk(self, parents: tuple[int, ...] | list[int]) -> OracleOutcome:
+        """Draw the outcome of verifying a proposal with these parent indices (root first, best-first)."""
+        kids = _children(parents)
+        if self.kind == "replay":
+            accepted, hit = self.replay[self._step % len(self.replay)]
+            self._step += 1
+            path = [0]
+            while len(path) <= accepted and kids[path[-1]]:
+                path.append(kids[path[-1]][0])
+            return OracleOutcome(tuple(path), 0 if hit else NO_RANK)
+        path = [0]
+        while True:
+            rank = self._draw_rank(len(path) - 1)
+            node = path[-1]
+            if rank == NO_RANK or rank >= len(kids[node]):
+                return OracleOutcome(tuple(path), rank)
+            path.append(kids[node][rank])
+
+    def _draw_rank(self, depth: int) -> int:
+        row = self.table[min(depth, len(self.table) - 1)]
+        probs = torch.tensor(row + [max(0.0, 1.0 - sum(row))], dtype=torch.float64)
+        r = int(torch.multinomial(probs, 1, generator=self.generator))
+        return NO_RANK if r == len(row) else r
+
+
+def resolve_bonus(children_tokens: list[int], bonus_rank: int, fallback: int) -> int:
+    """The drawn next token, as a token id of the draft's tree.
+
+    Args:
+        children_tokens: tokens of the last accepted node's children in the draft tree, by draft rank.
+        bonus_rank: the outcome's rank (or NO_RANK).
+        fallback: the target's own token, used for a miss unless it happens to be a child.
+    """
+    if 0 <= bonus_rank < len(children_tokens):
+        return children_tokens[bonus_rank]
+    taken = set(children_tokens)
+    if fallback not in taken:
+        return fallback
+    return next(t for t in range(len(taken) + 1) if t not in taken)

@@ -1,0 +1,72 @@
+"""Target side of speculative decoding: verify proposed subtrees in one forward, keep the accepted KV.
+
+One `TargetWorker` per rank of the target group. Each verify is one forward of the proposal's nodes
+(padded to `rows`: bs, gamma + 1, or 1 for autoregressive decoding) with the tree's ancestor mask after
+the prefix, then the verdict (greedy, sampled or oracle), then `keep_accepted` (root + accepted nodes
+become prefix; the bonus token is the next root, fed by the next verify). Autoregressive decoding is the
+special case of a root-only proposal.
+
+The verdict is computed on the group leader; `keep` applies a verdict decided elsewhere (a TP peer
+receives the leader's). Stop rules, messages and timing are the engine's.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from conf.messages import DraftProposal
+from runtime.attention import AttentionBackend, AttnMeta
+from runtime.kv_cache import KVCache
+from runtime.model import Transformer
+from runtime.oracle import AcceptanceOracle
+from runtime.tree import proposal_inputs
+from runtime.tree_cache import keep_accepted, step_meta
+from runtime.verify import Verdict, verify_proposal
+
+
+class TargetWorker:
+    """The target model and its KV cache for one request at a time."""
+
+    def __init__(self, model: Transformer, attn: AttentionBackend, *, rows: int, max_seq_len: int,
+                 temperature: float, backend: str) -> None:
+        """Allocate the cache: `max_seq_len` prefix slots plus `rows` verify slots."""
+        self.model, self.attn = model, attn
+        self.rows, self.temperature, self.backend = rows, temperature, backend
+        self.device = model.norm.weight.device
+        layers, heads, head_dim = model.cache_spec()
+        # Preallocated once for all requests (static shapes).
+        self.cache = KVCache(layers, max_seq_len + rows, heads, head_dim, model.dtype, self.device)
+        self.prefix_len = 0
+        self._logits: torch.Tensor | None = None
+        self._inputs = None
+
+    @torch.no_grad()
+    def start(self, prompt: list[int]) -> None:
+        """Prefill all prompt tokens but the last (the first root)."""
+        self.prefix_len = len(prompt) - 1
+        if self.prefix_len:
+            ids = torch.tensor(prompt[:-1], device=self.device)
+            self.model(ids, AttnMeta.causal(0, self.prefix_len, self.device), self.cache, self.attn)
+
+    @torch.no_grad()
+    def forward(self, proposal: DraftProposal) -> None:
+        """The verify forward: writes the proposal's KV at the tree slots, keeps its logits for `decide`."""
+        inp = proposal_inputs(list(proposal.token_ids), list(proposal.parent_indices), self.prefix_len, self.rows)
+        self._logits = self.model(inp.token_ids.to(self.device), step_meta(inp, self.prefix_len, self.device),
+                                  self.cache, self.attn)  # [rows, vocab]
+        self._inputs = inp
+
+    def decide(self, generator: torch.Generator | None, oracle: AcceptanceOracle | None = None) -> Verdict:
+        """The verdict on the last forward: drawn by the oracle if given, else greedy / sampled."""
+        inp, logits = self._inputs, self._logits
+        if oracle is not None:
+            outcome = oracle.walk(inp.parents[: inp.num_real].tolist())
+            placeholder = int(logits[outcome.path[-1]].argmax())  # the draft resolves the real token
+            return Verdict(outcome.path, placeholder)
+        return verify_proposal(logits, inp.token_ids.to(self.device), inp.parents.to(self.device), inp.num_real,
+                               self.temperature, generator, self.backend)
+
+    def keep(self, path: tuple[int, ...]) -> None:
+        """Keep the root and accepted nodes' KV (proposal indices, root first); drop the rest."""
+        self.prefix_len = keep_accepted(self.cache, self.prefix_len, path)
+        self._logits = self._inputs = None

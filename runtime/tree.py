@@ -1,0 +1,288 @@
+"""The draft tree: best-first growth, top-`bs` selection, padded step tensors and re-rooting.
+
+SwiftSpec [P] §3.1-3.2 (notes: reference/paper-swiftspec.md §1.4-1.6). Glossary:
+
+- **root**: the last verified token. Its KV is not in any cache yet; it is the first input of the next
+  forward (draft expansion or target verify), at position `prefix_len` (its depth is 0).
+- **weight**: cumulative draft log-probability of a node's path below the root (root = 0). Log-probs are
+  <= 0, so weights never increase along a path and the top-`bs` nodes form an ancestor-closed subtree.
+- **expanded**: a node fed to the draft forward. Its KV then sits at its **tree slot** in the draft
+  cache's tree region (`prefix_len + slot`) and its top-k children are in the tree. Slots are given out in
+  expansion order, so a parent's slot is below its children's and the used slots are `[0, num_slots)`.
+- **frontier**: the unexpanded nodes; each step expands the `w` of highest weight (ties: lower node id).
+
+This module is host-side bookkeeping plus the construction of the small padded tensors that the model's
+`AttnMeta` needs. It runs no model and touches no cache: `Reroot` says which tree slots the cache keeps.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Node:
+    """One draft-tree node."""
+
+    token: int
+    parent: int  # node id of the parent; -1 for the root
+    depth: int  # 0 for the root
+    logprob: float  # draft log-prob of `token` after its parent's path (0 for the root)
+    weight: float  # cumulative log-prob of the path from the root (0 for the root)
+    slot: int = -1  # tree slot of its KV in the draft cache; -1 = not fed to the draft yet
+    children: list[int] = field(default_factory=list)  # node ids, in descending draft log-prob
+
+    @property
+    def expanded(self) -> bool:
+        """True once the node's KV is written (it was fed to a draft forward)."""
+        return self.slot >= 0
+
+
+@dataclass
+class TreeStats:
+    """Counters carried from tree to tree across re-rootings (one per request)."""
+
+    hits: int = 0  # verified bonus token was already a node: its subtree survived
+    misses: int = 0  # it was not: a new tree started at it
+    expansions: int = 0  # draft forwards over tree nodes
+    expanded_nodes: int = 0  # nodes fed to those forwards (<= w per expansion)
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """Padded static inputs of one forward over tree nodes (rows = w for a draft step, bs for a verify).
+
+    Rows beyond `num_real` are padding: token 0, position `prefix_len`, they write a free tree slot and
+    see only that slot (so their softmax is well defined); their outputs are ignored.
+    """
+
+    token_ids: torch.Tensor  # [rows] int64
+    positions: torch.Tensor  # [rows] int64, prefix_len + depth
+    tree_slots: torch.Tensor  # [rows] int64, slot written, relative to the tree region start (prefix_len)
+    tree_mask: torch.Tensor  # [rows, max_len] bool, query i sees tree slot j iff tree_mask[i, j]
+    parents: torch.Tensor  # [rows] int64, row index of the parent within these rows; -1 root / padding
+    num_real: int  # rows holding real nodes
+
+
+def ancestor_mask(parents: list[int], rows: int) -> torch.Tensor:
+    """[rows, rows] bool: row i sees column j iff node j is node i or one of its ancestors.
+
+    `parents[i]` < i (parents precede children); rows beyond `len(parents)` see only themselves.
+    Example, parents = [-1, 0, 0, 1] (root, two children, one grandchild under node 1):
+        1 0 0 0
+        1 1 0 0
+        1 0 1 0
+        1 1 0 1
+    """
+    mask = torch.eye(rows, dtype=torch.bool)
+    for i, p in enumerate(parents):
+        if p >= 0:
+            mask[i] |= mask[p]
+    return mask
+
+
+def proposal_inputs(token_ids: list[int], parents: list[int], prefix_len: int, rows: int) -> StepInputs:
+    """Verify-step inputs of a proposal (root first, parents before children), padded to `rows` (= bs).
+
+    Node i is written at tree slot i; its position is `prefix_len + depth(i)`.
+    """
+    n = len(token_ids)
+    if n > rows:
+        raise ValueError(f"proposal has {n} nodes, more than the verify width {rows}")
+    depth = [0] * rows
+    for i, p in enumerate(parents):
+        depth[i] = 0 if p < 0 else depth[p] + 1
+    tokens = list(token_ids) + [0] * (rows - n)
+    return StepInputs(
+        token_ids=torch.tensor(tokens, dtype=torch.long),
+        positions=torch.tensor([prefix_len + d for d in depth], dtype=torch.long),
+        tree_slots=torch.arange(rows, dtype=torch.long),
+        tree_mask=ancestor_mask(list(parents), rows),
+        parents=torch.tensor(list(parents) + [-1] * (rows - n), dtype=torch.long),
+        num_real=n,
+    )
+
+
+@dataclass(frozen=True)
+class Reroot:
+    """Outcome of re-rooting along a verified path, and the draft-cache plan that goes with it.
+
+    The draft cache applies it as `cache.keep(prefix_len + tensor(keep_slots), dst_start=prefix_len)`
+    (one gather over every layer), then `prefix_len += num_promoted`: the path nodes' KV becomes prefix,
+    and the surviving subtree's KV is compacted right after it, in its new tree slots 0, 1, ...
+    """
+
+    tree: DraftTree  # the new tree, rooted at the bonus token
+    hit: bool
+    keep_slots: tuple[int, ...]  # old tree slots kept: promoted path nodes first, then survivors
+    num_promoted: int  # leading entries of keep_slots that join the prefix
+    pending: tuple[int, ...]  # verified tokens without draft KV (fed before the new root is expanded)
+
+
+class DraftTree:
+    """A draft tree for one request. Mutated by `plan_expansion` / `grow`; `reroot` returns a new tree."""
+
+    def __init__(self, root_token: int, stats: TreeStats | None = None) -> None:
+        self.nodes: list[Node] = [Node(root_token, -1, 0, 0.0, 0.0)]
+        self.num_slots = 0  # tree slots in use: [0, num_slots)
+        self.stats = stats if stats is not None else TreeStats()
+        self._frontier: list[tuple[float, int]] = [(-0.0, 0)]  # heap of (-weight, node id), unexpanded
+
+    # ---- queries -------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def root_token(self) -> int:
+        """Token of the root (the last verified token)."""
+        return self.nodes[0].token
+
+    def frontier(self, w: int) -> list[int]:
+        """The `w` highest-weight unexpanded nodes (fewer if the tree has fewer), best first."""
+        return [i for _, i in heapq.nsmallest(w, self._frontier)]
+
+    def select(self, bs: int) -> list[int]:
+        """Node ids of the top-`bs` subtree, in best-first order (root first, parents before children).
+
+        A best-first walk from the root: it pops the highest-weight node whose parent is already taken,
+        so the result is ancestor-closed even under equal weights, and (weights being non-increasing
+        along paths) it is exactly the set of the `min(bs, len(self))` highest-weight nodes.
+        """
+        heap = [(-0.0, 0)]
+        taken: list[int] = []
+        while heap and len(taken) < bs:
+            _, i = heapq.heappop(heap)
+            taken.append(i)
+            for c in self.nodes[i].children:
+                heapq.heappush(heap, (-self.nodes[c].weight, c))
+        return taken
+
+    def proposal(self, selection: list[int]) -> tuple[list[int], list[int]]:
+        """(token ids, parent indices within the selection) of a selection, as `DraftProposal` wants."""
+        index = {node: k for k, node in enumerate(selection)}
+        tokens = [self.nodes[i].token for i in selection]
+        parents = [index[self.nodes[i].parent] if k else -1 for k, i in enumerate(selection)]
+        return tokens, parents
+
+    def path_to(self, node: int) -> list[int]:
+        """Node ids from the root down to `node`."""
+        path = []
+        while node >= 0:
+            path.append(node)
+            node = self.nodes[node].parent
+        return path[::-1]
+
+    # ---- growth --------------------------------------------------------------------------------------
+    def can_expand(self, w: int, max_len: int) -> bool:
+        """True if an expansion fits: `w` more slots (real and padding rows) within `max_len` tree slots."""
+        return bool(self._frontier) and self.num_slots + w <= max_len
+
+    def plan_expansion(self, w: int, prefix_len: int, max_len: int) -> tuple[list[int], StepInputs]:
+        """In place: take the `w` best frontier nodes, give them tree slots, build the draft step's inputs.
+
+        The returned nodes count as expanded from now on (their KV is written by the forward the caller
+        runs next). Rows are padded to `w`, mask columns to `max_len` tree slots.
+        """
+        if not self.can_expand(w, max_len):
+            raise RuntimeError(f"cannot expand: {self.num_slots} + {w} slots > {max_len} or empty frontier")
+        chosen = [heapq.heappop(self._frontier)[1] for _ in range(min(w, len(self._frontier)))]
+        for i in chosen:
+            self.nodes[i].slot = self.num_slots
+            self.num_slots += 1
+        pad = list(range(self.num_slots, self.num_slots + w - len(chosen)))  # free slots for padding rows
+        mask = torch.zeros(w, max_len, dtype=torch.bool)
+        for row, i in enumerate(chosen):
+            mask[row, [self.nodes[a].slot for a in self.path_to(i)]] = True
+        for row, s in enumerate(pad, start=len(chosen)):
+            mask[row, s] = True
+        self.stats.expansions += 1
+        self.stats.expanded_nodes += len(chosen)
+        return chosen, StepInputs(
+            token_ids=torch.tensor([self.nodes[i].token for i in chosen] + [0] * len(pad), dtype=torch.long),
+            positions=torch.tensor([prefix_len + self.nodes[i].depth for i in chosen] + [prefix_len] * len(pad),
+                                   dtype=torch.long),
+            tree_slots=torch.tensor([self.nodes[i].slot for i in chosen] + pad, dtype=torch.long),
+            tree_mask=mask,
+            parents=torch.full((w,), -1, dtype=torch.long),
+            num_real=len(chosen),
+        )
+
+    def grow(self, expanded: list[int], logprobs: torch.Tensor, topk: int) -> None:
+        """In place: add the `topk` most likely children of each expanded node.
+
+        logprobs: [>= len(expanded), vocab] draft log-probs, row r for node expanded[r] (padding rows after).
+        """
+        k = min(topk, logprobs.shape[-1])
+        top_lp, top_tok = torch.topk(logprobs[: len(expanded)].float(), k, dim=-1)  # [n, k], descending
+        for i, lps, toks in zip(expanded, top_lp.tolist(), top_tok.tolist()):
+            parent = self.nodes[i]
+            for lp, tok in zip(lps, toks):
+                lp = min(lp, 0.0)  # log-softmax is <= 0; clamp so weights never increase along a path
+                child = Node(tok, i, parent.depth + 1, lp, parent.weight + lp)
+                parent.children.append(len(self.nodes))
+                heapq.heappush(self._frontier, (-child.weight, len(self.nodes)))
+                self.nodes.append(child)
+
+    # ---- re-rooting ----------------------------------------------------------------------------------
+    def reroot(self, path: list[int], bonus: int) -> Reroot:
+        """Re-root at the bonus token after the verified `path` (node ids, root first).
+
+        Hit: the bonus is a child of the last path node; the new tree is that child's subtree (node ids
+        renumbered in creation order, slots compacted in slot order, weights and depths re-based).
+        Miss: the new tree is the bonus token alone. In both cases the path nodes with KV join the
+        prefix; those without KV (only ever the last one, a leaf never expanded) are `pending`.
+        """
+        if not path or path[0] != 0:
+            raise ValueError(f"verified path must start at the root (node 0), got {path}")
+        for a, b in zip(path, path[1:]):
+            if self.nodes[b].parent != a:
+                raise ValueError(f"verified path {path} is not a root-down path of the tree")
+        with_kv = [i for i in path if self.nodes[i].expanded]
+        if with_kv != path[: len(with_kv)]:
+            raise RuntimeError(f"path nodes with KV must be a prefix of the path: {path}")
+        pending = tuple(self.nodes[i].token for i in path[len(with_kv):])
+        landing = next((c for c in self.nodes[path[-1]].children if self.nodes[c].token == bonus), None)
+        if landing is None:
+            self.stats.misses += 1
+            new_tree, survivors = DraftTree(bonus, self.stats), []
+        else:
+            self.stats.hits += 1
+            new_tree, survivors = self._subtree(landing)
+        return Reroot(
+            tree=new_tree,
+            hit=landing is not None,
+            keep_slots=tuple(self.nodes[i].slot for i in with_kv) + tuple(survivors),
+            num_promoted=len(with_kv),
+            pending=pending,
+        )
+
+    def _subtree(self, top: int) -> tuple[DraftTree, list[int]]:
+        """A new tree holding `top`'s subtree, and the old slots of its expanded nodes in slot order."""
+        members = [top]
+        for i in members:  # breadth-first; appending while iterating visits every descendant
+            members.extend(self.nodes[i].children)
+        members.sort()  # creation order: parents before children
+        old_slots = sorted(self.nodes[i].slot for i in members if self.nodes[i].expanded)
+        new_slot = {s: k for k, s in enumerate(old_slots)}
+        new_id = {old: k for k, old in enumerate(members)}
+        base = self.nodes[top]
+        tree = DraftTree(base.token, self.stats)
+        tree.nodes = [
+            Node(
+                token=n.token,
+                parent=new_id[n.parent] if i != top else -1,
+                depth=n.depth - base.depth,
+                logprob=n.logprob if i != top else 0.0,
+                weight=n.weight - base.weight if i != top else 0.0,
+                slot=new_slot[n.slot] if n.expanded else -1,
+                children=[new_id[c] for c in n.children],
+            )
+            for i, n in ((i, self.nodes[i]) for i in members)
+        ]
+        tree.num_slots = len(old_slots)
+        tree._frontier = [(-n.weight, k) for k, n in enumerate(tree.nodes) if not n.expanded]
+        heapq.heapify(tree._frontier)
+        return tree, old_slots

@@ -1,0 +1,65 @@
+"""The evolving tree cache: where tree nodes' KV lives, and how it is kept after a verify.
+
+Layout of a request's cache (draft and target alike; SwiftSpec [P] §3.2, notes §1.5):
+
+    [0, prefix_len)                      prefix: KV of every verified token except the root, contiguous
+    [prefix_len, prefix_len + max_len)   tree region: tree slot j lives at prefix_len + j
+
+Draft, after a verified path arrives (`runtime.tree.Reroot`): one `KVCache.keep` gathers, over every layer
+at once, the path nodes' KV into the next prefix slots and the surviving subtree's KV right after them;
+everything else in the tree region is free. Worked example ([P] Fig. 4, prefix_len = 4, tree slots
+0..7 = t11..t18, verified path r=t11 -> t12 -> t15, bonus t17 hit, t17 expanded with child t18 expanded):
+
+    keep_slots = (0, 1, 4, 6, 7)   # t11, t12, t15 (promoted: num_promoted = 3), then t17, t18
+    cache.keep(4 + keep_slots, dst_start=4)
+    prefix_len = 4 + 3             # t17 (the new root) sits at tree slot 0, t18 at slot 1
+
+Positions stay valid because a node's RoPE position is prefix_len + depth, before and after: promoted
+nodes had depth k below the old root, which is exactly their new prefix slot offset.
+
+Target, after a verify of proposal nodes 0..n-1 written at tree slots 0..n-1: keep the root and the
+accepted nodes (`path`, in proposal indices) and drop the rest; the bonus token becomes the next root.
+
+Nothing is recomputed. The caller owns `prefix_len`; these helpers return the new value.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from runtime.attention import AttnMeta
+from runtime.kv_cache import KVCache
+from runtime.tree import Reroot, StepInputs
+
+
+def step_meta(inp: StepInputs, prefix_len: int, device: torch.device | str) -> AttnMeta:
+    """AttnMeta of a forward over tree rows (a draft expansion or a verify) after `prefix_len` tokens."""
+    return AttnMeta.tree(
+        prefix_len=prefix_len,
+        tree_len=inp.tree_mask.shape[1],
+        write_slots=(prefix_len + inp.tree_slots).to(device),
+        positions=inp.positions.to(device),
+        tree_mask=inp.tree_mask.to(device),
+    )
+
+
+def apply_reroot(cache: KVCache, prefix_len: int, reroot: Reroot) -> int:
+    """In place: compact the draft cache after a re-root; returns the new prefix length.
+
+    Promoted path nodes move to [prefix_len, prefix_len + num_promoted), survivors follow in their new
+    tree slots 0, 1, ... of the new tree region. One gather over every layer.
+    """
+    if reroot.keep_slots:
+        src = prefix_len + torch.tensor(reroot.keep_slots, dtype=torch.long, device=cache.device)
+        cache.keep(src, prefix_len)
+    return prefix_len + reroot.num_promoted
+
+
+def keep_accepted(cache: KVCache, prefix_len: int, path: tuple[int, ...] | list[int]) -> int:
+    """In place: keep the verified root and accepted nodes of a target verify; returns the new prefix length.
+
+    `path` holds proposal indices (= tree slots of the verify step), root first.
+    """
+    src = prefix_len + torch.tensor(list(path), dtype=torch.long, device=cache.device)
+    cache.keep(src, prefix_len)
+    return prefix_len + len(path)

@@ -1,0 +1,154 @@
+"""tree_attention vs the dense reference and vs the branch-as-chain oracle (Triton interpreter on CPU)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kernels import tree_attention
+from kernels.reference import tree_attention_ref
+from tests.kernels.tolerances import assert_close, poisoned
+from tests.kernels.trees import ancestor_mask, build, root_path
+
+BLOCK_N = 16  # small key block in tests so the prefix sweep crosses block edges cheaply
+HKV = 2
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
+
+
+def _inputs(t, hq, hkv, d, cap, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(t, hq, d, generator=g).to(dtype)
+    k = torch.randn(cap, hkv, d, generator=g).to(dtype)
+    v = torch.randn(cap, hkv, d, generator=g).to(dtype)
+    return q, k, v
+
+
+def _run(q, k, v, prefix, mask, **kw):
+    out = poisoned(q.shape, q.dtype)
+    res = tree_attention(q, k, v, prefix, mask, 1.0 / math.sqrt(q.shape[-1]), out=out, **kw)
+    assert res is out
+    return out
+
+
+TREES = [("single", 1), ("chain", 5), ("star", 7), ("random", 13)]
+PREFIXES = [0, 1, BLOCK_N - 1, BLOCK_N, BLOCK_N + 1, 3 * BLOCK_N + 5]
+
+
+@pytest.mark.parametrize("splits", [1, 3], ids=lambda s: f"splits{s}")
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+@pytest.mark.parametrize("group", [1, 4, 8], ids=lambda g: f"gqa{g}")
+@pytest.mark.parametrize("tree", TREES, ids=[f"{k}{n}" for k, n in TREES])
+@pytest.mark.parametrize("prefix", PREFIXES, ids=lambda p: f"prefix{p}")
+def test_matches_reference(prefix, tree, group, dtype, splits):
+    parent = build(tree[0], tree[1], seed=prefix)
+    n = len(parent)
+    mask = ancestor_mask(parent)
+    q, k, v = _inputs(n, HKV * group, HKV, 32, prefix + n + 3, dtype, seed=prefix * 7 + n)
+    out = _run(q, k, v, prefix, mask, num_splits=splits, block_n=BLOCK_N)
+    ref = tree_attention_ref(q, k, v, prefix, mask, 1.0 / math.sqrt(32))
+    assert_close(out, ref, dtype, f"prefix={prefix} tree={tree} gqa={group} splits={splits}")
+
+
+def _chain_oracle(q, k, v, prefix, parent, node, query_row):
+    """Plain attention of one query over the prefix plus its root-to-node path, in float64."""
+    keys = list(range(prefix)) + [prefix + j for j in root_path(parent, node)]
+    group = q.shape[1] // k.shape[1]
+    kk = k[keys].double().repeat_interleave(group, dim=1)  # [S, Hq, D]
+    vv = v[keys].double().repeat_interleave(group, dim=1)
+    s = torch.einsum("hd,shd->hs", q[query_row].double(), kk) / math.sqrt(q.shape[-1])
+    return torch.einsum("hs,shd->hd", torch.softmax(s, dim=-1), vv)
+
+
+CHAIN_TREES = [("single", 1), ("chain", 9), ("star", 12), ("binary", 31), ("random", 40), ("random", 64)]
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+@pytest.mark.parametrize("prefix", [0, 21], ids=lambda p: f"prefix{p}")
+@pytest.mark.parametrize("tree", CHAIN_TREES, ids=[f"{k}{n}" for k, n in CHAIN_TREES])
+def test_branch_as_chain(tree, prefix, dtype):
+    """Each node's output equals ordinary attention over the prefix plus its own root-to-node path."""
+    parent = build(tree[0], tree[1], seed=3)
+    n = len(parent)
+    q, k, v = _inputs(n, 8, HKV, 16, prefix + n, dtype, seed=n)
+    out = _run(q, k, v, prefix, ancestor_mask(parent), num_splits=2, block_n=BLOCK_N)
+    oracle = torch.stack([_chain_oracle(q, k, v, prefix, parent, i, i) for i in range(n)])
+    assert_close(out, oracle.to(dtype), dtype, f"tree={tree} prefix={prefix}")
+
+
+@pytest.mark.parametrize("splits", [1, 4], ids=lambda s: f"splits{s}")
+@pytest.mark.parametrize("width", [1, 4, 9], ids=lambda w: f"w{w}")
+def test_non_square_expansion_mask(width, splits):
+    """Draft expansion: w leaf queries over an n-node tree (a (w, n) mask), each sees only its ancestors."""
+    parent = build("random", 20, seed=width)
+    n = len(parent)
+    leaves = [i for i in range(n) if i not in parent][:width]
+    prefix = 19
+    mask = ancestor_mask(parent)[leaves]  # [w, n]
+    q, k, v = _inputs(len(leaves), 8, HKV, 32, prefix + n, torch.float32, seed=width)
+    out = _run(q, k, v, prefix, mask, num_splits=splits, block_n=BLOCK_N)
+    oracle = torch.stack([_chain_oracle(q, k, v, prefix, parent, leaf, r) for r, leaf in enumerate(leaves)])
+    assert_close(out, oracle.float(), torch.float32, f"w={width}")
+    assert_close(out, tree_attention_ref(q, k, v, prefix, mask, 1 / math.sqrt(32)), torch.float32, "vs ref")
+
+
+@pytest.mark.parametrize("head_dim", [16, 32, 64, 128], ids=lambda d: f"d{d}")
+def test_head_dims(head_dim):
+    parent = build("random", 10, seed=head_dim)
+    q, k, v = _inputs(10, 8, HKV, head_dim, 60, torch.float16, seed=head_dim)
+    mask = ancestor_mask(parent)
+    out = _run(q, k, v, 45, mask, num_splits=2)
+    assert_close(out, tree_attention_ref(q, k, v, 45, mask, 1 / math.sqrt(head_dim)), torch.float16, f"D={head_dim}")
+
+
+@pytest.mark.parametrize("prefix", [63, 64, 65, 200], ids=lambda p: f"prefix{p}")
+def test_default_blocks_and_heuristic_splits(prefix):
+    """Default block sizes (BLOCK_N=64) around the block edge, with the wrapper's own split choice."""
+    parent = build("binary", 15)
+    mask = ancestor_mask(parent)
+    q, k, v = _inputs(15, 16, 4, 64, prefix + 15, torch.float32, seed=prefix)
+    out = _run(q, k, v, prefix, mask)
+    assert_close(out, tree_attention_ref(q, k, v, prefix, mask, 1 / 8), torch.float32, f"prefix={prefix}")
+
+
+@pytest.mark.parametrize("prefix", [0, 5, 40], ids=lambda p: f"prefix{p}")
+def test_prefix_as_device_tensor(prefix):
+    """CUDA-graph mode: prefix_len read on device, grid sized from cap (here 3x the used slots)."""
+    parent = build("random", 11, seed=prefix)
+    mask = ancestor_mask(parent)
+    q, k, v = _inputs(11, 8, HKV, 32, 3 * (prefix + 11) + 16, torch.float32, seed=prefix)
+    out = _run(q, k, v, torch.tensor([prefix]), mask, num_splits=4, block_n=BLOCK_N)
+    assert_close(out, tree_attention_ref(q, k, v, prefix, mask, 1 / math.sqrt(32)), torch.float32, "tensor prefix")
+
+
+def test_strided_query_view_and_repeat_calls():
+    """q as a view into a fused qkv tensor; two calls with split-KV give the same answer (counters reset)."""
+    g = torch.Generator().manual_seed(5)
+    qkv = torch.randn(6, 8 + 2 * HKV, 32, generator=g)
+    q = qkv[:, :8]
+    k = torch.randn(40, HKV, 32, generator=g)
+    v = torch.randn(40, HKV, 32, generator=g)
+    mask = ancestor_mask(build("chain", 6))
+    first = _run(q, k, v, 30, mask, num_splits=3, block_n=BLOCK_N)
+    second = _run(q, k, v, 30, mask, num_splits=3, block_n=BLOCK_N)
+    assert_close(first, tree_attention_ref(q, k, v, 30, mask, 1 / math.sqrt(32)), torch.float32, "view")
+    assert torch.equal(first, second)
+
+
+def test_row_without_visible_keys_is_zero():
+    """A padding row (empty mask row, empty prefix) outputs zeros instead of NaN."""
+    q, k, v = _inputs(3, 4, HKV, 16, 8, torch.float32, seed=1)
+    mask = torch.tensor([[True, False, False], [False, False, False], [True, True, True]])
+    out = _run(q, k, v, 0, mask, num_splits=1)
+    assert torch.equal(out[1], torch.zeros_like(out[1]))
+    assert_close(out, tree_attention_ref(q, k, v, 0, mask, 0.25), torch.float32, "padding row")
+
+
+def test_rejects_bad_shapes():
+    q, k, v = _inputs(3, 6, 4, 16, 8, torch.float32, seed=0)
+    with pytest.raises(ValueError, match="multiple"):
+        tree_attention(q, k, v, 0, torch.ones(3, 3, dtype=torch.bool), 0.25)
+    q, k, v = _inputs(3, 8, 4, 16, 8, torch.float32, seed=0)
+    with pytest.raises(ValueError, match="exceeds cap"):
+        tree_attention(q, k, v, 6, torch.ones(3, 3, dtype=torch.bool), 0.25)

@@ -1,0 +1,145 @@
+"""Leader channel (runtime/comm.py): messages cross between leaders and reach every rank of the group.
+
+The `make_dummy()` messages of conf/messages.py travel draft leader -> target leader and back, on gloo with
+spawned ranks; every rank of the receiving group must see exactly what the sending leader sent.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from conf.messages import DraftProposal, Stop, VerifiedPath, wire_capacity
+from runtime.comm import LeaderChannel
+from runtime.launch import launch
+from runtime.metrics import Timeline
+from runtime.parallel import ParallelContext
+from tests.runtime.test_parallel import make_cfg
+
+MAX_NODES = 16
+# What each side sends, in order. The draft proposes, the target answers with a verified path, then both
+# sides stop; the last proposal uses the full capacity.
+DRAFT_SENDS = [DraftProposal.make_dummy(4), DraftProposal(3, 7, (5, 9, 3, 4), (-1, 0, 0, 1)),
+               DraftProposal.make_dummy(MAX_NODES), Stop(3, 8)]
+TARGET_SENDS = [VerifiedPath.make_dummy(2), VerifiedPath(3, 7, (5, 9, 4), (0, 1), stop=False),
+                VerifiedPath.make_dummy(MAX_NODES - 1), Stop(3, 8)]
+DECISION = VerifiedPath(9, 9, (1, 2, 3), (0, 1), stop=True)
+
+
+def _exchange(ctx, cfg):
+    """Alternate draft -> target and target -> draft messages; every rank records what it received."""
+    tl = Timeline.start(ctx, run_id="comm-test")
+    ch = LeaderChannel(ctx, MAX_NODES, timeline=tl)
+    got = []
+    for draft_msg, target_msg in zip(DRAFT_SENDS, TARGET_SENDS):
+        if ctx.role == "draft":
+            if ctx.is_leader:
+                ch.send(draft_msg)
+            got.append(ch.recv())
+        else:
+            got.append(ch.recv())
+            if ctx.is_leader:
+                ch.send(target_msg)
+    # the leader shares its own decision with its group
+    got.append(ch.broadcast_in_group(DECISION if ctx.is_leader else None))
+    rtts = ch.ping_pong(8)
+    ch.close()
+    spans = sorted({r.name for r in tl.records()})
+    bytes_ok = all(json.loads(r.extra)["bytes"] == ch.wire_bytes for r in tl.records() if r.name != "comm.rtt")
+    report = {"rank": ctx.rank, "role": ctx.role, "got": got, "rtts": rtts, "spans": spans, "bytes_ok": bytes_ok}
+    everyone = [None] * ctx.world_size
+    dist.all_gather_object(everyone, report, group=ctx.world_group)
+    return everyone
+
+
+def test_messages_cross_groups_and_reach_every_rank():
+    target, draft = 2, 2  # both groups have a non-leader, so both directions need the in-group broadcast
+    reports = launch(_exchange, make_cfg(target, draft))
+    assert len(reports) == target + draft
+    for rep in reports:
+        expected = TARGET_SENDS if rep["role"] == "draft" else DRAFT_SENDS
+        assert rep["got"] == [*expected, DECISION], f"rank {rep['rank']}"
+        assert rep["bytes_ok"]
+        if rep["rank"] == 0:
+            assert len(rep["rtts"]) == 8 and all(0 < t < 5 for t in rep["rtts"])
+            assert {"comm.recv", "comm.send", "comm.broadcast", "comm.rtt"} == set(rep["spans"])
+        elif rep["rank"] == target:
+            assert rep["rtts"] == []  # the draft leader echoes; only the target leader times round trips
+            assert {"comm.recv", "comm.send", "comm.broadcast"} == set(rep["spans"])
+        else:
+            assert rep["rtts"] == [] and rep["spans"] == ["comm.broadcast"]  # non-leaders only broadcast
+
+
+def _recv_from_silent_peer(ctx, cfg):
+    """The target leader waits for a message that never comes; the draft leader sends nothing."""
+    ch = LeaderChannel(ctx, 4, timeout_s=0.5)
+    if ctx.role == "target":
+        ch.recv()
+    else:
+        time.sleep(3.0)  # stay alive past the target's deadline, so the timeout is the first failure
+    return None
+
+
+def test_recv_times_out_naming_the_peer():
+    start = time.monotonic()
+    with pytest.raises(RuntimeError) as info:
+        launch(_recv_from_silent_peer, make_cfg(1, 1, timeout_s=10.0))
+    text = str(info.value).splitlines()[0]
+    assert text.startswith("rank 0 (target) failed: TimeoutError: rank 0 (target leader): waiting for a message "
+                           "from rank 1 (draft leader): nothing arrived within 0.5 s"), text
+    assert time.monotonic() - start < 30
+
+
+def _fake_ctx(is_leader: bool = True, peer: int | None = 1) -> ParallelContext:
+    return ParallelContext(rank=0, world_size=2, role="target", group_rank=0, group_size=1, tp_group=None,
+                           is_leader=is_leader, leader_rank=0, peer_leader_rank=peer, device=torch.device("cpu"),
+                           backend="gloo", group_ranks=(0,))
+
+
+def test_channel_rejects_oversized_messages_and_non_leaders():
+    ch = LeaderChannel(_fake_ctx(), max_nodes=4)
+    assert ch.capacity == wire_capacity(4) and ch.wire_bytes == 8 * wire_capacity(4)
+    with pytest.raises(ValueError, match=r"DraftProposal needs 16 wire slots but the channel holds 14 "
+                                         r"\(max_nodes = 4\)"):
+        ch.send(DraftProposal.make_dummy(6))
+    with pytest.raises(RuntimeError, match="only group leaders send"):
+        LeaderChannel(_fake_ctx(is_leader=False), 4).send(Stop(0, 0))
+    with pytest.raises(RuntimeError, match=r"no peer group \(parallel.draft_gpus = 0\)"):
+        LeaderChannel(_fake_ctx(peer=None), 4).send(Stop(0, 0))
+    with pytest.raises(ValueError, match="max_nodes must be >= 1"):
+        LeaderChannel(_fake_ctx(), 0)
+
+
+def _exchange_on_gpu(ctx, cfg):
+    """1 + 1 on two GPUs: proposals and verified paths over NCCL, CUDA-event spans, round trips."""
+    tl = Timeline.start(ctx, run_id="gpu")
+    ch = LeaderChannel(ctx, MAX_NODES, timeline=tl)
+    got = []
+    for draft_msg, target_msg in zip(DRAFT_SENDS, TARGET_SENDS):
+        if ctx.role == "draft":
+            ch.send(draft_msg)
+            got.append(ch.recv())
+        else:
+            got.append(ch.recv())
+            ch.send(target_msg)
+    with tl.span("op.noop", cuda_events=True):
+        torch.ones(1024, device=ctx.device).sum()
+    rtts = ch.ping_pong(50)
+    ch.close()
+    spans = {r.name: r for r in tl.records()}
+    return [{"got": got, "rtts": rtts, "noop_ok": spans["op.noop"].duration_s > 0},
+            tl.gather(ctx) is not None]
+
+
+@pytest.mark.multi_gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")
+def test_messages_over_nccl():
+    (target_view, gathered) = launch(_exchange_on_gpu, make_cfg(1, 1, device="cuda"))
+    assert target_view["got"] == DRAFT_SENDS and target_view["noop_ok"] and gathered
+    rtts = sorted(target_view["rtts"])
+    print(f"NCCL leader round trip: median {rtts[len(rtts) // 2] * 1e6:.0f} us, min {rtts[0] * 1e6:.0f} us")
+    assert len(rtts) == 50 and rtts[len(rtts) // 2] < 0.05

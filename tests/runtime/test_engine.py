@@ -1,0 +1,190 @@
+"""Engine, single rank (draft colocated with the target): losslessness, self-speculation, sampling,
+oracle statistics, bad input. Multi-process splits are in test_engine_mp.py.
+
+Losslessness is token-exact against `runtime.reference.reference_decode` of the target alone (tiny
+random fp32 models, reference attention). The speculative path computes the same logits up to the last
+bit or so (batch shapes differ), so a flip needs a top-2 logit tie within ~1e-6: not seen at these sizes.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import pytest
+import torch
+
+from conf import build_config
+from conf.presets import MODEL_PRESETS
+from conf.schema import (
+    AcceptanceConfig,
+    ExperimentConfig,
+    KernelsConfig,
+    ModelConfig,
+    ModelPairConfig,
+    ParallelConfig,
+    SpecConfig,
+    WorkloadConfig,
+)
+from runtime.controller import request_generator
+from runtime.engine import run_rank
+from runtime.launch import launch
+from runtime.loader import build_model
+from runtime.reference import reference_decode
+
+MAX_NEW, CAPACITY = 24, 48
+PROMPTS = [[5, 6, 7, 8], [100], [3, 3, 3, 3, 3, 3, 3], list(range(40, 80)), [250, 1, 17, 9, 9]]
+# prompt 3 has 40 tokens: it stops at the capacity (48) after 8 tokens
+
+
+def make_cfg(mode: str, target: str = "tiny-llama", draft: str = "tiny-llama-draft", *, target_gpus: int = 1,
+             draft_gpus: int = 0, draft_seed: int = 2, max_new: int = MAX_NEW, capacity: int = CAPACITY,
+             acceptance: AcceptanceConfig | None = None, backend: str = "reference", **spec) -> ExperimentConfig:
+    """A validated config of tiny fp32 models on CPU."""
+    return build_config(ExperimentConfig(
+        model=ModelPairConfig(name=f"{target}+{draft}", target=ModelConfig(target, seed=1),
+                              draft=ModelConfig(draft, seed=draft_seed)),
+        parallel=ParallelConfig(target_gpus=target_gpus, draft_gpus=draft_gpus, device="cpu", timeout_s=60),
+        spec=SpecConfig(mode=mode, max_tree_nodes=64, **spec),
+        acceptance=acceptance or AcceptanceConfig(),
+        kernels=KernelsConfig(backend=backend),
+        workload=WorkloadConfig(max_new_tokens=max_new, max_seq_len_tokens=capacity, prompt_tokens=4),
+    ))
+
+
+@functools.cache
+def reference_outputs(target: str, eos_from: int | None = 0) -> tuple[list[list[int]], int | None]:
+    """Plain greedy outputs of `target` for PROMPTS, and the EOS id used (the 4th token of prompt
+    `eos_from`'s EOS-free output, so that some generations stop at EOS)."""
+    model = build_model(MODEL_PRESETS[target], torch.float32, "cpu", seed=1)
+    eos = None
+    if eos_from is not None:
+        eos = reference_decode(model, PROMPTS[eos_from], MAX_NEW, CAPACITY)[3]
+    return [reference_decode(model, p, MAX_NEW, CAPACITY, eos) for p in PROMPTS], eos
+
+
+def run(cfg: ExperimentConfig, prompts=PROMPTS, eos: int | None = None) -> dict:
+    return launch(functools.partial(run_rank, prompts=prompts, eos_token_id=eos), cfg)
+
+
+SHAPES = {
+    "chain-gamma3": ("chain", dict(gamma=3)),
+    "wide": ("serial_tree", dict(bs=8, w=4, topk=4)),
+    "deep": ("serial_tree", dict(bs=6, w=1, topk=2, d="4")),
+    "unbalanced": ("serial_tree", dict(bs=7, w=2, topk=3, d="2")),
+    "autoregressive": ("autoregressive", {}),
+}
+
+
+@pytest.mark.parametrize("target", ["tiny-llama", "tiny-qwen2", "tiny-llama31"])
+def test_colocated_modes_are_lossless(target):
+    expected, eos = reference_outputs(target)
+    assert expected[0][-1] == eos  # stops at EOS
+    limits = [min(MAX_NEW, CAPACITY - len(p)) for p in PROMPTS]
+    assert any(len(o) == lim and eos not in o for o, lim in zip(expected, limits))  # stops at a length limit
+    if target == "tiny-llama":
+        assert len(expected[3]) == CAPACITY - len(PROMPTS[3])  # stops at the cache capacity
+    for name, (mode, spec) in SHAPES.items():
+        out = run(make_cfg(mode, target, **spec), eos=eos)
+        assert out["outputs"] == expected, f"{target} {name}"
+        m = out["metrics"]
+        assert m["generated_tokens"] == sum(map(len, expected)) and m["oracle"] is False
+        assert m["iterations"] == len(out["iterations"]) and m["mean_accept_len"] >= 1.0
+
+
+def test_triton_backend_is_lossless():
+    """kernels.backend=triton (tree attention and greedy verify; Triton's interpreter on CPU)."""
+    pytest.importorskip("kernels")
+    expected, eos = reference_outputs("tiny-llama")
+    cfg = make_cfg("serial_tree", backend="triton", bs=6, w=3, topk=3)
+    assert cfg.kernels.backend == "triton"
+    assert run(cfg, prompts=PROMPTS[:2], eos=eos)["outputs"] == expected[:2]
+
+
+def test_self_speculation_accepts_everything_and_always_hits():
+    """Draft = target, chain-capable tree (topk 1): every verify accepts bs - 1 tokens; with d >= 1
+    expansions after the refill the bonus is always the next chain node (a hit)."""
+    expected, _ = reference_outputs("tiny-llama", eos_from=None)
+    cfg = make_cfg("serial_tree", "tiny-llama", "tiny-llama", draft_seed=1, bs=5, w=2, topk=1, d="1")
+    out = run(cfg)
+    assert out["outputs"] == expected
+    rows = out["iterations"]
+    assert {r["accepted"] for r in rows} == {4} and all(r["hit"] for r in rows)
+    assert out["metrics"]["hit_rate"] == 1.0 and out["metrics"]["accept_len_hist"] == {"5": len(rows)}
+
+
+def test_autoregressive_sampling_equals_reference_sampling():
+    """At temperature > 0 the AR engine draws exactly one multinomial per token from the request's
+    generator, like the reference loop: same seed, same tokens."""
+    cfg = make_cfg("autoregressive", temperature=0.8)
+    out = run(cfg)
+    model = build_model(MODEL_PRESETS["tiny-llama"], torch.float32, "cpu", seed=1)
+    for rid, prompt in enumerate(PROMPTS):
+        gen = request_generator(cfg.workload.seed, rid, "sample")
+        assert out["outputs"][rid] == reference_decode(model, prompt, MAX_NEW, CAPACITY, None, 0.8, gen)
+
+
+def _exact_two_token_laws(temperature: float, prompt: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Target laws of the first token and (marginally) of the second token."""
+    model = build_model(MODEL_PRESETS["tiny-llama"], torch.float32, "cpu", seed=1)
+    from runtime.attention import AttnMeta, ReferenceAttention
+    from runtime.kv_cache import KVCache
+
+    def next_probs(tokens: list[int]) -> torch.Tensor:
+        cache = KVCache(*model.cache_spec()[:1], 16, *model.cache_spec()[1:])
+        logits = model(torch.tensor(tokens), AttnMeta.causal(0, len(tokens)), cache, ReferenceAttention())
+        return torch.softmax(logits[-1] / temperature, -1)
+
+    with torch.no_grad():
+        p1 = next_probs(prompt)
+        p2 = sum(p1[x] * next_probs(prompt + [x]) for x in range(p1.numel()) if p1[x] > 1e-5)
+    return p1, p2
+
+
+def test_tree_sampling_matches_the_target_distribution():
+    """serial_tree at temperature 0.25: the first two emitted tokens follow the target's laws.
+
+    n = 500 requests of one prompt (request ids differ, so generators differ). For the first token
+    E[TV] <= 0.5 * sum_k sqrt(p_k (1 - p_k) / n) (computed from the exact p), and TV moves by <= 1/n per
+    sample, so P(TV > E + 0.1) <= exp(-2 n 0.1^2) = 4.5e-5 (McDiarmid); same for the second token's
+    marginal. Accepting a drafted token whenever it is the draft's argmax gives TV > 0.3 here.
+    """
+    n, temp, prompt = 500, 0.25, [5, 6, 7, 8]
+    cfg = make_cfg("serial_tree", max_new=2, bs=6, w=3, topk=3, temperature=temp)
+    out = run(cfg, prompts=[prompt] * n)
+    p1, p2 = _exact_two_token_laws(temp, prompt)
+    for k, p in enumerate((p1, p2)):
+        counts = torch.bincount(torch.tensor([o[k] for o in out["outputs"]]), minlength=p.numel()).float()
+        tv = 0.5 * float((counts / n - p).abs().sum())
+        bound = 0.5 * float((p * (1 - p) / n).sqrt().sum()) + 0.1
+        assert tv < bound, f"token {k + 1}: TV {tv:.3f} >= {bound:.3f}"
+    assert sum(r["accepted"] for r in out["iterations"]) > 0  # drafted tokens do get accepted
+
+
+def test_oracle_acceptance_matches_the_positional_model():
+    """Chain-shaped serial tree (topk 1, bs 5), positional [[0.6, 0.2]]: accepted count j < 4 with
+    probability 0.6^j * 0.4, and 4 with 0.6^4; mean 0.6 + 0.36 + 0.216 + 0.1296 = 1.3056, sd ~1.19.
+    Over >= 250 iterations the standard error is <= 0.076; the tolerance 0.3 is ~4 sigma."""
+    acc = AcceptanceConfig(positional=[[0.6, 0.2]])
+    cfg = make_cfg("serial_tree", max_new=200, capacity=256, acceptance=acc, bs=5, w=1, topk=1, d="1", oracle=True)
+    prompts = [[5, 6, 7, 8], [9, 10], [11]]
+    out = run(cfg, prompts=prompts)
+    accepted = [r["accepted"] for r in out["iterations"]]
+    assert len(accepted) >= 250 and set(accepted) <= {0, 1, 2, 3, 4}
+    assert abs(sum(accepted) / len(accepted) - 1.3056) < 0.3
+    freq0 = accepted.count(0) / len(accepted)
+    assert abs(freq0 - 0.4) < 4 * math.sqrt(0.24 / len(accepted))
+    m = out["metrics"]
+    assert m["oracle"] is True and out["oracle"] is True
+    assert [len(o) for o in out["outputs"]] == [200, 200, 200]
+
+
+@pytest.mark.parametrize(
+    "prompt, message",
+    [([], "prompt 0 is empty"), (list(range(48)), "prompt 0 has 48 tokens"), ([5, 300], "unknown token ids \\[300\\]"),
+     ([-1], "unknown token ids \\[-1\\]")],
+    ids=["empty", "longer-than-context", "unknown-id", "negative-id"],
+)
+def test_bad_prompts_fail_with_a_clear_error(prompt, message):
+    with pytest.raises(RuntimeError, match=message):
+        run(make_cfg("serial_tree", bs=4, w=2, topk=2), prompts=[prompt])

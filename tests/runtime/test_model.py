@@ -1,0 +1,157 @@
+"""The decoder against Hugging Face transformers, the tree mask against chains, and the KV cache."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from conf.presets import MODEL_PRESETS
+from runtime.attention import AttnMeta, ReferenceAttention, make_attention_backend
+from runtime.kv_cache import KVCache
+from runtime.loader import build_model
+from runtime.model import rope_inv_freq
+from tests.runtime import hf_config, hf_logits, new_cache, prefill_and_steps, save_hf_checkpoint
+
+TOL = 1e-5  # fp32 logits, max abs error (the issue's bound)
+
+HF_PRESETS = ["tiny-llama", "tiny-llama31", "tiny-qwen2", "tiny-llama-draft"]  # draft: tied embeddings
+
+
+@pytest.mark.parametrize("preset", HF_PRESETS)
+def test_logits_match_transformers(preset, tmp_path):
+    """Prefill of 40 tokens then 24 single-token steps equal transformers' logits of the whole sequence."""
+    shape = MODEL_PRESETS[preset]
+    hf = save_hf_checkpoint(shape, tmp_path, seed=7)
+    model = build_model(shape, torch.float32, "cpu", checkpoint=tmp_path)
+    # 64 tokens reach past tiny-llama31's original_max_position (64 - 1): the scaled band is exercised.
+    ids = torch.randint(0, shape.vocab_size, (64,), generator=torch.Generator().manual_seed(1))
+    ref = hf_logits(hf, ids)
+    ours = prefill_and_steps(model, ids, n_prefill=40)
+    assert ours.dtype == torch.float32 and ours.shape == (64, shape.vocab_size)
+    err = (ours - ref).abs().max().item()
+    assert err <= TOL, f"{preset}: max abs logit error {err:.3g} > {TOL}"
+
+
+@pytest.mark.parametrize("preset", ["tiny-llama31", "llama3.1-8b", "llama3.2-1b", "smollm2-135m"])
+def test_rope_frequencies_equal_transformers(preset):
+    """Our inverse frequencies (Llama 3.1 scaling included) are bit-identical to transformers'."""
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    shape = MODEL_PRESETS[preset]
+    hf = LlamaRotaryEmbedding(hf_config(shape)).inv_freq
+    assert torch.equal(rope_inv_freq(shape), hf)
+    if shape.rope_scaling is not None:  # the scaling does change them
+        assert not torch.equal(hf, rope_inv_freq(dataclasses.replace(shape, rope_scaling=None)))
+
+
+def _tree():
+    """A 6-node tree: 0 -> (1, 2), 1 -> (3, 4), 4 -> 5; parent of every node and its ancestor mask."""
+    parents = [-1, 0, 0, 1, 1, 4]
+    mask = torch.zeros(6, 6, dtype=torch.bool)
+    for i, p in enumerate(parents):
+        mask[i, i] = True
+        while p >= 0:
+            mask[i, p], p = True, parents[p]
+    return parents, mask
+
+
+def test_tree_step_equals_chains():
+    """Branch-as-chain oracle: every tree node's logits equal causal decoding of its root-to-node path."""
+    shape = MODEL_PRESETS["tiny-qwen2"]
+    model, attn = build_model(shape, seed=3), ReferenceAttention()
+    prefix = torch.randint(0, 256, (7,), generator=torch.Generator().manual_seed(2))
+    nodes = torch.tensor([11, 22, 33, 44, 55, 66])
+    parents, mask = _tree()
+    depth = mask.sum(1) - 1
+    cache = new_cache(model, 32)
+    with torch.inference_mode():
+        model(prefix, AttnMeta.causal(0, 7), cache, attn)
+        meta = AttnMeta.tree(7, 6, torch.arange(7, 13), 7 + depth, mask)
+        tree_logits = model(nodes, meta, cache, attn)
+        for i in range(6):
+            path = nodes[mask[i]]  # ancestors in index order = root-to-node order
+            chain = model(torch.cat([prefix, path]), AttnMeta.causal(0, 7 + len(path)),
+                          new_cache(model, 32), attn)
+            err = (tree_logits[i] - chain[-1]).abs().max().item()
+            assert err <= TOL, f"node {i}: {err:.3g}"
+
+
+def test_draft_expansion_nonsquare_mask():
+    """Expanding 2 leaves of an existing 4-slot tree region (T=2 queries over tree_len=6) equals chains."""
+    shape = MODEL_PRESETS["tiny-llama"]
+    model, attn = build_model(shape, seed=5), ReferenceAttention()
+    parents, full = _tree()
+    prefix, nodes = torch.tensor([5, 6, 7]), torch.tensor([11, 22, 33, 44, 55, 66])
+    cache = new_cache(model, 16)
+    with torch.inference_mode():
+        model(prefix, AttnMeta.causal(0, 3), cache, attn)
+        depth = full.sum(1) - 1
+        model(nodes[:4], AttnMeta.tree(3, 4, torch.arange(3, 7), 3 + depth[:4], full[:4, :4]), cache, attn)
+        out = model(nodes[4:], AttnMeta.tree(3, 6, torch.arange(7, 9), 3 + depth[4:], full[4:]), cache, attn)
+        for row, i in enumerate((4, 5)):
+            chain = model(torch.cat([prefix, nodes[full[i]]]), AttnMeta.causal(0, 3 + int(full[i].sum())),
+                          new_cache(model, 16), attn)
+            assert (out[row] - chain[-1]).abs().max().item() <= TOL
+
+
+def test_keep_compacts_to_plain_decode_cache():
+    """After a tree step, keeping the accepted path's slots gives the cache of plain decoding of that path."""
+    shape = MODEL_PRESETS["tiny-llama"]
+    model, attn = build_model(shape, seed=9), ReferenceAttention()
+    parents, mask = _tree()
+    prefix, nodes = torch.tensor([1, 2, 3, 4]), torch.tensor([10, 20, 30, 40, 50, 60])
+    layers, heads, dim = model.cache_spec()
+    cache, plain = KVCache(layers, 16, heads, dim), KVCache(layers, 16, heads, dim)
+    accepted = [0, 1, 4, 5]  # root -> 1 -> 4 -> 5, stored at slots 4, 5, 8, 9
+    with torch.inference_mode():
+        model(prefix, AttnMeta.causal(0, 4), cache, attn)
+        model(nodes, AttnMeta.tree(4, 6, torch.arange(4, 10), 4 + mask.sum(1) - 1, mask), cache, attn)
+        cache.keep(torch.tensor(accepted) + 4, dst_start=4)
+        model(torch.cat([prefix, nodes[accepted]]), AttnMeta.causal(0, 8), plain, attn)
+    err = (cache.kv[:, :, :8] - plain.kv[:, :, :8]).abs().max().item()
+    assert err <= 1e-6, err
+
+
+def test_keep_is_safe_for_overlapping_ranges():
+    """keep() gathers before writing: moving slots [2, 6) to [1, 5) and a reversed order both work."""
+    cache = KVCache(2, 8, 1, 2)
+    cache.kv.copy_(torch.arange(cache.kv.numel(), dtype=torch.float32).view_as(cache.kv))
+    before = cache.kv.clone()
+    cache.keep(torch.tensor([2, 3, 4, 5]), dst_start=1)
+    assert torch.equal(cache.kv[:, :, 1:5], before[:, :, 2:6])
+    assert torch.equal(cache.kv[:, :, 0], before[:, :, 0]) and torch.equal(cache.kv[:, :, 5:], before[:, :, 5:])
+    cache.keep(torch.tensor([3, 2, 1]), dst_start=1)
+    assert torch.equal(cache.kv[:, :, 1:4], before[:, :, [4, 3, 2]])
+    with pytest.raises(ValueError, match="outside capacity"):
+        cache.keep(torch.tensor([0, 1]), dst_start=7)
+
+
+def test_cache_layout_and_meta_checks():
+    """One monolithic kv tensor with contiguous per-layer views; bad metadata and backends are named."""
+    cache = KVCache(3, 10, 2, 4, torch.float32, "cpu")
+    assert cache.kv.shape == (3, 2, 10, 2, 4) and cache.capacity == 10
+    k, v = cache.layer(1)
+    assert k.is_contiguous() and k.data_ptr() == cache.kv[1, 0].data_ptr() and v.shape == (10, 2, 4)
+    causal = AttnMeta.causal(5, 3)
+    assert causal.positions.tolist() == [5, 6, 7] and causal.prefix_len == 5 and causal.visible_len == 8
+    assert causal.tree_mask.tolist() == [[True, False, False], [True, True, False], [True, True, True]]
+    with pytest.raises(ValueError, match="tree_mask"):
+        AttnMeta.tree(4, 3, torch.tensor([4, 5]), torch.tensor([4, 5]), torch.ones(2, 2, dtype=torch.bool))
+    with pytest.raises(ValueError, match="kernels.backend"):
+        make_attention_backend("flash")
+    assert isinstance(make_attention_backend("reference"), ReferenceAttention)
+
+
+def test_random_init_is_seeded_and_bf16_runs():
+    """Same seed -> same weights, other seed -> other weights; a bf16 model produces finite fp32 logits."""
+    shape = MODEL_PRESETS["tiny-llama"]
+    a, b, c = build_model(shape, seed=1), build_model(shape, seed=1), build_model(shape, seed=2)
+    assert torch.equal(a.layers[1].mlp.w2.weight, b.layers[1].mlp.w2.weight)
+    assert not torch.equal(a.layers[1].mlp.w2.weight, c.layers[1].mlp.w2.weight)
+    std = a.layers[0].attn.wqkv.weight.std().item()
+    assert abs(std - shape.hidden_size**-0.5) < 0.01  # documented scale: 1/sqrt(fan_in)
+    half = build_model(shape, "bfloat16", seed=1)
+    logits = prefill_and_steps(half, torch.arange(12), n_prefill=8)
+    assert logits.dtype == torch.float32 and torch.isfinite(logits).all()

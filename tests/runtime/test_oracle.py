@@ -1,0 +1,71 @@
+"""Acceptance oracle: drawn outcomes follow the positional model; replay; bonus resolution; sync by seed."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+import torch
+
+from conf.schema import AcceptanceConfig
+from runtime.oracle import NO_RANK, AcceptanceOracle, load_positional, resolve_bonus
+
+CHAIN = [-1, 0, 1, 2, 3]  # root + 4 drafted tokens in a chain
+
+
+def _oracle(seed: int = 0, **kw) -> AcceptanceOracle:
+    return AcceptanceOracle(AcceptanceConfig(**kw), torch.Generator().manual_seed(seed))
+
+
+def test_positional_chain_statistics():
+    """Row [0.6, 0.2]: accept j < 4 tokens w.p. 0.6^j 0.4, all 4 w.p. 0.6^4. After a rejection the next
+    token is the rank-1 child w.p. 0.2 / 0.4 = 1/2. n = 20000: each frequency's standard error is
+    <= 0.0035; the tolerance 0.015 is > 4 sigma."""
+    oracle, n = _oracle(positional=[[0.6, 0.2]]), 20000
+    outcomes = [oracle.walk(CHAIN) for _ in range(n)]
+    lengths = Counter(len(o.path) - 1 for o in outcomes)
+    expected = {j: 0.6**j * 0.4 for j in range(4)} | {4: 0.6**4}
+    for j, p in expected.items():
+        assert abs(lengths[j] / n - p) < 0.015, j
+    stopped = [o.bonus_rank for o in outcomes if len(o.path) < 5]
+    assert abs(stopped.count(1) / len(stopped) - 0.5) < 0.015
+    assert set(stopped) == {1, NO_RANK}
+    assert all(o.path == tuple(range(len(o.path))) for o in outcomes)
+
+
+def test_ranks_pick_siblings_and_depth_rows():
+    """Wide root with two children: rank 1 goes to the second child. Depth rows: [0.5, 0.5] at the root,
+    [0.0] below, so no second token is ever accepted."""
+    oracle = _oracle(positional=[[0.5, 0.5], [0.0]])
+    seen = Counter(oracle.walk([-1, 0, 0, 1]).path for _ in range(2000))
+    assert set(seen) == {(0, 1), (0, 2)}  # node 3 (under 1) is never accepted: depth-1 row is 0
+    assert abs(seen[(0, 2)] / 2000 - 0.5) < 0.05
+
+
+def test_equal_seeds_give_equal_outcomes():
+    a, b = _oracle(7), _oracle(7)
+    assert [a.walk(CHAIN) for _ in range(50)] == [b.walk(CHAIN) for _ in range(50)]
+
+
+def test_scale_renormalises_rows_above_one(tmp_path):
+    assert load_positional(AcceptanceConfig(positional=[[0.6, 0.3]], scale=2.0))[0] == pytest.approx([2 / 3, 1 / 3])
+    assert load_positional(AcceptanceConfig(positional=[[0.2, 0.1]], scale=0.5))[0] == pytest.approx([0.1, 0.05])
+    f = tmp_path / "acc.json"
+    f.write_text(json.dumps({"positional": [[0.7], [0.4]]}))
+    assert load_positional(AcceptanceConfig(file=str(f))) == [[0.7], [0.4]]
+
+
+def test_replay_of_a_recorded_run(tmp_path):
+    f = tmp_path / "iterations.csv"
+    f.write_text("request,iteration,accepted,emitted,hit\n0,0,2,3,1\n0,1,0,1,0\n0,2,7,8,true\n")
+    oracle = _oracle(kind="replay", file=str(f))
+    got = [oracle.walk(CHAIN) for _ in range(4)]
+    assert [o.path for o in got] == [(0, 1, 2), (0,), (0, 1, 2, 3, 4), (0, 1, 2)]  # 7 capped at the depth
+    assert [o.bonus_rank for o in got] == [0, NO_RANK, 0, 0]
+
+
+def test_resolve_bonus():
+    assert resolve_bonus([11, 12, 13], 1, fallback=99) == 12  # the draft holds the drawn rank: a hit
+    assert resolve_bonus([11, 12], 5, fallback=99) == 99  # rank beyond the draft's children: a miss
+    assert resolve_bonus([0, 1, 99], NO_RANK, fallback=99) == 2  # fallback is a child: first free id

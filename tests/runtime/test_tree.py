@@ -1,0 +1,228 @@
+"""Draft tree: hand-derivable growth, selection, masks and re-rooting, plus property tests."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runtime.tree import DraftTree, ancestor_mask, proposal_inputs
+
+PREFIX = 5
+
+
+def _logprobs(*rows: list[float]) -> torch.Tensor:
+    return torch.tensor(rows).log()
+
+
+def _seven_node_tree() -> DraftTree:
+    """Root r=9 over vocab 4, w=2, topk=2, two expansions. Node (token, path probability):
+
+        0:r(1) -> 1:tok0(.6) -> 3:tok2(.42), 4:tok1(.09)
+               -> 2:tok1(.3) -> 5:tok0(.15), 6:tok3(.12)
+    Slots: root 0, node 1 slot 1, node 2 slot 2.
+    """
+    tree = DraftTree(9)
+    nodes, _ = tree.plan_expansion(2, PREFIX, 6)
+    tree.grow(nodes, _logprobs([0.6, 0.3, 0.05, 0.05], [0.25] * 4), topk=2)
+    nodes, _ = tree.plan_expansion(2, PREFIX, 6)
+    tree.grow(nodes, _logprobs([0.05, 0.15, 0.7, 0.1], [0.5, 0.05, 0.05, 0.4]), topk=2)
+    return tree
+
+
+def test_first_expansion_is_the_root_with_one_padding_row():
+    tree = DraftTree(9)
+    nodes, inp = tree.plan_expansion(2, PREFIX, 4)
+    assert nodes == [0] and inp.num_real == 1
+    assert inp.token_ids.tolist() == [9, 0]
+    assert inp.positions.tolist() == [5, 5]
+    assert inp.tree_slots.tolist() == [0, 1]  # padding writes the next free slot
+    assert inp.tree_mask.int().tolist() == [[1, 0, 0, 0], [0, 1, 0, 0]]
+
+
+def test_growth_weights_and_structure():
+    tree = _seven_node_tree()
+    assert [n.token for n in tree.nodes] == [9, 0, 1, 2, 1, 0, 3]
+    assert [n.parent for n in tree.nodes] == [-1, 0, 0, 1, 1, 2, 2]
+    assert [n.depth for n in tree.nodes] == [0, 1, 1, 2, 2, 2, 2]
+    expected = [1.0, 0.6, 0.3, 0.42, 0.09, 0.15, 0.12]
+    assert [math.exp(n.weight) for n in tree.nodes] == pytest.approx(expected, rel=1e-5)
+    assert [n.slot for n in tree.nodes] == [0, 1, 2, -1, -1, -1, -1]
+    assert tree.stats.expansions == 2 and tree.stats.expanded_nodes == 3
+
+
+def test_selection_is_top_bs_best_first():
+    tree = _seven_node_tree()
+    assert tree.select(4) == [0, 1, 3, 2]
+    assert tree.select(5) == [0, 1, 3, 2, 5]
+    assert tree.select(100) == [0, 1, 3, 2, 5, 6, 4]
+    assert tree.frontier(2) == [3, 5]
+
+
+def test_proposal_tensors_literal():
+    tree = _seven_node_tree()
+    tokens, parents = tree.proposal(tree.select(4))
+    assert tokens == [9, 0, 2, 1] and parents == [-1, 0, 1, 0]
+    inp = proposal_inputs(tokens, parents, PREFIX, rows=5)
+    assert inp.token_ids.tolist() == [9, 0, 2, 1, 0]
+    assert inp.positions.tolist() == [5, 6, 7, 6, 5]
+    assert inp.parents.tolist() == [-1, 0, 1, 0, -1]
+    assert inp.tree_mask.int().tolist() == [
+        [1, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0],
+        [1, 1, 1, 0, 0],
+        [1, 0, 0, 1, 0],
+        [0, 0, 0, 0, 1],  # padding sees itself only
+    ]
+
+
+def test_second_level_expansion_mask_is_non_square():
+    tree = _seven_node_tree()
+    nodes, inp = tree.plan_expansion(2, PREFIX, 6)
+    assert nodes == [3, 5]
+    assert inp.tree_slots.tolist() == [3, 4]
+    assert inp.positions.tolist() == [7, 7]
+    assert inp.tree_mask.int().tolist() == [[1, 1, 0, 1, 0, 0], [1, 0, 1, 0, 1, 0]]
+
+
+def _grown_once_more() -> DraftTree:
+    tree = _seven_node_tree()
+    nodes, _ = tree.plan_expansion(2, PREFIX, 6)  # nodes 3 (slot 3) and 5 (slot 4)
+    tree.grow(nodes, _logprobs([0.9, 0.05, 0.03, 0.02], [0.15, 0.5, 0.1, 0.25]), topk=2)
+    return tree  # + 7:tok0 and 8:tok1 under 3; 9:tok1 and 10:tok3 under 5
+
+
+def test_reroot_hit_keeps_subtree_and_compacts_slots():
+    tree = _grown_once_more()
+    rr = tree.reroot([0, 2], bonus=0)  # node 5 (token 0 under node 2) is the landing node
+    assert rr.hit and tree.stats.hits == 1
+    assert rr.keep_slots == (0, 2, 4) and rr.num_promoted == 2 and rr.pending == ()
+    new = rr.tree
+    assert [n.token for n in new.nodes] == [0, 1, 3]
+    assert [n.parent for n in new.nodes] == [-1, 0, 0]
+    assert [n.depth for n in new.nodes] == [0, 1, 1]
+    assert [n.slot for n in new.nodes] == [0, -1, -1] and new.num_slots == 1
+    assert [math.exp(n.weight) for n in new.nodes] == pytest.approx([1.0, 0.5, 0.25], rel=1e-5)
+    assert new.frontier(5) == [1, 2]
+    assert new.stats is tree.stats
+
+
+def test_reroot_hit_on_unexpanded_leaf():
+    tree = _grown_once_more()
+    rr = tree.reroot([0, 1, 3], bonus=0)  # node 7
+    assert rr.hit and rr.keep_slots == (0, 1, 3) and rr.num_promoted == 3
+    assert len(rr.tree) == 1 and rr.tree.num_slots == 0
+
+
+def test_reroot_miss_with_pending_leaf():
+    tree = _grown_once_more()
+    rr = tree.reroot([0, 1, 4], bonus=3)  # node 4 was never expanded: its token is pending
+    assert not rr.hit and tree.stats.misses == 1
+    assert rr.keep_slots == (0, 1) and rr.num_promoted == 2 and rr.pending == (1,)
+    assert rr.tree.root_token == 3 and len(rr.tree) == 1
+
+
+def test_reroot_rejects_a_path_that_is_not_in_the_tree():
+    with pytest.raises(ValueError, match="root-down path"):
+        _grown_once_more().reroot([0, 3], bonus=1)
+
+
+def test_ancestor_mask_literal():
+    assert ancestor_mask([-1, 0, 0, 1], 4).int().tolist() == [
+        [1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]]
+
+
+# ---- properties -------------------------------------------------------------------------------------------
+
+def _random_tree(seed: int, steps: int, w: int, topk: int, vocab: int = 6, max_len: int = 64) -> DraftTree:
+    gen = torch.Generator().manual_seed(seed)
+    tree = DraftTree(0)
+    for _ in range(steps):
+        if not tree.can_expand(w, max_len):
+            break
+        nodes, _ = tree.plan_expansion(w, PREFIX, max_len)
+        logits = torch.randn(w, vocab, generator=gen) * 2
+        tree.grow(nodes, torch.log_softmax(logits, -1), topk)
+    return tree
+
+
+def _ancestors_or_self(tree: DraftTree, i: int) -> set[int]:
+    return set(tree.path_to(i))
+
+
+tree_params = dict(seed=st.integers(0, 10_000), steps=st.integers(0, 6), w=st.integers(1, 4),
+                   topk=st.integers(1, 3))
+
+
+@settings(max_examples=60, deadline=None)
+@given(**tree_params, bs=st.integers(1, 20))
+def test_selection_is_ancestor_closed_top_bs(seed, steps, w, topk, bs):
+    tree = _random_tree(seed, steps, w, topk)
+    sel = tree.select(bs)
+    assert len(sel) == min(bs, len(tree)) and len(set(sel)) == len(sel) and sel[0] == 0
+    pos = {n: k for k, n in enumerate(sel)}
+    for n in sel[1:]:
+        assert tree.nodes[n].parent in pos and pos[tree.nodes[n].parent] < pos[n]
+    rest = [tree.nodes[i].weight for i in range(len(tree)) if i not in pos]
+    if rest:
+        assert min(tree.nodes[i].weight for i in sel) >= max(rest)
+
+
+@settings(max_examples=60, deadline=None)
+@given(**tree_params, bs=st.integers(1, 12))
+def test_every_row_attends_exactly_to_its_ancestors_and_itself(seed, steps, w, topk, bs):
+    tree = _random_tree(seed, steps, w, topk)
+    sel = tree.select(bs)
+    tokens, parents = tree.proposal(sel)
+    inp = proposal_inputs(tokens, parents, PREFIX, rows=bs)
+    for k, node in enumerate(sel):
+        expected = {sel.index(a) for a in _ancestors_or_self(tree, node)}
+        assert set(torch.nonzero(inp.tree_mask[k]).flatten().tolist()) == expected
+        assert inp.positions[k] == PREFIX + tree.nodes[node].depth
+    if tree.can_expand(w, 64):
+        nodes, step = tree.plan_expansion(w, PREFIX, 64)
+        for r, node in enumerate(nodes):
+            slots = {tree.nodes[a].slot for a in _ancestors_or_self(tree, node)}
+            assert set(torch.nonzero(step.tree_mask[r]).flatten().tolist()) == slots
+            assert step.positions[r] == PREFIX + tree.nodes[node].depth
+
+
+def _token_paths(tree: DraftTree, top: int) -> dict[tuple[int, ...], int]:
+    """Token path below `top` (exclusive) -> node id, for every node in top's subtree."""
+    out = {}
+    for i in range(len(tree)):
+        path = tree.path_to(i)
+        if top in path:
+            out[tuple(tree.nodes[j].token for j in path[path.index(top) + 1:])] = i
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(**tree_params, pick=st.integers(0, 10_000), bonus=st.integers(0, 5))
+def test_reroot_keeps_exactly_the_landing_subtree(seed, steps, w, topk, pick, bonus):
+    tree = _random_tree(seed, steps, w, topk)
+    last = pick % len(tree)
+    path = tree.path_to(last)
+    old_paths = None
+    landing = next((c for c in tree.nodes[last].children if tree.nodes[c].token == bonus), None)
+    if landing is not None:
+        old_paths = _token_paths(tree, landing)
+    rr = tree.reroot(path, bonus)
+    assert rr.hit == (landing is not None)
+    new_paths = _token_paths(rr.tree, 0)
+    if landing is None:
+        assert list(new_paths) == [()] and rr.tree.root_token == bonus
+        return
+    assert set(new_paths) == set(old_paths)
+    for tp, new_id in new_paths.items():
+        old, new = tree.nodes[old_paths[tp]], rr.tree.nodes[new_id]
+        assert new.depth == old.depth - tree.nodes[landing].depth
+        assert new.expanded == old.expanded
+        if new.expanded:  # new slot k holds what old slot keep_slots[num_promoted + k] held
+            assert rr.keep_slots[rr.num_promoted + new.slot] == old.slot
+    assert sorted(n.slot for n in rr.tree.nodes if n.expanded) == list(range(rr.tree.num_slots))
+    promoted = [tree.nodes[i].slot for i in path if tree.nodes[i].expanded]
+    assert list(rr.keep_slots[: rr.num_promoted]) == promoted
