@@ -161,7 +161,9 @@ class SpecConfig(_Frozen):
     w: int = 8
     """Draft width: leaves expanded per draft forward."""
     d: str = "auto"
-    """Expansions per round in async_tree: a positive integer, or auto (from measured verify/expand times)."""
+    """Expansions per round: async_tree = draft forwards overlapping one verify (auto: r or r+1 with
+    r = floor(t_verify / t_expand), measured after warm-up); serial_tree = expansions after the refill
+    (auto: ceil((bs - 1) / w)). A positive integer, or auto."""
     topk: int = 8
     """Children added per expanded node."""
     gamma: int = 4
@@ -228,6 +230,8 @@ class WorkloadConfig(_Frozen):
     """Prefix capacity of the KV cache (prompt + generated); the tree region comes on top."""
     seed: int = 0
     """Seed of random prompts, sampling and the acceptance oracle."""
+    eos_token_id: int | None = None
+    """End-of-sequence token; None = the tokenizer's (real checkpoints) or none (random weights)."""
 
     def validate(self) -> None:
         """Check counts and that prompt + generation fits in the cache."""

@@ -404,6 +404,46 @@ def write_report(report: dict[str, Any], out: str | Path) -> Path:
     return path
 
 
+CARD_BEGIN, CARD_END = "<!-- acceptance:begin -->", "<!-- acceptance:end -->"
+
+
+def card_section(report: dict[str, Any], path: str) -> str:
+    """Markdown of the measured acceptance for the model card."""
+    m = report["meta"]
+    sizes, gammas = list(report["tree"]), list(report["chain"])
+    lines = [
+        f"Measured by `python -m runtime.acceptance_report` ({m['date'][:10]}, {m['device']}, git {m['git_sha']}; "
+        f"JSON: `{path}`): tokens per target verify incl. the bonus token, target = greedy SmolLM2-135M-Instruct "
+        f"(fp32), draft fp32, every position of the target's {m['max_new_tokens']}-token greedy continuation "
+        f"of each held-out prompt as a root (code: snippets of held-out stdlib files; instruction: "
+        f"data/prompts_eval.jsonl in the chat template). Tree = best-first tree of bs nodes (root included) by "
+        f"cumulative draft log-prob, top-{m['ranks']} children per node.",
+        "",
+        "| domain | prompts | roots | draft top-1 | " + " | ".join(f"tree bs={bs}" for bs in sizes) + " | "
+        + " | ".join(f"chain g={g}" for g in gammas if g in ("1", "2", "4", "8")) + " |",
+        "|---" * (4 + len(sizes) + sum(g in ("1", "2", "4", "8") for g in gammas)) + "|",
+    ]
+    for d, v in report["by_domain"].items():
+        lines.append(f"| {d} | {v['prompts']} | {v['roots']} | {v['top1']:.3f} | "
+                     + " | ".join(f"{v['tree'][bs]:.3f}" for bs in sizes) + " | "
+                     + " | ".join(f"{v['chain'][g]:.3f}" for g in gammas if g in ("1", "2", "4", "8")) + " |")
+    return "\n".join(lines)
+
+
+def update_model_card(draft: str, report: dict[str, Any], out: str) -> Path | None:
+    """Replace the acceptance section of `<draft>/MODEL_CARD.md` (between its markers), if there is one."""
+    card = resolve(draft) / "MODEL_CARD.md"
+    if draft.startswith("random:") or not card.exists():
+        return None
+    text = card.read_text()
+    if CARD_BEGIN not in text or CARD_END not in text:
+        return None
+    head, rest = text.split(CARD_BEGIN, 1)
+    _, tail = rest.split(CARD_END, 1)
+    card.write_text(head + CARD_BEGIN + "\n" + card_section(report, out) + "\n" + CARD_END + tail)
+    return card
+
+
 def print_table(report: dict[str, Any]) -> None:
     """Human-readable summary: tokens per verify per domain."""
     sizes = list(report["tree"])
@@ -427,6 +467,8 @@ def _main() -> None:
         cfg = build_train_config(raw, AcceptanceReportConfig)
         report = run_report(cfg)
         path = write_report(report, cfg.out)
+        if cfg.update_card:
+            update_model_card(cfg.draft, report, cfg.out)
         print_table(report)
         print(json.dumps({"out": str(path), "tree": report["tree"], "chain": report["chain"],
                           "by_domain_tree": {d: v["tree"] for d, v in report["by_domain"].items()}}))

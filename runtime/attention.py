@@ -115,6 +115,8 @@ class ReferenceAttention(AttentionBackend):
         t, hq, d = q.shape
         n = meta.visible_len
         hkv = k_cache.shape[1]
+        if n > k_cache.shape[0]:
+            raise ValueError(f"attention: visible region {n} exceeds the cache capacity {k_cache.shape[0]}")
         k = k_cache[:n].float()  # [n, Hkv, D]
         v = v_cache[:n].float()
         qg = q.float().view(t, hkv, hq // hkv, d)  # [T, Hkv, group, D]: query h uses kv head h // group

@@ -12,20 +12,23 @@ GGUF specifics: tensors are dequantised with `gguf.quants.dequantize` (any quant
 and llama.cpp's converter permutes the q/k rows of Llama checkpoints inside every head (interleaved RoPE pairs
 instead of HF's rotate-half halves); `_gguf_unpermute` maps each HF row to its GGUF row so logits match HF.
 
-Errors are `CheckpointError` (a ValueError) naming the file and the field or tensor. Not supported: other
-architectures (Mistral, Gemma, ...), GGUF rope-scaling tensors (Llama 3.1 GGUFs: use the safetensors folder).
+Llama 3.1+ GGUFs carry their RoPE scaling as `rope_freqs.weight` (a divisor per frequency); it is checked
+against the preset's scaling, which the model computes. Errors are `CheckpointError` (a ValueError) naming
+the file and the field or tensor. Not supported: other architectures (Mistral, Gemma, ...).
 """
 
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from conf.presets import ModelShape
+from runtime.model import rope_inv_freq
 
 HF_ARCHS = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2"}
 GGUF_ARCHS = ("llama", "qwen2")
@@ -235,7 +238,9 @@ class SafetensorsCheckpoint(Checkpoint):
             "head_dim": cfg.get("head_dim") or cfg["hidden_size"] // heads,
             "rope_theta": cfg.get("rope_theta", rope.get("rope_theta", 10000.0)),
             "tie_word_embeddings": bool(cfg.get("tie_word_embeddings", False)),
-            "rope_scaling.factor": scaling.get("factor") if scaling else None,
+            "rope_scaling": None if not scaling else (
+                float(scaling["factor"]), float(scaling.get("low_freq_factor", 1.0)),
+                float(scaling.get("high_freq_factor", 4.0)), int(scaling.get("original_max_position_embeddings", 0))),
             "rms_norm_eps": cfg.get("rms_norm_eps", 1e-6),
         }
         _compare(found, shape, f)
@@ -243,12 +248,14 @@ class SafetensorsCheckpoint(Checkpoint):
 
 def _compare(found: dict, shape: ModelShape, where: Path) -> None:
     """Raise CheckpointError listing every field of `found` that differs from the preset."""
+    rs = shape.rope_scaling
     wanted = {
         "architectures": shape.arch, "vocab_size": shape.vocab_size, "hidden_size": shape.hidden_size,
         "intermediate_size": shape.intermediate_size, "num_hidden_layers": shape.num_layers,
         "num_attention_heads": shape.num_heads, "num_key_value_heads": shape.num_kv_heads,
         "head_dim": shape.head_dim, "rope_theta": shape.rope_theta, "tie_word_embeddings": shape.tie_embeddings,
-        "rope_scaling.factor": shape.rope_scaling.factor if shape.rope_scaling else None,
+        "rope_scaling": None if rs is None else (rs.factor, rs.low_freq_factor, rs.high_freq_factor,
+                                                 rs.original_max_position),
         "rms_norm_eps": shape.rms_eps,
     }
     bad = []
@@ -341,10 +348,24 @@ class GGUFCheckpoint(Checkpoint):
             "tie_word_embeddings": "output.weight" not in self._tensors,
             "rms_norm_eps": self.field(f"{a}.attention.layer_norm_rms_epsilon"),
         }
-        if "rope_freqs.weight" in self._tensors:
-            raise CheckpointError(f"checkpoint {self.path}: tensor 'rope_freqs.weight' (Llama 3.1 rope scaling) "
-                                  "is not supported in GGUF; use the safetensors folder")
         _compare(found, shape, self.path)
+        self._check_rope_freqs(shape)
+
+    def _check_rope_freqs(self, shape: ModelShape) -> None:
+        """Llama 3.1+ GGUFs store RoPE scaling as per-frequency divisors (`rope_freqs.weight`); they must
+        equal the preset's scaling, which the model computes itself."""
+        has = "rope_freqs.weight" in self._tensors
+        if not has and shape.rope_scaling is None:
+            return
+        if not has:
+            raise CheckpointError(f"checkpoint {self.path}: no tensor 'rope_freqs.weight', but preset "
+                                  f"{shape.name!r} has rope_scaling {shape.rope_scaling}")
+        half = shape.head_dim // 2
+        divisors = self.read("rope_freqs.weight", 0, torch.arange(half))
+        base = rope_inv_freq(replace(shape, rope_scaling=None))
+        if not torch.allclose(base / divisors, rope_inv_freq(shape), rtol=1e-5, atol=0.0):
+            raise CheckpointError(f"checkpoint {self.path}: tensor 'rope_freqs.weight' does not match preset "
+                                  f"{shape.name!r} rope_scaling {shape.rope_scaling}")
 
 
 def open_checkpoint(path: str | Path) -> Checkpoint:

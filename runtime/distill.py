@@ -458,7 +458,7 @@ def distill_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, kl_
     ce = F.nll_loss(s_logp, t_top)
     loss = kl_weight * kl + ce_weight * ce
     agree = (s.argmax(-1) == t_top).float().mean()
-    return loss, {"kl": float(kl), "ce": float(ce), "agree": float(agree)}
+    return loss, {"kl": float(kl.detach()), "ce": float(ce.detach()), "agree": float(agree)}
 
 
 def lr_at(step: int, progress: float, lr: float, warmup_steps: int, min_lr_ratio: float) -> float:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import logging
-import multiprocessing as mp
 import os
 import pickle
 import queue as queue_mod
@@ -44,6 +43,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+import torch.multiprocessing as mp
 
 from conf.schema import ExperimentConfig
 from runtime.parallel import ParallelContext, check_world_size, close_parallel, init_parallel, resolve_device, role_of

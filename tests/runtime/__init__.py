@@ -97,6 +97,30 @@ def _permute_for_gguf(w, n_head: int):
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def _llama3_rope_divisors(shape: ModelShape):
+    """float32 [head_dim / 2] `rope_freqs` of a Llama 3.1 GGUF, computed as llama.cpp's convert_hf_to_gguf."""
+    import math
+
+    import numpy as np
+
+    rs, d = shape.rope_scaling, shape.head_dim
+    freqs = 1.0 / (shape.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+    low_wavelen, high_wavelen = rs.original_max_position / rs.low_freq_factor, rs.original_max_position / \
+        rs.high_freq_factor
+    divisors = []
+    for freq in freqs.tolist():
+        wavelen = 2 * math.pi / freq
+        if wavelen < high_wavelen:
+            divisors.append(1.0)
+        elif wavelen > low_wavelen:
+            divisors.append(rs.factor)
+        else:
+            smooth = (rs.original_max_position / wavelen - rs.low_freq_factor) / (rs.high_freq_factor -
+                                                                                 rs.low_freq_factor)
+            divisors.append(1 / ((1 - smooth) / rs.factor + smooth))
+    return np.array(divisors, dtype=np.float32)
+
+
 def write_gguf(hf_model, shape: ModelShape, path: Path, quantize: bool = False, tokenizer=None) -> None:
     """Write `hf_model` as a GGUF file the way llama.cpp's converter does (q/k permuted for llama).
 
@@ -133,6 +157,8 @@ def write_gguf(hf_model, shape: ModelShape, path: Path, quantize: bool = False, 
         w.add_token_types([3 if t in specials else 1 for t, _ in vocab])
         w.add_token_merges(merges)
         w.add_eos_token_id(0)
+    if shape.rope_scaling is not None:  # llama.cpp's converter: a RoPE divisor per frequency
+        w.add_tensor("rope_freqs.weight", _llama3_rope_divisors(shape))
     names = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
     parts = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm", "self_attn.q_proj": "attn_q",
              "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",

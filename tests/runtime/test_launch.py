@@ -1,11 +1,13 @@
 """Launcher paths (runtime/launch.py): torchrun, a deepspeed-style environment, and the in-process single rank.
 
 This module doubles as the tiny script the launcher tests start: `python -m tests.runtime.test_launch ok|fail`
-runs `launch()` on a 1 + 1 split; rank 0 prints `RESULT {json}`.
+runs `launch()` on a 1 + 1 split; rank 0 prints `RESULT {json}`. By hand:
+`torchrun --nproc_per_node 2 -m tests.runtime.test_launch ok`.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import socket
@@ -49,7 +51,8 @@ def _raise_in_process(ctx, cfg):
     raise KeyError("no such request")
 
 
-def _run_script(mode: str) -> None:
+def _run_script(args: list[str]) -> None:
+    (mode,) = [a for a in args if not a.startswith("--local_rank")]  # deepspeed adds --local_rank=N
     fn = _report if mode == "ok" else _fail_on_draft
     result = launch(fn, make_cfg(1, 1, timeout_s=60.0))
     if result is not None:
@@ -82,7 +85,6 @@ def _result_line(stdout: str) -> dict:
     return json.loads(lines[0][len("RESULT "):])
 
 
-@pytest.mark.slow
 def test_torchrun_runs_both_ranks_and_returns_rank0_result():
     proc, _ = _torchrun("ok")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -103,14 +105,14 @@ def test_torchrun_failing_rank_exits_nonzero_promptly():
 
 
 def test_deepspeed_style_environment():
-    """What the `deepspeed` launcher does: one process per rank, RANK/LOCAL_RANK/LOCAL_SIZE/... in the
-    environment and a `--local_rank=N` argument (ignored by the script)."""
+    """What the `deepspeed` launcher sets up, without its import cost: one process per rank with RANK,
+    LOCAL_RANK, LOCAL_SIZE, CROSS_RANK, MASTER_ADDR/PORT and a leading `--local_rank=N` argument."""
     port = str(_free_port())
     procs = []
     for rank in range(2):
         env = _env(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_SIZE="2", CROSS_RANK="0",
                    CROSS_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-        cmd = [sys.executable, "-m", "tests.runtime.test_launch", "ok", f"--local_rank={rank}"]
+        cmd = [sys.executable, "-m", "tests.runtime.test_launch", f"--local_rank={rank}", "ok"]
         procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True))
     outs = [p.communicate(timeout=120) for p in procs]
@@ -118,6 +120,20 @@ def test_deepspeed_style_environment():
     res = _result_line(outs[0][0])
     assert res["launcher"] == "deepspeed" and res["world_size"] == 2 and res["got"] == [7, 1]
     assert "RESULT" not in outs[1][0]  # only rank 0 returns a result
+
+
+@pytest.mark.slow
+def test_deepspeed_launcher():
+    """The per-node launcher the `deepspeed` command runs: RANK/LOCAL_RANK/LOCAL_SIZE/CROSS_RANK/... in the
+    environment and a `--local_rank=N` argument in front of the script's own (the script drops it)."""
+    world_info = base64.urlsafe_b64encode(json.dumps({"localhost": [0, 1]}).encode()).decode()
+    cmd = [sys.executable, "-m", "deepspeed.launcher.launch", f"--world_info={world_info}", "--node_rank=0",
+           "--master_addr=127.0.0.1", f"--master_port={_free_port()}", "--module", "tests.runtime.test_launch", "ok"]
+    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    res = _result_line(proc.stdout)  # only rank 0 prints a result
+    assert res["launcher"] == "deepspeed" and res["world_size"] == 2 and res["got"] == [7, 1]
+    assert res["local_size"] == "2"
 
 
 def test_single_rank_failure_names_the_rank():
@@ -131,4 +147,4 @@ def test_spawn_needs_a_module_level_function():
 
 
 if __name__ == "__main__":
-    _run_script(sys.argv[1])
+    _run_script(sys.argv[1:])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from conf.presets import MODEL_PRESETS
+from conf.presets import MODEL_PRESETS, RopeScaling
 from runtime.checkpoint import CheckpointError
 from runtime.loader import build_model
 from runtime.tokenizer import ByteTokenizer, check_same_vocab, load_tokenizer
@@ -34,14 +35,15 @@ def test_sharded_safetensors_folder(tmp_path):
 
 
 @pytest.mark.parametrize("preset,quantize", [("tiny-llama", False), ("tiny-llama", True),
-                                             ("tiny-llama-draft", True), ("tiny-qwen2", True)],
-                         ids=["llama-f32", "llama-q8_0", "tied-q8_0", "qwen2-q8_0"])
+                                             ("tiny-llama-draft", True), ("tiny-qwen2", True),
+                                             ("tiny-llama31", True)],
+                         ids=["llama-f32", "llama-q8_0", "tied-q8_0", "qwen2-q8_0", "llama31-rope-freqs"])
 def test_gguf_file(preset, quantize, tmp_path):
     """GGUF written like llama.cpp's converter (llama q/k rows permuted; Q8_0 matrices) gives HF's logits."""
     shape = MODEL_PRESETS[preset]
     hf = make_hf_model(shape, seed=6)
     write_gguf(hf, shape, tmp_path / "m.gguf", quantize=quantize)  # hf now holds the dequantised weights
-    assert _logit_error(build_model(shape, checkpoint=tmp_path / "m.gguf"), hf) <= TOL
+    assert _logit_error(build_model(shape, checkpoint=tmp_path / "m.gguf"), hf, n=80) <= TOL
 
 
 def _train_tokenizer(vocab_size: int = 300):
@@ -151,6 +153,11 @@ def test_unsupported_architecture_and_preset_mismatch(tmp_path, hf_dir):
     with pytest.raises(CheckpointError, match=r"config\.json: architectures = \['MistralForCausalLM'\].*not "
                                               r"supported"):
         build_model(MODEL_PRESETS["tiny-llama"], checkpoint=hf_dir)
+    llama31 = MODEL_PRESETS["tiny-llama31"]
+    write_gguf(make_hf_model(llama31), llama31, tmp_path / "l31.gguf")
+    other_scaling = dataclasses.replace(llama31, rope_scaling=RopeScaling(factor=4.0, original_max_position=64))
+    with pytest.raises(CheckpointError, match=r"l31\.gguf: tensor 'rope_freqs.weight' does not match"):
+        build_model(other_scaling, checkpoint=tmp_path / "l31.gguf")
     import gguf
 
     writer = gguf.GGUFWriter(str(tmp_path / "g.gguf"), "gemma")
@@ -193,10 +200,11 @@ def test_smollm2_gguf_greedy_matches_transformers():
     hf = _transformers_gguf_model(path)
     hf.generation_config.eos_token_id = None  # compare all 32 tokens, do not stop at <|im_end|>
     prompts = ["The capital of France is", "def fibonacci(n):", "Once upon a time, there was a",
-               "<|im_start|>user\nWhat is the tallest mountain?<|im_end|>\n<|im_start|>assistant\n"]
+               "In 2024, 17 + 25 =", "<|im_start|>user\nWhat is the tallest mountain?<|im_end|>\n"
+               "<|im_start|>assistant\n"]
     for prompt in prompts:
         ids = hf_tok(prompt).input_ids
-        assert ours_tok.encode(prompt) == ids, prompt  # digit-free prompts: both tokenizers agree
+        assert ours_tok.encode(prompt) == ids, prompt
         prompt_ids = torch.tensor([ids])
         with torch.no_grad():  # explicit mask: the pad id (2, <|im_end|>) occurs in chat prompts
             ref = hf.generate(prompt_ids, attention_mask=torch.ones_like(prompt_ids), max_new_tokens=32,

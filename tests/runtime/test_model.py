@@ -47,14 +47,14 @@ def test_rope_frequencies_equal_transformers(preset):
 
 
 def _tree():
-    """A 6-node tree: 0 -> (1, 2), 1 -> (3, 4), 4 -> 5; parent of every node and its ancestor mask."""
+    """Ancestor mask [6, 6] of a 6-node tree: 0 -> (1, 2), 1 -> (3, 4), 4 -> 5 (parents listed below)."""
     parents = [-1, 0, 0, 1, 1, 4]
     mask = torch.zeros(6, 6, dtype=torch.bool)
     for i, p in enumerate(parents):
         mask[i, i] = True
         while p >= 0:
             mask[i, p], p = True, parents[p]
-    return parents, mask
+    return mask
 
 
 def test_tree_step_equals_chains():
@@ -63,7 +63,7 @@ def test_tree_step_equals_chains():
     model, attn = build_model(shape, seed=3), ReferenceAttention()
     prefix = torch.randint(0, 256, (7,), generator=torch.Generator().manual_seed(2))
     nodes = torch.tensor([11, 22, 33, 44, 55, 66])
-    parents, mask = _tree()
+    mask = _tree()
     depth = mask.sum(1) - 1
     cache = new_cache(model, 32)
     with torch.inference_mode():
@@ -82,7 +82,7 @@ def test_draft_expansion_nonsquare_mask():
     """Expanding 2 leaves of an existing 4-slot tree region (T=2 queries over tree_len=6) equals chains."""
     shape = MODEL_PRESETS["tiny-llama"]
     model, attn = build_model(shape, seed=5), ReferenceAttention()
-    parents, full = _tree()
+    full = _tree()
     prefix, nodes = torch.tensor([5, 6, 7]), torch.tensor([11, 22, 33, 44, 55, 66])
     cache = new_cache(model, 16)
     with torch.inference_mode():
@@ -100,7 +100,7 @@ def test_keep_compacts_to_plain_decode_cache():
     """After a tree step, keeping the accepted path's slots gives the cache of plain decoding of that path."""
     shape = MODEL_PRESETS["tiny-llama"]
     model, attn = build_model(shape, seed=9), ReferenceAttention()
-    parents, mask = _tree()
+    mask = _tree()
     prefix, nodes = torch.tensor([1, 2, 3, 4]), torch.tensor([10, 20, 30, 40, 50, 60])
     layers, heads, dim = model.cache_spec()
     cache, plain = KVCache(layers, 16, heads, dim), KVCache(layers, 16, heads, dim)

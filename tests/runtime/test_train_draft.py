@@ -1,0 +1,103 @@
+"""train_draft.py end to end on CPU with a tiny random teacher (no download): the loss falls, resume is exact,
+the exported folder loads with the project's loader, and the config validates its fields."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import train_draft
+from conf.presets import model_preset
+from conf.train_schema import TrainDraftConfig, build_train_config, register_train_configs
+from runtime import distill
+from tests.conftest import CONF_DIR
+
+TINY = ["teacher=random:tiny-llama", "student_preset=tiny-llama-draft", "device=cpu", "batch_size=4",
+        "seq_len=32", "generate_samples=4", "generate_max_new_tokens=16", "generate_batch_size=4",
+        "code_prompt_tokens=16", "eval_tokens=256", "max_train_s=0", "warmup_steps=2", "lr=3e-3",
+        "log_every_s=1000", "checkpoint_every=1000"]
+
+
+def _cfg(tmp_path, name: str, *overrides: str) -> TrainDraftConfig:
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_train_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        raw = compose("train_draft", [*TINY, f"out_dir={tmp_path / name}", "export_dir=null", *overrides])
+    return build_train_config(raw, TrainDraftConfig)
+
+
+def test_loss_falls_and_the_export_loads(tmp_path):
+    cfg = _cfg(tmp_path, "run", "steps=40", f"export_dir={tmp_path / 'export'}")
+    summary = train_draft.train(cfg)
+    hist = [json.loads(json.dumps(r)) for r in
+            __import__("csv").DictReader(open(tmp_path / "run" / "loss.csv"))]
+    first = sum(float(r["loss"]) for r in hist[:5]) / 5
+    last = sum(float(r["loss"]) for r in hist[-5:]) / 5
+    assert summary["finished"] and summary["steps"] == 40 and len(hist) == 40
+    assert last < 0.7 * first, (first, last)
+    assert (tmp_path / "run" / "loss.png").stat().st_size > 0
+    assert set(summary["held_out"]) == {"code", "instruction"}
+    # Exported HF folder: bf16 safetensors that the project's loader reads against the preset.
+    from runtime.loader import build_model
+
+    model = build_model(model_preset("tiny-llama-draft"), "float32", "cpu", checkpoint=tmp_path / "export")
+    assert model.shape.vocab_size == 256
+    card = (tmp_path / "export" / "MODEL_CARD.md").read_text()
+    assert "| steps | 40 |" in card and "acceptance:begin" in card
+
+
+def test_resume_continues_exactly(tmp_path):
+    """6 steps in two invocations (stop after 3, then resume) == 6 steps in one, bit for bit on CPU."""
+    torch.use_deterministic_algorithms(True)
+    try:
+        train_draft.train(_cfg(tmp_path, "split", "steps=6", "stop_after=3"))
+        first = torch.load(tmp_path / "split" / "checkpoint.pt", weights_only=False)
+        assert first["state"]["step"] == 3
+        resumed = train_draft.train(_cfg(tmp_path, "split", "steps=6", "resume=true"))
+        whole = train_draft.train(_cfg(tmp_path, "whole", "steps=6"))
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert resumed["steps"] == whole["steps"] == 6 and resumed["tokens"] == whole["tokens"]
+    a = torch.load(tmp_path / "split" / "checkpoint.pt", weights_only=False)
+    b = torch.load(tmp_path / "whole" / "checkpoint.pt", weights_only=False)
+    for k, v in b["student"].items():
+        assert torch.equal(a["student"][k], v), k
+    assert [h["loss"] for h in a["state"]["history"]] == [h["loss"] for h in b["state"]["history"]]
+
+
+@pytest.mark.parametrize("override,match", [
+    ("student_preset=gpt5", r"student_preset: unknown model preset 'gpt5'"),
+    ("init_embedding=pca", r"init_embedding: 'pca' is not one of svd, random"),
+    ("mix_code=-1", r"mix_code: mixture weights must be >= 0"),
+    ("device=tpu", r"device: 'tpu' is not one of auto, cuda, cpu"),
+])
+def test_config_errors_name_the_field(tmp_path, override, match):
+    with pytest.raises(ValueError, match=match):
+        _cfg(tmp_path, "bad", override)
+
+
+def test_held_out_split_is_stable_and_disjoint():
+    train = {rel for rel, _ in distill.stdlib_files(False, 5, 200_000)}
+    held = {rel for rel, _ in distill.stdlib_files(True, 5, 200_000)}
+    assert train and held and not train & held
+    assert 0.02 < len(held) / (len(train) + len(held)) < 0.09
+    # The committed code prompts come from held-out files (by path: same rule on any Python version).
+    prompts = distill.read_jsonl("data/prompts_code_eval.jsonl")
+    assert len(prompts) == 40 and all(distill.is_held_out(r["file"], 5) for r in prompts)
+    train_p = {r["prompt"] for r in distill.read_jsonl("data/prompts_train.jsonl")}
+    eval_p = {r["prompt"] for r in distill.read_jsonl("data/prompts_eval.jsonl")}
+    assert len(train_p) >= 150 and len(eval_p) == 40 and not train_p & eval_p
+
+
+def test_svd_embedding_keeps_the_principal_subspace():
+    gen = torch.Generator().manual_seed(0)
+    basis = torch.linalg.qr(torch.randn(16, 4, generator=gen)).Q  # rank-4 data in 16 dims
+    emb = torch.randn(100, 4, generator=gen) @ basis.T
+    proj = distill.svd_embedding(emb, 4)
+    # Gram matrices (all pairwise logits of a tied head) are preserved exactly for rank <= dim.
+    torch.testing.assert_close(proj @ proj.T, emb @ emb.T, rtol=1e-4, atol=1e-4)
