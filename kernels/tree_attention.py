@@ -31,9 +31,14 @@ For CUDA graphs, ``prefix_len`` may be a 1-element integer device tensor: the gr
 then sized from ``cap`` and the kernel reads the length on device, so one graph serves every step.
 
 Roofline (H200, bf16, Llama-3-8B head shape Hq=32, Hkv=8, D=128): bytes = ctx * Hkv * D * 2 (K,V) * 2 B
-= 4 KiB per context token (64 MiB at 16K, 15.6 us at 4.29 TB/s); FLOPs = 4 * T * Hq * ctx * D, i.e.
-~T * 8 FLOP/B: even T=64 (512 FLOP/B) is compute-light for the tensor cores but the softmax exp work
-per key grows with T*G, so large trees shift the kernel from bandwidth- toward issue-bound.
+= 4 KiB per context token (64 MiB at 16K, 15.6 us at 4.29 TB/s); FLOPs = 4 * T * Hq * ctx * D, so the
+intensity is T * G FLOP/B (G = Hq/Hkv = 4): T=8 is 32 FLOP/B (bandwidth-bound), T=64 is 256 FLOP/B,
+past the H200's ~200 FLOP/B bf16 ridge, so big verify trees are tensor-core/issue-bound.
+Measured (H200, CUDA graph, bench/bench_kernels.py, 2026-11-29): 16K context T=8 36 us (44% of the copy
+ceiling), T=64 82 us; 1K context 15-35 us (launch + combine latency dominate). Against SDPA with a bool
+mask: 10x faster at 16K/T=8, 1.2x at 1K/T=64; against eager matmul+softmax 4-9x.
+Known cost: the combine is one program per tile reading num_splits partials in sequence (latency-
+bound, several us at 33 splits); a hierarchical or multi-program combine is the next step.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ import triton.language as tl
 LOG2E = 1.4426950408889634  # 1 / ln(2): softmax runs on exp2
 TARGET_PROGRAMS_PER_SM = 2  # split-KV aims for this many programs per SM
 MAX_SPLITS = 64
-COMBINE_UNROLL = 4  # partial tiles loaded per step by the combining program
+SMEM_BUDGET = 192 * 1024  # bytes of pipelined tiles per program (H200: 227 KiB/block, rest for layouts)
 _COUNTERS_INIT = 1024  # int32 counters per (device, stream), grown on demand
 
 _counter_cache: dict[tuple, torch.Tensor] = {}
@@ -83,8 +88,7 @@ def _tree_attention_kernel(
     n_rows, tree_len, num_splits, qk_scale,
     stride_qt, stride_qh, stride_kc, stride_kh, stride_vc, stride_vh, stride_ot, stride_oh, stride_mt,
     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-    SPLIT: tl.constexpr, SPLITS_PAD: tl.constexpr, COMBINE_UNROLL: tl.constexpr, PREFIX_IN_TENSOR: tl.constexpr,
-    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    SPLIT: tl.constexpr, PREFIX_IN_TENSOR: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -153,27 +157,21 @@ def _tree_attention_kernel(
         count = tl.atomic_add(Counter + tile, 1, sem="acq_rel", scope="gpu")
         if count == num_splits - 1:  # last split of this tile to arrive: merge all partials
             tl.debug_barrier()
-            # m and l of every split in one load, then one weight per (split, row)
-            s_idx = tl.arange(0, SPLITS_PAD)
-            s_ok = (s_idx < num_splits)[:, None]
-            ml = (tile * num_splits + s_idx[:, None]) * BLOCK_M + r[None, :]  # [SPLITS_PAD, BLOCK_M]
-            m_all = tl.load(WsM + ml, mask=s_ok, other=float("-inf"), cache_modifier=".cg")
-            l_all = tl.load(WsL + ml, mask=s_ok, other=0.0, cache_modifier=".cg")
-            m_tot = tl.max(m_all, axis=0)
-            w_all = tl.exp2(m_all - tl.where(m_tot == float("-inf"), 0.0, m_tot)[None, :])  # empty split -> 0
-            l_tot = tl.sum(w_all * l_all, axis=0)
+            m_tot = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+            l_tot = tl.zeros([BLOCK_M], dtype=tl.float32)
             o_tot = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-            # partial accumulators: COMBINE_UNROLL independent loads in flight per step (one SM does this
-            # whole tail, so it is latency-bound, not bandwidth-bound)
-            for s0 in range(0, num_splits, COMBINE_UNROLL):
-                for u in tl.static_range(COMBINE_UNROLL):
-                    s_cur = s0 + u
-                    w_s = tl.sum(tl.where(s_idx[:, None] == s_cur, w_all, 0.0), axis=0)
-                    ws = (tile * num_splits + s_cur) * BLOCK_M + r
-                    s_valid = (tl.zeros([BLOCK_M], dtype=tl.int32) + s_cur) < num_splits
-                    a_s = tl.load(WsAcc + ws[:, None] * HEAD_DIM + d[None, :], mask=s_valid[:, None], other=0.0,
-                                  cache_modifier=".cg")
-                    o_tot += a_s * w_s[:, None]
+            for s_idx in range(0, num_splits):
+                ws = (tile * num_splits + s_idx) * BLOCK_M + r
+                m_s = tl.load(WsM + ws, cache_modifier=".cg")
+                l_s = tl.load(WsL + ws, cache_modifier=".cg")
+                a_s = tl.load(WsAcc + ws[:, None] * HEAD_DIM + d[None, :], cache_modifier=".cg")
+                m_new = tl.maximum(m_tot, m_s)
+                m_pivot = tl.where(m_new == float("-inf"), 0.0, m_new)
+                w_old = tl.exp2(m_tot - m_pivot)
+                w_s = tl.exp2(m_s - m_pivot)
+                l_tot = l_tot * w_old + l_s * w_s
+                o_tot = o_tot * w_old[:, None] + a_s * w_s[:, None]
+                m_tot = m_new
             l_safe = tl.where(l_tot == 0.0, 1.0, l_tot)
             tl.store(out_ptrs, (o_tot / l_safe[:, None]).to(Out.dtype.element_ty), mask=row_ok[:, None])
             tl.atomic_xchg(Counter + tile, 0)  # ready for the next launch on this stream
@@ -199,6 +197,18 @@ def _counters(device: torch.device, needed: int) -> torch.Tensor:
         buf = torch.zeros(max(needed, _COUNTERS_INIT), dtype=torch.int32, device=device)
         _counter_cache[key] = buf
     return buf
+
+
+def _fit_shared_memory(bm: int, bn: int, d: int, elt: int, stages: int) -> tuple[int, int]:
+    """(block_n, stages) with q [bm, d] + stages x (K + V) [bn, d] tiles under SMEM_BUDGET bytes."""
+    while elt * (bm * d + stages * 2 * bn * d) > SMEM_BUDGET:
+        if stages > 2:
+            stages -= 1
+        elif bn > 16:
+            bn //= 2
+        else:
+            break
+    return bn, stages
 
 
 def _pick_num_splits(device: torch.device, base_programs: int, n_blocks: int) -> int:
@@ -229,7 +239,7 @@ def tree_attention(
         q: [T, Hq, D] queries (fp32, fp16 or bf16); the last dim must be contiguous.
         k_cache, v_cache: [cap, Hkv, D]; tree key j lives at slot ``prefix_len + j``.
         prefix_len: Python int, or a 1-element int32/int64 tensor on q's device (CUDA-graph friendly:
-            the split count is then sized from ``cap``).
+            the split count is then sized from ``cap``; the caller guarantees prefix_len + tree_len <= cap).
         tree_mask: [T, tree_len] bool (or uint8); may be non-square.
         scale: softmax scale (usually D ** -0.5).
         out: optional [T, Hq, D] output buffer of q's dtype.
@@ -266,6 +276,9 @@ def tree_attention(
     n_rows = t * group
     bm = block_m or min(128 if n_rows >= 128 else 64, max(16, triton.next_power_of_2(n_rows)))
     bn = block_n or (64 if d <= 128 else 32)
+    stages = num_stages or 3
+    if not (block_n or num_stages):  # shrink the pipeline until q + K/V stages fit in shared memory
+        bn, stages = _fit_shared_memory(bm, bn, d, q.element_size(), stages)
     m_blocks = triton.cdiv(n_rows, bm)
     max_prefix = (cap - tree_len) if prefix_in_tensor else prefix_len
     n_blocks = triton.cdiv(max_prefix, bn)
@@ -288,10 +301,9 @@ def tree_attention(
         n_rows, tree_len, splits, float(scale) * LOG2E,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
         out.stride(0), out.stride(1), mask.stride(0),
-        GROUP=group, BLOCK_M=bm, BLOCK_N=bn, HEAD_DIM=d, SPLIT=splits > 1, SPLITS_PAD=triton.next_power_of_2(splits),
-        COMBINE_UNROLL=COMBINE_UNROLL, PREFIX_IN_TENSOR=prefix_in_tensor,
+        GROUP=group, BLOCK_M=bm, BLOCK_N=bn, HEAD_DIM=d, SPLIT=splits > 1, PREFIX_IN_TENSOR=prefix_in_tensor,
         UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or q.dtype == torch.float32) else "tf32",
-        num_warps=num_warps or (4 if bm < 64 else 8), num_stages=num_stages or 3,
+        num_warps=num_warps or (4 if bm < 64 else 8), num_stages=stages,
     )
     return out
 
