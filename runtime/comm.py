@@ -14,8 +14,9 @@ Contract:
   (bounded) for the oldest. Gloo completes a send only once the receiver has posted the matching receive.
 - `recv()` (every rank of the group): the leader receives from the peer leader, then broadcasts in its
   group; non-leaders take part in the broadcast. Every wait is bounded: the leader's by `timeout_s`, the
-  non-leaders' by `2 * timeout_s` (their leader may itself wait `timeout_s` for the peer). A missed deadline
-  raises TimeoutError naming this rank, the rank it waited for and what it waited for.
+  non-leaders' by `2 * timeout_s` (their leader may itself wait `timeout_s` for the peer) and by their
+  group's own timeout (`parallel.timeout_s`, set when the groups are made). A missed deadline raises
+  TimeoutError naming this rank, the rank it waited for, what it waited for and how long it waited.
 - `broadcast_in_group(msg)`: the leader shares its own decision (e.g. the target leader's verified path)
   with its group; non-leaders pass None.
 - Timing hooks: with a `Timeline`, every send / recv / broadcast is recorded as a span `comm.send`,
@@ -24,6 +25,11 @@ Contract:
 
 On GPU the wire tensors live on the device (NCCL) with a pinned host copy for encode/decode; on CPU they
 are plain tensors (gloo). Not thread-safe: one channel per rank, used from one thread.
+
+Protocol rule: the two leaders must not both wait for their own sends with no receive posted. On NCCL the
+leader group's sends and receives run in order on one stream, and a send can wait for its matching receive;
+the decoding loops alternate (one side sends while the other receives), which never deadlocks. Measured on
+two H200s (NCCL, polling): leader round trip about 250 us for a 16-node message; gloo on CPU about 110 us.
 """
 
 from __future__ import annotations

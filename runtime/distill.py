@@ -387,10 +387,12 @@ def code_snippets(stream: torch.Tensor, n: int, length: int, gen: torch.Generato
 
 @torch.no_grad()
 def teacher_generate(teacher, prompts: Sequence[Sequence[int]], max_new_tokens: int, temperature: float,
-                     eos_id: int, batch_size: int, seed: int, autocast: bool = False) -> list[list[int]]:
+                     eos_id: int, batch_size: int, seed: int, autocast: bool = False,
+                     max_time_s: float = 0.0) -> list[list[int]]:
     """Prompt + completion ids per prompt (greedy if temperature == 0; completion stops after EOS).
 
-    Prompts of a batch are left-padded; the teacher's output does not depend on the padding.
+    Prompts of a batch are left-padded; the teacher's output does not depend on the padding. `max_time_s`
+    (0 = none) bounds the wall time: each batch gets its share and stops early (shorter completions).
     """
     device = next(teacher.parameters()).device
     out: list[list[int]] = []
@@ -405,6 +407,8 @@ def teacher_generate(teacher, prompts: Sequence[Sequence[int]], max_new_tokens: 
         torch.manual_seed(seed + b)
         kw: dict[str, Any] = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} \
             if temperature > 0 else {"do_sample": False}
+        if max_time_s > 0:
+            kw["max_time"] = max_time_s * len(batch) / len(prompts)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
             gen = teacher.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
                                    max_new_tokens=max_new_tokens, min_new_tokens=1, eos_token_id=eos_id,

@@ -20,8 +20,9 @@ reported by a rank, or a rank that died without reporting, e.g. SIGKILL or `os._
 closed connection, terminates every remaining child, and raises `RuntimeError("rank R (role) failed: ...")`.
 Every wait inside the ranks is bounded (`parallel.timeout_s`), and each child exits if its parent dies.
 
-Communication defaults set here (not in library code): NCCL_NVLS_ENABLE=0,
-TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1 (NVLink multicast off; existing values win).
+Communication defaults set here (not in library code; existing values win): NCCL_NVLS_ENABLE=0,
+TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1 (NVLink multicast off), and
+TORCH_NCCL_SHOW_EAGER_INIT_P2P_SERIALIZATION_WARNING=false (see `COMM_ENV_DEFAULTS`).
 """
 
 from __future__ import annotations
@@ -53,9 +54,13 @@ log = logging.getLogger(__name__)
 RankFn = Callable[[ParallelContext, ExperimentConfig], Any]
 
 COMM_ENV_DEFAULTS = {
+    # NVLink multicast off: on the shared H200 hosts it can take the GPUs out of service.
     "NCCL_NVLS_ENABLE": "0",
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
     "NVSHMEM_DISABLE_NVLS": "1",
+    # The leader group carries only the leaders' messages, so that its point-to-point operations are
+    # serialised on one stream (eager NCCL init) is intended; silence the per-op warning.
+    "TORCH_NCCL_SHOW_EAGER_INIT_P2P_SERIALIZATION_WARNING": "false",
 }
 _POLL_S = 0.05  # how often the spawn parent checks its children
 _REPORT_WAIT_S = 0.2  # how long a rank may be gone before its report arrives, before it counts as silent

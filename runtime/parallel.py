@@ -151,6 +151,10 @@ def init_parallel(
         backend, pg_backend = "gloo", "gloo"
     if not dist.is_initialized():
         kw: dict[str, Any] = {"store": store} if store is not None else {"init_method": init_method}
+        if device.type == "cuda":
+            # Eager NCCL init: communicators are made with the groups, and point-to-point messages on the
+            # two-rank leader group reuse its communicator instead of creating another one lazily.
+            kw["device_id"] = device
         dist.init_process_group(pg_backend, rank=rank, world_size=world_size, timeout=timeout, **kw)
 
     t, d = cfg.target_gpus, cfg.draft_gpus
@@ -198,7 +202,7 @@ def wait_bounded(work: Any, timeout_s: float, what: str, *, poll: bool = False) 
         while not work.is_completed():
             elapsed = time.perf_counter() - start
             if elapsed > timeout_s:
-                raise TimeoutError(f"{what}: nothing arrived within {timeout_s:g} s")
+                raise TimeoutError(f"{what}: nothing arrived in {elapsed:.1f} s (limit {timeout_s:g} s)")
             checks += 1
             if checks > _SPIN_CHECKS:
                 time.sleep(sleep_s)
@@ -210,7 +214,8 @@ def wait_bounded(work: Any, timeout_s: float, what: str, *, poll: bool = False) 
     except RuntimeError as e:
         elapsed = time.perf_counter() - start
         if "timed out" in str(e).lower() or elapsed >= 0.95 * timeout_s:
-            raise TimeoutError(f"{what}: nothing arrived within {timeout_s:g} s") from e
+            # The elapsed time, not `timeout_s`: gloo collectives also stop at their group's timeout.
+            raise TimeoutError(f"{what}: nothing arrived in {elapsed:.1f} s (limit {timeout_s:g} s)") from e
         raise RuntimeError(f"{what} failed after {elapsed:.2f} s: {e}") from e
 
 

@@ -90,7 +90,7 @@ def test_recv_times_out_naming_the_peer():
         launch(_recv_from_silent_peer, make_cfg(1, 1, timeout_s=10.0))
     text = str(info.value).splitlines()[0]
     assert text.startswith("rank 0 (target) failed: TimeoutError: rank 0 (target leader): waiting for a message "
-                           "from rank 1 (draft leader): nothing arrived within 0.5 s"), text
+                           "from rank 1 (draft leader): nothing arrived in 0.5 s (limit 0.5 s)"), text
     assert time.monotonic() - start < 30
 
 

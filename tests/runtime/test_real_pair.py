@@ -25,8 +25,9 @@ DRAFT = REPO / "models" / "smollm2-draft"
 GGUF = REPO / ".cache" / "models" / "smollm2-135m-instruct.gguf"
 REPORT = REPO / "profiles" / "acceptance" / "smollm2.json"
 
-needs_draft = pytest.mark.skipif(not (DRAFT / "model.safetensors").exists(),
-                                 reason="models/smollm2-draft has no checkpoint yet (train it: scripts/gpu_train_draft.sh)")
+needs_draft = pytest.mark.skipif(
+    not (DRAFT / "model.safetensors").exists(),
+    reason="models/smollm2-draft has no checkpoint yet (train it: scripts/gpu_train_draft.sh)")
 needs_gguf = pytest.mark.skipif(not GGUF.exists(), reason="no target GGUF (python -m runtime.fetch_smollm2)")
 
 

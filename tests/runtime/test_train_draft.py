@@ -3,7 +3,7 @@ the exported folder loads with the project's loader, and the config validates it
 
 from __future__ import annotations
 
-import json
+import csv
 
 import pytest
 import torch
@@ -32,10 +32,15 @@ def _cfg(tmp_path, name: str, *overrides: str) -> TrainDraftConfig:
 
 
 def test_loss_falls_and_the_export_loads(tmp_path):
-    cfg = _cfg(tmp_path, "run", "steps=40", f"export_dir={tmp_path / 'export'}")
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "Say hi."}\n{"prompt": "Count to three."}\n')
+    # 6 samples: 2 code continuations, 2 greedy completions (one per prompt), then 2 sampled ones
+    cfg = _cfg(tmp_path, "run", "steps=40", f"export_dir={tmp_path / 'export'}", f"prompts_train={prompts}",
+               "generate_samples=6", "code_generate_fraction=0.34")
     summary = train_draft.train(cfg)
-    hist = [json.loads(json.dumps(r)) for r in
-            __import__("csv").DictReader(open(tmp_path / "run" / "loss.csv"))]
+    assert summary["data_tokens"]["instruction"] > 4 * len("<user>\nSay hi.\n<assistant>\n")
+    with open(tmp_path / "run" / "loss.csv") as f:
+        hist = list(csv.DictReader(f))
     first = sum(float(r["loss"]) for r in hist[:5]) / 5
     last = sum(float(r["loss"]) for r in hist[-5:]) / 5
     assert summary["finished"] and summary["steps"] == 40 and len(hist) == 40
