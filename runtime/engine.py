@@ -41,7 +41,7 @@ from runtime.comm import LeaderChannel
 from runtime.controller import DepthTuner, Emitter, load_workload, request_generator
 from runtime.draft_worker import DraftWorker
 from runtime.loader import build_model
-from runtime.metrics import Timeline, device_name, summarize
+from runtime.metrics import Progress, Timeline, device_name, summarize
 from runtime.oracle import AcceptanceOracle, resolve_bonus
 from runtime.parallel import ParallelContext
 from runtime.target_worker import TargetWorker
@@ -92,6 +92,8 @@ class Engine:
         self.channel = LeaderChannel(ctx, max_nodes=self.shape.rows, timeline=timeline)
         self.tuner = DepthTuner(self.shape.d, ctx)
         self.iteration = 0  # global over requests: both sides count proposals the same way
+        self.progress = Progress(0, enabled=False)  # run_rank installs the live display (rank 0)
+        self.tokens_done = 0  # tokens of finished requests, for the progress display
 
     def _model(self, mcfg: Any) -> Any:
         return build_model(model_preset(mcfg.preset), mcfg.dtype, self.ctx.device, mcfg.seed,
@@ -125,6 +127,7 @@ class Engine:
             if t_oracle is not None and emitter.tokens:
                 emitter.replace_last(prop.token_ids[0])
             vp = self._verify(prop, emitter, gen, t_oracle)
+            self.progress.update(self.tokens_done + len(emitter.tokens))
             if self.draft is not None:
                 self._advance(prop, vp, d_oracle)
             self.tl.add("step.iteration", start, self.tl.now() - start, iteration=it, extra={"request": rid})
@@ -143,6 +146,7 @@ class Engine:
             if oracle is not None and emitter.tokens:
                 emitter.replace_last(prop.token_ids[0])
             vp = self._verify(prop, emitter, gen, oracle)
+            self.progress.update(self.tokens_done + len(emitter.tokens))
             if self.ctx.is_leader:
                 self.channel.send(vp)
             self.tl.add("step.iteration", start, self.tl.now() - start, iteration=it, extra={"request": rid})
@@ -269,7 +273,12 @@ def run_rank(ctx: ParallelContext, cfg: ExperimentConfig, prompts: list[list[int
     timeline = Timeline.start(ctx, run_id=cfg.run_name)
     engine = Engine(ctx, cfg, timeline, eos)
     start = time.perf_counter()
-    outputs = [engine.generate(rid, prompt) for rid, prompt in enumerate(prompts)]
+    engine.progress = Progress(len(prompts) * cfg.workload.max_new_tokens, enabled=ctx.rank == 0)
+    outputs = []
+    for rid, prompt in enumerate(prompts):
+        outputs.append(engine.generate(rid, prompt))
+        engine.tokens_done += len(outputs[-1] or [])
+    engine.progress.close()
     wall_s = time.perf_counter() - start
     engine.close()
     records = timeline.gather(ctx)
