@@ -1,0 +1,735 @@
+"""Operator profiler for the simulator's calibration: time operator shapes on the GPU, write traces.
+
+    python bench/profile_ops.py --out bench/results/profile_traces_<date>.jsonl [--budget-s 170]
+    python bench/profile_ops.py --device cpu --quick --out /tmp/t.jsonl      # smoke test of every code path
+
+A plain argparse script (no Hydra), so it runs on a bare GPU machine. Output: the trace file (JSON Lines of
+`conf.trace.TraceRecord`, one record per measured operator shape, `extra` = the features calibrate.py fits
+on) and `<out stem>.meta.json` (device, torch / triton / CUDA versions, date, git SHA, section times and
+errors). Sections (each in its own try/except: a failure is reported in the meta and the rest continues;
+each gets a share of `--budget-s`, unused time rolls over; the trace is rewritten after every section):
+
+| section    | records                                   | what                                                       |
+|------------|-------------------------------------------|------------------------------------------------------------|
+| launch     | op.step_overhead kind launch|graph_replay | host cost of a tiny eager launch, of a 1-kernel graph replay|
+| gemm       | op.gemm                                   | F.linear (cuBLAS) of every weight matrix of the presets    |
+|            |                                           | (qkv, o, gate_up, down, lm_head) at TP shards 1..8, M in   |
+|            |                                           | {1, 4, 8, 16, 32, 64} (+ 256, 1024 at TP 1-2 for prefill)  |
+| attention  | op.attention                              | the runtime's attention backend (triton tree attention if  |
+|            |                                           | it matches the reference here, else the reference; the     |
+|            |                                           | record says which) over ctx {256, 1K, 4K, 16K} x tree size |
+|            |                                           | / queries {1, 8, 16, 64}, head shapes of the presets       |
+| compaction | op.compaction                             | KVCache.keep (what the runtime calls) and kernels.kv_compact|
+| steps      | op.step_overhead kind verify|expand,      | whole runtime steps on random-weight models: TargetWorker  |
+|            | op.tree_op kind select|reroot             | forward + verdict + KV keep; DraftWorker.expand; propose /  |
+|            |                                           | advance (tree bookkeeping)                                 |
+| comm       | op.allreduce (eager, graph), op.message,  | 2 GPUs, NCCL (runtime.launch spawns the ranks): all-reduce  |
+|            | op.p2p                                    | 16 B..16 MB eager and inside a CUDA graph; the runtime's    |
+|            |                                           | LeaderChannel ping-pong (one way = RTT / 2); raw send/recv  |
+
+Timing: single kernels with `triton.testing.do_bench` medians (it flushes L2 before every call, so weights
+never sit in the 60 MB L2; warm-up first); host-inclusive steps with `time.perf_counter` around the call
+and a device synchronisation, median of repetitions after warm-up (Triton JIT compiles are in the warm-up);
+collectives with CUDA events over back-to-back calls, identical counts on both ranks. Random data
+everywhere (bf16 on GPU, fp32 on CPU). On CPU every timing is perf_counter based: the numbers are only for
+testing the code paths.
+
+The environment keeps NVLink multicast off (NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+NVSHMEM_DISABLE_NVLS=1), as runtime.launch does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # runnable as a plain script from anywhere
+    sys.path.insert(0, str(REPO))
+
+NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+for _k, _v in NCCL_ENV.items():
+    os.environ.setdefault(_k, _v)
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from conf.presets import MODEL_PRESETS, ModelShape, check_tp  # noqa: E402
+from conf.trace import TraceRecord, shapes_str, write_traces  # noqa: E402
+
+GEMM_PRESETS = ("llama3-8b", "llama3.2-1b", "llama3.2-3b", "llama3-70b", "qwen2-72b", "smollm2-135m",
+                "smollm2-draft")
+TP_ORDER = (1, 2, 4, 8, 3, 5, 6, 7)  # sweep order: the common degrees first, so a cut budget keeps them
+GEMM_M = (1, 4, 8, 16, 32, 64)
+PREFILL_M = (256, 1024)  # at TP 1-2: enough FLOP-bound rows to fit the FLOP coefficient
+ATTN_HEADS = (("llama3-8b", 1), ("llama3.2-1b", 1), ("llama3-8b", 2), ("smollm2-135m", 1), ("llama3-70b", 1),
+              ("llama3.2-3b", 1), ("smollm2-draft", 1), ("llama3-70b", 8))
+ATTN_CTX = (256, 1024, 4096, 16384)
+ATTN_T = (1, 8, 16, 64)
+COMPACT_PRESETS = ("llama3-8b", "llama3.2-1b")
+COMPACT_N = (1, 4, 16, 64)
+# (preset, verify rows, expand widths): the validation pair's shapes plus other presets for the step fit.
+STEP_PLAN = (("llama3-8b", (1, 4, 5, 8, 16), ()), ("llama3.2-1b", (1, 8), (4, 8)), ("smollm2-draft", (1, 8), (4, 8)),
+             ("smollm2-135m", (1, 8), (8,)), ("llama3.2-3b", (1, 8), (4, 8)))
+# Prefix lengths of step measurements. Each verify keeps the root, so the prefix grows by one token per step;
+# these starts stay inside one 64-key block count of the tree-attention kernel for the whole measurement
+# (200..~215 -> 4 blocks, 970..~985 -> 16), so no Triton re-compile lands in the timed steps.
+STEP_CTX = (200, 970)
+STEP_WARMUP, STEP_REPS = 3, 10
+MAX_TREE_NODES = 64  # draft tree region in the step measurements
+TOPK = 8
+ROUND_EXPANSIONS, ROUND_BS = 2, 8  # expand steps per round (d) and verify width of the timed bookkeeping
+AR_BYTES = (16, 256, 1024, 8192, 65536, 262144, 1 << 20, 4 << 20, 16 << 20)
+AR_ITERS, AR_GRAPH_CALLS, AR_GRAPH_REPLAYS = 50, 10, 5
+P2P_BYTES = (16, 1024, 65536, 1 << 20)
+MSG_NODES = (4, 16, 64, 256, 1024)
+SHARES = {"launch": 2, "gemm": 50, "attention": 35, "compaction": 6, "steps": 45, "comm": 32}
+"""Relative share of the time budget per section (unused time rolls over to the later sections)."""
+DEFAULT_SECTIONS = tuple(SHARES)
+ATTN_CHECK_TOL = 5e-2  # bf16 (eps 7.8e-3) over softmax-weighted sums of unit-variance values, plus margin
+
+QUICK = {  # --quick (CPU smoke test): tiny shapes, few repetitions
+    "gemm_presets": ("tiny-llama", "tiny-llama-draft"), "gemm_m": (1, 8), "prefill_m": (64,),
+    "attn_heads": (("tiny-llama", 1), ("tiny-llama", 2)), "attn_ctx": (64, 256), "attn_t": (1, 8),
+    "compact_presets": ("tiny-llama",), "compact_n": (1, 8),
+    "step_plan": (("tiny-llama", (1, 4), (2,)), ("tiny-llama-draft", (1,), (2,))), "step_ctx": (40,),
+    "ar_bytes": (16, 4096), "p2p_bytes": (16, 1024), "msg_nodes": (4, 16),
+}
+
+
+# ---- records ---------------------------------------------------------------------------------------------
+@dataclass
+class Profiler:
+    """Shared state of one profiling run: device, timing, records, errors, budget."""
+
+    device: torch.device
+    dtype: torch.dtype
+    out: Path
+    quick: bool
+    device_name: str
+    run_id: str
+    t0: float = field(default_factory=time.perf_counter)
+    records: list[TraceRecord] = field(default_factory=list)
+    errors: list[dict[str, str]] = field(default_factory=list)
+    deadline: float = math.inf
+    attention_backend: str | None = None
+    """Backend the attention section chose (triton | reference); None until checked."""
+
+    def opt(self, quick_key: str, full: Any) -> Any:
+        """The full sweep value, or the --quick one."""
+        return QUICK[quick_key] if self.quick else full
+
+    def emit(self, name: str, seconds: float, *, shapes: str = "", tp: int = 1, ctx: int = 0, tokens: int = 0,
+             **extra: Any) -> None:
+        """Append one trace record (extra = the operator's features and labels)."""
+        self.records.append(TraceRecord(name=name, shapes=shapes, tp=tp, ctx=ctx, device=self.device_name,
+                                        start_s=time.perf_counter() - self.t0, duration_s=float(seconds),
+                                        run_id=self.run_id, tokens=tokens, extra=json.dumps(extra)))
+
+    def error(self, section: str, what: str, exc: BaseException) -> None:
+        """Record a failure (the run continues)."""
+        self.errors.append({"section": section, "what": what, "error": repr(exc)[:500],
+                            "traceback": traceback.format_exc()[-2000:]})
+        print(f"  {section} {what} FAILED: {exc!r}", flush=True)
+
+    def time_left(self) -> bool:
+        """True while the current section's deadline has not passed."""
+        return time.perf_counter() < self.deadline
+
+    # ---- timing ----
+    def sync(self) -> None:
+        """Wait for the device."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def kernel_s(self, fn: Callable[[], Any]) -> float:
+        """Median seconds of one call of a device operation, L2 flushed before each (do_bench)."""
+        if self.device.type != "cuda":
+            return self.host_s(fn, warmup=1, reps=3 if self.quick else 10)
+        import triton.testing
+
+        try:
+            ms = triton.testing.do_bench(fn, warmup=3, rep=15, return_mode="median")
+        except TypeError:  # older Triton: no return_mode
+            ms = triton.testing.do_bench(fn, warmup=3, rep=15, quantiles=[0.5])
+        return float(ms) * 1e-3
+
+    def host_s(self, fn: Callable[[], Any], warmup: int = STEP_WARMUP, reps: int = STEP_REPS) -> float:
+        """Median wall seconds of one call including its device work (synchronised before and after)."""
+        times = []
+        for i in range(warmup + reps):
+            self.sync()
+            t = time.perf_counter()
+            fn()
+            self.sync()
+            if i >= warmup:
+                times.append(time.perf_counter() - t)
+        return statistics.median(times)
+
+
+def _shard(n: int, tp: int) -> int:
+    return -(-n // tp)
+
+
+def layer_matrices(shape: ModelShape, tp: int) -> list[tuple[str, int, int]]:
+    """(name, k, n) of one rank's weight matrices, as the runtime shards them (zero-padded, fused qkv / w13)
+    and as simulator/cost_model.py costs them; the LM head is vocabulary-parallel."""
+    q, kv = _shard(shape.num_heads, tp) * shape.head_dim, _shard(shape.num_kv_heads, tp) * shape.head_dim
+    inter, h = _shard(shape.intermediate_size, tp), shape.hidden_size
+    return [("qkv", h, q + 2 * kv), ("o", q, h), ("gate_up", h, 2 * inter), ("down", inter, h),
+            ("lm_head", h, _shard(shape.vocab_size, tp))]
+
+
+def _tp_degrees(shape: ModelShape) -> list[int]:
+    out = []
+    for tp in TP_ORDER:
+        try:
+            check_tp(shape, tp, "tp")
+            out.append(tp)
+        except ValueError:
+            pass
+    return out
+
+
+# ---- sections --------------------------------------------------------------------------------------------
+def section_launch(p: Profiler) -> None:
+    """Host cost of launching one tiny kernel eagerly, and of replaying a one-kernel CUDA graph."""
+    x = torch.zeros(1, device=p.device)
+    n = 200
+
+    def eager() -> None:
+        for _ in range(n):
+            x.add_(1.0)
+
+    p.emit("op.step_overhead", p.host_s(eager, warmup=1, reps=5) / n, kind="launch", launches=1)
+    p.emit("op.step_overhead", p.host_s(lambda: None, warmup=1, reps=20), kind="sync")
+    if p.device.type == "cuda":
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            x.add_(1.0)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            x.add_(1.0)
+        p.emit("op.step_overhead", p.host_s(graph.replay, warmup=3, reps=20), kind="graph_replay", launches=1)
+
+
+def gemm_plan(p: Profiler) -> list[tuple[str, int, str, int, int, tuple[int, ...]]]:
+    """(preset, tp, matrix, k, n, Ms) in sweep order: degree by degree over all presets; (k, n, M) deduplicated."""
+    seen: set[tuple[int, int, int]] = set()
+    plan = []
+    presets = [MODEL_PRESETS[n] for n in p.opt("gemm_presets", GEMM_PRESETS)]
+    for tp in TP_ORDER:
+        for shape in presets:
+            if tp not in _tp_degrees(shape):
+                continue
+            for mat, k, n in layer_matrices(shape, tp):
+                ms = tuple(p.opt("gemm_m", GEMM_M)) + (tuple(p.opt("prefill_m", PREFILL_M)) if tp <= 2 else ())
+                ms = tuple(m for m in ms if (k, n, m) not in seen)
+                seen.update((k, n, m) for m in ms)
+                if ms:
+                    plan.append((shape.name, tp, mat, k, n, ms))
+    return plan
+
+
+def section_gemm(p: Profiler) -> None:
+    """One rank's weight GEMMs (y = x W^T, F.linear as nn.Linear runs it) per preset, TP shard and M."""
+    gen = torch.Generator(device=p.device).manual_seed(1)
+    elt = torch.tensor([], dtype=p.dtype).element_size()
+    for preset, tp, mat, k, n, ms in gemm_plan(p):
+        if not p.time_left():
+            print(f"  gemm: budget reached at {preset} tp{tp} {mat}", flush=True)
+            return
+        try:
+            w = torch.randn(n, k, device=p.device, dtype=p.dtype, generator=gen) * k**-0.5
+            for m in ms:
+                x = torch.randn(m, k, device=p.device, dtype=p.dtype, generator=gen)
+                s = p.kernel_s(lambda x=x, w=w: F.linear(x, w))
+                p.emit("op.gemm", s, shapes=shapes_str((m, k), (n, k)), tp=tp, tokens=m, preset=preset, matrix=mat,
+                       m=m, k=k, n=n, weight_bytes=float(k * n * elt), flops=2.0 * m * k * n,
+                       dtype=str(p.dtype).removeprefix("torch."))
+            del w
+        except Exception as exc:  # one shape failing (e.g. memory) must not end the section
+            p.error("gemm", f"{preset} tp{tp} {mat} {k}x{n}", exc)
+
+
+def _random_parents(t: int, gen: torch.Generator) -> list[int]:
+    return [-1] + [int(torch.randint(0, i, (1,), generator=gen)) for i in range(1, t)]
+
+
+def _ancestor_mask(parents: list[int]) -> torch.Tensor:
+    t = len(parents)
+    mask = torch.zeros(t, t, dtype=torch.bool)
+    for i in range(t):
+        j = i
+        while j >= 0:
+            mask[i, j] = True
+            j = parents[j]
+    return mask
+
+
+def choose_attention_backend(p: Profiler) -> str:
+    """'triton' if kernels.tree_attention runs here and matches the reference on a small tree, else 'reference'."""
+    from runtime.attention import AttnMeta, make_attention_backend
+
+    if p.device.type != "cuda":
+        return "reference"  # the interpreter is far too slow for timing
+    try:
+        gen = torch.Generator().manual_seed(5)
+        t, prefix, hq, hkv, d = 8, 100, 32, 8, 128
+        parents = _random_parents(t, gen)
+        mask = _ancestor_mask(parents).to(p.device)
+        q = torch.randn(t, hq, d, generator=gen).to(p.device, p.dtype)
+        k = torch.randn(prefix + t, hkv, d, generator=gen).to(p.device, p.dtype)
+        v = torch.randn(prefix + t, hkv, d, generator=gen).to(p.device, p.dtype)
+        meta = AttnMeta.tree(prefix, t, torch.arange(prefix, prefix + t, device=p.device),
+                             torch.arange(prefix, prefix + t, device=p.device), mask)
+        got = make_attention_backend("triton")(q, k, v, meta, d**-0.5).float()
+        want = make_attention_backend("reference")(q, k, v, meta, d**-0.5).float()
+        err = (got - want).abs().max().item()
+        if not err <= ATTN_CHECK_TOL:
+            raise ValueError(f"triton tree attention differs from the reference by {err:.3g} > {ATTN_CHECK_TOL}")
+        return "triton"
+    except Exception as exc:
+        p.error("attention", "triton check (falling back to the reference backend)", exc)
+        return "reference"
+
+
+def section_attention(p: Profiler) -> None:
+    """One layer's attention of T tree queries over a prefix of ctx keys plus the T-node tree (ancestor mask)."""
+    from runtime.attention import AttnMeta, make_attention_backend
+
+    backend_name = choose_attention_backend(p)
+    p.attention_backend = backend_name
+    attn = make_attention_backend(backend_name)
+    gen = torch.Generator().manual_seed(2)
+    elt = torch.tensor([], dtype=p.dtype).element_size()
+    for preset, tp in p.opt("attn_heads", ATTN_HEADS):
+        shape = MODEL_PRESETS[preset]
+        hq, hkv, d = _shard(shape.num_heads, tp), _shard(shape.num_kv_heads, tp), shape.head_dim
+        for ctx in p.opt("attn_ctx", ATTN_CTX):
+            if not p.time_left():
+                print(f"  attention: budget reached at {preset} tp{tp} ctx {ctx}", flush=True)
+                return
+            try:
+                tmax = max(p.opt("attn_t", ATTN_T))
+                k = torch.randn(ctx + tmax, hkv, d, generator=gen).to(p.device, p.dtype)
+                v = torch.randn(ctx + tmax, hkv, d, generator=gen).to(p.device, p.dtype)
+                for t in p.opt("attn_t", ATTN_T):
+                    mask = _ancestor_mask(_random_parents(t, gen)).to(p.device)
+                    q = torch.randn(t, hq, d, generator=gen).to(p.device, p.dtype)
+                    slots = torch.arange(ctx, ctx + t, device=p.device)
+                    meta = AttnMeta.tree(ctx, t, slots, slots, mask)
+                    s = p.kernel_s(lambda q=q, meta=meta, k=k, v=v, sc=d**-0.5: attn(q, k, v, meta, sc))
+                    kv_len = ctx + t
+                    p.emit("op.attention", s, shapes=shapes_str((t, hq, d), (kv_len, hkv, d)), tp=tp, ctx=ctx,
+                           tokens=t, impl=backend_name, preset=preset, hq=hq, hkv=hkv, head_dim=d, prefix_len=ctx,
+                           tree_len=t, kv_len=kv_len, kv_bytes=float(kv_len * 2 * hkv * d * elt),
+                           flops=4.0 * t * kv_len * hq * d)
+            except Exception as exc:
+                p.error("attention", f"{preset} tp{tp} ctx {ctx}", exc)
+
+
+def section_compaction(p: Profiler) -> None:
+    """KV compaction after a re-root: n kept tree slots moved to the prefix end, all layers at once."""
+    from runtime.kv_cache import KVCache
+
+    gen = torch.Generator().manual_seed(3)
+    elt = torch.tensor([], dtype=p.dtype).element_size()
+    impls: dict[str, Callable[..., Any]] = {"keep": lambda cache, src, dst: cache.keep(src, dst)}
+    if p.device.type == "cuda":
+        try:
+            from kernels import kv_compact
+
+            impls["kv_compact"] = lambda cache, src, dst: kv_compact(cache.kv, src, dst)
+        except Exception as exc:
+            p.error("compaction", "import kernels.kv_compact", exc)
+    for preset in p.opt("compact_presets", COMPACT_PRESETS):
+        shape = MODEL_PRESETS[preset]
+        prefix, tree = 1024, 256
+        try:
+            cache = KVCache(shape.num_layers, prefix + tree, shape.num_kv_heads, shape.head_dim, p.dtype, p.device)
+            cache.kv.normal_()
+            for n in p.opt("compact_n", COMPACT_N):
+                src = prefix + torch.sort(torch.randperm(tree, generator=gen)[:n]).values
+                src = src.to(p.device)
+                nbytes = 2.0 * shape.num_layers * 2 * n * shape.num_kv_heads * shape.head_dim * elt
+                for impl, fn in impls.items():
+                    if not p.time_left():
+                        return
+                    s = p.kernel_s(lambda fn=fn, src=src, c=cache, dst=prefix: fn(c, src, dst))
+                    p.emit("op.compaction", s, tp=1, ctx=prefix, tokens=n, impl=impl, preset=preset, kept=n,
+                           bytes=nbytes)
+            del cache
+        except Exception as exc:
+            p.error("compaction", preset, exc)
+
+
+def _step_prompt(vocab: int, ctx: int, gen: torch.Generator) -> list[int]:
+    return torch.randint(0, vocab, (ctx + 1,), generator=gen).tolist()
+
+
+def _verify_steps(p: Profiler, model: Any, attn: Any, backend: str, preset: str, rows: int, ctx: int,
+                  gen: torch.Generator) -> None:
+    from conf.messages import DraftProposal
+    from runtime.target_worker import TargetWorker
+
+    vocab = model.shape.token_count
+    # each verify keeps the root and any accepted nodes: room for all rows of every step
+    tw = TargetWorker(model, attn, rows=rows, max_seq_len=ctx + (STEP_WARMUP + STEP_REPS) * rows + 8,
+                      temperature=0.0, backend=backend)
+    tw.start(_step_prompt(vocab, ctx, gen))
+    times, prefixes = [], []
+    for i in range(STEP_WARMUP + STEP_REPS):
+        parents = _random_parents(rows, gen)
+        tokens = torch.randint(0, vocab, (rows,), generator=gen).tolist()
+        prop = DraftProposal(0, i, tuple(tokens), tuple(parents))
+        prefix = tw.prefix_len
+        p.sync()
+        t = time.perf_counter()
+        tw.forward(prop)
+        verdict = tw.decide(None, None)
+        tw.keep(verdict.path)
+        p.sync()
+        if i >= STEP_WARMUP:
+            times.append(time.perf_counter() - t)
+            prefixes.append(prefix)
+    ctx_mid = int(statistics.median(prefixes))
+    p.emit("op.step_overhead", statistics.median(times), tp=1, ctx=ctx_mid, tokens=rows, kind="verify", preset=preset,
+           kv_len=ctx_mid + rows, backend=backend, reps=len(times), min_s=min(times), max_s=max(times))
+
+
+def _expand_steps(p: Profiler, model: Any, attn: Any, backend: str, preset: str, w: int, ctx: int,
+                  gen: torch.Generator) -> None:
+    from runtime.draft_worker import DraftWorker
+
+    vocab = model.shape.token_count
+    prompt = _step_prompt(vocab, ctx, gen)
+    dw = DraftWorker(model, attn, w=w, topk=TOPK, max_tree_nodes=MAX_TREE_NODES, max_seq_len=ctx + 64,
+                     temperature=0.0)
+    dw.start(prompt)
+    expand, kv_lens, select, reroot = [], [], [], []
+    it, since_round = 0, 0
+    while len(expand) < STEP_WARMUP + STEP_REPS:
+        if since_round < ROUND_EXPANSIONS and dw.tree.can_expand(w, MAX_TREE_NODES):
+            p.sync()
+            t = time.perf_counter()
+            dw.expand()  # ends with a host copy of the log-probs: synchronised
+            expand.append(time.perf_counter() - t)
+            kv_lens.append(dw.prefix_len + dw.tree.num_slots)
+            since_round += 1
+            continue
+        # end of a round, as in the async loop: select the top-bs subtree, re-root on a hit (the top child)
+        p.sync()
+        t = time.perf_counter()
+        dw.propose(0, it, ROUND_BS)
+        t_sel = time.perf_counter() - t
+        children = dw.children_tokens(0)
+        p.sync()
+        t = time.perf_counter()
+        dw.advance((0,), children[0] if children else 0)
+        p.sync()
+        select.append(t_sel)
+        reroot.append(time.perf_counter() - t)
+        it, since_round = it + 1, 0
+        # restart before the promoted root tokens fill the prefix capacity (max_seq_len = ctx + 64)
+        if not dw.tree.can_expand(w, MAX_TREE_NODES) or dw.prefix_len > ctx + 48:
+            dw.start(prompt)
+    times, lens = expand[STEP_WARMUP:], kv_lens[STEP_WARMUP:]
+    kv_len = int(statistics.median(lens))
+    p.emit("op.step_overhead", statistics.median(times), tp=1, ctx=ctx, tokens=w, kind="expand", preset=preset,
+           kv_len=kv_len, backend=backend, topk=TOPK, reps=len(times), min_s=min(times), max_s=max(times))
+    if select:
+        p.emit("op.tree_op", statistics.median(select), tp=1, ctx=ctx, tokens=ROUND_BS, kind="select", preset=preset,
+               bs=ROUND_BS, w=w, reps=len(select))
+        p.emit("op.tree_op", statistics.median(reroot), tp=1, ctx=ctx, tokens=ROUND_BS, kind="reroot", preset=preset,
+               bs=ROUND_BS, w=w, reps=len(reroot))
+
+
+def section_steps(p: Profiler) -> None:
+    """Whole runtime steps (the simulator's forward steps plus their host work) on random-weight models."""
+    from runtime.attention import make_attention_backend
+    from runtime.loader import build_model
+
+    if p.attention_backend is None:
+        p.attention_backend = choose_attention_backend(p)
+    backend = p.attention_backend
+    attn = make_attention_backend(backend)
+    gen = torch.Generator().manual_seed(4)
+    for preset, rows_list, w_list in p.opt("step_plan", STEP_PLAN):
+        if not p.time_left():
+            print(f"  steps: budget reached before {preset}", flush=True)
+            return
+        try:
+            model = build_model(MODEL_PRESETS[preset], p.dtype, p.device, seed=0)
+        except Exception as exc:
+            p.error("steps", f"build {preset}", exc)
+            continue
+        for ctx in p.opt("step_ctx", STEP_CTX):
+            for rows in rows_list:
+                if p.time_left():
+                    try:
+                        _verify_steps(p, model, attn, backend, preset, rows, ctx, gen)
+                    except Exception as exc:
+                        p.error("steps", f"{preset} verify rows {rows} ctx {ctx}", exc)
+            for w in w_list:
+                if p.time_left():
+                    try:
+                        _expand_steps(p, model, attn, backend, preset, w, ctx, gen)
+                    except Exception as exc:
+                        p.error("steps", f"{preset} expand w {w} ctx {ctx}", exc)
+        del model
+        if p.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+# ---- 2-rank communication (runs in a subprocess that runtime.launch spawns the ranks from) ---------------
+def _append_row(path: str, row: dict[str, Any]) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def comm_rank(ctx: Any, cfg: Any, rows_path: str = "", quick: bool = False) -> None:
+    """Both ranks run the same calls in the same order; rank 0 appends one JSON row per measurement."""
+    import torch.distributed as dist
+
+    from runtime.comm import LeaderChannel
+
+    dev, cuda = ctx.device, ctx.device.type == "cuda"
+    group = ctx.world_group
+    dtype = torch.bfloat16 if cuda else torch.float32
+    elt = torch.tensor([], dtype=dtype).element_size()
+    me = ctx.rank
+
+    def out(row: dict[str, Any]) -> None:
+        if me == 0:
+            _append_row(rows_path, row)
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize(dev)
+
+    def fence() -> None:  # both ranks past this point, device idle
+        sync()
+        dist.all_reduce(torch.zeros(1, device=dev), group=group)
+        sync()
+
+    def timed(fn: Callable[[], Any], iters: int) -> float:
+        fence()
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(iters):
+                fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) * 1e-3 / iters
+        t = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        return (time.perf_counter() - t) / iters
+
+    ar_bytes = QUICK["ar_bytes"] if quick else AR_BYTES
+    for nbytes in ar_bytes:  # 1. all-reduce, eager
+        x = torch.zeros(max(1, nbytes // elt), dtype=dtype, device=dev)
+        for _ in range(5):
+            dist.all_reduce(x, group=group)
+        s = timed(lambda x=x: dist.all_reduce(x, group=group), AR_ITERS)
+        out({"name": "op.allreduce", "seconds": s, "bytes": x.numel() * elt, "mode": "eager", "iters": AR_ITERS})
+
+    for nbytes in (QUICK["p2p_bytes"] if quick else P2P_BYTES):  # 2. raw send/recv ping-pong
+        a = torch.zeros(max(1, nbytes // 4), dtype=torch.float32, device=dev)
+        b = torch.zeros_like(a)
+        rtts = []
+        fence()
+        for r in range(25):
+            t = time.perf_counter()
+            if me == 0:
+                dist.send(a, dst=1)
+                dist.recv(b, src=1)
+            else:
+                dist.recv(b, src=0)
+                dist.send(a, dst=0)
+            sync()
+            if r >= 5:
+                rtts.append(time.perf_counter() - t)
+        out({"name": "op.p2p", "seconds": statistics.median(rtts) / 2, "bytes": a.numel() * 4,
+             "transport": "torch.distributed send/recv", "rounds": len(rtts)})
+
+    for nodes in (QUICK["msg_nodes"] if quick else MSG_NODES):  # 3. the runtime's leader channel
+        fence()
+        ch = LeaderChannel(ctx, max_nodes=nodes, timeout_s=30.0)
+        rtts = ch.ping_pong(num_rounds=30)
+        ch.close()
+        if rtts:
+            out({"name": "op.message", "seconds": statistics.median(rtts[5:]) / 2, "bytes": ch.wire_bytes,
+                 "max_nodes": nodes, "transport": "runtime.comm.LeaderChannel", "rounds": len(rtts) - 5})
+
+    if cuda:  # 4. all-reduce inside a CUDA graph (last: the riskiest part)
+        for nbytes in ar_bytes:
+            x = torch.zeros(max(1, nbytes // elt), dtype=dtype, device=dev)
+            fence()
+            stream = torch.cuda.Stream(dev)
+            stream.wait_stream(torch.cuda.current_stream(dev))
+            with torch.cuda.stream(stream):
+                for _ in range(3):
+                    dist.all_reduce(x, group=group)
+            torch.cuda.current_stream(dev).wait_stream(stream)
+            fence()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for _ in range(AR_GRAPH_CALLS):
+                    dist.all_reduce(x, group=group)
+            graph.replay()
+            s = timed(graph.replay, AR_GRAPH_REPLAYS) / AR_GRAPH_CALLS
+            out({"name": "op.allreduce", "seconds": s, "bytes": x.numel() * elt, "mode": "graph",
+                 "calls_per_graph": AR_GRAPH_CALLS})
+            del graph
+    fence()
+
+
+def comm_worker(rows_path: str, device: str, quick: bool) -> int:
+    """Subprocess entry: spawn 2 ranks (runtime.launch) that run `comm_rank`."""
+    from conf.schema import ExperimentConfig, ParallelConfig, SpecConfig, freeze
+    from runtime.launch import launch
+
+    cfg = ExperimentConfig(parallel=ParallelConfig(target_gpus=1, draft_gpus=1, device=device, timeout_s=60.0),
+                           spec=SpecConfig(mode="autoregressive"), run_name="profile_comm")
+    cfg.validate()
+    import bench.profile_ops as this  # spawned ranks import the rank function by module name
+
+    launch(partial(this.comm_rank, rows_path=rows_path, quick=quick), freeze(cfg))
+    return 0
+
+
+def section_comm(p: Profiler) -> None:
+    """Collectives and messages between 2 GPUs, in a subprocess bounded by the section's budget."""
+    if p.device.type == "cuda" and torch.cuda.device_count() < 2:
+        raise RuntimeError(f"comm needs 2 GPUs, found {torch.cuda.device_count()}")
+    if p.device.type == "cuda":
+        torch.cuda.empty_cache()
+    budget = max(5.0, p.deadline - time.perf_counter())
+    with tempfile.TemporaryDirectory() as tmp:
+        rows_path = os.path.join(tmp, "comm_rows.jsonl")
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--comm-worker", rows_path, "--device", p.device.type]
+        if p.quick:
+            cmd.append("--quick")
+        try:
+            proc = subprocess.run(cmd, timeout=budget, capture_output=True, text=True, cwd=REPO)
+            if proc.returncode != 0:
+                raise RuntimeError(f"comm worker exited {proc.returncode}: {proc.stderr[-1500:]}")
+        except subprocess.TimeoutExpired as exc:
+            p.error("comm", f"worker still running after {budget:.0f} s (killed; rows so far are kept)", exc)
+        rows = [json.loads(line) for line in Path(rows_path).read_text().splitlines()] if os.path.exists(
+            rows_path) else []
+    for row in rows:
+        name, seconds = row.pop("name"), row.pop("seconds")
+        p.emit(name, seconds, tp=2 if name == "op.allreduce" else 1, **row)
+
+
+SECTIONS: dict[str, Callable[[Profiler], None]] = {
+    "launch": section_launch, "gemm": section_gemm, "attention": section_attention,
+    "compaction": section_compaction, "steps": section_steps, "comm": section_comm,
+}
+
+
+# ---- driver ----------------------------------------------------------------------------------------------
+def software_meta(device: torch.device) -> dict[str, Any]:
+    """Device and software facts for the meta JSON (and, through calibrate, the profile)."""
+    from conf.rundir import git_sha
+
+    meta: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "git_sha": git_sha(),
+                            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                            "python": sys.version.split()[0], "runtime": "pytorch eager (no CUDA graphs)"}
+    try:
+        import triton
+
+        meta["triton"] = triton.__version__
+    except ImportError:
+        meta["triton"] = None
+    meta["device"] = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    meta["device_count"] = torch.cuda.device_count() if device.type == "cuda" else 0
+    return meta
+
+
+def write_outputs(p: Profiler, meta: dict[str, Any]) -> None:
+    """(Re)write the trace and its meta JSON atomically."""
+    from conf.rundir import atomic_write_json
+
+    write_traces(p.out, p.records)
+    counts: dict[str, int] = {}
+    for r in p.records:
+        counts[r.name] = counts.get(r.name, 0) + 1
+    atomic_write_json(p.out.with_suffix(".meta.json"), {**meta, "attention_impl": p.attention_backend,
+                                                         "record_counts": counts, "errors": p.errors})
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the chosen sections within the budget; write traces + meta; 0 if any record was written."""
+    today = datetime.date.today().isoformat()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(REPO / "bench" / "results" / f"profile_traces_{today}.jsonl"))
+    ap.add_argument("--budget-s", type=float, default=170.0, help="wall-clock budget of all sections")
+    ap.add_argument("--only", default="", help="comma-separated sections: " + ",".join(SECTIONS))
+    ap.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
+    ap.add_argument("--quick", action="store_true", help="tiny shapes (CPU smoke test)")
+    ap.add_argument("--comm-worker", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.comm_worker:
+        return comm_worker(args.comm_worker, args.device, args.quick)
+
+    device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    meta = software_meta(device)
+    p = Profiler(device=device, dtype=torch.bfloat16 if device.type == "cuda" else torch.float32,
+                 out=Path(args.out), quick=args.quick, device_name=meta["device"], run_id=f"profile_{today}")
+    chosen = [s for s in args.only.split(",") if s] or list(DEFAULT_SECTIONS)
+    unknown = [s for s in chosen if s not in SECTIONS]
+    if unknown:
+        ap.error(f"unknown sections {unknown}; choose from {list(SECTIONS)}")
+    print(json.dumps(meta), flush=True)
+    end = p.t0 + args.budget_s
+    seconds: dict[str, float] = {}
+    for i, name in enumerate(chosen):
+        now = time.perf_counter()
+        rest = sum(SHARES[s] for s in chosen[i:])
+        p.deadline = now + max(0.0, end - now) * SHARES[name] / rest
+        n0 = len(p.records)
+        print(f"== {name} (budget {p.deadline - now:.0f} s)", flush=True)
+        try:
+            SECTIONS[name](p)
+        except Exception as exc:  # report and carry on with the next section
+            p.error(name, "section", exc)
+        seconds[name] = round(time.perf_counter() - now, 1)
+        print(f"   {len(p.records) - n0} records in {seconds[name]} s", flush=True)
+        meta["section_seconds"] = seconds
+        write_outputs(p, meta)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    print(f"wrote {p.out} ({len(p.records)} records, {len(p.errors)} errors) in "
+          f"{time.perf_counter() - p.t0:.0f} s; sections {seconds}")
+    print(json.dumps({"traces": str(p.out), "records": len(p.records), "errors": len(p.errors),
+                      "section_seconds": seconds}))
+    return 0 if p.records else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
