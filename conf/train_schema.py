@@ -68,6 +68,8 @@ class TrainDraftConfig(_Frozen):
     generate_temperature: float = 0.8
     """Sampling temperature of instruction completions after the first (greedy) pass over the prompts."""
     generate_batch_size: int = 512
+    generate_max_s: float = 0.0
+    """Wall-time bound of all teacher generation (0 = none); calls stop early with shorter samples."""
     code_prompt_tokens: int = 192
     """Length of the code snippets the teacher continues."""
     mix_code: float = 0.4
@@ -149,6 +151,8 @@ class AcceptanceReportConfig(_Frozen):
     """Prompts per domain of the small fixed set recorded for the CPU reproduction test."""
     check_new_tokens: int = 32
     out: str = "profiles/acceptance/smollm2.json"
+    update_card: bool = True
+    """Fill the acceptance section of `<draft>/MODEL_CARD.md` with the measured numbers."""
 
     def validate(self) -> None:
         """Check ranges."""

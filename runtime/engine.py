@@ -75,6 +75,7 @@ class Engine:
     def __init__(self, ctx: ParallelContext, cfg: ExperimentConfig, timeline: Timeline,
                  eos_token_id: int | None) -> None:
         """Build this rank's models (sharded on its group) and workers."""
+        check_runtime_support(cfg)
         self.ctx, self.cfg, self.tl, self.eos = ctx, cfg, timeline, eos_token_id
         spec, self.shape = cfg.spec, spec_shape(cfg.spec)
         self.mode, self.oracle_on = spec.mode, spec.oracle and spec.mode != "autoregressive"
@@ -258,6 +259,16 @@ class Engine:
         """Flush outstanding sends (leaders)."""
         if self.ctx.is_leader and self.ctx.peer_leader_rank is not None:
             self.channel.close()
+
+
+def check_runtime_support(cfg: ExperimentConfig) -> None:
+    """Refuse settings the runtime does not implement yet (the simulator can still cost them)."""
+    # TODO(lead, issue 7): CUDA-graph capture of verify/expand steps and the fused GEMM + all-reduce in
+    # the TP row-parallel linears. Until then a config asking for them fails instead of silently running eager.
+    for name in ("cuda_graphs", "fused_allreduce"):
+        if getattr(cfg.kernels, name):
+            raise ValueError(f"kernels.{name}: not implemented in the runtime yet (simulator only); "
+                             f"use kernels=triton or kernels=reference")
 
 
 # ---- run entry and metrics -------------------------------------------------------------------------------

@@ -108,6 +108,12 @@ def kernels_per_step(shape: ModelShape, tp: int, fused: bool) -> int:
     return shape.num_layers * per_layer + 4 + (1 if tp > 1 else 0)
 
 
+def profile_is_eager(profile: Profile) -> bool:
+    """Whether the profile's whole-step overheads were measured without CUDA graphs."""
+    sw = profile.software
+    return sw.get("cuda_graphs") is False or "eager" in str(sw.get("runtime", "")).lower()
+
+
 class Operators:
     """Per-operator time of one call: profile fit where one exists and applies, else the analytic prior."""
 
@@ -124,6 +130,12 @@ class Operators:
                 fits.pop("allreduce", None)  # measured on another link or algorithm: use the prior
             if hw.get("cross_group", cross_name) != cross_name:
                 fits.pop("message", None)
+            if cuda_graphs and profile_is_eager(profile):
+                # The fitted step overhead is the eager runtime's host time per kernel; a CUDA-graph step
+                # replays its kernels without it, so the prior (graph launch per kernel) applies.
+                fits.pop("step_overhead", None)
+            if cuda_graphs and "eager" in str(profile.software.get("allreduce_impl", "")).lower():
+                fits.pop("allreduce", None)  # eager NCCL latency (~45 us) vs ~10 us inside a graph
         self.fits = fits
         self.sources = {op: ("profile" if op in fits else "analytic")
                         for op in ("gemm", "attention", "allreduce", "message", "step_overhead")}
