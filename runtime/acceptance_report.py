@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -291,6 +292,11 @@ def measure_prompt(runner: DraftRunner, seq: torch.Tensor, prompt_len: int, num_
                        int(hits0[roots + 1].sum()))
 
 
+def _floor6(p: float) -> float:
+    # Rounded down, so a row of probabilities never sums above 1 (validators allow 1 + 1e-9).
+    return math.floor(p * 1e6) / 1e6
+
+
 def summarize(stats: list[PromptStats], gammas: list[int], sizes: list[int]) -> dict[str, Any]:
     """Pooled tables of several prompts."""
     roots = sum(s.roots for s in stats)
@@ -298,7 +304,7 @@ def summarize(stats: list[PromptStats], gammas: list[int], sizes: list[int]) -> 
     total = sum(s.pos_total for s in stats)
     chain = sum(s.chain_sum for s in stats) / max(roots, 1)
     tree = sum(s.tree_sum for s in stats) / max(roots, 1)
-    positional = [[round(float(hits[d, r]) / max(int(total[d]), 1), 6) for r in range(hits.shape[1])]
+    positional = [[_floor6(float(hits[d, r]) / max(int(total[d]), 1)) for r in range(hits.shape[1])]
                   for d in range(hits.shape[0])]
     return {
         "positional": positional,
@@ -347,8 +353,8 @@ def pooled(domains: dict[str, dict[str, Any]]) -> dict[str, Any]:
     rows = []
     for i in range(len(first["positional"])):
         sup = sum(d["positional_support"][i] for d in domains.values())
-        rows.append([round(sum(d["positional"][i][r] * d["positional_support"][i] for d in domains.values())
-                           / max(sup, 1), 6) for r in range(len(first["positional"][i]))])
+        rows.append([_floor6(sum(d["positional"][i][r] * d["positional_support"][i] for d in domains.values())
+                             / max(sup, 1)) for r in range(len(first["positional"][i]))])
     out["positional"] = rows
     return out
 

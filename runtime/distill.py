@@ -143,8 +143,13 @@ def load_teacher(spec: str, device: torch.device, dtype: torch.dtype = torch.flo
         missing = {n for n, p in model.named_parameters() if p.is_meta}
         if missing:
             raise ValueError(f"{spec}: weights missing from the GGUF: {sorted(missing)[:5]}")
-    model.model.rotary_emb = type(model.model.rotary_emb)(model.config)  # rebuilt off the meta device
-    return model.to(device=device, dtype=dtype).eval().requires_grad_(False)
+    rotary = type(model.model.rotary_emb)
+    model.model.rotary_emb = rotary(model.config)  # off the meta device
+    model = model.to(device=device, dtype=dtype)
+    # Rebuilt after the cast, in fp32: a bf16 cast rounds the inverse frequencies to 8 bits, which skews
+    # the rotary angles more and more with the position.
+    model.model.rotary_emb = rotary(model.config).to(device)
+    return model.eval().requires_grad_(False)
 
 
 def _scale_random_logits(model) -> None:
@@ -392,8 +397,9 @@ def teacher_generate(teacher, prompts: Sequence[Sequence[int]], max_new_tokens: 
     """Prompt + completion ids per prompt (greedy if temperature == 0; completion stops after EOS).
 
     Prompts of a batch are left-padded; the teacher's output does not depend on the padding. `max_time_s`
-    (0 = none) bounds the wall time: each batch gets its share and stops early (shorter completions).
+    (0 = none) bounds the wall time: each batch gets an equal share and stops early (shorter completions).
     """
+    num_batches = -(-len(prompts) // batch_size)
     device = next(teacher.parameters()).device
     out: list[list[int]] = []
     for b in range(0, len(prompts), batch_size):
@@ -408,7 +414,7 @@ def teacher_generate(teacher, prompts: Sequence[Sequence[int]], max_new_tokens: 
         kw: dict[str, Any] = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} \
             if temperature > 0 else {"do_sample": False}
         if max_time_s > 0:
-            kw["max_time"] = max_time_s * len(batch) / len(prompts)
+            kw["max_time"] = max_time_s / num_batches
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
             gen = teacher.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
                                    max_new_tokens=max_new_tokens, min_new_tokens=1, eos_token_id=eos_id,

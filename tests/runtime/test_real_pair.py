@@ -124,6 +124,30 @@ def test_acceptance_config_points_at_the_report():
     assert cfg.model.draft is not None and cfg.model.draft.checkpoint == "models/smollm2-draft"
 
 
+def _runtime_logits(model, ids: torch.Tensor) -> torch.Tensor:
+    from runtime.attention import AttnMeta, make_attention_backend
+    from runtime.kv_cache import KVCache
+
+    layers, heads, dim = model.cache_spec()
+    cache = KVCache(layers, ids.shape[0], heads, dim, torch.float32, "cpu")
+    with torch.no_grad():
+        return model(ids, AttnMeta.causal(0, ids.shape[0], "cpu"), cache, make_attention_backend("reference"))
+
+
+@pytest.mark.slow
+@needs_gguf
+def test_distillation_teacher_is_the_runtime_target():
+    """The HF teacher built from the GGUF (train_draft.py, the report) computes what runtime/model.py does."""
+    from runtime.loader import build_model
+
+    ids = torch.randint(0, 49152, (40,), generator=torch.Generator().manual_seed(0))
+    runtime = build_model(model_preset("smollm2-135m"), "float32", "cpu", checkpoint=GGUF)
+    teacher = load_teacher(str(GGUF), torch.device("cpu"))
+    with torch.no_grad():
+        hf = teacher(input_ids=ids[None]).logits[0]
+    torch.testing.assert_close(_runtime_logits(runtime, ids), hf, rtol=1e-4, atol=1e-3)
+
+
 # ----------------------------------------------------------------------------------------- shipped draft
 
 
@@ -134,6 +158,10 @@ def test_shipped_draft_loads_with_the_project_loader_and_fits_the_budget():
     shape = model_preset("smollm2-draft")
     model = build_model(shape, "float32", "cpu", checkpoint=DRAFT)
     assert model.shape.vocab_size == 49152
+    ids = torch.randint(0, 49152, (24,), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        hf = load_draft(str(DRAFT), torch.device("cpu"))(input_ids=ids[None]).logits[0]
+    torch.testing.assert_close(_runtime_logits(model, ids), hf, rtol=1e-4, atol=1e-3)
     assert (DRAFT / "model.safetensors").stat().st_size <= 25 * 10**6
     card = (DRAFT / "MODEL_CARD.md").read_text()
     assert "acceptance:begin" in card and "Not measured yet" not in card

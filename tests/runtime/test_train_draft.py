@@ -106,3 +106,12 @@ def test_svd_embedding_keeps_the_principal_subspace():
     proj = distill.svd_embedding(emb, 4)
     # Gram matrices (all pairwise logits of a tied head) are preserved exactly for rank <= dim.
     torch.testing.assert_close(proj @ proj.T, emb @ emb.T, rtol=1e-4, atol=1e-4)
+
+
+def test_bf16_teacher_keeps_fp32_rotary_frequencies():
+    """A bf16 cast would round RoPE's inverse frequencies to 8 bits (angles drift with the position)."""
+    fp32 = distill.load_teacher("random:tiny-llama", torch.device("cpu"), torch.float32)
+    bf16 = distill.load_teacher("random:tiny-llama", torch.device("cpu"), torch.bfloat16)
+    assert bf16.model.embed_tokens.weight.dtype == torch.bfloat16
+    assert bf16.model.rotary_emb.inv_freq.dtype == torch.float32
+    assert torch.equal(bf16.model.rotary_emb.inv_freq, fp32.model.rotary_emb.inv_freq)
