@@ -45,16 +45,7 @@ def make_figure(runs: Sequence[Run]) -> tuple[Figure, FigureData]:
     if not runs:
         raise RunDirError("fig02: no runs given")
     require(runs, KEYS)
-    with_model = len({r.metric("model") for r in runs}) > 1
-    with_source = len({r.metric("source") for r in runs}) > 1
-
-    def name(r: Run) -> str:
-        n = style.mode_label(str(r.metric("mode")))
-        if with_model:
-            n += f", {style.model_label(str(r.metric('model')))}"
-        if with_source:
-            n += f" ({style.source_label(str(r.metric('source')))})"
-        return n
+    name = style.mode_series_namer(runs)
 
     runs = sorted(runs, key=lambda r: (style.mode_sort_key(str(r.metric("mode"))), str(r.metric("model"))))
     tput = Panel(xlabel="acceptance scale (x default acceptance probabilities)", ylabel="throughput (tokens/s)",

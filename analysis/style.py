@@ -176,3 +176,20 @@ def model_label(name: str) -> str:
 def source_label(source: str) -> str:
     """"sim" -> "simulated", "runtime" -> "measured"."""
     return SOURCE_LABELS.get(source, source)
+
+
+def mode_series_namer(runs: Iterable[Any]) -> Callable[[Any], str]:
+    """Series name of a run: its mode, plus the model / source only when the runs differ in them."""
+    runs = list(runs)
+    with_model = len({r.metric("model") for r in runs}) > 1
+    with_source = len({r.metric("source") for r in runs}) > 1
+
+    def name(r: Any) -> str:
+        n = mode_label(str(r.metric("mode")))
+        if with_model:
+            n += f", {model_label(str(r.metric('model')))}"
+        if with_source:
+            n += f" ({source_label(str(r.metric('source')))})"
+        return n
+
+    return name

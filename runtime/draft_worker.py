@@ -20,11 +20,11 @@ from __future__ import annotations
 import torch
 
 from conf.messages import DraftProposal
-from runtime.attention import AttentionBackend, AttnMeta
+from runtime.attention import AttentionBackend
 from runtime.kv_cache import KVCache
 from runtime.model import Transformer
 from runtime.tree import DraftTree, Reroot, StepInputs, TreeStats
-from runtime.tree_cache import apply_reroot, step_meta
+from runtime.tree_cache import apply_reroot, prefill, step_meta
 
 
 class DraftWorker:
@@ -53,10 +53,7 @@ class DraftWorker:
     @torch.no_grad()
     def start(self, prompt: list[int]) -> None:
         """Prefill all prompt tokens but the last, which becomes the root."""
-        self.prefix_len = len(prompt) - 1
-        if self.prefix_len:
-            ids = torch.tensor(prompt[:-1], device=self.device)
-            self.model(ids, AttnMeta.causal(0, self.prefix_len, self.device), self.cache, self.attn)
+        self.prefix_len = prefill(self.model, self.cache, self.attn, prompt, self.device)
         self.tree = DraftTree(prompt[-1])
         self.pending, self.selection = (), []
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 import torch
 
 from conf.messages import DraftProposal
-from runtime.attention import AttentionBackend, AttnMeta
+from runtime.attention import AttentionBackend
 from runtime.kv_cache import KVCache
 from runtime.model import Transformer
 from runtime.oracle import AcceptanceOracle
 from runtime.tree import proposal_inputs
-from runtime.tree_cache import keep_accepted, step_meta
+from runtime.tree_cache import keep_accepted, prefill, step_meta
 from runtime.verify import Verdict, verify_proposal
 
 
@@ -43,10 +43,7 @@ class TargetWorker:
     @torch.no_grad()
     def start(self, prompt: list[int]) -> None:
         """Prefill all prompt tokens but the last (the first root)."""
-        self.prefix_len = len(prompt) - 1
-        if self.prefix_len:
-            ids = torch.tensor(prompt[:-1], device=self.device)
-            self.model(ids, AttnMeta.causal(0, self.prefix_len, self.device), self.cache, self.attn)
+        self.prefix_len = prefill(self.model, self.cache, self.attn, prompt, self.device)
 
     @torch.no_grad()
     def forward(self, proposal: DraftProposal) -> None:

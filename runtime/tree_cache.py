@@ -32,6 +32,16 @@ from runtime.kv_cache import KVCache
 from runtime.tree import Reroot, StepInputs
 
 
+def prefill(model: torch.nn.Module, cache: KVCache, attn: object, prompt: list[int],
+            device: torch.device | str) -> int:
+    """Write the KV of all prompt tokens but the last (which becomes the root) at slots [0, n-1); returns n-1."""
+    prefix_len = len(prompt) - 1
+    if prefix_len:
+        ids = torch.tensor(prompt[:-1], device=device)
+        model(ids, AttnMeta.causal(0, prefix_len, device), cache, attn)
+    return prefix_len
+
+
 def step_meta(inp: StepInputs, prefix_len: int, device: torch.device | str) -> AttnMeta:
     """AttnMeta of a forward over tree rows (a draft expansion or a verify) after `prefix_len` tokens."""
     return AttnMeta.tree(
