@@ -149,8 +149,11 @@ class DepthTuner:
 
     def shared_d(self) -> int:
         """This round's d, the leader's decision broadcast to the draft group when it is measured."""
+        if self.fixed is not None:  # every rank of the group knows it: nothing to share
+            self.round_d = self.fixed
+            return self.fixed
         d = self._decide() if self.ctx.is_leader else 0
-        if self.fixed is None and self.ctx.group_size > 1:
+        if self.ctx.group_size > 1:
             t = torch.tensor([d], device=self.ctx.device)
             work = dist.broadcast(t, src=self.ctx.leader_rank, group=self.ctx.tp_group, async_op=True)
             wait_bounded(work, 2 * self.ctx.timeout_s, f"{self.ctx.label}: broadcast of d",

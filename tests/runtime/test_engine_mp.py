@@ -86,3 +86,27 @@ def test_tensor_parallel_target_is_lossless():
     for out in _launch(cfgs, eos):
         assert out["outputs"] == expected
         assert out["metrics"]["target_gpus"] == 2
+
+
+@pytest.mark.timeout(300)
+def test_tensor_parallel_draft_and_target_are_lossless():
+    """Draft 2 (TP) + target 2 (TP), the 2:2 split of issue 12 in miniature: async and serial trees and chain.
+
+    tiny-llama-draft has 2 query heads and 1 KV head, so the draft's TP = 2 replicates its KV head.
+    """
+    expected, eos = reference_outputs("tiny-llama")
+    cfgs = [make_cfg("async_tree", target_gpus=2, draft_gpus=2, bs=6, w=3, topk=3, d="2"),
+            make_cfg("serial_tree", target_gpus=2, draft_gpus=2, bs=5, w=2, topk=2),
+            make_cfg("chain", target_gpus=2, draft_gpus=2, gamma=3)]
+    for out in _launch(cfgs, eos):
+        assert out["outputs"] == expected
+        assert (out["metrics"]["target_gpus"], out["metrics"]["draft_gpus"]) == (2, 2)
+
+
+@pytest.mark.timeout(300)
+def test_three_to_one_split_is_lossless():
+    """Target 3 (TP, 4 heads zero-padded to 6) + draft 1: the 3:1 split of issue 12 in miniature."""
+    expected, eos = reference_outputs("tiny-llama")
+    out = _launch([make_cfg("async_tree", target_gpus=3, draft_gpus=1, bs=6, w=3, topk=3, d="auto")], eos)[0]
+    assert out["outputs"] == expected
+    assert out["metrics"]["target_gpus"] == 3
