@@ -1,0 +1,157 @@
+"""Typed configuration of `python bench/bench_runtime.py` (conf/bench_runtime.yaml), registered in the ConfigStore.
+
+Kept apart from conf/schema.py (the experiment schema): the benchmark is not one experiment but a set of them
+(our runtime's four modes) plus peer systems on the same prompts. Each of our runs is still a validated
+`ExperimentConfig`, composed from conf/generate.yaml with the overrides that `BenchWorkloadConfig` implies
+(`experiment_overrides`), so the runtime sees exactly what `python generate.py` would.
+
+A workload is a named preset (`presets.<name>` in the YAML, picked by `preset=<name>`). No torch import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from conf.presets import GPU_PRESETS
+from conf.schema import MODES, _Frozen, _require, freeze
+
+PEERS = ("hf_greedy", "hf_assisted", "deepspeed")
+"""Peer systems: transformers `generate` (greedy; assisted with `assistant_model=` the same draft) and
+DeepSpeed-Inference AutoTP (autoregressive, `tensor_parallel={"tp_size": N}`)."""
+DTYPES = ("float32", "bfloat16", "float16")
+DEVICES = ("auto", "cuda", "cpu")
+
+
+@dataclass
+class BenchWorkloadConfig(_Frozen):
+    """One benchmark workload: the model pair, how it runs in our runtime, the prompts, the peers."""
+
+    description: str = ""
+    """One line for the results table's heading."""
+    model: str = "tiny"
+    """Model pair: a conf/model/<name>.yaml group option (target + draft presets, checkpoints)."""
+    dtype: str | None = None
+    """Weight and compute dtype of both models (float32 | bfloat16 | float16); None = the model group's."""
+    target_checkpoint: str | None = None
+    """Overrides the target's checkpoint (HF folder or GGUF); None = the model group's (random if none)."""
+    draft_checkpoint: str | None = None
+    """Overrides the draft's checkpoint; None = the model group's (random if none)."""
+    require_draft_checkpoint: bool = False
+    """Real pairs: skip the whole workload (with a note) when the draft checkpoint has no config.json."""
+    oracle: bool = False
+    """Our runtime draws acceptance from the oracle (random weights); peers then cannot be compared on
+    speculation, only on per-forward cost and autoregressive throughput."""
+    kernels: str = "reference"
+    """Our runtime's kernels group option (reference | triton)."""
+    parallel: str = "1x1"
+    """Our runtime's GPU split (conf/parallel/<name>.yaml); async_tree needs a draft group."""
+    prompt_file: str | None = None
+    """JSONL with one {"prompt": ...} per line; None = seeded random token prompts of `prompt_tokens`."""
+    num_prompts: int = 1
+    """Requests: the first `num_prompts` lines of `prompt_file`, or this many random prompts."""
+    chat_template: bool = False
+    """Wrap text prompts in the target GGUF's chat template (the draft was trained on that format)."""
+    prompt_tokens: int = 32
+    """Length of random prompts."""
+    max_new_tokens: int = 16
+    """Tokens generated per request by every system (fewer only where EOS comes first)."""
+    max_seq_len_tokens: int = 2048
+    """Our runtime's KV-cache prefix capacity (prompt + generated)."""
+    peers: list[str] = field(default_factory=lambda: list(PEERS))
+    """Peer systems to run (subset of hf_greedy, hf_assisted, deepspeed)."""
+    check_outputs: bool = True
+    """Compare every system's tokens with transformers' greedy output (tie-aware); off for oracle runs."""
+    experiment_overrides: list[str] = field(default_factory=list)
+    """Further Hydra overrides of conf/generate.yaml for our runs (e.g. spec.bs=16)."""
+
+    def validate(self, name: str) -> None:
+        """Check ranges and names; messages name the field."""
+        f = f"presets.{name}"
+        _require(self.dtype is None or self.dtype in DTYPES, f"{f}.dtype",
+                 f"{self.dtype!r} is not one of {', '.join(DTYPES)}")
+        _require(self.num_prompts >= 1, f"{f}.num_prompts", f"must be >= 1, got {self.num_prompts}")
+        _require(self.prompt_tokens >= 1, f"{f}.prompt_tokens", f"must be >= 1, got {self.prompt_tokens}")
+        _require(self.max_new_tokens >= 1, f"{f}.max_new_tokens", f"must be >= 1, got {self.max_new_tokens}")
+        bad = [p for p in self.peers if p not in PEERS]
+        _require(not bad, f"{f}.peers", f"unknown peers {bad}; allowed: {', '.join(PEERS)}")
+        _require(not (self.oracle and self.check_outputs), f"{f}.check_outputs",
+                 "oracle runs emit the oracle's tokens, not the model's: set check_outputs=false")
+
+
+@dataclass
+class BenchRuntimeConfig(_Frozen):
+    """The runtime benchmark: which workload, which of our modes, how to measure, where results go."""
+
+    preset: str = "tiny"
+    """Name of the workload preset in `presets` (not `workload`: that name is the experiment's config group)."""
+    presets: dict[str, BenchWorkloadConfig] = field(default_factory=dict)
+    """Workload presets (conf/bench_runtime.yaml)."""
+    modes: list[str] = field(default_factory=lambda: list(MODES))
+    """Our runtime's modes, run in one launch (models built once per rank process)."""
+    repeats: int = 3
+    """Measured runs per system; tables report medians."""
+    warmup_runs: int = 1
+    """Unmeasured runs per system before the measured ones (Triton JIT, allocator, cuBLAS heuristics)."""
+    warmup_new_tokens: int = 32
+    """Tokens per request of a warm-up run (a short decode warms every code path the long one uses)."""
+    deepspeed_tp_size: int = 2
+    """DeepSpeed-Inference AutoTP degree (GPUs of the peer's target)."""
+    device: str = "auto"
+    """auto (cuda if available) | cuda | cpu: where our runtime and the peers run."""
+    gpu: str = "h200"
+    """GPU preset whose HBM bandwidth sets the byte floor (conf/presets.py GPU_PRESETS; h200: 4.29 TB/s)."""
+    timeout_s: float = 600.0
+    """Bound on every wait across ranks (parallel.timeout_s of the launches)."""
+    budget_s: float = 450.0
+    """Wall-clock budget: phases and modes not started by then are reported as skipped (budget)."""
+    out_dir: str = "bench/results"
+    """Results JSON goes to <out_dir>/runtime_<workload>_<date>.json."""
+    doc: str | None = "docs/BENCHMARKS_RUNTIME.md"
+    """Markdown file a dated results section is appended to; None = none."""
+    seed: int = 0
+    """Seed of random prompts (workload.seed of our runs)."""
+
+    def validate(self) -> None:
+        """Check the workload name, the modes and the measurement settings."""
+        _require(self.preset in self.presets, "preset",
+                 f"unknown workload preset {self.preset!r}; allowed: {sorted(self.presets)}")
+        for name, wl in self.presets.items():
+            wl.validate(name)
+        bad = [m for m in self.modes if m not in MODES]
+        _require(not bad, "modes", f"unknown modes {bad}; allowed: {', '.join(MODES)}")
+        _require(self.repeats >= 1, "repeats", f"must be >= 1, got {self.repeats}")
+        _require(self.warmup_runs >= 0, "warmup_runs", f"must be >= 0, got {self.warmup_runs}")
+        _require(self.warmup_new_tokens >= 1, "warmup_new_tokens", f"must be >= 1, got {self.warmup_new_tokens}")
+        _require(self.deepspeed_tp_size >= 1, "deepspeed_tp_size", f"must be >= 1, got {self.deepspeed_tp_size}")
+        _require(self.device in DEVICES, "device", f"{self.device!r} is not one of {', '.join(DEVICES)}")
+        _require(self.gpu in GPU_PRESETS, "gpu", f"unknown GPU preset {self.gpu!r}; allowed: {sorted(GPU_PRESETS)}")
+        _require(self.timeout_s > 0, "timeout_s", f"must be > 0, got {self.timeout_s}")
+        _require(self.budget_s > 0, "budget_s", f"must be > 0, got {self.budget_s}")
+
+    @property
+    def selected(self) -> BenchWorkloadConfig:
+        """The workload preset this run measures."""
+        return self.presets[self.preset]
+
+
+def build_bench_config(cfg: object) -> BenchRuntimeConfig:
+    """A composed DictConfig (or a BenchRuntimeConfig) -> validated, frozen BenchRuntimeConfig."""
+    from omegaconf import DictConfig, OmegaConf
+
+    obj = OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else cfg
+    if not isinstance(obj, BenchRuntimeConfig):
+        raise TypeError(f"expected a config composed against BenchRuntimeConfig, got {type(obj).__name__}")
+    obj.validate()
+    for wl in obj.presets.values():  # freeze() walks dataclasses and lists, not dicts
+        freeze(wl)
+    return freeze(obj)
+
+
+def register_bench_configs() -> None:
+    """Register BenchRuntimeConfig (and the experiment schema our runs compose against) in the ConfigStore."""
+    from hydra.core.config_store import ConfigStore
+
+    from conf.schema import register_configs
+
+    register_configs()
+    ConfigStore.instance().store(name="bench_runtime_schema", node=BenchRuntimeConfig)
