@@ -454,10 +454,11 @@ class MixtureSampler:
 
 
 def distill_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, kl_weight: float,
-                 ce_weight: float) -> tuple[torch.Tensor, dict[str, float]]:
+                 ce_weight: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """kl_weight * KL(teacher || student) + ce_weight * CE(student, teacher argmax), per token (fp32).
 
-    Also returns the top-1 agreement (student argmax == teacher argmax) for the progress display.
+    Also returns detached 0-d stats (kl, ce, top-1 agreement of the argmaxes); they stay on the device, so
+    the caller decides when to synchronise.
     """
     s = student_logits.float().flatten(0, -2)
     t = teacher_logits.float().flatten(0, -2)
@@ -468,7 +469,7 @@ def distill_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, kl_
     ce = F.nll_loss(s_logp, t_top)
     loss = kl_weight * kl + ce_weight * ce
     agree = (s.argmax(-1) == t_top).float().mean()
-    return loss, {"kl": float(kl.detach()), "ce": float(ce.detach()), "agree": float(agree)}
+    return loss, {"kl": kl.detach(), "ce": ce.detach(), "agree": agree}
 
 
 def lr_at(step: int, progress: float, lr: float, warmup_steps: int, min_lr_ratio: float) -> float:
