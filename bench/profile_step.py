@@ -1,0 +1,116 @@
+"""Where one decoding step's time goes: torch.profiler over verify and expand forwards of one model.
+
+The eager runtime measured 27-45 ms per Llama-3-8B verify step on an H200 against a 3.7 ms byte floor
+(docs/LOG.md, 2026-11-29): this script answers "host or device, which ops, how many launches" in one call.
+
+    python bench/profile_step.py --preset llama3-8b --dtype bfloat16 --backend triton --rows 8 --ctx 512
+    python bench/profile_step.py --preset tiny-llama --device cpu --backend reference     # CPU smoke run
+
+Prints: wall time per step (median of --reps, synchronised), device time per step (sum of kernel times),
+kernel launches per step, and the top ops by host (self CPU) time; writes the table + a Chrome trace
+under --out. Plain argparse: it runs on the GPU machine without Hydra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from conf.presets import model_preset  # noqa: E402
+from conf.rundir import atomic_write_json, git_sha  # noqa: E402
+from runtime.attention import AttnMeta, make_attention_backend  # noqa: E402
+from runtime.kv_cache import KVCache  # noqa: E402
+from runtime.loader import build_model  # noqa: E402
+
+
+def chain_step_meta(prefix_len: int, rows: int, device: torch.device) -> AttnMeta:
+    """A verify step over a chain of `rows` tree nodes after `prefix_len` cached tokens."""
+    mask = torch.tril(torch.ones(rows, rows, dtype=torch.bool, device=device))
+    pos = torch.arange(prefix_len, prefix_len + rows, device=device)
+    return AttnMeta.tree(prefix_len, rows, pos, pos, mask)
+
+
+def sync(device: torch.device) -> None:
+    """Wait for queued device work (no-op on CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def profile_step(preset: str, dtype: str, device: torch.device, backend: str, rows: int, ctx: int,
+                 reps: int, out: Path | None) -> dict:
+    """Build the model, run `reps` timed steps, then one profiled step; returns the summary dict."""
+    shape = model_preset(preset)
+    model = build_model(shape, dtype, device, seed=0)
+    layers, heads, head_dim = model.cache_spec()
+    cache = KVCache(layers, ctx + rows, heads, head_dim, model.dtype, device)
+    attn = make_attention_backend(backend)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, shape.vocab_size, (rows,), generator=gen).to(device)
+    meta = chain_step_meta(ctx, rows, device)
+    with torch.no_grad():
+        for _ in range(3):  # warm-up: Triton compilation, allocator, cuBLAS handles
+            model(ids, meta, cache, attn)
+        sync(device)
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            model(ids, meta, cache, attn)
+            sync(device)
+            times.append(time.perf_counter() - t0)
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if device.type == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        with torch.profiler.profile(activities=activities) as prof:
+            model(ids, meta, cache, attn)
+            sync(device)
+    events = prof.key_averages()
+    device_s = sum(getattr(e, "self_device_time_total", 0.0) for e in events) * 1e-6
+    launches = sum(e.count for e in events if e.key.startswith(("cudaLaunchKernel", "cuLaunchKernel")))
+    top = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:15]
+    summary = {
+        "preset": preset, "dtype": dtype, "device": str(device), "backend": backend, "rows": rows, "ctx": ctx,
+        "wall_step_s": statistics.median(times), "device_step_s": device_s, "kernel_launches": launches,
+        "top_host_ops": [{"op": e.key, "calls": e.count, "self_cpu_s": e.self_cpu_time_total * 1e-6}
+                         for e in top],
+        "git_sha": git_sha(), "torch": torch.__version__,
+    }
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(out / f"profile_step_{preset}_{backend}.json", summary)
+        prof.export_chrome_trace(str(out / f"profile_step_{preset}_{backend}.trace.json"))
+    return summary
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Command line: see the module docstring."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--preset", default="llama3-8b")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--backend", default="triton", choices=["reference", "triton"])
+    p.add_argument("--rows", type=int, default=8, help="tokens in the step (verify width)")
+    p.add_argument("--ctx", type=int, default=512, help="cached tokens before the step")
+    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--out", type=Path, default=None)
+    a = p.parse_args(argv)
+    s = profile_step(a.preset, a.dtype, torch.device(a.device), a.backend, a.rows, a.ctx, a.reps, a.out)
+    print(f"{a.preset} {a.backend} rows={a.rows} ctx={a.ctx}: wall {s['wall_step_s'] * 1e3:.2f} ms/step, "
+          f"device {s['device_step_s'] * 1e3:.2f} ms/step, {s['kernel_launches']} kernel launches")
+    for row in s["top_host_ops"]:
+        print(f"  {row['self_cpu_s'] * 1e6:9.1f} us  {row['calls']:5d}x  {row['op']}")
+    print(json.dumps({k: v for k, v in s.items() if k != "top_host_ops"}))
+    return s
+
+
+if __name__ == "__main__":
+    main()
