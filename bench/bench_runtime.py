@@ -165,32 +165,12 @@ def workload_skip_reason(wl: BenchWorkloadConfig, cfg: Any) -> str | None:
 
 # ---- phase 1: our runtime --------------------------------------------------------------------------------
 def decode(ctx: Any, cfg: Any, prompts: list[list[int]], eos_token_id: int | None) -> dict[str, Any] | None:
-    """`runtime.engine.run_rank` with models cached across runs and the device synchronised around the timed
-    region; rank 0 returns metrics, outputs, iteration rows and traces."""
-    from bench.peers import sync
-    from bench.validate import _caching_engine_class
-    from runtime.controller import load_workload
-    from runtime.engine import iteration_rows
-    from runtime.metrics import Timeline, device_name, summarize
+    """`runtime.engine.run_rank` with models cached across runs (the device is synchronised around the timed
+    region there); rank 0 returns metrics, outputs, iteration rows and traces."""
+    from bench.validate import caching_engine_class
+    from runtime.engine import run_rank
 
-    prompts, eos = load_workload(cfg, prompts, eos_token_id)
-    timeline = Timeline.start(ctx, run_id=cfg.run_name)
-    engine = _caching_engine_class()(ctx, cfg, timeline, eos)
-    sync(ctx.device)
-    start = time.perf_counter()
-    outputs = [engine.generate(rid, prompt) for rid, prompt in enumerate(prompts)]
-    sync(ctx.device)
-    wall_s = time.perf_counter() - start
-    engine.close()
-    records = timeline.gather(ctx)
-    if ctx.rank != 0:
-        return None
-    leaders = {0} if ctx.peer_leader_rank is None else {0, ctx.num_target}
-    rows = iteration_rows(records, leaders, ctx.peer_leader_rank is None)
-    d_used = [json.loads(r.extra)["d"] for r in records if r.name == "step.reroot"]
-    metrics = summarize(cfg, rows, sum(len(o) for o in outputs if o is not None), wall_s,
-                        gpu=device_name(ctx.device), num_requests=len(prompts), d_used=d_used[-1] if d_used else None)
-    return {"metrics": metrics, "outputs": outputs, "iterations": rows, "traces": records}
+    return run_rank(ctx, cfg, prompts, eos_token_id, engine_cls=caching_engine_class())
 
 
 def run_modes(ctx: Any, cfg: Any, *, jobs: list[ModeJob], prompts: list[list[int]], eos_token_id: int | None,

@@ -139,7 +139,8 @@ _MODELS: dict[tuple, Any] = {}
 """Models built in this rank process, reused by every configuration of the launch (weights are read-only)."""
 
 
-def _caching_engine_class() -> type:
+def caching_engine_class() -> type:
+    """An Engine subclass that builds each model once per process (a config change only changes workers)."""
     from runtime.engine import Engine
 
     class CachingEngine(Engine):
@@ -157,27 +158,9 @@ def _caching_engine_class() -> type:
 
 def run_one(ctx: Any, cfg: Any) -> dict[str, Any] | None:
     """`runtime.engine.run_rank` with the caching engine; rank 0 returns outputs, metrics, rows, traces."""
-    from runtime.controller import load_workload
-    from runtime.engine import iteration_rows
-    from runtime.metrics import Timeline, device_name, summarize
+    from runtime.engine import run_rank
 
-    prompts, eos = load_workload(cfg)
-    timeline = Timeline.start(ctx, run_id=cfg.run_name)
-    engine = _caching_engine_class()(ctx, cfg, timeline, eos)
-    start = time.perf_counter()
-    outputs = [engine.generate(rid, prompt) for rid, prompt in enumerate(prompts)]
-    wall_s = time.perf_counter() - start
-    engine.close()
-    records = timeline.gather(ctx)
-    del engine
-    if ctx.rank != 0:
-        return None
-    leaders = {0} if ctx.peer_leader_rank is None else {0, ctx.num_target}
-    rows = iteration_rows(records, leaders, ctx.peer_leader_rank is None)
-    d_used = [json.loads(r.extra)["d"] for r in records if r.name == "step.reroot"]
-    metrics = summarize(cfg, rows, sum(len(o) for o in outputs if o is not None), wall_s,
-                        gpu=device_name(ctx.device), num_requests=len(prompts), d_used=d_used[-1] if d_used else None)
-    return {"metrics": metrics, "iterations": rows, "traces": records, "prompts": prompts}
+    return run_rank(ctx, cfg, engine_cls=caching_engine_class())
 
 
 def _agree(ctx: Any, go: bool) -> bool:

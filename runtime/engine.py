@@ -273,16 +273,18 @@ def check_runtime_support(cfg: ExperimentConfig) -> None:
 
 # ---- run entry and metrics -------------------------------------------------------------------------------
 def run_rank(ctx: ParallelContext, cfg: ExperimentConfig, prompts: list[list[int]] | None = None,
-             eos_token_id: int | None = None) -> dict[str, Any] | None:
+             eos_token_id: int | None = None, *, engine_cls: type[Engine] | None = None) -> dict[str, Any] | None:
     """Decode the workload on this rank; rank 0 returns outputs, metrics, iteration rows and traces.
 
     `prompts` / `eos_token_id` override the workload (tests); by default prompts come from
     `cfg.workload` (text through the tokenizer, a JSONL file, or seeded random tokens) and EOS from the
-    tokenizer.
+    tokenizer. `engine_cls` substitutes an Engine subclass (benchmarks cache models across runs).
+    The timed region starts and ends with the device synchronised.
     """
     prompts, eos = load_workload(cfg, prompts, eos_token_id)
     timeline = Timeline.start(ctx, run_id=cfg.run_name)
-    engine = Engine(ctx, cfg, timeline, eos)
+    engine = (engine_cls or Engine)(ctx, cfg, timeline, eos)
+    _sync(ctx.device)
     start = time.perf_counter()
     engine.progress = Progress(len(prompts) * cfg.workload.max_new_tokens, enabled=ctx.rank == 0)
     outputs = []
@@ -290,6 +292,7 @@ def run_rank(ctx: ParallelContext, cfg: ExperimentConfig, prompts: list[list[int
         outputs.append(engine.generate(rid, prompt))
         engine.tokens_done += len(outputs[-1] or [])
     engine.progress.close()
+    _sync(ctx.device)
     wall_s = time.perf_counter() - start
     engine.close()
     records = timeline.gather(ctx)
@@ -303,6 +306,11 @@ def run_rank(ctx: ParallelContext, cfg: ExperimentConfig, prompts: list[list[int
                         d_used=d_used[-1] if d_used else None)
     return {"metrics": metrics, "iterations": rows, "traces": records, "outputs": outputs, "prompts": prompts,
             "oracle": engine.oracle_on}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def iteration_rows(records: list[TraceRecord], leaders: set[int], colocated: bool) -> list[dict[str, Any]]:
