@@ -13,24 +13,10 @@ from runtime.model import Transformer
 
 
 def hf_config(shape: ModelShape):
-    """A transformers LlamaConfig / Qwen2Config describing `shape`."""
-    from transformers import LlamaConfig, Qwen2Config
+    """A transformers LlamaConfig / Qwen2Config describing `shape` (the benchmark's peer builder)."""
+    from bench.peers import hf_config as peers_hf_config
 
-    rope = {"rope_type": "default", "rope_theta": shape.rope_theta}
-    if shape.rope_scaling is not None:
-        rs = shape.rope_scaling
-        rope = {"rope_type": "llama3", "rope_theta": shape.rope_theta, "factor": rs.factor,
-                "low_freq_factor": rs.low_freq_factor, "high_freq_factor": rs.high_freq_factor,
-                "original_max_position_embeddings": rs.original_max_position}
-    common = dict(
-        vocab_size=shape.vocab_size, hidden_size=shape.hidden_size, intermediate_size=shape.intermediate_size,
-        num_hidden_layers=shape.num_layers, num_attention_heads=shape.num_heads,
-        num_key_value_heads=shape.num_kv_heads, max_position_embeddings=shape.max_position,
-        rms_norm_eps=shape.rms_eps, tie_word_embeddings=shape.tie_embeddings, rope_parameters=rope,
-    )
-    if shape.arch == "qwen2":
-        return Qwen2Config(**common)
-    return LlamaConfig(head_dim=shape.head_dim, attention_bias=shape.qkv_bias, **common)
+    return peers_hf_config(shape)
 
 
 def make_hf_model(shape: ModelShape, seed: int = 0):
