@@ -112,6 +112,9 @@ MODEL_PRESETS: dict[str, ModelShape] = {
         ModelShape("tiny-llama-draft", "llama", 256, 32, 64, 1, 2, 1, 16, 10000.0, 4096, tie_embeddings=True),
         ModelShape("tiny-llama31", "llama", 256, 64, 128, 2, 4, 2, 16, 500000.0, 4096,
                    rope_scaling=RopeScaling(factor=8.0, original_max_position=64)),
+        # 8 query heads: every split of an 8-GPU node (TP up to 8, zero-padded at 3, 6, 7) on CPU.
+        ModelShape("tiny-llama-8h", "llama", 256, 64, 176, 2, 8, 4, 8, 10000.0, 4096),
+        ModelShape("tiny-llama-draft-4h", "llama", 256, 32, 64, 1, 4, 2, 8, 10000.0, 4096, tie_embeddings=True),
         ModelShape("tiny-qwen2", "qwen2", 256, 64, 176, 2, 4, 2, 16, 1e6, 4096, rms_eps=1e-6,
                    qkv_bias=True),
     ]

@@ -216,6 +216,8 @@ class Engine:
             vp = VerifiedPath(prop.request_id, prop.iteration, tokens, verdict.path, stop)
         if self.ctx.group_size > 1:
             vp = self.channel.broadcast_in_group(vp)
+            if not self.ctx.is_leader:  # mirror the leader's output: autoregressive steps feed its last token
+                emitter.emit(list(vp.token_ids[1:]))
         self.target.keep(vp.node_indices)
         self.tl.add("step.verify", start, self.tl.now() - start, iteration=prop.iteration, tokens=self.shape.rows,
                     ctx_len=self.target.prefix_len,

@@ -79,10 +79,12 @@ def test_disaggregated_self_speculation_and_oracle():
 
 @pytest.mark.timeout(300)
 def test_tensor_parallel_target_is_lossless():
-    """Draft 1 + target 2 (TP): async and serial trees."""
+    """Draft 1 + target 2 (TP): async and serial trees, and autoregressive decoding on the TP target (its
+    non-leader rank must feed the leader's tokens: a bug once fed the prompt's last token every step)."""
     expected, eos = reference_outputs("tiny-llama")
     cfgs = [make_cfg("async_tree", target_gpus=2, draft_gpus=1, bs=6, w=3, topk=3, d="2"),
-            make_cfg("serial_tree", target_gpus=2, draft_gpus=1, bs=5, w=2, topk=2)]
+            make_cfg("serial_tree", target_gpus=2, draft_gpus=1, bs=5, w=2, topk=2),
+            make_cfg("autoregressive", target_gpus=2, draft_gpus=1)]
     for out in _launch(cfgs, eos):
         assert out["outputs"] == expected
         assert out["metrics"]["target_gpus"] == 2
@@ -110,3 +112,24 @@ def test_three_to_one_split_is_lossless():
     out = _launch([make_cfg("async_tree", target_gpus=3, draft_gpus=1, bs=6, w=3, topk=3, d="auto")], eos)[0]
     assert out["outputs"] == expected
     assert out["metrics"]["target_gpus"] == 3
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("target_gpus,draft_gpus", [(4, 4), (6, 2), (7, 1), (8, 0)], ids=lambda v: str(v))
+def test_eight_rank_splits_are_lossless(target_gpus, draft_gpus):
+    """Issue 12's 8-GPU splits in miniature on CPU (8 gloo ranks): 4:4, 6:2, 7:1 async/serial trees, AR TP=8.
+
+    tiny-llama-8h has 8 query / 4 KV heads, so TP 6 and 7 zero-pad heads and TP 8 replicates KV heads.
+    """
+    expected, eos = reference_outputs("tiny-llama-8h")
+    common = dict(target="tiny-llama-8h", draft="tiny-llama-draft-4h", target_gpus=target_gpus,
+                  draft_gpus=draft_gpus)
+    if draft_gpus:
+        cfgs = [make_cfg("async_tree", bs=6, w=3, topk=3, d="2", **common),
+                make_cfg("serial_tree", bs=5, w=2, topk=2, **common)]
+    else:
+        cfgs = [make_cfg("autoregressive", **common)]
+    for out in _launch(cfgs, eos):
+        assert out["outputs"] == expected
+        assert (out["metrics"]["target_gpus"], out["metrics"]["draft_gpus"]) == (target_gpus, draft_gpus)
