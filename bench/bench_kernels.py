@@ -104,14 +104,10 @@ def random_tree(n: int, gen: torch.Generator) -> list[int]:
 
 
 def ancestor_mask(parent: list[int], device) -> torch.Tensor:
-    n = len(parent)
-    mask = torch.zeros(n, n, dtype=torch.bool)
-    for i in range(n):
-        j = i
-        while j >= 0:
-            mask[i, j] = True
-            j = parent[j]
-    return mask.to(device)
+    """The runtime's tree mask (runtime/tree.py) of `parent`, on `device`."""
+    from runtime.tree import ancestor_mask as tree_mask
+
+    return tree_mask(parent, len(parent)).to(device)
 
 
 # ----------------------------------------------------------------------------------------------- correctness

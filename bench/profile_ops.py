@@ -70,6 +70,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from conf.presets import MODEL_PRESETS, ModelShape, check_tp  # noqa: E402
 from conf.trace import TraceRecord, shapes_str, write_traces  # noqa: E402
+from runtime.tree import ancestor_mask  # noqa: E402
 
 GEMM_PRESETS = ("llama3-8b", "llama3.2-1b", "llama3.2-3b", "llama3-70b", "qwen2-72b", "smollm2-135m",
                 "smollm2-draft")
@@ -272,16 +273,6 @@ def _random_parents(t: int, gen: torch.Generator) -> list[int]:
     return [-1] + [int(torch.randint(0, i, (1,), generator=gen)) for i in range(1, t)]
 
 
-def _ancestor_mask(parents: list[int]) -> torch.Tensor:
-    t = len(parents)
-    mask = torch.zeros(t, t, dtype=torch.bool)
-    for i in range(t):
-        j = i
-        while j >= 0:
-            mask[i, j] = True
-            j = parents[j]
-    return mask
-
 
 def choose_attention_backend(p: Profiler) -> str:
     """'triton' if kernels.tree_attention runs here and matches the reference on a small tree, else 'reference'."""
@@ -293,7 +284,7 @@ def choose_attention_backend(p: Profiler) -> str:
         gen = torch.Generator().manual_seed(5)
         t, prefix, hq, hkv, d = 8, 100, 32, 8, 128
         parents = _random_parents(t, gen)
-        mask = _ancestor_mask(parents).to(p.device)
+        mask = ancestor_mask(parents, len(parents)).to(p.device)
         q = torch.randn(t, hq, d, generator=gen).to(p.device, p.dtype)
         k = torch.randn(prefix + t, hkv, d, generator=gen).to(p.device, p.dtype)
         v = torch.randn(prefix + t, hkv, d, generator=gen).to(p.device, p.dtype)
@@ -331,7 +322,7 @@ def section_attention(p: Profiler) -> None:
                 k = torch.randn(ctx + tmax, hkv, d, generator=gen).to(p.device, p.dtype)
                 v = torch.randn(ctx + tmax, hkv, d, generator=gen).to(p.device, p.dtype)
                 for t in p.opt("attn_t", ATTN_T):
-                    mask = _ancestor_mask(_random_parents(t, gen)).to(p.device)
+                    mask = ancestor_mask(_random_parents(t, gen), t).to(p.device)
                     q = torch.randn(t, hq, d, generator=gen).to(p.device, p.dtype)
                     slots = torch.arange(ctx, ctx + t, device=p.device)
                     meta = AttnMeta.tree(ctx, t, slots, slots, mask)
