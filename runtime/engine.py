@@ -23,8 +23,12 @@ dict of docs/CONTRACTS.md from them (`iteration_rows`).
 
 from __future__ import annotations
 
+import cProfile
+import io
 import json
 import math
+import os
+import pstats
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -286,16 +290,22 @@ def run_rank(ctx: ParallelContext, cfg: ExperimentConfig, prompts: list[list[int
     prompts, eos = load_workload(cfg, prompts, eos_token_id)
     timeline = Timeline.start(ctx, run_id=cfg.run_name)
     engine = (engine_cls or Engine)(ctx, cfg, timeline, eos)
+    profiler = cProfile.Profile() if os.environ.get(CPROFILE_ENV) else None
     _sync(ctx.device)
     start = time.perf_counter()
     engine.progress = Progress(len(prompts) * cfg.workload.max_new_tokens, enabled=ctx.rank == 0)
     outputs = []
+    if profiler is not None:
+        profiler.enable()
     for rid, prompt in enumerate(prompts):
         outputs.append(engine.generate(rid, prompt))
         engine.tokens_done += len(outputs[-1] or [])
     engine.progress.close()
     _sync(ctx.device)
     wall_s = time.perf_counter() - start
+    if profiler is not None:
+        profiler.disable()
+        dump_profile(profiler, os.environ[CPROFILE_ENV], ctx.rank)
     engine.close()
     records = timeline.gather(ctx)
     if ctx.rank != 0:
@@ -308,6 +318,22 @@ def run_rank(ctx: ParallelContext, cfg: ExperimentConfig, prompts: list[list[int
                         d_used=d_used[-1] if d_used else None)
     return {"metrics": metrics, "iterations": rows, "traces": records, "outputs": outputs, "prompts": prompts,
             "oracle": engine.oracle_on}
+
+
+CPROFILE_ENV = "SWIFTSPEC_CPROFILE"
+"""Set to a folder: every rank's decode loop runs under cProfile (host-time hunting, e.g. on the GPU)."""
+
+
+def dump_profile(profiler: cProfile.Profile, folder: str, rank: int, top: int = 40) -> None:
+    """Write `rank<r>.prof` (pstats) and `rank<r>.txt` (top functions by own time, then by cumulative)."""
+    os.makedirs(folder, exist_ok=True)
+    profiler.dump_stats(os.path.join(folder, f"rank{rank}.prof"))
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text)
+    stats.sort_stats("tottime").print_stats(top)
+    stats.sort_stats("cumulative").print_stats(top)
+    with open(os.path.join(folder, f"rank{rank}.txt"), "w") as f:
+        f.write(text.getvalue())
 
 
 def _sync(device: torch.device) -> None:
