@@ -46,11 +46,56 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+HBM_BYTES_PER_S = 4.29e12
+"""H200 HBM3e bandwidth, the byte floor's denominator (docs/BENCHMARKS.md)."""
+
+
+def byte_floor_s(model: torch.nn.Module, ctx: int, rows: int, hbm: float = HBM_BYTES_PER_S) -> float:
+    """(every weight byte once + the K/V bytes of ctx + rows tokens) / HBM bandwidth: one forward's floor."""
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    layers, heads, head_dim = model.cache_spec()
+    kv = 2 * layers * heads * head_dim * model.norm.weight.element_size() * (ctx + rows)
+    return (weights + kv) / hbm
+
+
+def time_graph(model: torch.nn.Module, cache: KVCache, attn: object, rows: int, ctx: int, reps: int,
+               gen: torch.Generator) -> dict:
+    """The step as a CUDA graph (runtime/graphs.py): median replay time alone and with input staging."""
+    from runtime.graphs import StepGraph
+    from runtime.tree import ancestor_mask
+
+    graph = StepGraph(model, cache, attn, rows, rows)
+    parents = [-1] + [max(0, (i - 1) // 2) for i in range(1, rows)]  # a binary tree of `rows` nodes
+    depth = [0] * rows
+    for i in range(1, rows):
+        depth[i] = depth[parents[i]] + 1
+    ids = torch.randint(0, model.shape.vocab_size, (rows,), generator=gen)
+    pos, slots, mask = torch.tensor([ctx + d for d in depth]), torch.arange(rows), ancestor_mask(parents, rows)
+    alone, staged = [], []
+    for _ in range(3):
+        graph.replay(ids, pos, slots, ctx, mask)
+    for _ in range(reps):
+        a, b, c = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        a.record()
+        graph.graph.replay()
+        b.record()
+        graph.replay(ids, pos, slots, ctx, mask)
+        c.record()
+        c.synchronize()
+        alone.append(a.elapsed_time(b) * 1e-3)
+        staged.append(b.elapsed_time(c) * 1e-3)
+    return {"graph_replay_s": statistics.median(alone), "graph_step_s": statistics.median(staged)}
+
+
 def profile_step(preset: str, dtype: str, device: torch.device, backend: str, rows: int, ctx: int,
-                 reps: int, out: Path | None) -> dict:
-    """Build the model, run `reps` timed steps, then one profiled step; returns the summary dict."""
+                 reps: int, out: Path | None, fused: bool = False, graph: bool = False) -> dict:
+    """Build the model, run `reps` timed steps, then one profiled step; returns the summary dict.
+
+    `fused`: the model's fused Triton path (`Transformer.use_fused_kernels`); `graph`: also time the step
+    captured as a CUDA graph (needs `backend=triton` on CUDA).
+    """
     shape = model_preset(preset)
-    model = build_model(shape, dtype, device, seed=0)
+    model = build_model(shape, dtype, device, seed=0).use_fused_kernels(fused)
     layers, heads, head_dim = model.cache_spec()
     cache = KVCache(layers, ctx + rows, heads, head_dim, model.dtype, device)
     attn = make_attention_backend(backend)
@@ -77,8 +122,12 @@ def profile_step(preset: str, dtype: str, device: torch.device, backend: str, ro
     device_s = sum(getattr(e, "self_device_time_total", 0.0) for e in events) * 1e-6
     launches = sum(e.count for e in events if e.key.startswith(("cudaLaunchKernel", "cuLaunchKernel")))
     top = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:15]
+    graph_times = time_graph(model, cache, attn, rows, ctx, max(reps, 20), gen) if graph else {}
+    floor = byte_floor_s(model, ctx, rows)
     summary = {
         "preset": preset, "dtype": dtype, "device": str(device), "backend": backend, "rows": rows, "ctx": ctx,
+        "fused": fused, **graph_times, "byte_floor_s": floor,
+        "graph_over_floor": graph_times["graph_replay_s"] / floor if graph else None,
         "wall_step_s": statistics.median(times), "device_step_s": device_s, "kernel_launches": launches,
         "top_host_ops": [{"op": e.key, "calls": e.count, "self_cpu_s": e.self_cpu_time_total * 1e-6}
                          for e in top],
@@ -86,8 +135,9 @@ def profile_step(preset: str, dtype: str, device: torch.device, backend: str, ro
     }
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(out / f"profile_step_{preset}_{backend}.json", summary)
-        prof.export_chrome_trace(str(out / f"profile_step_{preset}_{backend}.trace.json"))
+        tag = f"{preset}_{backend}{'_fused' if fused else ''}_r{rows}"
+        atomic_write_json(out / f"profile_step_{tag}.json", summary)
+        prof.export_chrome_trace(str(out / f"profile_step_{tag}.trace.json"))
     return summary
 
 
@@ -102,10 +152,17 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--ctx", type=int, default=512, help="cached tokens before the step")
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--fused", action="store_true", help="the fused Triton path of the model")
+    p.add_argument("--graph", action="store_true", help="also time the step as a CUDA graph")
     a = p.parse_args(argv)
-    s = profile_step(a.preset, a.dtype, torch.device(a.device), a.backend, a.rows, a.ctx, a.reps, a.out)
-    print(f"{a.preset} {a.backend} rows={a.rows} ctx={a.ctx}: wall {s['wall_step_s'] * 1e3:.2f} ms/step, "
-          f"device {s['device_step_s'] * 1e3:.2f} ms/step, {s['kernel_launches']} kernel launches")
+    s = profile_step(a.preset, a.dtype, torch.device(a.device), a.backend, a.rows, a.ctx, a.reps, a.out,
+                     fused=a.fused, graph=a.graph)
+    print(f"{a.preset} {a.backend}{' fused' if a.fused else ''} rows={a.rows} ctx={a.ctx}: wall "
+          f"{s['wall_step_s'] * 1e3:.2f} ms/step, device {s['device_step_s'] * 1e3:.2f} ms/step, "
+          f"{s['kernel_launches']} kernel launches; byte floor {s['byte_floor_s'] * 1e3:.2f} ms")
+    if a.graph:
+        print(f"  CUDA graph: replay {s['graph_replay_s'] * 1e3:.3f} ms ({s['graph_over_floor']:.2f}x floor), "
+              f"with input staging {s['graph_step_s'] * 1e3:.3f} ms")
     for row in s["top_host_ops"]:
         print(f"  {row['self_cpu_s'] * 1e6:9.1f} us  {row['calls']:5d}x  {row['op']}")
     print(json.dumps({k: v for k, v in s.items() if k != "top_host_ops"}))

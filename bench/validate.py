@@ -146,11 +146,11 @@ def caching_engine_class() -> type:
     class CachingEngine(Engine):
         """The runtime's Engine, with models built once per process (a config change only changes workers)."""
 
-        def _model(self, mcfg: Any) -> Any:
+        def _build_model(self, mcfg: Any) -> Any:
             key = (mcfg.preset, mcfg.dtype, mcfg.seed, mcfg.checkpoint, str(self.ctx.device), self.ctx.group_size,
                    self.ctx.role)
             if key not in _MODELS:
-                _MODELS[key] = super()._model(mcfg)
+                _MODELS[key] = super()._build_model(mcfg)
             return _MODELS[key]
 
     return CachingEngine

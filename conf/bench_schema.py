@@ -42,7 +42,7 @@ class BenchWorkloadConfig(_Frozen):
     """Our runtime draws acceptance from the oracle (random weights); peers then cannot be compared on
     speculation, only on per-forward cost and autoregressive throughput."""
     kernels: str = "reference"
-    """Our runtime's kernels group option (reference | triton)."""
+    """Our runtime's kernels group option (reference | triton | graphs: Triton kernels + CUDA graphs)."""
     parallel: str = "1x1"
     """Our runtime's GPU split (conf/parallel/<name>.yaml); async_tree needs a draft group."""
     prompt_file: str | None = None

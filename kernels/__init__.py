@@ -10,6 +10,7 @@ from kernels.fused_mlp import swiglu
 from kernels.gemm_allreduce import gemm_allreduce, prepare_gemm_allreduce
 from kernels.kv_compact import kv_compact
 from kernels.norm import add_rmsnorm
+from kernels.rope import rope_kv_write
 from kernels.tree_attention import tree_attention
 from kernels.verify import greedy_verify
 
@@ -19,6 +20,7 @@ __all__ = [
     "greedy_verify",
     "kv_compact",
     "prepare_gemm_allreduce",
+    "rope_kv_write",
     "swiglu",
     "tree_attention",
 ]

@@ -129,3 +129,40 @@ def gemm_allreduce_ref(x: torch.Tensor, w: torch.Tensor, group: dist.ProcessGrou
     if group is not None and dist.get_world_size(group) > 1:
         dist.all_reduce(y, group=group)
     return y
+
+
+def rope_kv_write_ref(
+    qkv: torch.Tensor,  # [T, (Hq + 2 Hkv) * D]
+    positions: torch.Tensor,  # [T] int
+    inv_freq: torch.Tensor,  # [D/2] float32
+    k_cache: torch.Tensor,  # [cap, Hkv, D]
+    v_cache: torch.Tensor,  # [cap, Hkv, D]
+    write_slots: torch.Tensor,  # [T] int
+    num_heads: int,
+    num_kv_heads: int,
+    *,
+    q_out: torch.Tensor | None = None,  # [T, Hq, D]
+) -> torch.Tensor:
+    """RoPE (rotate-half) on q and k in float32, k and v scattered to the caches at ``write_slots``; returns q.
+
+    angle = float32(position) * inv_freq; each output is x * cos + rotate_half(x) * sin from float32 cos/sin
+    and inputs, rounded once to its destination's dtype (q: qkv.dtype or q_out's). v is copied unrotated.
+    """
+    t = qkv.shape[0]
+    d = k_cache.shape[-1]
+    half = d // 2
+    q, k, v = qkv.float().split([num_heads * d, num_kv_heads * d, num_kv_heads * d], dim=-1)
+    angle = positions.float()[:, None] * inv_freq.float()[None, :]  # [T, D/2]
+    cos, sin = angle.cos()[:, None, :], angle.sin()[:, None, :]  # [T, 1, D/2]
+
+    def rope(x: torch.Tensor) -> torch.Tensor:
+        x1, x2 = x[..., :half], x[..., half:]
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+    q_rot = rope(q.reshape(t, num_heads, d))
+    k_cache.index_copy_(0, write_slots.long(), rope(k.reshape(t, num_kv_heads, d)).to(k_cache.dtype))
+    v_cache.index_copy_(0, write_slots.long(), v.reshape(t, num_kv_heads, d).to(v_cache.dtype))
+    if q_out is not None:
+        q_out.copy_(q_rot)
+        return q_out
+    return q_rot.to(qkv.dtype)

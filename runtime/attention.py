@@ -36,8 +36,9 @@ class AttnMeta:
     positions: torch.Tensor
     # [T] cache slots where the new tokens' keys/values are written (inside [0, prefix_len + tree_len)).
     write_slots: torch.Tensor
-    # Every query sees slots [0, prefix_len).
-    prefix_len: int
+    # Every query sees slots [0, prefix_len). A 1-element device tensor inside CUDA graphs (runtime/graphs.py;
+    # the Triton backend only), so that one captured step serves every prefix length.
+    prefix_len: int | torch.Tensor
     # Slots [prefix_len, prefix_len + tree_len) are visible through tree_mask.
     tree_len: int
     # [T, tree_len] bool: query i may see slot prefix_len + j; includes the query's own slot.
@@ -52,8 +53,13 @@ class AttnMeta:
         if self.tree_mask.shape != (t, self.tree_len) or self.tree_mask.dtype != torch.bool:
             raise ValueError(f"AttnMeta: tree_mask must be bool [T={t}, tree_len={self.tree_len}], got "
                              f"{self.tree_mask.dtype} {tuple(self.tree_mask.shape)}")
-        if self.prefix_len < 0 or self.tree_len < 0:
-            raise ValueError(f"AttnMeta: prefix_len {self.prefix_len} and tree_len {self.tree_len} must be >= 0")
+        if isinstance(self.prefix_len, torch.Tensor):
+            if self.prefix_len.numel() != 1:
+                raise ValueError(f"AttnMeta: a tensor prefix_len must have one element, got {self.prefix_len.shape}")
+        elif self.prefix_len < 0:
+            raise ValueError(f"AttnMeta: prefix_len {self.prefix_len} must be >= 0")
+        if self.tree_len < 0:
+            raise ValueError(f"AttnMeta: tree_len {self.tree_len} must be >= 0")
 
     @property
     def num_tokens(self) -> int:

@@ -21,6 +21,7 @@ import torch
 
 from conf.messages import DraftProposal
 from runtime.attention import AttentionBackend
+from runtime.graphs import StepGraph
 from runtime.kv_cache import KVCache
 from runtime.model import Transformer
 from runtime.tree import DraftTree, Reroot, StepInputs, TreeStats
@@ -31,8 +32,12 @@ class DraftWorker:
     """The draft model, its KV cache and the current request's tree."""
 
     def __init__(self, model: Transformer, attn: AttentionBackend, *, w: int, topk: int, max_tree_nodes: int,
-                 max_seq_len: int, temperature: float) -> None:
-        """Allocate the cache: `max_seq_len` prefix slots plus the `max_tree_nodes` tree region."""
+                 max_seq_len: int, temperature: float, cuda_graphs: bool = False) -> None:
+        """Allocate the cache: `max_seq_len` prefix slots plus the `max_tree_nodes` tree region.
+
+        `cuda_graphs`: capture the expansion step (w rows over the whole tree region, log-softmax and top-k
+        included) as one CUDA graph; expansions that carry pending verified tokens run eagerly.
+        """
         self.model, self.attn = model, attn
         self.w, self.topk, self.max_len = w, topk, max_tree_nodes
         self.temperature = temperature
@@ -44,6 +49,8 @@ class DraftWorker:
         self.tree = DraftTree(0)
         self.pending: tuple[int, ...] = ()  # verified tokens whose KV the draft has not computed yet
         self.selection: list[int] = []  # node ids of the last proposal, in proposal order
+        self.graph = (StepGraph(model, self.cache, attn, w, max_tree_nodes, head=self._top_children)
+                      if cuda_graphs else None)
 
     @property
     def stats(self) -> TreeStats:
@@ -69,14 +76,24 @@ class DraftWorker:
         nodes, inp = self.tree.plan_expansion(self.w, self.prefix_len + shift, self.max_len)
         if shift:
             inp = with_pending(inp, self.pending, self.prefix_len)
-        logits = self.model(inp.token_ids.to(self.device), step_meta(inp, self.prefix_len, self.device),
-                            self.cache, self.attn)  # [shift + w, vocab]
+        if self.graph is not None and not shift:
+            top_lp, top_tok = self.graph.replay(inp.token_ids, inp.positions, inp.tree_slots, self.prefix_len,
+                                                inp.tree_mask)
+        else:
+            logits = self.model(inp.token_ids.to(self.device), step_meta(inp, self.prefix_len, self.device),
+                                self.cache, self.attn)  # [shift + w, vocab]
+            top_lp, top_tok = self._top_children(logits[shift:])
         self.prefix_len += shift
         self.pending = ()
+        self.tree.grow_topk(nodes, top_lp, top_tok)
+        return True
+
+    def _top_children(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """[w, vocab] logits -> the top-k children's (log-probs, token ids) [w, k], on the device."""
         if self.temperature > 0:
             logits = logits / self.temperature
-        self.tree.grow(nodes, torch.log_softmax(logits[shift:].float(), dim=-1).cpu(), self.topk)
-        return True
+        top = torch.topk(torch.log_softmax(logits.float(), dim=-1), min(self.topk, logits.shape[-1]), dim=-1)
+        return top.values, top.indices
 
     def refill(self, bs: int) -> int:
         """Expand until the tree has at least `bs` nodes (or cannot grow); returns expansions run."""

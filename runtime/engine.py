@@ -84,23 +84,33 @@ class Engine:
         spec, self.shape = cfg.spec, spec_shape(cfg.spec)
         self.mode, self.oracle_on = spec.mode, spec.oracle and spec.mode != "autoregressive"
         self.colocated = ctx.num_draft == 0
+        if cfg.kernels.cuda_graphs and ctx.device.type != "cuda":
+            raise ValueError(f"kernels.cuda_graphs: needs CUDA devices, this rank runs on {ctx.device}; "
+                             f"use kernels=triton or kernels=reference")
         attn = make_attention_backend(cfg.kernels.backend)
-        seq = cfg.workload.max_seq_len_tokens
+        seq, graphs = cfg.workload.max_seq_len_tokens, cfg.kernels.cuda_graphs
         self.target = self.draft = None
         if ctx.role == "target":
             self.target = TargetWorker(self._model(cfg.model.target), attn, rows=self.shape.rows, max_seq_len=seq,
-                                       temperature=spec.temperature, backend=cfg.kernels.backend)
+                                       temperature=spec.temperature, backend=cfg.kernels.backend,
+                                       cuda_graphs=graphs)
         if self.mode != "autoregressive" and (ctx.role == "draft" or self.colocated):
             self.draft = DraftWorker(self._model(cfg.model.draft), attn, w=self.shape.w, topk=self.shape.topk,
                                      max_tree_nodes=spec.max_tree_nodes, max_seq_len=seq,
-                                     temperature=spec.temperature)
+                                     temperature=spec.temperature, cuda_graphs=graphs)
         self.channel = LeaderChannel(ctx, max_nodes=self.shape.rows, timeline=timeline)
-        self.tuner = DepthTuner(self.shape.d, ctx)
+        # Auto d never exceeds the expansions an empty tree of max_tree_nodes can take.
+        self.tuner = DepthTuner(self.shape.d, ctx, d_max=max(1, spec.max_tree_nodes // self.shape.w))
         self.iteration = 0  # global over requests: both sides count proposals the same way
         self.progress = Progress(0, enabled=False)  # run_rank installs the live display (rank 0)
         self.tokens_done = 0  # tokens of finished requests, for the progress display
 
     def _model(self, mcfg: Any) -> Any:
+        """The model of `mcfg` on this rank, set to the configured kernels (fused Triton ones or torch)."""
+        return self._build_model(mcfg).use_fused_kernels(self.cfg.kernels.backend == "triton")
+
+    def _build_model(self, mcfg: Any) -> Any:
+        """Build (load or seed) the model's shard on this rank; benchmarks override this to cache models."""
         return build_model(model_preset(mcfg.preset), mcfg.dtype, self.ctx.device, mcfg.seed,
                            group=self.ctx.tp_group, checkpoint=mcfg.checkpoint)
 
@@ -269,12 +279,13 @@ class Engine:
 
 def check_runtime_support(cfg: ExperimentConfig) -> None:
     """Refuse settings the runtime does not implement yet (the simulator can still cost them)."""
-    # TODO(lead, issue 7): CUDA-graph capture of verify/expand steps and the fused GEMM + all-reduce in
-    # the TP row-parallel linears. Until then a config asking for them fails instead of silently running eager.
-    for name in ("cuda_graphs", "fused_allreduce"):
-        if getattr(cfg.kernels, name):
-            raise ValueError(f"kernels.{name}: not implemented in the runtime yet (simulator only); "
-                             f"use kernels=triton or kernels=reference")
+    # The fused GEMM + all-reduce (kernels.gemm_allreduce) is not wired into the TP row-parallel linears:
+    # a config asking for it fails instead of silently running NCCL all-reduces.
+    if cfg.kernels.fused_allreduce:
+        raise ValueError("kernels.fused_allreduce: not implemented in the runtime yet (simulator only); "
+                         "use kernels=graphs, kernels=triton or kernels=reference")
+    if cfg.kernels.cuda_graphs and cfg.kernels.backend != "triton":
+        raise ValueError(f"kernels.cuda_graphs: needs kernels.backend=triton, got {cfg.kernels.backend!r}")
 
 
 # ---- run entry and metrics -------------------------------------------------------------------------------

@@ -99,20 +99,31 @@ class Attention(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor] | torch.Tensor,
         meta: AttnMeta,
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
         attn: AttentionBackend,
     ) -> torch.Tensor:
-        """x [T, hidden] -> [T, hidden] (a partial sum under TP: the all-reduce is the transform's)."""
+        """x [T, hidden] -> [T, hidden] (a partial sum under TP: the all-reduce is the transform's).
+
+        `rope`: the (cos, sin) tables [T, head_dim] (torch path), or the inv_freq vector [head_dim / 2]
+        (fused path: one `kernels.rope_kv_write` launch rotates q and k and writes k/v into the cache).
+        """
         t, d = x.shape[0], self.head_dim
-        q, k, v = self.wqkv(x).split([self.num_heads * d, self.num_kv_heads * d, self.num_kv_heads * d], dim=-1)
-        q = apply_rope(q.view(t, self.num_heads, d), cos, sin)  # [T, Hq, D]
-        k = apply_rope(k.view(t, self.num_kv_heads, d), cos, sin)  # [T, Hkv, D]
-        k_cache.index_copy_(0, meta.write_slots, k.to(k_cache.dtype))
-        v_cache.index_copy_(0, meta.write_slots, v.view(t, self.num_kv_heads, d).to(v_cache.dtype))
+        qkv = self.wqkv(x)
+        if isinstance(rope, torch.Tensor):
+            from kernels import rope_kv_write
+
+            q = rope_kv_write(qkv, meta.positions, rope, k_cache, v_cache, meta.write_slots, self.num_heads,
+                              self.num_kv_heads)
+        else:
+            cos, sin = rope
+            q, k, v = qkv.split([self.num_heads * d, self.num_kv_heads * d, self.num_kv_heads * d], dim=-1)
+            q = apply_rope(q.view(t, self.num_heads, d), cos, sin)  # [T, Hq, D]
+            k = apply_rope(k.view(t, self.num_kv_heads, d), cos, sin)  # [T, Hkv, D]
+            k_cache.index_copy_(0, meta.write_slots, k.to(k_cache.dtype))
+            v_cache.index_copy_(0, meta.write_slots, v.view(t, self.num_kv_heads, d).to(v_cache.dtype))
         out = attn(q, k_cache, v_cache, meta, self.scale)  # [T, Hq, D]
         return self.wo(out.reshape(t, self.num_heads * d))
 
@@ -120,15 +131,24 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     """SwiGLU: w2(silu(gate(x)) * up(x)), gate and up fused in `w13`."""
 
+    FUSED_MAX_ROWS = 64
+    """The fused SwiGLU GEMM (a weight-streaming kernel) serves decode-sized inputs; prefill uses cuBLAS."""
+
     def __init__(self, shape: ModelShape, dtype: torch.dtype) -> None:
         """Full-size projections; runtime/tp.py shards the intermediate dimension."""
         super().__init__()
         # Rows [gate | up], each `intermediate` wide (local width under TP).
         self.w13 = nn.Linear(shape.hidden_size, 2 * shape.intermediate_size, bias=False, dtype=dtype)
         self.w2 = nn.Linear(shape.intermediate_size, shape.hidden_size, bias=False, dtype=dtype)
+        self.fused = False  # Transformer.use_fused_kernels: one Triton GEMM + SiLU * up for small T
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, hidden] -> [T, hidden] (a partial sum under TP)."""
+        if self.fused and x.shape[0] <= self.FUSED_MAX_ROWS:
+            from kernels import swiglu
+
+            w_gate, w_up = self.w13.weight.chunk(2, dim=0)
+            return self.w2(swiglu(x, w_gate, w_up))
         gate, up = self.w13(x).chunk(2, dim=-1)
         return self.w2(F.silu(gate) * up)
 
@@ -146,8 +166,8 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: AttnMeta,
                 k_cache: torch.Tensor, v_cache: torch.Tensor, attn: AttentionBackend) -> torch.Tensor:
-        """x [T, hidden] -> [T, hidden]."""
-        x = x + self.attn(self.attn_norm(x), cos, sin, meta, k_cache, v_cache, attn)
+        """x [T, hidden] -> [T, hidden] (the torch path; the fused path is `Transformer._forward_fused`)."""
+        x = x + self.attn(self.attn_norm(x), (cos, sin), meta, k_cache, v_cache, attn)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -169,7 +189,21 @@ class Transformer(nn.Module):
         self.lm_head = nn.Linear(shape.hidden_size, shape.vocab_size, bias=False, dtype=dtype)
         # Computed on the CPU even under a meta-device context; moved with the model. [head_dim / 2]
         self.register_buffer("inv_freq", rope_inv_freq(shape), persistent=False)
+        self.fused_kernels = False
         self.tie_weights()
+
+    def use_fused_kernels(self, enabled: bool = True) -> Transformer:
+        """Run decode steps through the fused Triton kernels (GPU runtime with `kernels.backend=triton`).
+
+        Per layer: add + RMSNorm in one kernel (twice), RoPE + K/V cache write in one kernel, the SwiGLU
+        GEMM with its activation for T <= MLP.FUSED_MAX_ROWS; about 10 launches per layer instead of ~40.
+        Numerics: the fused kernels compute in fp32 and round once, so bf16 logits differ slightly from
+        the torch path (not bit-identical); every forward of a run takes the same path.
+        """
+        self.fused_kernels = enabled
+        for layer in self.layers:
+            layer.mlp.fused = enabled
+        return self
 
     def tie_weights(self) -> None:
         """In place: share the LM head's weight with the embedding when the shape ties them."""
@@ -189,8 +223,30 @@ class Transformer(nn.Module):
                 attn: AttentionBackend) -> torch.Tensor:
         """input_ids [T] -> fp32 logits [T, vocab_size]; writes the T tokens' K/V at meta.write_slots."""
         x = self.embed(input_ids)  # [T, hidden]
+        if self.fused_kernels:
+            return self._forward_fused(x, meta, cache, attn)
         cos, sin = rope_cos_sin(self.inv_freq, meta.positions, x.dtype)  # [T, head_dim] each
         for i, layer in enumerate(self.layers):
             k_cache, v_cache = cache.layer(i)
             x = layer(x, cos, sin, meta, k_cache, v_cache, attn)
         return self.lm_head(self.norm(x)).float()
+
+    def _forward_fused(self, x: torch.Tensor, meta: AttnMeta, cache: KVCache, attn: AttentionBackend) -> torch.Tensor:
+        """The forward with fused kernels: the residual stream rides along `kernels.add_rmsnorm`.
+
+        h_0, r_0 = norm(x), x;  per layer: a = attn(h); h, r = norm(r + a); m = mlp(h); h, r = norm'(r + m)
+        where norm' is the next layer's attention norm (the final norm after the last layer).
+        Module calls go through `__call__`, so the TP transform's all-reduce hooks still apply.
+        """
+        from kernels import add_rmsnorm
+
+        eps, n = self.shape.rms_eps, len(self.layers)
+        h, res = add_rmsnorm(x, None, self.layers[0].attn_norm.weight, eps)
+        for i, layer in enumerate(self.layers):
+            k_cache, v_cache = cache.layer(i)
+            a = layer.attn(h, self.inv_freq, meta, k_cache, v_cache, attn)
+            h, res = add_rmsnorm(a, res, layer.mlp_norm.weight, eps)
+            m = layer.mlp(h)
+            nxt = self.layers[i + 1].attn_norm.weight if i + 1 < n else self.norm.weight
+            h, res = add_rmsnorm(m, res, nxt, eps)
+        return self.lm_head(h).float()

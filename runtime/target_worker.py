@@ -16,6 +16,7 @@ import torch
 
 from conf.messages import DraftProposal
 from runtime.attention import AttentionBackend
+from runtime.graphs import StepGraph
 from runtime.kv_cache import KVCache
 from runtime.model import Transformer
 from runtime.oracle import AcceptanceOracle
@@ -28,8 +29,8 @@ class TargetWorker:
     """The target model and its KV cache for one request at a time."""
 
     def __init__(self, model: Transformer, attn: AttentionBackend, *, rows: int, max_seq_len: int,
-                 temperature: float, backend: str) -> None:
-        """Allocate the cache: `max_seq_len` prefix slots plus `rows` verify slots."""
+                 temperature: float, backend: str, cuda_graphs: bool = False) -> None:
+        """Allocate the cache: `max_seq_len` prefix slots plus `rows` verify slots; capture the verify step."""
         self.model, self.attn = model, attn
         self.rows, self.temperature, self.backend = rows, temperature, backend
         self.device = model.norm.weight.device
@@ -39,6 +40,8 @@ class TargetWorker:
         self.prefix_len = 0
         self._logits: torch.Tensor | None = None
         self._inputs = None
+        # One CUDA graph of the verify forward at `rows` (runtime/graphs.py); None = eager forwards.
+        self.graph = StepGraph(model, self.cache, attn, rows, rows) if cuda_graphs else None
 
     @torch.no_grad()
     def start(self, prompt: list[int]) -> None:
@@ -49,8 +52,12 @@ class TargetWorker:
     def forward(self, proposal: DraftProposal) -> None:
         """The verify forward: writes the proposal's KV at the tree slots, keeps its logits for `decide`."""
         inp = proposal_inputs(list(proposal.token_ids), list(proposal.parent_indices), self.prefix_len, self.rows)
-        self._logits = self.model(inp.token_ids.to(self.device), step_meta(inp, self.prefix_len, self.device),
-                                  self.cache, self.attn)  # [rows, vocab]
+        if self.graph is not None:  # [rows, vocab]: the graph's output buffer, valid until the next verify
+            self._logits = self.graph.replay(inp.token_ids, inp.positions, inp.tree_slots, self.prefix_len,
+                                             inp.tree_mask)
+        else:
+            self._logits = self.model(inp.token_ids.to(self.device), step_meta(inp, self.prefix_len, self.device),
+                                      self.cache, self.attn)  # [rows, vocab]
         self._inputs = inp
 
     def decide(self, generator: torch.Generator | None, oracle: AcceptanceOracle | None = None) -> Verdict:

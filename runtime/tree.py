@@ -123,7 +123,7 @@ class Reroot:
 
 
 class DraftTree:
-    """A draft tree for one request. Mutated by `plan_expansion` / `grow`; `reroot` returns a new tree."""
+    """A draft tree for one request. Mutated by `plan_expansion` / `grow(_topk)`; `reroot` returns a new tree."""
 
     def __init__(self, root_token: int, stats: TreeStats | None = None) -> None:
         self.nodes: list[Node] = [Node(root_token, -1, 0, 0.0, 0.0)]
@@ -217,11 +217,29 @@ class DraftTree:
         """
         k = min(topk, logprobs.shape[-1])
         top_lp, top_tok = torch.topk(logprobs[: len(expanded)].float(), k, dim=-1)  # [n, k], descending
-        for i, lps, toks in zip(expanded, top_lp.tolist(), top_tok.tolist()):
+        self.grow_topk(expanded, top_lp, top_tok)
+
+    def grow_topk(self, expanded: list[int], top_lp: torch.Tensor, top_tok: torch.Tensor) -> None:
+        """In place: add children from precomputed top-k: top_lp/top_tok [>= len(expanded), k] (descending per row,
+        log-probs and token ids, any device; only the first len(expanded) rows are read).
+
+        Children are added in column order (so column 0 is the first child); a row's log-probs are clamped to
+        <= 0. One host transfer: both tensors' needed rows are read together.
+        """
+        n = len(expanded)
+        if top_lp.shape[0] < n or top_tok.shape[0] < n or top_lp.shape[-1] != top_tok.shape[-1]:
+            raise ValueError(f"top-k tensors {tuple(top_lp.shape)} / {tuple(top_tok.shape)} do not cover "
+                             f"{n} expanded nodes with equal k")
+        if n == 0:
+            return
+        # One device -> host copy: token ids (< 2**24 for any vocabulary here) ride along as float64 exactly.
+        both = torch.stack((top_lp[:n].to(torch.float64), top_tok[:n].to(torch.float64))).cpu()
+        lp_rows, tok_rows = both.tolist()
+        for i, lps, toks in zip(expanded, lp_rows, tok_rows):
             parent = self.nodes[i]
             for lp, tok in zip(lps, toks):
                 lp = min(lp, 0.0)  # log-softmax is <= 0; clamp so weights never increase along a path
-                child = Node(tok, i, parent.depth + 1, lp, parent.weight + lp)
+                child = Node(int(tok), i, parent.depth + 1, lp, parent.weight + lp)
                 parent.children.append(len(self.nodes))
                 heapq.heappush(self._frontier, (-child.weight, len(self.nodes)))
                 self.nodes.append(child)

@@ -12,9 +12,10 @@ Mode -> shape of the speculation (all modes share the processes of processes.py)
 | serial_tree    | grow_tree_serial + verify_proposals + links| spec.topk, w, bs             | spec.d / auto|
 | async_tree     | grow_tree_async + verify_proposals + links | spec.topk, w, bs             | spec.d / auto|
 
-**d = auto**: the runtime (runtime/controller.py DepthTuner) measures, after warm-up, t_verify (send of a
-proposal -> receipt of its verified path) and t_expand (one draft forward of w leaves), takes
-r = floor(t_verify / t_expand), runs trial rounds at r and r + 1 and keeps the faster. The simulator takes
+**d = auto**: the runtime (runtime/controller.py DepthTuner) skips the first rounds (compilation), then
+measures t_verify (send of a proposal -> receipt of its verified path) and t_expand (one draft forward of w
+leaves), takes r = floor(t_verify / t_expand) clamped to [1, max_tree_nodes // w], runs trial rounds at r
+and r + 1 and keeps the faster. The simulator takes
 both times from the cost model at the first iteration's context (t_verify = both messages + the verify
 forward) and uses d = max(1, round(t_verify / t_expand)) (`sim.d_rule=round`: r or r + 1, whichever the
 ratio is nearer; Python rounds halves to even), or simulates a pilot (one request of `sim.pilot_tokens`) at

@@ -226,3 +226,51 @@ def test_reroot_keeps_exactly_the_landing_subtree(seed, steps, w, topk, pick, bo
     assert sorted(n.slot for n in rr.tree.nodes if n.expanded) == list(range(rr.tree.num_slots))
     promoted = [tree.nodes[i].slot for i in path if tree.nodes[i].expanded]
     assert list(rr.keep_slots[: rr.num_promoted]) == promoted
+
+
+# ---- grow vs grow_topk --------------------------------------------------------------------------------------
+
+def _snapshot(tree: DraftTree) -> tuple:
+    return ([(n.token, n.parent, n.depth, n.logprob, n.weight, n.slot, tuple(n.children)) for n in tree.nodes],
+            tree.frontier(len(tree)), tree.num_slots)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), steps=st.integers(1, 6), w=st.integers(1, 4), topk=st.integers(1, 5),
+       ties=st.booleans(), int32=st.booleans())
+def test_grow_topk_builds_the_same_tree_as_grow(seed, steps, w, topk, ties, int32):
+    gen = torch.Generator().manual_seed(seed)
+    vocab, max_len = 7, 64
+    a, b = DraftTree(0), DraftTree(0)
+    for _ in range(steps):
+        if not a.can_expand(w, max_len):
+            break
+        nodes_a, _ = a.plan_expansion(w, PREFIX, max_len)
+        nodes_b, _ = b.plan_expansion(w, PREFIX, max_len)
+        assert nodes_a == nodes_b
+        logits = torch.randn(w, vocab, generator=gen) * 2  # w rows: padding rows after the real ones
+        if ties:
+            logits = logits.round()
+        logprobs = torch.log_softmax(logits, -1)
+        a.grow(nodes_a, logprobs, topk)
+        top_lp, top_tok = torch.topk(logprobs, min(topk, vocab), dim=-1)  # all rows, padding included
+        b.grow_topk(nodes_b, top_lp, top_tok.int() if int32 else top_tok)
+        assert _snapshot(a) == _snapshot(b)
+    assert all(type(n.token) is int for n in b.nodes)
+
+
+def test_grow_topk_clamps_positive_logprobs_and_reads_only_real_rows():
+    tree = DraftTree(9)
+    nodes, _ = tree.plan_expansion(2, PREFIX, 4)  # the root and one padding row
+    top_lp = torch.tensor([[1e-7, -1.0], [5.0, 4.0]])  # padding row: garbage, ignored
+    top_tok = torch.tensor([[3, 1], [99, 98]], dtype=torch.int32)
+    tree.grow_topk(nodes, top_lp, top_tok)
+    assert [(n.token, n.parent, n.logprob) for n in tree.nodes[1:]] == [(3, 0, 0.0), (1, 0, -1.0)]
+    assert tree.nodes[0].children == [1, 2]
+
+
+def test_grow_topk_rejects_too_few_rows():
+    tree = DraftTree(9)
+    nodes, _ = tree.plan_expansion(2, PREFIX, 4)
+    with pytest.raises(ValueError):
+        tree.grow_topk(nodes, torch.zeros(0, 2), torch.zeros(0, 2, dtype=torch.long))

@@ -1,0 +1,92 @@
+"""CUDA-graph capture of decode steps: one graph per (model, rows, tree_len), persistent input buffers.
+
+The eager runtime is host-bound on an H200: a Llama-3-8B verify forward issues ~1,270 kernel launches and
+costs ~30 ms of host time against ~6 ms of kernel time (bench/profile_step.py, docs/LOG.md 2026-11-29).
+A `StepGraph` records one forward (plus an optional `head`, e.g. the draft's log-softmax + top-k) once and
+replays it for every step:
+
+    target verify    rows = bs (gamma + 1, or 1 for autoregressive), tree_len = rows
+    draft expand     rows = w, tree_len = max_tree_nodes (pending verified tokens take the eager path)
+
+Everything that varies between steps lives in device buffers the graph reads: the prefix length (a
+1-element tensor: `AttnMeta.prefix_len` as a tensor, which the Triton tree attention sizes from the cache
+capacity), token ids, RoPE positions, tree slots (write slot = prefix + tree slot, computed in the graph) and
+the [rows, tree_len] tree mask. One host->device copy of the packed integers and one of the mask per step.
+
+Capture happens when a worker is built, before any request: the warm-up and capture forwards write K/V at
+slots [0, rows), which the first prefill overwrites. The Triton backend is required (the reference
+attention slices the cache by a host-side length). NCCL all-reduces of a TP group are captured too (the
+warm-up forwards initialise the communicators first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from runtime.attention import AttentionBackend, AttnMeta
+from runtime.kv_cache import KVCache
+
+
+class StepGraph:
+    """A model forward over `rows` tokens with a [rows, tree_len] tree mask, captured once, replayed per step."""
+
+    WARMUP = 2
+
+    def __init__(self, model: torch.nn.Module, cache: KVCache, attn: AttentionBackend, rows: int, tree_len: int,
+                 *, head: Callable[[torch.Tensor], Any] | None = None, pool: Any = None) -> None:
+        """Capture `head(model(...))` (or the fp32 logits [rows, vocab] without a head) on `cache`'s device."""
+        device = cache.device
+        if device.type != "cuda":
+            raise ValueError(f"kernels.cuda_graphs: CUDA graphs need a CUDA device, the model is on {device}")
+        if getattr(attn, "name", "") != "triton":
+            raise ValueError("kernels.cuda_graphs: needs kernels.backend=triton (the reference attention reads "
+                             "the prefix length on the host)")
+        if rows < 1 or tree_len < rows:
+            raise ValueError(f"StepGraph: need 1 <= rows <= tree_len, got rows {rows}, tree_len {tree_len}")
+        self.rows, self.tree_len = rows, tree_len
+        # Packed int64 inputs: [prefix_len | token ids | positions | tree slots]; one copy per step.
+        self._packed = torch.zeros(1 + 3 * rows, dtype=torch.long, device=device)
+        self._prefix = self._packed[:1]
+        self._ids = self._packed[1:1 + rows]
+        self._positions = self._packed[1 + rows:1 + 2 * rows]
+        self._slots = self._packed[1 + 2 * rows:]
+        self._mask = torch.zeros(rows, tree_len, dtype=torch.bool, device=device)
+        self._slots.copy_(torch.arange(rows))  # capture-time writes land in slots [0, rows), before any prefill
+        self._mask[:, :rows] = torch.eye(rows, dtype=torch.bool)
+
+        def step() -> Any:
+            meta = AttnMeta(positions=self._positions, write_slots=self._prefix + self._slots,
+                            prefix_len=self._prefix, tree_len=tree_len, tree_mask=self._mask)
+            logits = model(self._ids, meta, cache, attn)
+            return head(logits) if head is not None else logits
+
+        with torch.no_grad():
+            side = torch.cuda.Stream(device)
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):  # JIT compilation, cuBLAS workspaces, NCCL communicators
+                for _ in range(self.WARMUP):
+                    step()
+            torch.cuda.current_stream(device).wait_stream(side)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph, pool=pool):
+                self.out = step()
+        torch.cuda.synchronize(device)
+
+    def replay(self, token_ids: torch.Tensor, positions: torch.Tensor, tree_slots: torch.Tensor, prefix_len: int,
+               tree_mask: torch.Tensor) -> Any:
+        """Run the step on new inputs (CPU tensors from runtime.tree); returns the graph's static outputs.
+
+        The outputs are overwritten by the next replay: read them (or copy) before that.
+        """
+        if token_ids.shape != (self.rows,) or tree_mask.shape != (self.rows, self.tree_len):
+            raise ValueError(f"StepGraph.replay: captured for {self.rows} rows x {self.tree_len} tree slots, got "
+                             f"token_ids {tuple(token_ids.shape)}, tree_mask {tuple(tree_mask.shape)}")
+        host = torch.cat([torch.tensor([prefix_len], dtype=torch.long), token_ids.long(), positions.long(),
+                          tree_slots.long()])
+        self._packed.copy_(host)
+        self._mask.copy_(tree_mask)
+        self.graph.replay()
+        return self.out

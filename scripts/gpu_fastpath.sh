@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# One device call (2 x H200, ~7 min): GPU tests of the CUDA-graph fast path, per-step times against the byte
+# floor, and the runtime benchmark (workload a, shape-realistic) against transformers and DeepSpeed.
+#
+#   bash scripts/gpu_fastpath.sh "$OUT"          (BENCH_BUDGET_S bounds the benchmark, default 300)
+#
+# $OUT gets: logs/{tests,profile_step,bench}.log, profile_step/*.json (no traces), bench/results/runtime_*.json,
+# BENCHMARKS_RUNTIME.md (docs/ with the new dated section appended): copy them over the checkout.
+set -uo pipefail
+OUT=${1:?usage: scripts/gpu_fastpath.sh OUTDIR}
+OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export TRITON_INTERPRET=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+if ! python3 -c "import hydra, omegaconf, gguf, simpy, deepspeed" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+fi
+export PYTHONPATH=/tmp/site:$PWD
+mkdir -p "$OUT/logs" "$OUT/profile_step" "$OUT/bench/results"
+stage() { echo "=== $(date -u +%T) $1"; }
+
+stage "GPU tests (gpu, multi_gpu markers)"
+timeout 240 python3 -m pytest -q -m "gpu or multi_gpu" tests/gpu -p no:cacheprovider -x --timeout=200 2>&1 \
+  | tee "$OUT/logs/tests.log" | tail -25
+
+stage "per-step time vs byte floor (fused kernels, CUDA graph)"
+for args in "--preset llama3-8b --rows 8" "--preset llama3-8b --rows 1" "--preset llama3.2-1b --rows 8"; do
+  # shellcheck disable=SC2086
+  timeout 120 python3 bench/profile_step.py $args --ctx 1024 --backend triton --fused --graph \
+    --out "$OUT/profile_step" 2>&1 | grep -v USDT | head -14
+done 2>&1 | tee "$OUT/logs/profile_step.log"
+rm -f "$OUT"/profile_step/*.trace.json
+
+stage "runtime benchmark, workload a (shape-realistic)"
+cp docs/BENCHMARKS_RUNTIME.md "$OUT/BENCHMARKS_RUNTIME.md"
+timeout $((${BENCH_BUDGET_S:-300} + 60)) python3 bench/bench_runtime.py preset=shape_realistic \
+  budget_s="${BENCH_BUDGET_S:-300}" out_dir="$OUT/bench/results" doc="$OUT/BENCHMARKS_RUNTIME.md" \
+  hydra.run.dir=/tmp/bench_a 2>&1 | grep -v -E "USDT|Loading weights" | tee "$OUT/logs/bench.log" | tail -40
+stage "done"

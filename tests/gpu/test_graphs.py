@@ -1,0 +1,203 @@
+"""GPU tests (marker `gpu`, `multi_gpu`): CUDA-graph steps and losslessness of every mode in bf16 and fp32.
+
+Run on a GPU machine with the interpreter off (tests/conftest.py turns it on by default for CPU machines):
+
+    TRITON_INTERPRET=0 pytest -m "gpu or multi_gpu" tests/gpu -p no:cacheprovider
+
+Losslessness: the engine with `kernels=graphs` (Triton kernels, CUDA graphs) must emit the tokens of plain
+greedy decoding of the target (`runtime.reference.reference_decode`: torch path, eager, same dtype). The two
+compute the same logits up to rounding (different kernels and batch shapes), so they may part only at a
+numerical tie: the first divergence must sit where the reference's top-1 / top-2 logit margin is at most
+`TIE_EPSILON[dtype]` (bench/peers.py). Random-weight models (seeded) and, when `.cache/models` holds it, the
+real SmolLM2-135M-Instruct GGUF (`python -m runtime.fetch_smollm2`).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from bench.peers import TIE_EPSILON
+from conf import build_config
+from conf.presets import MODEL_PRESETS
+from conf.schema import (
+    AcceptanceConfig,
+    ExperimentConfig,
+    KernelsConfig,
+    ModelConfig,
+    ModelPairConfig,
+    ParallelConfig,
+    SpecConfig,
+    WorkloadConfig,
+)
+from runtime.attention import AttnMeta, ReferenceAttention, make_attention_backend
+from runtime.engine import run_rank
+from runtime.fetch_smollm2 import DEFAULT_DEST as GGUF_PATH
+from runtime.graphs import StepGraph
+from runtime.kv_cache import KVCache
+from runtime.launch import launch
+from runtime.loader import build_model
+from runtime.tree import ancestor_mask
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+MAX_NEW, CAPACITY = 48, 256
+MODES = {
+    "autoregressive": {},
+    "chain": dict(gamma=4),
+    "serial_tree": dict(bs=8, w=4, topk=4),
+    "async_tree": dict(bs=8, w=4, topk=4, d="2"),
+}
+
+
+def prompts(vocab: int, n: int = 3, seed: int = 0) -> list[list[int]]:
+    """Seeded random prompts of 5..40 tokens."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = [5, 17, 40][:n]
+    return [torch.randint(0, vocab, (k,), generator=g).tolist() for k in lengths]
+
+
+def cfg_for(mode: str, target: str, draft: str, dtype: str, *, target_gpus: int = 1, draft_gpus: int = 0,
+            checkpoint: str | None = None, draft_seed: int = 1, **spec) -> ExperimentConfig:
+    """kernels=graphs on CUDA; the draft is `draft` (the target itself with draft_seed == 1: self-speculation)."""
+    return build_config(ExperimentConfig(
+        model=ModelPairConfig(name=f"{target}+{draft}",
+                              target=ModelConfig(target, seed=1, dtype=dtype, checkpoint=checkpoint),
+                              draft=ModelConfig(draft, seed=draft_seed, dtype=dtype,
+                                                checkpoint=checkpoint if draft == target else None)),
+        parallel=ParallelConfig(target_gpus=target_gpus, draft_gpus=draft_gpus, device="cuda", timeout_s=120),
+        spec=SpecConfig(mode=mode, max_tree_nodes=64, **{**MODES[mode], **spec}),
+        acceptance=AcceptanceConfig(),
+        kernels=KernelsConfig(backend="triton", cuda_graphs=True),
+        workload=WorkloadConfig(max_new_tokens=MAX_NEW, max_seq_len_tokens=CAPACITY, prompt_tokens=8),
+    ))
+
+
+@torch.no_grad()
+def greedy_with_margins(model, prompt: list[int]) -> tuple[list[int], list[float]]:
+    """Plain greedy decoding (torch path, eager) and the top-1 / top-2 logit margin at every step."""
+    device = model.norm.weight.device
+    layers, heads, head_dim = model.cache_spec()
+    cache = KVCache(layers, CAPACITY, heads, head_dim, model.dtype, device)
+    attn = ReferenceAttention()
+    logits = model(torch.tensor(prompt, device=device), AttnMeta.causal(0, len(prompt), device), cache, attn)[-1]
+    out, margins = [], []
+    while True:
+        top = logits.float().topk(2)
+        out.append(int(top.indices[0]))
+        margins.append(float(top.values[0] - top.values[1]))
+        if len(out) >= MAX_NEW or len(prompt) + len(out) >= CAPACITY:
+            return out, margins
+        step = torch.tensor([out[-1]], device=device)
+        logits = model(step, AttnMeta.causal(len(prompt) + len(out) - 1, 1, device), cache, attn)[-1]
+
+
+@functools.cache
+def reference(target: str, dtype: str, checkpoint: str | None, prompt_seed: int) -> tuple:
+    model = build_model(MODEL_PRESETS[target], dtype, "cuda", seed=1, checkpoint=checkpoint)
+    ps = prompts(MODEL_PRESETS[target].vocab_size, seed=prompt_seed)
+    return ps, [greedy_with_margins(model, p) for p in ps]
+
+
+def assert_lossless(cfg: ExperimentConfig, prompt_seed: int = 0) -> dict:
+    """Run the engine on the reference prompts and check every request, tie-aware; returns the result."""
+    target, dtype = cfg.model.target.preset, cfg.model.target.dtype
+    ps, refs = reference(target, dtype, cfg.model.target.checkpoint, prompt_seed)
+    res = launch(functools.partial(run_rank, prompts=ps, eos_token_id=None), cfg)
+    eps = TIE_EPSILON[dtype]
+    for rid, ((ref, margins), out) in enumerate(zip(refs, res["outputs"])):
+        assert len(out) == len(ref), f"request {rid}: {len(out)} tokens, reference {len(ref)}"
+        k = next((i for i, (a, b) in enumerate(zip(ref, out)) if a != b), None)
+        if k is not None:
+            assert margins[k] <= eps, (f"{cfg.spec.mode} request {rid}: diverges at token {k} ({out[k]} vs "
+                                       f"{ref[k]}) where the reference margin is {margins[k]:.4f} > {eps}")
+    return res
+
+
+# ---- the graph itself ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype,tol", [("float32", 2e-4), ("bfloat16", 0.15)])
+def test_step_graph_replays_match_eager_forwards(dtype, tol):
+    """Verify-shaped graph (8 rows, a tree mask) at three prefix lengths = the eager fused forward."""
+    shape = MODEL_PRESETS["tiny-llama"]
+    model = build_model(shape, dtype, "cuda", seed=3).use_fused_kernels()
+    attn = make_attention_backend("triton")
+    layers, heads, head_dim = model.cache_spec()
+    cache = KVCache(layers, 200, heads, head_dim, model.dtype, "cuda")
+    graph = StepGraph(model, cache, attn, 8, 8)
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, shape.vocab_size, (150,), generator=g)
+    model(prompt.cuda(), AttnMeta.causal(0, 150, "cuda"), cache, attn)
+    parents = [-1, 0, 0, 1, 1, 2, 3, 3]
+    mask = ancestor_mask(parents, 8)
+    depth = [0, 1, 1, 2, 2, 2, 3, 3]
+    for prefix in (20, 77, 141):
+        ids = torch.randint(0, shape.vocab_size, (8,), generator=g)
+        pos = torch.tensor([prefix + d for d in depth])
+        slots = torch.arange(8)
+        got = graph.replay(ids, pos, slots, prefix, mask).clone()
+        meta = AttnMeta.tree(prefix, 8, (prefix + slots).cuda(), pos.cuda(), mask.cuda())
+        want = model(ids.cuda(), meta, cache, attn)
+        err = (got - want).abs().max().item() / want.abs().max().item()
+        assert err <= tol, f"prefix {prefix}: relative error {err:.2e}"
+
+
+def test_step_graph_refuses_other_shapes_and_backends():
+    model = build_model(MODEL_PRESETS["tiny-llama"], "float32", "cuda", seed=3)
+    layers, heads, head_dim = model.cache_spec()
+    cache = KVCache(layers, 64, heads, head_dim, model.dtype, "cuda")
+    with pytest.raises(ValueError, match="kernels.backend=triton"):
+        StepGraph(model, cache, ReferenceAttention(), 4, 4)
+    graph = StepGraph(model, cache, make_attention_backend("triton"), 4, 4)
+    with pytest.raises(ValueError, match="captured for 4 rows"):
+        graph.replay(torch.zeros(5, dtype=torch.long), torch.arange(5), torch.arange(5), 0,
+                     torch.ones(5, 5, dtype=torch.bool))
+
+
+# ---- every mode, colocated on one GPU ----------------------------------------------------------------------
+COLOCATED = ["autoregressive", "chain", "serial_tree"]  # async_tree needs its own draft GPU (below)
+TWO_GPUS = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+
+
+def split_of(mode: str) -> dict:
+    """async_tree on 1 + 1 GPUs, every other mode colocated on one."""
+    return dict(draft_gpus=1) if mode == "async_tree" else {}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("mode", COLOCATED)
+def test_modes_lossless_with_graphs_self_speculation(mode, dtype):
+    """Draft = the target (high acceptance: re-root hits, long accepted paths)."""
+    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", dtype))
+
+
+@pytest.mark.parametrize("mode", ["chain", "serial_tree"])
+def test_modes_lossless_with_graphs_small_draft(mode):
+    """A different random draft (misses: lone-root re-roots, pending tokens on the eager path)."""
+    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama-draft", "bfloat16", draft_seed=2))
+
+
+@pytest.mark.skipif(not GGUF_PATH.exists(), reason=f"{GGUF_PATH} not present (python -m runtime.fetch_smollm2)")
+@pytest.mark.parametrize("mode", [*COLOCATED, pytest.param("async_tree", marks=[pytest.mark.multi_gpu, TWO_GPUS])])
+def test_real_smollm2_lossless_bf16(mode):
+    """SmolLM2-135M-Instruct weights (real logit margins), self-speculation, bf16."""
+    cfg = cfg_for(mode, "smollm2-135m", "smollm2-135m", "bfloat16", checkpoint=str(GGUF_PATH), **split_of(mode))
+    res = assert_lossless(cfg)
+    if mode != "autoregressive":
+        assert res["metrics"]["mean_accept_len"] > 2.0  # the draft is the target: most proposals are accepted
+
+
+# ---- 2 GPUs: a draft group, and a TP-2 target with NCCL all-reduces inside the graph -------------------
+@pytest.mark.multi_gpu
+@TWO_GPUS
+@pytest.mark.parametrize("mode,split,draft", [("async_tree", (1, 1), "tiny-llama"),
+                                              ("async_tree", (1, 1), "tiny-llama-draft"),
+                                              ("serial_tree", (1, 1), "tiny-llama"),
+                                              ("autoregressive", (2, 0), "tiny-llama"),
+                                              ("chain", (2, 0), "tiny-llama")])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_split_lossless_with_graphs(mode, split, draft, dtype):
+    assert_lossless(cfg_for(mode, "tiny-llama", draft, dtype, target_gpus=split[0], draft_gpus=split[1],
+                            draft_seed=1 if draft == "tiny-llama" else 2))

@@ -1,0 +1,145 @@
+"""DepthTuner (auto d of async_tree) driven by a fake clock through the draft loop's call sequence."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import SimpleNamespace
+
+import pytest
+
+from runtime.controller import DepthTuner
+
+LEADER = SimpleNamespace(is_leader=True, group_size=1)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def drive(tuner: DepthTuner, clock: FakeClock, rounds: int, verify: Callable[[int, int], float],
+          expand: Callable[[int], float], tokens: int = 2, request_rounds: int | None = None) -> list[int]:
+    """The engine's `_draft_loop` order: send, d overlapped expansions during the verify, receive, one refill
+    expansion; `verify(round, d)` / `expand(round)` in seconds. Returns each round's d."""
+    used = []
+    for k in range(rounds):
+        tuner.sent(new_request=k == 0 or (request_rounds is not None and k % request_rounds == 0))
+        d = tuner.shared_d()
+        used.append(d)
+        e = expand(k)
+        for _ in range(d):
+            tuner.expanded(e)
+        clock.t += max(verify(k, d), d * max(e, 0.0))
+        tuner.received(tokens)
+        tuner.expanded(e)  # refill of the next proposal
+        clock.t += max(e, 0.0)
+    return used
+
+
+def make(d_max: int | None = None, fixed: int | None = None) -> tuple[DepthTuner, FakeClock]:
+    clock = FakeClock()
+    return DepthTuner(fixed, LEADER, d_max=d_max, clock=clock), clock
+
+
+def test_steady_times_give_r_or_r_plus_one():
+    tuner, clock = make()
+    used = drive(tuner, clock, 40, lambda k, d: 0.0305, lambda k: 0.01)
+    assert tuner.chosen == 3  # d = 3 hides under the verify, d = 4 does not
+    assert set(used) == {1, 3, 4} and used[-1] == 3
+
+
+@pytest.mark.parametrize("inflated", [[3.0, 2.0], [3.0, 2.0, 1.0]])
+def test_compile_inflated_first_rounds_are_not_taken_as_the_verify_time(inflated):
+    tuner, clock = make()
+    used = drive(tuner, clock, 40, lambda k, d: inflated[k] if k < len(inflated) else 0.0305,
+                 lambda k: 0.5 if k == 0 else 0.01)  # the draft compiles in round 0 too
+    assert tuner.chosen in (3, 4)
+    assert max(used) <= 4  # not ~200
+
+
+def test_first_round_of_each_request_is_no_verify_sample():
+    tuner, clock = make()
+    # every request's first verify waits for the target's prefill (1 s); requests are 2 rounds long
+    used = drive(tuner, clock, 60, lambda k, d: 1.0 if k % 2 == 0 else 0.0305, lambda k: 0.01, request_rounds=2)
+    assert tuner.chosen in (3, 4) and max(used) <= 4
+
+
+def test_d_never_exceeds_d_max():
+    tuner, clock = make(d_max=32)
+    used = drive(tuner, clock, 40, lambda k, d: 1.0, lambda k: 0.01)  # r = 100
+    assert max(used) == 32 and tuner.chosen == 32
+    assert used.count(32) == 40 - used.index(32)  # a single candidate: no trial of d_max + 1
+
+
+def test_d_max_clamps_only_the_upper_candidate():
+    tuner, clock = make(d_max=4)
+    used = drive(tuner, clock, 40, lambda k, d: 0.0405, lambda k: 0.01)  # r = 4, r + 1 = 5 -> 4
+    assert max(used) == 4 and tuner.chosen == 4
+
+
+def test_unbounded_by_default():
+    tuner, clock = make()
+    used = drive(tuner, clock, 40, lambda k, d: 1.005, lambda k: 0.01)  # r = 100
+    assert tuner.chosen in (100, 101) and max(used) == 101
+
+
+def test_d_max_must_be_positive():
+    with pytest.raises(ValueError):
+        DepthTuner(None, LEADER, d_max=0)
+
+
+def test_fixed_d_is_taken_as_given():
+    tuner, clock = make(d_max=4, fixed=70)
+    assert drive(tuner, clock, 10, lambda k, d: 0.03, lambda k: 0.01) == [70] * 10
+
+
+@pytest.mark.parametrize("expand_s", [0.0, -0.01])
+def test_non_positive_expand_times_do_not_crash(expand_s):
+    tuner, clock = make()
+    used = drive(tuner, clock, 30, lambda k, d: 0.03, lambda k: expand_s)
+    assert set(used) == {1}  # no usable expansion time: d stays at the warm-up value
+
+
+def test_zero_expand_times_are_ignored_among_real_ones():
+    tuner, clock = make(d_max=8)
+    used = drive(tuner, clock, 40, lambda k, d: 0.0305, lambda k: 0.0 if k % 2 else 0.01)
+    assert tuner.chosen in (3, 4) and max(used) <= 4
+
+
+def test_small_verify_gives_d_one():
+    tuner, clock = make()
+    drive(tuner, clock, 30, lambda k, d: 0.001, lambda k: 0.01)  # r = 0 -> 1 (r + 1 = 1 too)
+    assert tuner.chosen == 1
+
+
+def test_an_outlier_trial_round_does_not_flip_the_choice():
+    tuner, clock = make()
+    seen = {}
+
+    def verify(k: int, d: int) -> float:
+        seen[d] = seen.get(d, 0) + 1
+        return 5.0 if d == 3 and seen[d] == 2 else 0.0305  # a late compilation in a d = 3 trial round
+
+    drive(tuner, clock, 40, verify, lambda k: 0.01)
+    assert tuner.chosen == 3
+
+
+def test_retunes_once_when_round_time_drifts():
+    tuner, clock = make()
+    # verify grows 10x at round 40 (e.g. a long prompt): d re-tuned to ~30; back at round 120: no 2nd re-tune
+    used = drive(tuner, clock, 160, lambda k, d: 0.3005 if 40 <= k < 120 else 0.0305, lambda k: 0.01)
+    assert used[39] == 3
+    assert used[110] in (30, 31)
+    assert tuner.chosen in (30, 31) and used[-1] == tuner.chosen
+
+
+def test_non_leader_collects_nothing():
+    tuner = DepthTuner(None, SimpleNamespace(is_leader=False, group_size=1), d_max=8, clock=FakeClock())
+    for k in range(10):
+        tuner.sent(new_request=k == 0)
+        tuner.expanded(0.01)
+        tuner.received(2)
+    assert tuner._verify_s == [] and tuner._expand_s == [] and tuner.chosen is None
