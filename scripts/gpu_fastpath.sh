@@ -20,7 +20,7 @@ mkdir -p "$OUT/logs" "$OUT/profile_step" "$OUT/bench/results"
 stage() { echo "=== $(date -u +%T) $1"; }
 
 stage "GPU tests (gpu, multi_gpu markers)"
-timeout 240 python3 -m pytest -q -m "gpu or multi_gpu" tests/gpu -p no:cacheprovider -x --timeout=200 2>&1 \
+timeout 240 python3 -m pytest -q -m "gpu or multi_gpu" tests/gpu -p no:cacheprovider --timeout=120 2>&1 \
   | tee "$OUT/logs/tests.log" | tail -25
 
 stage "per-step time vs byte floor (fused kernels, CUDA graph)"
