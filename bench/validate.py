@@ -52,7 +52,7 @@ BASE = ["model=llama3-8b_llama3.2-1b", "kernels=graphs",
         "kernels.fused_allreduce=false", "spec.oracle=true", "workload.prompt_tokens=512",
         "workload.max_new_tokens=128", "workload.num_requests=1", "workload.max_seq_len_tokens=1024",
         "parallel.timeout_s=60", "trace.chrome=false"]
-"""Every measured configuration: the oracle pair on 1 + 1 GPUs, eager runtime (it has no CUDA graphs)."""
+"""Every measured configuration: the oracle pair on 1 + 1 GPUs, kernels=graphs (Triton kernels + CUDA graphs)."""
 
 
 def _tree(mode: str, bs: int, w: int, d: str) -> list[str]:
@@ -501,8 +501,9 @@ METHOD = """\
    report (`profiles/h200.report.json`) also yields `sim.tree_op_s` (median select + re-root host time).
 3. **Measured runs (GPU).** `bench/validate.py run` decodes each configuration with the real runtime
    (`runtime.launch`, `runtime.engine`): Llama-3-8B target on GPU 0, Llama-3.2-1B draft on GPU 1, random
-   weights with the acceptance oracle, one request of 512 prompt + 128 new tokens, Triton attention, eager
-   PyTorch (the runtime has no CUDA graphs). Each configuration runs once to warm up and once measured.
+   weights with the acceptance oracle, one request of 512 prompt + 128 new tokens, `kernels=graphs` (fused
+   Triton kernels, every verify and draft expansion replayed as a CUDA graph). Each configuration runs once
+   to warm up, then twice measured (`__r1`: the second repeat; their spread is the run-to-run noise).
 4. **Simulated runs (CPU).** `bench/validate.py compare` simulates each measured configuration from the
    profile, replaying that run's verify outcomes (`acceptance.kind=replay` on its iterations.csv) and with
    `d` pinned to the d the runtime's DepthTuner settled on, so that the comparison isolates the cost model.
@@ -518,10 +519,13 @@ verify); the draft step is one draft forward (`step.expand` span). Tokens/s incl
 LIMITS = """\
 ## Known limits of the cost model this validation exercises
 
-- The runtime runs eager PyTorch, so a step can be host-bound for these models; the profile's additive form
-  (operators + a + b x kernels) approximates max(host, device) by a sum, and one `step_overhead` line serves
-  target verifies and draft expansions alike (the fit report, `operators.step_overhead.by_kind` / `by_preset`,
-  shows how well it fits each).
+- Operators are timed one eager launch at a time (`do_bench`, L2 flushed), so each fit's per-call intercept
+  carries the wrapper's host launch time (attention: ~95 us per call against ~12 us per layer inside a
+  graph); the runtime replays whole steps as CUDA graphs, so graph-mode verify/expand times are
+  over-predicted (verify: +30% median). Timing the operators inside CUDA graphs is the fix (next GPU session).
+- The profile's additive form (operators + a + b x kernels) approximates max(host, device) by a sum, and one
+  `step_overhead` line serves target verifies and draft expansions alike (the fit report,
+  `operators.step_overhead.by_kind` / `by_preset`, shows how well it fits each).
 - The attention form's FLOP feature (tokens x kv_len) carries no head count, so one coefficient serves GQA
   shapes from 3 to 64 query heads.
 - KV compaction is costed by the analytic prior (the profile format has no compaction operator; the fit is in
