@@ -227,7 +227,11 @@ def test_every_preset_composes_our_four_modes_and_the_deepspeed_split(preset):
     assert invalid == {} and [j.name for j in jobs] == list(MODES)
     for job in jobs:
         cfg = job.cfg
-        assert cfg.spec.mode == job.name and cfg.spec.oracle == wl.oracle and cfg.kernels.backend == wl.kernels
+        assert cfg.spec.mode == job.name and cfg.spec.oracle == wl.oracle
+        # kernels: the group option name; `graphs` = Triton kernels + CUDA graphs
+        assert (cfg.kernels.backend, cfg.kernels.cuda_graphs) == {"graphs": ("triton", True),
+                                                                  "triton": ("triton", False),
+                                                                  "reference": ("reference", False)}[wl.kernels]
         assert cfg.model.target.dtype == wl.dtype and cfg.workload.max_new_tokens == wl.max_new_tokens
         assert job.warmup_cfg.workload.max_new_tokens == min(bc.warmup_new_tokens, wl.max_new_tokens)
         assert (cfg.parallel.target_gpus, cfg.parallel.draft_gpus) == (1, 1)
