@@ -115,3 +115,72 @@ def test_bf16_teacher_keeps_fp32_rotary_frequencies():
     assert bf16.model.embed_tokens.weight.dtype == torch.bfloat16
     assert bf16.model.rotary_emb.inv_freq.dtype == torch.float32
     assert torch.equal(bf16.model.rotary_emb.inv_freq, fp32.model.rotary_emb.inv_freq)
+
+
+# ------------------------------------------------------------- data/prompts_train.jsonl (scripts/make_prompts.py)
+
+PROMPTS_CMD = ["scripts/make_prompts.py", "--out", "data/prompts_train.jsonl", "--count", "2000", "--seed", "0"]
+
+
+def _make_prompts():
+    import importlib.util
+
+    from tests.conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("make_prompts", REPO / "scripts" / "make_prompts.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _train_prompts() -> list[str]:
+    return [r["prompt"] for r in distill.read_jsonl("data/prompts_train.jsonl")]
+
+
+def test_shipped_train_prompts_are_what_the_documented_command_makes(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    assert "python " + " ".join(PROMPTS_CMD) in (REPO / "data" / "README.md").read_text()
+    out = tmp_path / "prompts_train.jsonl"
+    cmd = [sys.executable, *PROMPTS_CMD]
+    cmd[cmd.index("--out") + 1] = str(out)
+    subprocess.run(cmd, cwd=REPO, check=True, capture_output=True, text=True, timeout=120)
+    assert out.read_bytes() == (REPO / "data" / "prompts_train.jsonl").read_bytes()
+
+
+def test_train_prompts_keep_away_from_the_eval_prompts():
+    mp = _make_prompts()
+    held = mp.load_held_out()
+    assert len(held.prompts) == 80
+    # The rule itself: an eval prompt, a plural/punctuation variant and a template clone are all caught.
+    assert held.too_similar("Explain how a rocket reaches orbit.")
+    assert held.too_similar("explain how rockets reach orbit")
+    assert held.too_similar("What is the difference between a frog and a toad?", content_only=False)
+    assert not held.too_similar("Explain how a refrigerator keeps food cold.")
+    prompts = _train_prompts()
+    for i, p in enumerate(prompts):
+        assert not held.too_similar(p, content_only=True), (i, p, held.max_similarity(p, True))
+        if i >= len(mp.ORIGINAL):
+            assert not held.too_similar(p, content_only=False), (i, p, held.max_similarity(p, False))
+    # Original prompts that clash on all words (template clones, kept for comparability; listed in data/README.md).
+    clashes = [p for p, _, _ in mp.all_words_clashes(prompts, held)]
+    assert clashes == [
+        "What is the difference between a virus and a bacterium?", "How do I write a good cover letter?",
+        "Write a JavaScript function that reverses an array.", "What is the difference between HTTP and HTTPS?",
+        "What is the difference between a noun and a verb?", "What is the difference between a lake and a pond?",
+        "What is the difference between a republic and a monarchy?",
+    ]
+
+
+def test_train_prompts_are_many_unique_and_start_with_the_original_160():
+    mp = _make_prompts()
+    prompts = _train_prompts()
+    assert len(prompts) >= 160 + 1300
+    assert len({mp.norm_key(p) for p in prompts}) == len(prompts) >= 1500
+    assert prompts[0] == "Explain how photosynthesis works in simple terms."
+    assert prompts[159] == "Explain how to solve a quadratic equation."
+    assert prompts[:160] == list(mp.ORIGINAL) and len(mp.ORIGINAL) == 160
+    assert all(p.strip() == p and 10 <= len(p) <= 300 for p in prompts)
