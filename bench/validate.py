@@ -378,13 +378,13 @@ def simulate_run(run_dir: Path, profile: str | None, settings: dict[str, float],
     check_config(cfg)
     costs = build_costs(cfg)
     sim = Simulation(cfg, costs, d=pin).run()
-    metrics = metrics_of(cfg, sim.tally, sim.d, costs.source)
+    metrics = metrics_of(cfg, sim.tally, sim.d_used, costs.source)
     write_outputs(sim_root / run_dir.name, cfg, sim, metrics, f"bench/validate.py compare ({run_dir.name})")
     meas_expand = measured_expand_s(run_dir)
     row: dict[str, Any] = {
         "name": run_dir.name, "config": run_dir.name.split(REPEAT_SEP)[0], "mode": cfg.spec.mode,
         "split": f"{cfg.parallel.target_gpus}x{cfg.parallel.draft_gpus}",
-        "bs": metrics["bs"], "w": metrics["w"], "d_config": str(cfg.spec.d), "d_used": sim.d,
+        "bs": metrics["bs"], "w": metrics["w"], "d_config": str(cfg.spec.d), "d_used": sim.d_used,
         "gpu": measured.get("gpu"), "oracle": measured.get("oracle"),
     }
     for key, meas, simv in (("tokens_per_s", measured.get("tokens_per_s"), metrics["tokens_per_s"]),

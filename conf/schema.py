@@ -162,8 +162,9 @@ class SpecConfig(_Frozen):
     """Draft width: leaves expanded per draft forward."""
     d: str = "auto"
     """Expansions per round: async_tree = draft forwards overlapping one verify (auto: r or r+1 with
-    r = floor(t_verify / t_expand), measured after warm-up); serial_tree = expansions after the refill
-    (auto: ceil((bs - 1) / w)). A positive integer, or auto."""
+    r = floor(t_verify / t_expand), measured after warm-up; poll: expand until the verified path arrives,
+    checked between expansions, at most what the tree holds); serial_tree = expansions after the refill
+    (auto: ceil((bs - 1) / w)). A positive integer, auto, or poll (async_tree only)."""
     topk: int = 8
     """Children added per expanded node."""
     gamma: int = 4
@@ -177,8 +178,13 @@ class SpecConfig(_Frozen):
 
     @property
     def d_fixed(self) -> int | None:
-        """`d` as an int, or None for auto."""
-        return None if str(self.d) == "auto" else int(self.d)
+        """`d` as an int, or None for auto / poll."""
+        return None if str(self.d) in ("auto", "poll") else int(self.d)
+
+    @property
+    def d_poll(self) -> bool:
+        """Whether async_tree expands until the verified path arrives (`d=poll`) instead of d times."""
+        return str(self.d) == "poll"
 
     def validate(self) -> None:
         """Check the mode and every width against its bound."""
@@ -188,8 +194,10 @@ class SpecConfig(_Frozen):
         _require(self.topk >= 1, "spec.topk", f"must be >= 1, got {self.topk}")
         _require(self.gamma >= 1, "spec.gamma", f"must be >= 1, got {self.gamma}")
         d = str(self.d)
-        _require(d == "auto" or (d.isdigit() and int(d) >= 1), "spec.d",
-                 f"{self.d!r} is neither 'auto' nor a positive integer")
+        _require(d in ("auto", "poll") or (d.isdigit() and int(d) >= 1), "spec.d",
+                 f"{self.d!r} is neither 'auto', 'poll' nor a positive integer")
+        _require(d != "poll" or self.mode == "async_tree", "spec.d",
+                 f"'poll' overlaps expansions with a verify: async_tree only, not {self.mode}")
         _require(self.max_tree_nodes >= max(self.bs, self.w + 1), "spec.max_tree_nodes",
                  f"{self.max_tree_nodes} < max(bs, w + 1) = {max(self.bs, self.w + 1)}")
         _require(self.temperature >= 0.0, "spec.temperature", f"must be >= 0, got {self.temperature}")

@@ -284,6 +284,9 @@ def check_runtime_support(cfg: ExperimentConfig) -> None:
     if cfg.kernels.fused_allreduce:
         raise ValueError("kernels.fused_allreduce: not implemented in the runtime yet (simulator only); "
                          "use kernels=graphs, kernels=triton or kernels=reference")
+    if cfg.spec.d_poll:
+        raise ValueError("spec.d=poll: simulator only (the runtime overlaps a fixed or auto-tuned d); "
+                         "use spec.d=auto or a positive integer")
     if cfg.kernels.cuda_graphs and cfg.kernels.backend != "triton":
         raise ValueError(f"kernels.cuda_graphs: needs kernels.backend=triton, got {cfg.kernels.backend!r}")
 

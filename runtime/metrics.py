@@ -226,7 +226,7 @@ def summarize(cfg: ExperimentConfig, iterations: Sequence[Mapping[str, Any]], ge
         "draft_gpus": cfg.parallel.draft_gpus,
         "bs": spec.bs,
         "w": spec.w,
-        "d": spec.d_fixed if spec.d_fixed is not None else "auto",
+        "d": spec.d_fixed if spec.d_fixed is not None else str(spec.d),
         "gamma": spec.gamma,
         "interconnect": cfg.interconnect.name,
         "gpu": gpu,

@@ -78,7 +78,7 @@ def search(config: ExperimentConfig, splits: Iterable[int] | None = None, bs_val
             continue
         tally = sim.tally
         results.append(dataclasses.replace(
-            base, d_used=sim.d, tokens_per_s=tally.generated_tokens / tally.wall_s,
+            base, d_used=sim.d_used, tokens_per_s=tally.generated_tokens / tally.wall_s,
             mean_accept_len=sum(k * n for k, n in tally.accept_hist.items()) / tally.verifies,
             hit_rate=tally.hits / tally.reroots if tally.reroots else None))
     return sorted(results, key=lambda c: (c.error != "", -c.tokens_per_s))

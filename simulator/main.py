@@ -34,7 +34,7 @@ ITERATIONS_FILE = "iterations.csv"
 def run_simulation(config: ExperimentConfig) -> tuple[Simulation, dict[str, Any]]:
     """Check, build costs, resolve d, simulate; returns the finished simulation and its metrics."""
     sim = simulate(config)
-    return sim, metrics_of(config, sim.tally, sim.d, sim.costs.source)
+    return sim, metrics_of(config, sim.tally, sim.d_used, sim.costs.source)
 
 
 def write_outputs(run_dir: Path, config: ExperimentConfig, sim: Simulation, metrics: dict[str, Any],

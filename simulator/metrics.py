@@ -82,7 +82,7 @@ def metrics_of(config: ExperimentConfig, tally: Tally, d: int, cost_source: str)
         "prefill_s": tally.prefill_s,
         "cost_model": cost_source,
         "acceptance_kind": config.acceptance.kind,
-        "d_rule": config.sim.d_rule if spec.d_fixed is None else "fixed",
+        "d_rule": "poll" if spec.d_poll else config.sim.d_rule if spec.d_fixed is None else "fixed",
     }
 
 

@@ -133,6 +133,7 @@ def grow_tree_async(sim: Simulation) -> Generator[Any, Any, None]:
     """Draft group of async_tree: keep expanding while the target verifies; re-root on each result."""
     env, tally, rows, events, trees = sim.env, sim.tally, sim.rows, sim.events, sim.trees
     get, record, d, bs, w = sim.draft_inbox.get, sim.record_events, sim.d, sim.bs, sim.w
+    inbox, poll = sim.draft_inbox, sim.poll
     expand, refill, reroot, num_expanded = trees.expand, trees.refill, trees.reroot, trees.num_expanded
     for req in range(sim.num_requests):
         trees.maybe_trim()
@@ -151,14 +152,30 @@ def grow_tree_async(sim: Simulation) -> Generator[Any, Any, None]:
         _send(sim, sid, req, 0)
         it = 0
         while True:
-            e0 = num_expanded(sid)
-            sid, n = expand(sid, d)
-            te = _expand_s(sim, n, ctx, e0)
-            if te:
-                if record:
-                    events.append(("step.expand", "draft", env.now, te, req, it, n * w, ctx))
-                yield env.timeout(te)
-                tally.draft_busy_end_s = env.now
+            if poll:  # one expansion at a time while no verified path has arrived (and the tree has room)
+                te, n = 0.0, 0
+                while not inbox.items:
+                    e0 = num_expanded(sid)
+                    sid, k = expand(sid, 1)
+                    if not k:
+                        break
+                    t1 = _expand_s(sim, 1, ctx, e0)
+                    if record:
+                        events.append(("step.expand", "draft", env.now, t1, req, it, w, ctx))
+                    yield env.timeout(t1)
+                    tally.draft_busy_end_s = env.now
+                    te, n = te + t1, n + 1
+                tally.polled_expansions += n
+                tally.polled_rounds += 1
+            else:
+                e0 = num_expanded(sid)
+                sid, n = expand(sid, d)
+                te = _expand_s(sim, n, ctx, e0)
+                if te:
+                    if record:
+                        events.append(("step.expand", "draft", env.now, te, req, it, n * w, ctx))
+                    yield env.timeout(te)
+                    tally.draft_busy_end_s = env.now
             t0 = env.now
             msg = yield get()
             row = rows[sim.row_base[req] + it]

@@ -39,7 +39,7 @@ class Tally:
 
     __slots__ = ("generated_tokens", "verifies", "verify_s", "draft_forwards", "expand_s", "target_busy_s",
                  "draft_busy_s", "draft_busy_end_s", "prefill_s", "reroots", "hits", "accept_hist", "wall_s",
-                 "iterations")
+                 "iterations", "polled_expansions", "polled_rounds")
 
     def __init__(self) -> None:
         self.generated_tokens = 0
@@ -61,6 +61,9 @@ class Tally:
         self.wall_s = 0.0
         """End of the last request's last verify."""
         self.iterations = 0
+        self.polled_expansions = 0
+        """spec.d=poll: overlapped expansions, summed over rounds (their mean is the d the run settled on)."""
+        self.polled_rounds = 0
 
 
 def iteration_dicts(rows: list[list[Any]]) -> list[dict[str, Any]]:

@@ -12,6 +12,9 @@ Mode -> shape of the speculation (all modes share the processes of processes.py)
 | serial_tree    | grow_tree_serial + verify_proposals + links| spec.topk, w, bs             | spec.d / auto|
 | async_tree     | grow_tree_async + verify_proposals + links | spec.topk, w, bs             | spec.d / auto|
 
+**d = poll** (async_tree): the draft expands one forward at a time while no verified path is in its inbox
+(and the tree has room), as the runtime does; the reported d is the mean number of overlapped expansions.
+
 **d = auto**: the runtime (runtime/controller.py DepthTuner) skips the first rounds (compilation), then
 measures t_verify (send of a proposal -> receipt of its verified path) and t_expand (one draft forward of w
 leaves), takes r = floor(t_verify / t_expand) clamped to [1, max_tree_nodes // w], runs trial rounds at r
@@ -167,6 +170,8 @@ class Simulation:
             self.d = d
         else:
             self.d = spec.d_fixed or max(1, round(d_ratio(config, costs)))
+        # d = poll: the async draft expands until the verified path is in its inbox (self.d then unused).
+        self.poll = self.mode == "async_tree" and spec.d_poll
         self._seed = (config.seed, wl.seed)
         self._children: dict[tuple[tuple[int, ...], tuple[int, ...]], dict[tuple[int, int], int]] = {}
         self.tally = Tally()
@@ -203,6 +208,13 @@ class Simulation:
             self._children[key] = out
         return out
 
+    @property
+    def d_used(self) -> int:
+        """The d the run used: spec / resolved d, or under d = poll the mean overlapped expansions (rounded)."""
+        if self.poll:
+            return round(self.tally.polled_expansions / max(1, self.tally.polled_rounds))
+        return self.d
+
     def run(self) -> Simulation:
         """Run to completion (all requests, both groups); returns self."""
         self.env.run()
@@ -213,8 +225,9 @@ class Simulation:
 
 
 def resolve_d(config: ExperimentConfig, costs: Costs) -> int | None:
-    """d for tree modes under `sim.d_rule` (None: the Simulation's default rule applies)."""
-    if config.spec.mode not in ("serial_tree", "async_tree") or config.spec.d_fixed is not None:
+    """d for tree modes under `sim.d_rule` (None: the Simulation's default rule applies, or d = poll)."""
+    if (config.spec.mode not in ("serial_tree", "async_tree") or config.spec.d_fixed is not None
+            or config.spec.d_poll):
         return None
     if config.sim.d_rule == "round":
         return max(1, round(d_ratio(config, costs)))

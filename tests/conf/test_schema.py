@@ -51,7 +51,7 @@ def test_config_is_immutable_after_validation():
         (["model.target.preset=llama9-1t"], r"model\.target\.preset: unknown model preset 'llama9-1t'; allowed: \["),
         (["spec.bs=1"], r"spec\.bs: verify width must be >= 2"),
         (["spec.w=0"], r"spec\.w: draft width must be >= 1"),
-        (["spec.d=zero"], r"spec\.d: 'zero' is neither 'auto' nor a positive integer"),
+        (["spec.d=zero"], r"spec\.d: 'zero' is neither 'auto', 'poll' nor a positive integer"),
         (["spec.mode=beam"], r"spec\.mode: 'beam' is not one of autoregressive, chain, serial_tree, async_tree"),
         (["spec.temperature=-0.5"], r"spec\.temperature: must be >= 0"),
         (["parallel.target_gpus=8", "parallel.draft_gpus=2"],

@@ -175,3 +175,37 @@ def test_best_of_two_picks_floor_or_floor_plus_one():
     t_verify = sim.proposal_s + sim.target_cost.forward_s(8, 63 + 8) + sim.verified_s
     ratio = t_verify / sim.draft_cost.forward_s(8, 63 + 8)
     assert sim.d in (max(1, math.floor(ratio)), math.floor(ratio) + 1)
+
+
+def test_poll_expands_until_the_verified_path_arrives():
+    """d = poll: with constant costs, every round's overlapped expansions are ceil(t_round / t_expand)
+    (the one in flight when the path arrives finishes first), bounded by what the tree holds."""
+    t_verify, t_expand, t_msg = 1e-2, 3e-3, 1e-4
+    config = cfg(*SMALL, "spec=async_tree", "spec.d=poll", "spec.bs=8", "spec.w=8", "spec.max_tree_nodes=256")
+    sim = Simulation(config, fixed_costs(verify_s=t_verify, expand_s=t_expand, message_s=t_msg)).run()
+    m = _metrics(sim)
+    assert sim.poll and m["d_rule"] == "poll"
+    # from the proposal's send to the verified path's arrival: message + verify + message
+    assert sim.d_used == math.ceil((t_verify + 2 * t_msg) / t_expand) == 4
+    assert sim.tally.polled_rounds == m["iterations"]  # one polling round per verify
+    # The target's cycle (verify end to verify end): the draft sends at 0 and expands at 0-3-6-9-12 ms; the
+    # path arrives at 10.2 ms, mid-expansion, so the next proposal leaves at 12 ms: 4 expansions per cycle,
+    # plus one refill expansion after a miss that left fewer than bs nodes.
+    cycles = sorted(row[END] - row[START] for prev, row in zip(sim.rows, sim.rows[1:]) if row[0] == prev[0])
+    assert cycles[0] == pytest.approx(4 * t_expand, rel=1e-9)
+    assert cycles[-1] <= 5 * t_expand + 1e-9
+
+
+def test_poll_stops_at_the_tree_capacity():
+    config = cfg(*SMALL, "spec=async_tree", "spec.d=poll", "spec.bs=8", "spec.w=8", "spec.max_tree_nodes=32")
+    sim = Simulation(config, fixed_costs(verify_s=1e-2, expand_s=1e-5)).run()
+    assert 1 <= sim.d_used <= 32 // 8  # free expansions would run forever without the capacity bound
+
+
+def test_poll_is_async_only_and_simulator_only():
+    with pytest.raises(ValueError, match=r"spec\.d: 'poll' overlaps expansions with a verify: async_tree only"):
+        cfg("spec=serial_tree", "spec.d=poll")
+    from runtime.engine import check_runtime_support
+
+    with pytest.raises(ValueError, match=r"spec\.d=poll: simulator only"):
+        check_runtime_support(cfg("spec=async_tree", "spec.d=poll", "kernels=graphs"))
