@@ -6,13 +6,14 @@
 #
 #   PYTHONPATH=/tmp/site bash scripts/gpu_calibrate.sh "$OUT"      # hydra-core, omegaconf, simpy wheels in /tmp/site
 #
-# OUTDIR mirrors the repository (copy it over the checkout):
-#   bench/results/profile_traces_<date>.jsonl (+ .meta.json)   operator traces
-#   profiles/h200.json, profiles/h200.report.json                fitted profile + fit report
-#   bench/results/validation_<date>.json, docs/VALIDATION.md     validation table
-#   docs/figures/fig04_parity_h200.{png,pdf,json}                parity plot
-#   validation_runs.tar.gz                                      measured (runtime/) and simulated (sim/) run dirs
-#   logs/*.log                                                   every stage's output
+# OUTDIR gets 8 flat files at most (the device tool returns no more than 8, and nothing from deep folders:
+# the first calibration call of 2026-11-29 lost its profile that way):
+#   profile_traces_<date>.jsonl, profile_traces_<date>.meta.json   operator traces -> bench/results/
+#   h200.json, h200.report.json                                    fitted profile + fit report -> profiles/
+#   validation_<date>.json, VALIDATION.md                          validation table -> bench/results/, docs/
+#   validation_runs.tar.gz   measured (runtime/) and simulated (sim/) run dirs + the parity plot (figures/)
+#   logs.tar.gz              every stage's output
+# (then, locally: python bench/validate.py compare ... --figure docs/figures/fig04_parity_h200 redraws the plot)
 # A failing stage is logged and the next one still runs (without a profile, validation uses the analytic prior).
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_calibrate.sh OUTDIR}
@@ -27,37 +28,39 @@ VALIDATE_BUDGET_S=${VALIDATE_BUDGET_S:-170}
 # CPU test of this script: PROFILE_EXTRA="--device cpu --quick" VALIDATE_EXTRA=--smoke bash scripts/gpu_calibrate.sh /tmp/o
 read -r -a PROFILE_EXTRA <<< "${PROFILE_EXTRA:-}"
 read -r -a VALIDATE_EXTRA <<< "${VALIDATE_EXTRA:-}"
-mkdir -p "$OUT/bench/results" "$OUT/profiles" "$OUT/docs/figures" "$OUT/logs"
-TRACE="$OUT/bench/results/profile_traces_${DATE}.jsonl"
-PROFILE="$OUT/profiles/h200.json"
+WORK=$(mktemp -d)  # everything is built here; OUTDIR gets the flat files at the end
+mkdir -p "$WORK/logs"
+TRACE="$OUT/profile_traces_${DATE}.jsonl"
+PROFILE="$OUT/h200.json"
 stage() { echo "=== $(date -u +%T) $1"; }
 
 stage "environment"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; $PY -c \
   "import torch, triton, hydra, simpy; print(torch.__version__, torch.version.cuda, triton.__version__)"; } \
-  2>&1 | tee "$OUT/logs/env.log"
+  2>&1 | tee "$WORK/logs/env.log"
 
 stage "1/4 profile operators (budget ${PROFILE_BUDGET_S} s)"
 timeout $((PROFILE_BUDGET_S + 35)) $PY bench/profile_ops.py --out "$TRACE" --budget-s "$PROFILE_BUDGET_S" \
-  "${PROFILE_EXTRA[@]}" 2>&1 | tee "$OUT/logs/profile_ops.log"
+  "${PROFILE_EXTRA[@]}" 2>&1 | tee "$WORK/logs/profile_ops.log"
 
 stage "2/4 calibrate"
-timeout 60 $PY calibrate.py "traces=[$TRACE]" output="$PROFILE" hydra.run.dir="$OUT/logs/calibrate_hydra" \
-  2>&1 | tee "$OUT/logs/calibrate.log"
+timeout 60 $PY calibrate.py "traces=[$TRACE]" output="$PROFILE" hydra.run.dir="$WORK/logs/calibrate_hydra" \
+  2>&1 | tee "$WORK/logs/calibrate.log"
 PROFILE_ARGS=()
 [ -f "$PROFILE" ] && PROFILE_ARGS=(--profile "$PROFILE")
 
 stage "3/4 validation runs (budget ${VALIDATE_BUDGET_S} s)"
-timeout $((VALIDATE_BUDGET_S + 30)) $PY bench/validate.py run --out "$OUT/validation" \
-  --budget-s "$VALIDATE_BUDGET_S" "${PROFILE_ARGS[@]}" "${VALIDATE_EXTRA[@]}" 2>&1 | tee "$OUT/logs/validate_run.log"
+timeout $((VALIDATE_BUDGET_S + 30)) $PY bench/validate.py run --out "$WORK/validation" \
+  --budget-s "$VALIDATE_BUDGET_S" "${PROFILE_ARGS[@]}" "${VALIDATE_EXTRA[@]}" 2>&1 | tee "$WORK/logs/validate_run.log"
 
 stage "4/4 simulate the measured runs, validation table"
-timeout 90 $PY bench/validate.py compare --runs "$OUT/validation/runtime" "${PROFILE_ARGS[@]}" \
-  --results "$OUT/bench/results/validation_${DATE}.json" --doc "$OUT/docs/VALIDATION.md" \
-  --figure "$OUT/docs/figures/fig04_parity_h200" 2>&1 | tee "$OUT/logs/validate_compare.log"
+timeout 90 $PY bench/validate.py compare --runs "$WORK/validation/runtime" "${PROFILE_ARGS[@]}" \
+  --results "$OUT/validation_${DATE}.json" --doc "$OUT/VALIDATION.md" \
+  --figure "$WORK/validation/figures/fig04_parity_h200" 2>&1 | tee "$WORK/logs/validate_compare.log"
 
 stage "pack"
-[ -d "$OUT/validation" ] && tar czf "$OUT/validation_runs.tar.gz" -C "$OUT" validation && rm -rf "$OUT/validation"
+[ -d "$WORK/validation" ] && tar czf "$OUT/validation_runs.tar.gz" -C "$WORK" validation
+tar czf "$OUT/logs.tar.gz" -C "$WORK" logs
 chmod -R a+rX "$OUT"
-ls -la "$OUT" "$OUT/bench/results" "$OUT/profiles" | tee "$OUT/logs/files.log"
+ls -la "$OUT"
 stage "done"
