@@ -23,12 +23,15 @@ each gets a share of `--budget-s`, unused time rolls over; the trace is rewritte
 | steps      | op.step_overhead kind verify|expand,      | whole runtime steps on random-weight models: TargetWorker  |
 |            | op.tree_op kind select|reroot             | forward + verdict + KV keep; DraftWorker.expand; propose /  |
 |            |                                           | advance (tree bookkeeping)                                 |
-| comm       | op.allreduce (eager, graph), op.message,  | 2 GPUs, NCCL (runtime.launch spawns the ranks): all-reduce  |
+| comm       | op.allreduce (eager, graph), op.message,  | 2 GPUs, NCCL (bench/profile_comm.py, spawned ranks):       |
 |            | op.p2p                                    | 16 B..16 MB eager and inside a CUDA graph; the runtime's    |
 |            |                                           | LeaderChannel ping-pong (one way = RTT / 2); raw send/recv  |
 
-Timing: single kernels with `triton.testing.do_bench` medians (it flushes L2 before every call, so weights
-never sit in the 60 MB L2; warm-up first); host-inclusive steps with `time.perf_counter` around the call
+Timing: device operations (GEMMs, attention) with `--op-timing graph` (default): calls captured back to
+back in one CUDA graph (`triton.testing.do_bench_cudagraph`, median), cycling through copies of the operands
+that overflow the L2 (`rotating`, 256 MB), i.e. as the runtime's graph steps run them, without host launch
+time; `--op-timing eager`: `triton.testing.do_bench` medians of single launches (L2 flushed before every
+call; each fit's intercept then carries the host launch time: the profiles of 2026-11-29); host-inclusive steps with `time.perf_counter` around the call
 and a device synchronisation, median of repetitions after warm-up (Triton JIT compiles are in the warm-up);
 collectives with CUDA events over back-to-back calls, identical counts on both ranks. Random data
 everywhere (bf16 on GPU, fp32 on CPU). On CPU every timing is perf_counter based: the numbers are only for
@@ -42,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import json
 import math
 import os
@@ -53,7 +57,6 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -94,10 +97,6 @@ STEP_WARMUP, STEP_REPS = 3, 10
 MAX_TREE_NODES = 64  # draft tree region in the step measurements
 TOPK = 8
 ROUND_EXPANSIONS, ROUND_BS = 2, 8  # expand steps per round (d) and verify width of the timed bookkeeping
-AR_BYTES = (16, 256, 1024, 8192, 65536, 262144, 1 << 20, 4 << 20, 16 << 20)
-AR_ITERS, AR_GRAPH_CALLS, AR_GRAPH_REPLAYS = 50, 10, 5
-P2P_BYTES = (16, 1024, 65536, 1 << 20)
-MSG_NODES = (4, 16, 64, 256, 1024)
 SHARES = {"launch": 2, "gemm": 50, "attention": 35, "compaction": 6, "steps": 45, "comm": 32}
 """Relative share of the time budget per section (unused time rolls over to the later sections)."""
 DEFAULT_SECTIONS = tuple(SHARES)
@@ -108,8 +107,16 @@ QUICK = {  # --quick (CPU smoke test): tiny shapes, few repetitions
     "attn_heads": (("tiny-llama", 1), ("tiny-llama", 2)), "attn_ctx": (64, 256), "attn_t": (1, 8),
     "compact_presets": ("tiny-llama",), "compact_n": (1, 8),
     "step_plan": (("tiny-llama", (1, 4), (2,)), ("tiny-llama-draft", (1,), (2,))), "step_ctx": (40,),
-    "ar_bytes": (16, 4096), "p2p_bytes": (16, 1024), "msg_nodes": (4, 16),
 }
+# The comm section's sizes and its rank function live in bench/profile_comm.py.
+ROTATE_BYTES, MAX_COPIES = 256 << 20, 64  # graph timing: operand copies cycled per measurement (> 4 x L2)
+
+
+def rotating(fn: Callable[[Any], Any], operands: list[Any]) -> Callable[[], Any]:
+    """A no-argument call of `fn` on the next of `operands`, cycling: captured back to back in a CUDA graph,
+    successive calls read different memory, as successive layers of a forward do."""
+    cycle = itertools.cycle(operands)
+    return lambda: fn(next(cycle))
 
 
 # ---- records ---------------------------------------------------------------------------------------------
@@ -129,6 +136,21 @@ class Profiler:
     deadline: float = math.inf
     attention_backend: str | None = None
     """Backend the attention section chose (triton | reference); None until checked."""
+    op_timing: str = "graph"
+    """How kernel_s times device operations: graph (back-to-back calls replayed as one CUDA graph, no host
+    launch time, as the runtime's graph steps run them) | eager (one launch at a time, L2 flushed)."""
+
+    @property
+    def graph_timing(self) -> bool:
+        """Whether device operations are timed inside CUDA graphs (CUDA only)."""
+        return self.op_timing == "graph" and self.device.type == "cuda"
+
+    def copies(self, nbytes: float) -> int:
+        """How many copies of an operand a graph-timed measurement cycles through so that they overflow the L2
+        (ROTATE_BYTES in all, at most MAX_COPIES): consecutive layers never find their weights or KV in L2."""
+        if not self.graph_timing:
+            return 1
+        return max(1, min(MAX_COPIES, math.ceil(ROTATE_BYTES / max(nbytes, 1.0))))
 
     def opt(self, quick_key: str, full: Any) -> Any:
         """The full sweep value, or the --quick one."""
@@ -158,11 +180,14 @@ class Profiler:
             torch.cuda.synchronize(self.device)
 
     def kernel_s(self, fn: Callable[[], Any]) -> float:
-        """Median seconds of one call of a device operation, L2 flushed before each (do_bench)."""
+        """Median seconds of one call of a device operation: graph timing (`do_bench_cudagraph`: calls captured
+        back to back, no launch gaps; pass a `rotating` fn) or eager (`do_bench`, L2 flushed before each)."""
         if self.device.type != "cuda":
             return self.host_s(fn, warmup=1, reps=3 if self.quick else 10)
         import triton.testing
 
+        if self.graph_timing:
+            return float(triton.testing.do_bench_cudagraph(fn, rep=20, return_mode="median")) * 1e-3
         try:
             ms = triton.testing.do_bench(fn, warmup=3, rep=15, return_mode="median")
         except TypeError:  # older Triton: no return_mode
@@ -258,13 +283,14 @@ def section_gemm(p: Profiler) -> None:
             return
         try:
             w = torch.randn(n, k, device=p.device, dtype=p.dtype, generator=gen) * k**-0.5
+            ws = [w] + [w.clone() for _ in range(p.copies(k * n * elt) - 1)]
             for m in ms:
                 x = torch.randn(m, k, device=p.device, dtype=p.dtype, generator=gen)
-                s = p.kernel_s(lambda x=x, w=w: F.linear(x, w))
+                s = p.kernel_s(rotating(lambda w, x=x: F.linear(x, w), ws))
                 p.emit("op.gemm", s, shapes=shapes_str((m, k), (n, k)), tp=tp, tokens=m, preset=preset, matrix=mat,
                        m=m, k=k, n=n, weight_bytes=float(k * n * elt), flops=2.0 * m * k * n,
                        dtype=str(p.dtype).removeprefix("torch."))
-            del w
+            del w, ws
         except Exception as exc:  # one shape failing (e.g. memory) must not end the section
             p.error("gemm", f"{preset} tp{tp} {mat} {k}x{n}", exc)
 
@@ -321,12 +347,14 @@ def section_attention(p: Profiler) -> None:
                 tmax = max(p.opt("attn_t", ATTN_T))
                 k = torch.randn(ctx + tmax, hkv, d, generator=gen).to(p.device, p.dtype)
                 v = torch.randn(ctx + tmax, hkv, d, generator=gen).to(p.device, p.dtype)
+                kvs = [(k, v)] + [(k.clone(), v.clone()) for _ in range(p.copies(2 * k.numel() * elt) - 1)]
                 for t in p.opt("attn_t", ATTN_T):
                     mask = ancestor_mask(_random_parents(t, gen), t).to(p.device)
                     q = torch.randn(t, hq, d, generator=gen).to(p.device, p.dtype)
                     slots = torch.arange(ctx, ctx + t, device=p.device)
                     meta = AttnMeta.tree(ctx, t, slots, slots, mask)
-                    s = p.kernel_s(lambda q=q, meta=meta, k=k, v=v, sc=d**-0.5: attn(q, k, v, meta, sc))
+                    s = p.kernel_s(rotating(lambda kv, q=q, meta=meta, sc=d**-0.5: attn(q, kv[0], kv[1], meta, sc),
+                                            kvs))
                     kv_len = ctx + t
                     p.emit("op.attention", s, shapes=shapes_str((t, hq, d), (kv_len, hkv, d)), tp=tp, ctx=ctx,
                            tokens=t, impl=backend_name, preset=preset, hq=hq, hkv=hkv, head_dim=d, prefix_len=ctx,
@@ -489,125 +517,6 @@ def section_steps(p: Profiler) -> None:
             torch.cuda.empty_cache()
 
 
-# ---- 2-rank communication (runs in a subprocess that runtime.launch spawns the ranks from) ---------------
-def _append_row(path: str, row: dict[str, Any]) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(row) + "\n")
-
-
-def comm_rank(ctx: Any, cfg: Any, rows_path: str = "", quick: bool = False) -> None:
-    """Both ranks run the same calls in the same order; rank 0 appends one JSON row per measurement."""
-    import torch.distributed as dist
-
-    from runtime.comm import LeaderChannel
-
-    dev, cuda = ctx.device, ctx.device.type == "cuda"
-    group = ctx.world_group
-    dtype = torch.bfloat16 if cuda else torch.float32
-    elt = torch.tensor([], dtype=dtype).element_size()
-    me = ctx.rank
-
-    def out(row: dict[str, Any]) -> None:
-        if me == 0:
-            _append_row(rows_path, row)
-
-    def sync() -> None:
-        if cuda:
-            torch.cuda.synchronize(dev)
-
-    def fence() -> None:  # both ranks past this point, device idle
-        sync()
-        dist.all_reduce(torch.zeros(1, device=dev), group=group)
-        sync()
-
-    def timed(fn: Callable[[], Any], iters: int) -> float:
-        fence()
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(iters):
-                fn()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) * 1e-3 / iters
-        t = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        return (time.perf_counter() - t) / iters
-
-    ar_bytes = QUICK["ar_bytes"] if quick else AR_BYTES
-    for nbytes in ar_bytes:  # 1. all-reduce, eager
-        x = torch.zeros(max(1, nbytes // elt), dtype=dtype, device=dev)
-        for _ in range(5):
-            dist.all_reduce(x, group=group)
-        s = timed(lambda x=x: dist.all_reduce(x, group=group), AR_ITERS)
-        out({"name": "op.allreduce", "seconds": s, "bytes": x.numel() * elt, "mode": "eager", "iters": AR_ITERS})
-
-    for nbytes in (QUICK["p2p_bytes"] if quick else P2P_BYTES):  # 2. raw send/recv ping-pong
-        a = torch.zeros(max(1, nbytes // 4), dtype=torch.float32, device=dev)
-        b = torch.zeros_like(a)
-        rtts = []
-        fence()
-        for r in range(25):
-            t = time.perf_counter()
-            if me == 0:
-                dist.send(a, dst=1)
-                dist.recv(b, src=1)
-            else:
-                dist.recv(b, src=0)
-                dist.send(a, dst=0)
-            sync()
-            if r >= 5:
-                rtts.append(time.perf_counter() - t)
-        out({"name": "op.p2p", "seconds": statistics.median(rtts) / 2, "bytes": a.numel() * 4,
-             "transport": "torch.distributed send/recv", "rounds": len(rtts)})
-
-    for nodes in (QUICK["msg_nodes"] if quick else MSG_NODES):  # 3. the runtime's leader channel
-        fence()
-        ch = LeaderChannel(ctx, max_nodes=nodes, timeout_s=30.0)
-        rtts = ch.ping_pong(num_rounds=30)
-        ch.close()
-        if rtts:
-            out({"name": "op.message", "seconds": statistics.median(rtts[5:]) / 2, "bytes": ch.wire_bytes,
-                 "max_nodes": nodes, "transport": "runtime.comm.LeaderChannel", "rounds": len(rtts) - 5})
-
-    if cuda:  # 4. all-reduce inside a CUDA graph (last: the riskiest part)
-        for nbytes in ar_bytes:
-            x = torch.zeros(max(1, nbytes // elt), dtype=dtype, device=dev)
-            fence()
-            stream = torch.cuda.Stream(dev)
-            stream.wait_stream(torch.cuda.current_stream(dev))
-            with torch.cuda.stream(stream):
-                for _ in range(3):
-                    dist.all_reduce(x, group=group)
-            torch.cuda.current_stream(dev).wait_stream(stream)
-            fence()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                for _ in range(AR_GRAPH_CALLS):
-                    dist.all_reduce(x, group=group)
-            graph.replay()
-            s = timed(graph.replay, AR_GRAPH_REPLAYS) / AR_GRAPH_CALLS
-            out({"name": "op.allreduce", "seconds": s, "bytes": x.numel() * elt, "mode": "graph",
-                 "calls_per_graph": AR_GRAPH_CALLS})
-            del graph
-    fence()
-
-
-def comm_worker(rows_path: str, device: str, quick: bool) -> int:
-    """Subprocess entry: spawn 2 ranks (runtime.launch) that run `comm_rank`."""
-    from conf.schema import ExperimentConfig, ParallelConfig, SpecConfig, freeze
-    from runtime.launch import launch
-
-    cfg = ExperimentConfig(parallel=ParallelConfig(target_gpus=1, draft_gpus=1, device=device, timeout_s=60.0),
-                           spec=SpecConfig(mode="autoregressive"), run_name="profile_comm")
-    cfg.validate()
-    import bench.profile_ops as this  # spawned ranks import the rank function by module name
-
-    launch(partial(this.comm_rank, rows_path=rows_path, quick=quick), freeze(cfg))
-    return 0
-
-
 def section_comm(p: Profiler) -> None:
     """Collectives and messages between 2 GPUs, in a subprocess bounded by the section's budget."""
     if p.device.type == "cuda" and torch.cuda.device_count() < 2:
@@ -679,11 +588,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="comma-separated sections: " + ",".join(SECTIONS))
     ap.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
     ap.add_argument("--quick", action="store_true", help="tiny shapes (CPU smoke test)")
+    ap.add_argument("--op-timing", default="graph", choices=("graph", "eager"),
+                    help="device operations timed inside CUDA graphs (as the runtime runs them) or one launch "
+                         "at a time (the profiles of 2026-11-29)")
     ap.add_argument("--comm-worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.comm_worker:
+        from bench.profile_comm import comm_worker
+
         return comm_worker(args.comm_worker, args.device, args.quick)
 
     device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
@@ -691,7 +605,9 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.set_device(device)
     meta = software_meta(device)
     p = Profiler(device=device, dtype=torch.bfloat16 if device.type == "cuda" else torch.float32,
-                 out=Path(args.out), quick=args.quick, device_name=meta["device"], run_id=f"profile_{today}")
+                 out=Path(args.out), quick=args.quick, device_name=meta["device"], run_id=f"profile_{today}",
+                 op_timing=args.op_timing)
+    meta["op_timing"] = args.op_timing if device.type == "cuda" else "host"
     chosen = [s for s in args.only.split(",") if s] or list(DEFAULT_SECTIONS)
     unknown = [s for s in chosen if s not in SECTIONS]
     if unknown:

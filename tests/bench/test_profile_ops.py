@@ -1,0 +1,45 @@
+"""bench/profile_ops.py on CPU: the operator sweep's code paths, and the graph-timing helpers."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from bench import profile_ops as P
+
+
+def test_rotating_cycles_through_the_operands():
+    seen: list[int] = []
+    fn = P.rotating(seen.append, [0, 1, 2])
+    for _ in range(7):
+        fn()
+    assert seen == [0, 1, 2, 0, 1, 2, 0]
+
+
+def _profiler(device: str, op_timing: str = "graph") -> P.Profiler:
+    return P.Profiler(device=torch.device(device), dtype=torch.float32, out=None, quick=True, device_name="x",
+                      run_id="t", op_timing=op_timing)
+
+
+def test_operand_copies_overflow_the_l2_only_under_graph_timing():
+    mib = 1 << 20
+    gpu = _profiler("cuda")  # a device descriptor: no GPU needed to size the copies
+    assert gpu.graph_timing
+    assert gpu.copies(50 * mib) == 6  # 256 MiB / 50 MiB, rounded up: 300 MiB read per cycle
+    assert gpu.copies(1 * mib) == P.MAX_COPIES  # tiny KV blocks: capped
+    assert gpu.copies(1 << 30) == 1  # a 1 GiB LM head never fits in L2
+    assert _profiler("cuda", "eager").copies(mib) == 1  # do_bench flushes L2 itself
+    assert not _profiler("cpu").graph_timing and _profiler("cpu").copies(mib) == 1
+
+
+def test_quick_cpu_sweep_writes_records_and_meta(tmp_path):
+    out = tmp_path / "t.jsonl"
+    assert P.main(["--device", "cpu", "--quick", "--only", "gemm,attention,compaction", "--out", str(out),
+                   "--budget-s", "60"]) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    names = {r["name"] for r in records}
+    assert {"op.gemm", "op.attention", "op.compaction"} <= names
+    assert all(r["duration_s"] > 0 for r in records)
+    meta = json.loads(out.with_suffix(".meta.json").read_text())
+    assert meta["op_timing"] == "host" and meta["errors"] == []
