@@ -31,8 +31,9 @@ Timing: device operations (GEMMs, attention) with `--op-timing graph` (default):
 back in one CUDA graph (`triton.testing.do_bench_cudagraph`, median), cycling through copies of the operands
 that overflow the L2 (`rotating`, 256 MB), i.e. as the runtime's graph steps run them, without host launch
 time; `--op-timing eager`: `triton.testing.do_bench` medians of single launches (L2 flushed before every
-call; each fit's intercept then carries the host launch time: the profiles of 2026-11-29); host-inclusive steps with `time.perf_counter` around the call
-and a device synchronisation, median of repetitions after warm-up (Triton JIT compiles are in the warm-up);
+call; each fit's intercept then carries the host launch time: the profiles of 2026-11-29). Host-inclusive
+steps with `time.perf_counter` around the call and a device synchronisation, median of repetitions after
+warm-up (Triton JIT compiles are in the warm-up);
 collectives with CUDA events over back-to-back calls, identical counts on both ranks. Random data
 everywhere (bf16 on GPU, fp32 on CPU). On CPU every timing is perf_counter based: the numbers are only for
 testing the code paths.
