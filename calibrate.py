@@ -36,7 +36,8 @@ def trace_meta(paths: list[Path]) -> dict[str, Any]:
                 data = json.loads(meta.read_text())
             except json.JSONDecodeError as e:
                 raise ValueError(f"{meta}: not valid JSON ({e})") from e
-            keys = ("device", "torch", "triton", "cuda", "date", "git_sha", "attention_impl", "runtime", "op_timing")
+            keys = ("device", "torch", "triton", "cuda", "date", "git_sha", "attention_impl", "runtime", "op_timing",
+                    "steps_mode")
             return {k: data[k] for k in keys if k in data}
     return {}
 

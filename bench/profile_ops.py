@@ -22,7 +22,9 @@ each gets a share of `--budget-s`, unused time rolls over; the trace is rewritte
 | compaction | op.compaction                             | KVCache.keep (what the runtime calls) and kernels.kv_compact|
 | steps      | op.step_overhead kind verify|expand,      | whole runtime steps on random-weight models: TargetWorker  |
 |            | op.tree_op kind select|reroot             | forward + verdict + KV keep; DraftWorker.expand; propose /  |
-|            |                                           | advance (tree bookkeeping)                                 |
+|            |                                           | advance (tree bookkeeping); as CUDA-graph replays with the |
+|            |                                           | fused kernels under graph timing (meta `steps_mode`), else |
+|            |                                           | eager                                                      |
 | comm       | op.allreduce (eager, graph), op.message,  | 2 GPUs, NCCL (bench/profile_comm.py, spawned ranks):       |
 |            | op.p2p                                    | 16 B..16 MB eager and inside a CUDA graph; the runtime's    |
 |            |                                           | LeaderChannel ping-pong (one way = RTT / 2); raw send/recv  |
@@ -145,6 +147,14 @@ class Profiler:
     def graph_timing(self) -> bool:
         """Whether device operations are timed inside CUDA graphs (CUDA only)."""
         return self.op_timing == "graph" and self.device.type == "cuda"
+
+    steps_mode: str = "eager"
+    """How the steps section ran the workers: graphs (runtime/graphs.py, when graph timing and the Triton
+    backend apply) | eager."""
+
+    def graph_steps(self, backend: str) -> bool:
+        """Whether whole runtime steps are measured as the `kernels=graphs` runtime runs them (CUDA graphs)."""
+        return self.graph_timing and backend == "triton"
 
     def copies(self, nbytes: float) -> int:
         """How many copies of an operand a graph-timed measurement cycles through so that they overflow the L2
@@ -412,7 +422,7 @@ def _verify_steps(p: Profiler, model: Any, attn: Any, backend: str, preset: str,
     vocab = model.shape.token_count
     # each verify keeps the root and any accepted nodes: room for all rows of every step
     tw = TargetWorker(model, attn, rows=rows, max_seq_len=ctx + (STEP_WARMUP + STEP_REPS) * rows + 8,
-                      temperature=0.0, backend=backend)
+                      temperature=0.0, backend=backend, cuda_graphs=p.graph_steps(backend))
     tw.start(_step_prompt(vocab, ctx, gen))
     times, prefixes = [], []
     for i in range(STEP_WARMUP + STEP_REPS):
@@ -431,7 +441,8 @@ def _verify_steps(p: Profiler, model: Any, attn: Any, backend: str, preset: str,
             prefixes.append(prefix)
     ctx_mid = int(statistics.median(prefixes))
     p.emit("op.step_overhead", statistics.median(times), tp=1, ctx=ctx_mid, tokens=rows, kind="verify", preset=preset,
-           kv_len=ctx_mid + rows, backend=backend, reps=len(times), min_s=min(times), max_s=max(times))
+           kv_len=ctx_mid + rows, backend=backend, reps=len(times), min_s=min(times), max_s=max(times),
+           graphs=tw.graph is not None)
 
 
 def _expand_steps(p: Profiler, model: Any, attn: Any, backend: str, preset: str, w: int, ctx: int,
@@ -441,7 +452,7 @@ def _expand_steps(p: Profiler, model: Any, attn: Any, backend: str, preset: str,
     vocab = model.shape.token_count
     prompt = _step_prompt(vocab, ctx, gen)
     dw = DraftWorker(model, attn, w=w, topk=TOPK, max_tree_nodes=MAX_TREE_NODES, max_seq_len=ctx + 64,
-                     temperature=0.0)
+                     temperature=0.0, cuda_graphs=p.graph_steps(backend))
     dw.start(prompt)
     expand, kv_lens, select, reroot = [], [], [], []
     it, since_round = 0, 0
@@ -473,7 +484,8 @@ def _expand_steps(p: Profiler, model: Any, attn: Any, backend: str, preset: str,
     times, lens = expand[STEP_WARMUP:], kv_lens[STEP_WARMUP:]
     kv_len = int(statistics.median(lens))
     p.emit("op.step_overhead", statistics.median(times), tp=1, ctx=ctx, tokens=w, kind="expand", preset=preset,
-           kv_len=kv_len, backend=backend, topk=TOPK, reps=len(times), min_s=min(times), max_s=max(times))
+           kv_len=kv_len, backend=backend, topk=TOPK, reps=len(times), min_s=min(times), max_s=max(times),
+           graphs=dw.graph is not None)
     if select:
         p.emit("op.tree_op", statistics.median(select), tp=1, ctx=ctx, tokens=ROUND_BS, kind="select", preset=preset,
                bs=ROUND_BS, w=w, reps=len(select))
@@ -496,7 +508,11 @@ def section_steps(p: Profiler) -> None:
             print(f"  steps: budget reached before {preset}", flush=True)
             return
         try:
-            model = build_model(MODEL_PRESETS[preset], p.dtype, p.device, seed=0)
+            # as the runtime's Engine builds it: the fused Triton path with the Triton backend
+            model = build_model(MODEL_PRESETS[preset], p.dtype, p.device, seed=0).use_fused_kernels(
+                backend == "triton")
+            if p.graph_steps(backend):
+                p.steps_mode = "graphs"
         except Exception as exc:
             p.error("steps", f"build {preset}", exc)
             continue
@@ -576,7 +592,11 @@ def write_outputs(p: Profiler, meta: dict[str, Any]) -> None:
     counts: dict[str, int] = {}
     for r in p.records:
         counts[r.name] = counts.get(r.name, 0) + 1
-    atomic_write_json(p.out.with_suffix(".meta.json"), {**meta, "attention_impl": p.attention_backend,
+    # The steps' mode decides which configs the fitted step overhead serves (simulator/cost_model.py).
+    runtime = ("CUDA-graph steps (runtime.graphs), fused Triton kernels" if p.steps_mode == "graphs"
+               else meta.get("runtime", "pytorch eager (no CUDA graphs)"))
+    atomic_write_json(p.out.with_suffix(".meta.json"), {**meta, "runtime": runtime, "steps_mode": p.steps_mode,
+                                                         "attention_impl": p.attention_backend,
                                                          "record_counts": counts, "errors": p.errors})
 
 

@@ -111,6 +111,8 @@ def kernels_per_step(shape: ModelShape, tp: int, fused: bool) -> int:
 def profile_is_eager(profile: Profile) -> bool:
     """Whether the profile's whole-step overheads were measured without CUDA graphs."""
     sw = profile.software
+    if "steps_mode" in sw:  # bench/profile_ops.py since graph timing
+        return sw["steps_mode"] != "graphs"
     return sw.get("cuda_graphs") is False or "eager" in str(sw.get("runtime", "")).lower()
 
 
@@ -130,9 +132,10 @@ class Operators:
                 fits.pop("allreduce", None)  # measured on another link or algorithm: use the prior
             if hw.get("cross_group", cross_name) != cross_name:
                 fits.pop("message", None)
-            if cuda_graphs and profile_is_eager(profile):
-                # The fitted step overhead is the eager runtime's host time per kernel; a CUDA-graph step
-                # replays its kernels without it, so the prior (graph launch per kernel) applies.
+            graph_steps = profile.software.get("steps_mode") == "graphs"
+            if (cuda_graphs and profile_is_eager(profile)) or (not cuda_graphs and graph_steps):
+                # The fitted step overhead is the host time of steps run the other way: eager steps pay a
+                # launch per kernel that a CUDA-graph replay does not, and the reverse; the prior applies.
                 fits.pop("step_overhead", None)
             if cuda_graphs and "eager" in str(profile.software.get("allreduce_impl", "")).lower():
                 fits.pop("allreduce", None)  # eager NCCL latency (~45 us) vs ~10 us inside a graph

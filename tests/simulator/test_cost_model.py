@@ -107,3 +107,23 @@ def test_eager_launches_cost_more_than_cuda_graphs():
     shape = model_preset("llama3.2-1b")
     step = StepDesc(8, 512, 2)
     assert forward_time_s(_ops(graphs=False), shape, 16, step) > forward_time_s(_ops(graphs=True), shape, 16, step)
+
+
+@pytest.mark.parametrize("software,graph_cfg_uses,eager_cfg_uses", [
+    ({"runtime": "pytorch eager (no CUDA graphs)"}, False, True),  # the profiles of 2026-11-29
+    ({"steps_mode": "eager", "op_timing": "graph"}, False, True),
+    ({"steps_mode": "graphs", "op_timing": "graph"}, True, False),  # steps measured as CUDA-graph replays
+    ({}, True, True),  # no record of how steps ran: the fit serves both
+])
+def test_fitted_step_overhead_serves_configs_whose_steps_ran_the_same_way(software, graph_cfg_uses,
+                                                                          eager_cfg_uses):
+    from simulator.profile import parse_profile
+
+    err = {"mape": 0.1, "max_abs_rel_error": 0.2, "num_samples": 10}
+    profile = parse_profile({"version": 1, "hardware": {"gpu": "h200"}, "software": software, "operators": {
+        "step_overhead": {"coefficients": {"a": 1e-3, "b": 1e-6}, "fit_error": err},
+        "gemm": {"coefficients": {"a": 1e-6, "b": 2e-13, "c": 1e-15}, "fit_error": err}}})
+    for graphs, uses in ((True, graph_cfg_uses), (False, eager_cfg_uses)):
+        ops = Operators(H200, NVLINK, "oneshot", NVLINK, 2e-5, 3e-5, graphs, profile, "nvlink4", "nvlink4")
+        assert (ops.sources["step_overhead"] == "profile") is uses, (software, graphs)
+        assert ops.sources["gemm"] == "profile"
