@@ -522,7 +522,10 @@ LIMITS = """\
 - Operators are timed one eager launch at a time (`do_bench`, L2 flushed), so each fit's per-call intercept
   carries the wrapper's host launch time (attention: ~95 us per call against ~12 us per layer inside a
   graph); the runtime replays whole steps as CUDA graphs, so graph-mode verify/expand times are
-  over-predicted (verify: +30% median). Timing the operators inside CUDA graphs is the fix (next GPU session).
+  over-predicted (verify: +30% median), which partly offsets host costs per step the operator sum misses.
+  Since commit 263211d `bench/profile_ops.py` times operators inside CUDA graphs (L2-overflowing operand
+  rotation) and whole steps as graph replays (`steps_mode: graphs`), so the step-overhead fit carries the
+  runtime's real host cost per graph step; not yet run on a GPU (next session: `scripts/gpu_calibrate.sh`).
 - The profile's additive form (operators + a + b x kernels) approximates max(host, device) by a sum, and one
   `step_overhead` line serves target verifies and draft expansions alike (the fit report,
   `operators.step_overhead.by_kind` / `by_preset`, shows how well it fits each).
