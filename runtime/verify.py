@@ -122,5 +122,6 @@ def verify_proposal(
     if backend == "triton":
         fn = _triton_greedy_verify()
     path_t, count, bonus_t = fn(logits.argmax(dim=-1), token_ids, parents, num_nodes)
-    path_list = path_t.tolist()  # the one host sync of a verify
-    return Verdict(tuple(path_list[: int(count) + 1]), int(bonus_t))
+    # the one host sync of a verify: path, count and bonus in a single device-to-host copy
+    *path_list, n, bonus = torch.cat([path_t, count.reshape(1), bonus_t.reshape(1)]).tolist()
+    return Verdict(tuple(path_list[: n + 1]), bonus)

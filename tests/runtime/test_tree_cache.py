@@ -164,3 +164,20 @@ def test_target_keeps_root_and_accepted(accept):
     assert new_prefix == len(verified)
     ref = _plain(target, verified)
     _assert_same(cache.kv[:, :, :new_prefix], ref.kv[:, :, :new_prefix])
+
+
+def test_in_place_keeps_launch_no_copy(monkeypatch):
+    """Keeping tree slots 0..n-1 (autoregressive roots, accepted chain prefixes) moves nothing: no copy runs;
+    any other order still copies."""
+    from runtime.tree import Reroot
+    from runtime.tree_cache import in_place
+
+    assert in_place([0]) and in_place((0, 1, 2)) and in_place([]) and not in_place([0, 2]) and not in_place([1])
+    cache = KVCache(1, 16, 1, 4, torch.float32, "cpu")
+    calls = []
+    monkeypatch.setattr(KVCache, "keep", lambda self, src, dst: calls.append((src.tolist(), dst)))
+    assert keep_accepted(cache, 5, (0, 1, 2)) == 8 and calls == []
+    assert keep_accepted(cache, 5, (0, 2)) == 7 and calls == [([5, 7], 5)]
+    tree = DraftTree(3)
+    assert apply_reroot(cache, 5, Reroot(tree, True, (0, 1, 2), 2, ())) == 7 and len(calls) == 1
+    assert apply_reroot(cache, 5, Reroot(tree, True, (0, 2, 3), 2, ())) == 7 and calls[-1] == ([5, 7, 8], 5)
