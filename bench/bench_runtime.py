@@ -85,7 +85,8 @@ def compose_experiment(overrides: list[str]) -> Any:
 
 def base_overrides(bc: BenchRuntimeConfig, wl: BenchWorkloadConfig, device: str) -> list[str]:
     """The Hydra overrides of conf/generate.yaml shared by every one of our runs of workload `wl`."""
-    out = [f"model={wl.model}", f"kernels={wl.kernels}", f"parallel={wl.parallel}", f"parallel.device={device}",
+    out = ["workload=default", f"model={wl.model}", f"kernels={wl.kernels}", f"parallel={wl.parallel}",
+           f"parallel.device={device}",
            f"parallel.timeout_s={bc.timeout_s}", f"spec.oracle={str(wl.oracle).lower()}",
            f"workload.prompt_tokens={wl.prompt_tokens}", f"workload.num_requests={wl.num_prompts}",
            f"workload.max_new_tokens={wl.max_new_tokens}", f"workload.max_seq_len_tokens={wl.max_seq_len_tokens}",

@@ -48,7 +48,7 @@ if str(REPO) not in sys.path:
 from conf.rundir import REPO_ROOT, atomic_write_json, atomic_write_text, git_sha, read_run  # noqa: E402
 
 PAIR = "llama3-8b_llama3.2-1b"
-BASE = ["model=llama3-8b_llama3.2-1b", "kernels=graphs",
+BASE = ["workload=default", "model=llama3-8b_llama3.2-1b", "kernels=graphs",
         "kernels.fused_allreduce=false", "spec.oracle=true", "workload.prompt_tokens=512",
         "workload.max_new_tokens=128", "workload.num_requests=1", "workload.max_seq_len_tokens=1024",
         "parallel.timeout_s=60", "trace.chrome=false"]
@@ -81,7 +81,7 @@ TP2_CONFIGS: list[tuple[str, list[str]]] = [
     ("tp2_chain_g4", ["parallel=2x0", "spec=chain", "spec.gamma=4"]),
 ]
 """Run in a second launch (another GPU split) when at least TP2_MIN_LEFT_S of the budget is left."""
-REAL_BASE = ["model=smollm2", "kernels=graphs", "kernels.fused_allreduce=false",
+REAL_BASE = ["workload=default", "model=smollm2", "kernels=graphs", "kernels.fused_allreduce=false",
              "spec.oracle=false", "model.target.dtype=bfloat16", "model.draft.dtype=bfloat16",
              "workload.max_new_tokens=128", "workload.max_seq_len_tokens=1024", "parallel.timeout_s=60",
              "trace.chrome=false", "parallel=1x1"]
@@ -95,7 +95,8 @@ REAL_PROMPTS of data/prompts_eval.jsonl (held out of the draft's training)."""
 REAL_PROMPTS = 2
 TP2_MIN_LEFT_S = 70.0
 RELAUNCH_MIN_LEFT_S = 45.0
-SMOKE_BASE = ["model=tiny", "parallel=1x1", "parallel.device=cpu", "kernels=reference", "spec.oracle=true",
+SMOKE_BASE = ["workload=default", "model=tiny", "parallel=1x1", "parallel.device=cpu", "kernels=reference",
+              "spec.oracle=true",
               "workload.prompt_tokens=24", "workload.max_new_tokens=16", "workload.max_seq_len_tokens=128",
               "parallel.timeout_s=60", "trace.chrome=false"]
 SMOKE_CONFIGS = [("ar", ["spec=autoregressive"]), ("chain_g2", ["spec=chain", "spec.gamma=2"]),

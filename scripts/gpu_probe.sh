@@ -29,7 +29,7 @@ for args in "--preset llama3-8b --backend triton --rows 8 --ctx 1024" \
 done
 
 stage "engine under cProfile"
-SWIFTSPEC_CPROFILE="$OUT/cprofile" timeout 150 python3 generate.py model=llama3-8b_llama3.2-1b kernels=triton \
+SWIFTSPEC_CPROFILE="$OUT/cprofile" timeout 150 python3 generate.py workload=default model=llama3-8b_llama3.2-1b kernels=triton \
   spec=async_tree spec.oracle=true workload.prompt_tokens=1024 workload.max_new_tokens=128 \
   workload.num_requests=1 workload.max_seq_len_tokens=2048 parallel=1x1 trace.chrome=false \
   hydra.run.dir=/tmp/probe_run 2>&1 | tail -3

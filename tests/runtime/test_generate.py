@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_generate_end_to_end(tmp_path):
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "generate.py", "model=tiny", "parallel=1x1", "spec=async_tree",
+    cmd = [sys.executable, "generate.py", "model=tiny", "parallel=1x1", "spec=async_tree", "workload=default",
            "workload.max_new_tokens=8", f"hydra.run.dir={run_dir}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
@@ -55,6 +55,15 @@ def test_strip_launcher_args():
     assert strip_launcher_args(["generate.py", "--local_rank=3", "model=tiny"]) == ["generate.py", "model=tiny"]
     assert strip_launcher_args(["generate.py", "--local_rank", "1", "a=b"]) == ["generate.py", "a=b"]
     assert strip_launcher_args(["generate.py", "--local-rank=0"]) == ["generate.py"]
+
+
+def test_default_workload_is_two_real_text_prompts():
+    """`python generate.py` decodes real text (code and prose); workload=default gives random-token prompts."""
+    from tests.conftest import build
+
+    wl = build("generate").workload
+    assert len(wl.prompts) == 2 and wl.prompts[0].startswith("def merge_sorted") and wl.max_new_tokens == 64
+    assert build("generate", ["workload=default"]).workload.prompts == []
 
 
 def test_prompt_file_is_checked_before_launch(tmp_path):
