@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# One device call (2 x H200, < 10 min): distil the draft (scripts/gpu_train_draft.sh), then the real-pair
+# benchmark against transformers (plain + assisted) and DeepSpeed, then the GPU tests on the real weights.
+#
+#   bash scripts/gpu_real_pair.sh "$OUT"        (TRAIN_S, BENCH_BUDGET_S override the budgets)
+#
+# Needs the GGUF at .cache/models/ (or its two parts, staged by an earlier call of the same warm machine:
+# see scripts/gpu_train_draft.sh). $OUT gets: train/ (results.tar.part-*, smollm2.json, summary.json, logs),
+# runtime_real_pair_<date>.json, BENCH_real_pair.md (the new section for docs/BENCHMARKS_RUNTIME.md),
+# tests_real.log.
+set -uo pipefail
+OUT=${1:?usage: scripts/gpu_real_pair.sh OUTDIR}
+OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export TRITON_INTERPRET=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+stage() { echo "=== $(date -u +%T) $1"; }
+
+stage "train the draft + acceptance report"
+timeout 450 bash scripts/gpu_train_draft.sh "$OUT/train" max_train_s="${TRAIN_S:-180}" 2>&1 | grep -v "^step" | tail -25
+export PYTHONPATH=/tmp/site:$PWD
+
+stage "real-pair benchmark"
+timeout $((${BENCH_BUDGET_S:-120} + 30)) python3 bench/bench_runtime.py preset=real_pair budget_s="${BENCH_BUDGET_S:-120}" \
+  out_dir="$OUT" doc="$OUT/BENCH_real_pair.md" hydra.run.dir=/tmp/bench_real 2>&1 \
+  | grep -v -E "USDT|Loading weights" | tail -14
+
+stage "GPU tests on the real weights"
+timeout 60 python3 -m pytest -q -m "gpu or multi_gpu" tests/gpu -k real -p no:cacheprovider --timeout=50 \
+  > "$OUT/tests_real.log" 2>&1
+tail -3 "$OUT/tests_real.log"
+stage "done"
