@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 
-@dataclass
+@dataclass(slots=True)
 class Node:
     """One draft-tree node."""
 
@@ -193,11 +193,17 @@ class DraftTree:
             self.nodes[i].slot = self.num_slots
             self.num_slots += 1
         pad = list(range(self.num_slots, self.num_slots + w - len(chosen)))  # free slots for padding rows
-        mask = torch.zeros(w, max_len, dtype=torch.bool)
+        # The [w, max_len] mask is filled as bytes on the host, then viewed as bool: one tensor op, not one
+        # indexed write per row (this runs on the critical path of every draft step).
+        flat = bytearray(w * max_len)
         for row, i in enumerate(chosen):
-            mask[row, [self.nodes[a].slot for a in self.path_to(i)]] = True
+            base, node = row * max_len, i
+            while node >= 0:  # the node and its ancestors (all expanded, so all hold slots)
+                flat[base + self.nodes[node].slot] = 1
+                node = self.nodes[node].parent
         for row, s in enumerate(pad, start=len(chosen)):
-            mask[row, s] = True
+            flat[row * max_len + s] = 1
+        mask = torch.frombuffer(flat, dtype=torch.uint8).view(w, max_len).to(torch.bool)
         self.stats.expansions += 1
         self.stats.expanded_nodes += len(chosen)
         return chosen, StepInputs(
@@ -235,14 +241,16 @@ class DraftTree:
         # One device -> host copy: token ids (< 2**24 for any vocabulary here) ride along as float64 exactly.
         both = torch.stack((top_lp[:n].to(torch.float64), top_tok[:n].to(torch.float64))).cpu()
         lp_rows, tok_rows = both.tolist()
+        nodes, frontier, push = self.nodes, self._frontier, heapq.heappush
         for i, lps, toks in zip(expanded, lp_rows, tok_rows):
-            parent = self.nodes[i]
+            parent = nodes[i]
+            depth, base, kids = parent.depth + 1, parent.weight, parent.children
             for lp, tok in zip(lps, toks):
                 lp = min(lp, 0.0)  # log-softmax is <= 0; clamp so weights never increase along a path
-                child = Node(int(tok), i, parent.depth + 1, lp, parent.weight + lp)
-                parent.children.append(len(self.nodes))
-                heapq.heappush(self._frontier, (-child.weight, len(self.nodes)))
-                self.nodes.append(child)
+                nid = len(nodes)
+                kids.append(nid)
+                push(frontier, (-(base + lp), nid))
+                nodes.append(Node(int(tok), i, depth, lp, base + lp))
 
     # ---- re-rooting ----------------------------------------------------------------------------------
     def reroot(self, path: list[int], bonus: int) -> Reroot:
