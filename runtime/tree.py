@@ -77,11 +77,18 @@ def ancestor_mask(parents: list[int], rows: int) -> torch.Tensor:
         1 0 1 0
         1 1 0 1
     """
-    mask = torch.eye(rows, dtype=torch.bool)
-    for i, p in enumerate(parents):
+    if len(parents) > rows:
+        raise ValueError(f"ancestor_mask: {len(parents)} nodes do not fit {rows} rows")
+    if rows == 0:
+        return torch.zeros(0, 0, dtype=torch.bool)
+    # Row i = row parents[i] plus column i, built as bytes (one tensor op at the end: this runs every verify).
+    flat = bytearray(rows * rows)
+    for i in range(rows):
+        p = parents[i] if i < len(parents) else -1
         if p >= 0:
-            mask[i] |= mask[p]
-    return mask
+            flat[i * rows:(i + 1) * rows] = flat[p * rows:(p + 1) * rows]
+        flat[i * rows + i] = 1
+    return torch.frombuffer(flat, dtype=torch.uint8).view(rows, rows).to(torch.bool)
 
 
 def proposal_inputs(token_ids: list[int], parents: list[int], prefix_len: int, rows: int) -> StepInputs:
