@@ -135,6 +135,14 @@ def test_ancestor_mask_literal():
         [1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]]
 
 
+def test_ancestor_mask_padding_rows_empty_and_too_many_nodes():
+    m = ancestor_mask([-1, 0], 4)  # rows beyond the nodes see only themselves
+    assert m.dtype == torch.bool and m.int().tolist() == [[1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]
+    assert ancestor_mask([], 0).shape == (0, 0)
+    with pytest.raises(ValueError, match="3 nodes do not fit 2 rows"):
+        ancestor_mask([-1, 0, 1], 2)
+
+
 # ---- properties -------------------------------------------------------------------------------------------
 
 def _random_tree(seed: int, steps: int, w: int, topk: int, vocab: int = 6, max_len: int = 64) -> DraftTree:
