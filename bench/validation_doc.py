@@ -1,0 +1,133 @@
+"""docs/VALIDATION.md: the method, the table and the known limits, from `bench/validate.py compare`'s result.
+
+Split from bench/validate.py (which measures and compares); this module only formats.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from conf.rundir import atomic_write_text
+
+
+def pct(x: float | None) -> str:
+    """A relative error as a signed percentage, "-" when missing."""
+    return "-" if x is None else f"{100 * x:+.1f}%"
+
+
+def fmt(x: float | None, scale: float = 1.0, digits: int = 2) -> str:
+    """x * scale with `digits` decimals, "-" when missing."""
+    return "-" if x is None else f"{x * scale:.{digits}f}"
+
+
+METHOD = """\
+## Method
+
+1. **Operator profile (GPU).** `bench/profile_ops.py` times the operators of the model presets on one H200
+   (GEMMs of every weight matrix at TP shards 1..8 and M 1..64 (+256, 1024), the runtime's attention
+   backend over context 256..16K and tree sizes 1..64, KV compaction), whole runtime steps on random-weight
+   models (`TargetWorker` verify, `DraftWorker` expand, tree bookkeeping) and, on 2 GPUs, all-reduce (eager
+   and in CUDA graphs), raw send/recv and the runtime's leader-channel messages. Kernels are timed with
+   `triton.testing.do_bench` medians (L2 flushed before every call), steps with host timers around a
+   synchronised call (median after warm-up).
+2. **Fit (CPU).** `calibrate.py` fits each operator in the profile's functional form (non-negative least
+   squares in relative error) and reports the held-out MAPE per operator. `step_overhead` absorbs what a
+   whole runtime step costs beyond its operators. The fitted profile is `profiles/h200.json`; the fit
+   report (`profiles/h200.report.json`) also yields `sim.tree_op_s` (median select + re-root host time).
+3. **Measured runs (GPU).** `bench/validate.py run` decodes each configuration with the real runtime
+   (`runtime.launch`, `runtime.engine`): Llama-3-8B target on GPU 0, Llama-3.2-1B draft on GPU 1, random
+   weights with the acceptance oracle, one request of 512 prompt + 128 new tokens, `kernels=graphs` (fused
+   Triton kernels, every verify and draft expansion replayed as a CUDA graph). Each configuration runs once
+   to warm up, then twice measured (`__r1`: the second repeat; their spread is the run-to-run noise).
+4. **Simulated runs (CPU).** `bench/validate.py compare` simulates each measured configuration from the
+   profile, replaying that run's verify outcomes (`acceptance.kind=replay` on its iterations.csv) and with
+   `d` pinned to the d the runtime's DepthTuner settled on, so that the comparison isolates the cost model.
+5. **Held out by construction.** The profile is fitted from operator traces only; no end-to-end run enters
+   the fit, so every configuration below is a held-out configuration. The step sweep shares model shapes
+   with the validation pair, as any operator profile does.
+
+Error = simulated / measured - 1. Iteration time is the target's mean cycle (wait for the proposal +
+verify); the draft step is one draft forward (`step.expand` span). Tokens/s includes both prefills.
+"""
+
+
+LIMITS = """\
+## Known limits of the cost model this validation exercises
+
+- Operators are timed one eager launch at a time (`do_bench`, L2 flushed), so each fit's per-call intercept
+  carries the wrapper's host launch time (attention: ~95 us per call against ~12 us per layer inside a
+  graph); the runtime replays whole steps as CUDA graphs, so graph-mode verify/expand times are
+  over-predicted (verify: +30% median), which partly offsets host costs per step the operator sum misses.
+  Since commit 263211d `bench/profile_ops.py` times operators inside CUDA graphs (L2-overflowing operand
+  rotation) and whole steps as graph replays (`steps_mode: graphs`), so the step-overhead fit carries the
+  runtime's real host cost per graph step; not yet run on a GPU (next session: `scripts/gpu_calibrate.sh`).
+- The profile's additive form (operators + a + b x kernels) approximates max(host, device) by a sum, and one
+  `step_overhead` line serves target verifies and draft expansions alike (the fit report,
+  `operators.step_overhead.by_kind` / `by_preset`, shows how well it fits each).
+- The attention form's FLOP feature (tokens x kv_len) carries no head count, so one coefficient serves GQA
+  shapes from 3 to 64 query heads.
+- KV compaction is costed by the analytic prior (the profile format has no compaction operator; the fit is in
+  the report).
+"""
+
+
+def write_doc(path: Path, result: dict[str, Any]) -> None:
+    """docs/VALIDATION.md from the comparison result (measured numbers only)."""
+    rows, s = result["rows"], result["summary"]
+    lines = ["# Simulator validation against the runtime", "",
+             f"Measured on {result.get('gpu') or '?'} ({result['date']}, git {result['git_sha']}); profile "
+             f"`{result['profile']}` ({result.get('profile_cost_model', '')}). Generated by `bench/validate.py "
+             f"compare`; raw numbers in `{result['json']}`.", "", METHOD, "## Results", "",
+             "| config | split | bs | w | d (cfg/used) | tok/s meas | tok/s sim | err | iter ms meas | iter ms sim "
+             "| err | verify ms meas | sim | draft fwd ms meas | sim | accept meas/sim |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        t, it, v, e, a = (r[k] for k in ("tokens_per_s", "iteration_time_s", "verify_time_s", "expand_per_forward_s",
+                                         "mean_accept_len"))
+        lines.append(
+            f"| {r['name']} | {r['split']} | {r['bs']} | {r['w']} | {r['d_config']}/{r['d_used']} | "
+            f"{fmt(t['measured'], 1, 1)} | {fmt(t['simulated'], 1, 1)} | {pct(t['error'])} | "
+            f"{fmt(it['measured'], 1e3)} | {fmt(it['simulated'], 1e3)} | {pct(it['error'])} | "
+            f"{fmt(v['measured'], 1e3)} | {fmt(v['simulated'], 1e3)} | {fmt(e['measured'], 1e3)} | "
+            f"{fmt(e['simulated'], 1e3)} | {fmt(a['measured'])}/{fmt(a['simulated'])} |")
+    lines += ["", "| metric | configs | median abs error | max abs error |", "|---|---|---|---|"]
+    for key in ("tokens_per_s", "iteration_time_s", "verify_time_s", "expand_per_forward_s"):
+        m = s[key]
+        if m.get("n"):
+            lines.append(f"| {key} | {m['n']} | {100 * m['median_abs_error']:.1f}% | {100 * m['max_abs_error']:.1f}% |")
+    noise = result.get("run_to_run_tokens_per_s", {})
+    if noise.get("n"):
+        lines += ["", f"Run-to-run spread of measured tokens/s between repeats of one configuration (max / min - 1, "
+                      f"{noise['n']} configs): median {100 * noise['median']:.1f}%, max {100 * noise['max']:.1f}%; "
+                      f"the measurement's own error floor."]
+    ac = result.get("autoconfig", {})
+    lines += ["", "## Auto-configuration", ""]
+    if "measured_async" in ac:
+        lines.append(f"Simulator ranking of the {len(ac['measured_async'])} measured async_tree configurations "
+                     f"(acceptance: {ac['acceptance']}): Spearman {fmt(ac['spearman_measured_vs_predicted'])} "
+                     f"against the measured ranking; best measured `{ac['best_measured']}`, simulator's pick "
+                     f"`{ac['simulator_pick_among_measured']}` (regret {pct(ac['regret_of_simulator_pick'])} of "
+                     f"measured tokens/s).")
+        best = ac.get("autoconfig_search", {}).get("best") or {}
+        if best:
+            search = ac["autoconfig_search"]
+            lines.append(f"\nAutoconfig search (split {search['split']}, bs {tuple(search['bs'])}, w "
+                         f"{tuple(search['w'])}, d auto/1..8) picks bs={best['bs']} w={best['w']} d={best['d']} "
+                         f"(d used {best['d_used']}), predicted {best['tokens_per_s']:.1f} tok/s.")
+        pm = ac.get("autoconfig_pick_measured")
+        if pm:
+            lines.append(f"Measured as `{pm['name']}`: {pm['measured_tokens_per_s']:.1f} tok/s = "
+                         f"{100 * pm['fraction_of_best_measured']:.1f}% of the best measured configuration "
+                         f"({'within' if pm['within_5_percent'] else 'NOT within'} 5%).")
+        else:
+            lines.append("The pick was not among the measured configurations.")
+    else:
+        lines.append(ac.get("note", "not run"))
+    notes = result.get("run_notes", {})
+    if notes.get("failed") or notes.get("skipped") or notes.get("real_pair"):
+        lines += ["", f"Not measured: failed {sorted(notes.get('failed', {}))}, skipped (budget) "
+                      f"{notes.get('skipped', [])}." + (f" Real pair: {notes['real_pair']}." if notes.get("real_pair")
+                                                        else "")]
+    lines += ["", LIMITS]
+    atomic_write_text(path, "\n".join(lines))
