@@ -35,11 +35,11 @@ def test_operand_copies_overflow_the_l2_only_under_graph_timing():
 
 def test_quick_cpu_sweep_writes_records_and_meta(tmp_path):
     out = tmp_path / "t.jsonl"
-    assert P.main(["--device", "cpu", "--quick", "--only", "gemm,attention,compaction", "--out", str(out),
+    assert P.main(["--device", "cpu", "--quick", "--only", "gemm,attention,compaction,steps", "--out", str(out),
                    "--budget-s", "60"]) == 0
     records = [json.loads(line) for line in out.read_text().splitlines()]
     names = {r["name"] for r in records}
-    assert {"op.gemm", "op.attention", "op.compaction"} <= names
+    assert {"op.gemm", "op.attention", "op.compaction", "op.step_overhead", "op.tree_op"} <= names
     assert all(r["duration_s"] > 0 for r in records)
     meta = json.loads(out.with_suffix(".meta.json").read_text())
-    assert meta["op_timing"] == "host" and meta["errors"] == []
+    assert meta["op_timing"] == "host" and meta["steps_mode"] == "eager" and meta["errors"] == []

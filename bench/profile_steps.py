@@ -1,0 +1,155 @@
+"""The steps section of bench/profile_ops.py: whole runtime steps on random-weight models.
+
+Per preset of STEP_PLAN and prefix length of STEP_CTX: `TargetWorker` verify steps (forward + verdict + KV
+keep) at each verify width, and `DraftWorker` expansions at each draft width with the async loop's
+bookkeeping between rounds (select the top-bs subtree, re-root on a hit). Host-inclusive timing (median of
+STEP_REPS after STEP_WARMUP, device synchronised around each call). With graph timing on CUDA and the Triton
+backend, the models take the fused path and the workers replay CUDA-graph steps, as the `kernels=graphs`
+runtime does (`Profiler.steps_mode` = graphs); otherwise the steps run eagerly.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import torch
+
+from bench.profile_ops import STEP_REPS, STEP_WARMUP, Profiler, _random_parents, choose_attention_backend
+from conf.presets import MODEL_PRESETS
+
+# (preset, verify rows, expand widths): the validation pair's shapes plus other presets for the step fit.
+STEP_PLAN = (("llama3-8b", (1, 4, 5, 8, 16), ()), ("llama3.2-1b", (1, 8), (4, 8)), ("smollm2-draft", (1, 8), (4, 8)),
+             ("smollm2-135m", (1, 8), (8,)), ("llama3.2-3b", (1, 8), (4, 8)))
+# Prefix lengths of step measurements. Each verify keeps the root, so the prefix grows by one token per step;
+# eagerly, these starts stay inside one 64-key block count of the tree-attention kernel for the whole
+# measurement (200..~215 -> 4 blocks, 970..~985 -> 16), so no Triton re-compile lands in the timed steps.
+STEP_CTX = (200, 970)
+MAX_TREE_NODES = 64  # draft tree region in the step measurements
+TOPK = 8
+ROUND_EXPANSIONS, ROUND_BS = 2, 8  # expand steps per round (d) and verify width of the timed bookkeeping
+
+
+def _step_prompt(vocab: int, ctx: int, gen: torch.Generator) -> list[int]:
+    return torch.randint(0, vocab, (ctx + 1,), generator=gen).tolist()
+
+
+def _verify_steps(p: Profiler, model: Any, attn: Any, backend: str, preset: str, rows: int, ctx: int,
+                  gen: torch.Generator) -> None:
+    from conf.messages import DraftProposal
+    from runtime.target_worker import TargetWorker
+
+    vocab = model.shape.token_count
+    # each verify keeps the root and any accepted nodes: room for all rows of every step
+    tw = TargetWorker(model, attn, rows=rows, max_seq_len=ctx + (STEP_WARMUP + STEP_REPS) * rows + 8,
+                      temperature=0.0, backend=backend, cuda_graphs=p.graph_steps(backend))
+    tw.start(_step_prompt(vocab, ctx, gen))
+    times, prefixes = [], []
+    for i in range(STEP_WARMUP + STEP_REPS):
+        parents = _random_parents(rows, gen)
+        tokens = torch.randint(0, vocab, (rows,), generator=gen).tolist()
+        prop = DraftProposal(0, i, tuple(tokens), tuple(parents))
+        prefix = tw.prefix_len
+        p.sync()
+        t = time.perf_counter()
+        tw.forward(prop)
+        verdict = tw.decide(None, None)
+        tw.keep(verdict.path)
+        p.sync()
+        if i >= STEP_WARMUP:
+            times.append(time.perf_counter() - t)
+            prefixes.append(prefix)
+    ctx_mid = int(statistics.median(prefixes))
+    p.emit("op.step_overhead", statistics.median(times), tp=1, ctx=ctx_mid, tokens=rows, kind="verify", preset=preset,
+           kv_len=ctx_mid + rows, backend=backend, reps=len(times), min_s=min(times), max_s=max(times),
+           graphs=tw.graph is not None)
+
+
+def _expand_steps(p: Profiler, model: Any, attn: Any, backend: str, preset: str, w: int, ctx: int,
+                  gen: torch.Generator) -> None:
+    from runtime.draft_worker import DraftWorker
+
+    vocab = model.shape.token_count
+    prompt = _step_prompt(vocab, ctx, gen)
+    dw = DraftWorker(model, attn, w=w, topk=TOPK, max_tree_nodes=MAX_TREE_NODES, max_seq_len=ctx + 64,
+                     temperature=0.0, cuda_graphs=p.graph_steps(backend))
+    dw.start(prompt)
+    expand, kv_lens, select, reroot = [], [], [], []
+    it, since_round = 0, 0
+    while len(expand) < STEP_WARMUP + STEP_REPS:
+        if since_round < ROUND_EXPANSIONS and dw.tree.can_expand(w, MAX_TREE_NODES):
+            p.sync()
+            t = time.perf_counter()
+            dw.expand()  # ends with a host copy of the log-probs: synchronised
+            expand.append(time.perf_counter() - t)
+            kv_lens.append(dw.prefix_len + dw.tree.num_slots)
+            since_round += 1
+            continue
+        # end of a round, as in the async loop: select the top-bs subtree, re-root on a hit (the top child)
+        p.sync()
+        t = time.perf_counter()
+        dw.propose(0, it, ROUND_BS)
+        t_sel = time.perf_counter() - t
+        children = dw.children_tokens(0)
+        p.sync()
+        t = time.perf_counter()
+        dw.advance((0,), children[0] if children else 0)
+        p.sync()
+        select.append(t_sel)
+        reroot.append(time.perf_counter() - t)
+        it, since_round = it + 1, 0
+        # restart before the promoted root tokens fill the prefix capacity (max_seq_len = ctx + 64)
+        if not dw.tree.can_expand(w, MAX_TREE_NODES) or dw.prefix_len > ctx + 48:
+            dw.start(prompt)
+    times, lens = expand[STEP_WARMUP:], kv_lens[STEP_WARMUP:]
+    kv_len = int(statistics.median(lens))
+    p.emit("op.step_overhead", statistics.median(times), tp=1, ctx=ctx, tokens=w, kind="expand", preset=preset,
+           kv_len=kv_len, backend=backend, topk=TOPK, reps=len(times), min_s=min(times), max_s=max(times),
+           graphs=dw.graph is not None)
+    if select:
+        p.emit("op.tree_op", statistics.median(select), tp=1, ctx=ctx, tokens=ROUND_BS, kind="select", preset=preset,
+               bs=ROUND_BS, w=w, reps=len(select))
+        p.emit("op.tree_op", statistics.median(reroot), tp=1, ctx=ctx, tokens=ROUND_BS, kind="reroot", preset=preset,
+               bs=ROUND_BS, w=w, reps=len(reroot))
+
+
+def run_steps(p: Profiler) -> None:
+    """Whole runtime steps (the simulator's forward steps plus their host work) on random-weight models."""
+    from runtime.attention import make_attention_backend
+    from runtime.loader import build_model
+
+    if p.attention_backend is None:
+        p.attention_backend = choose_attention_backend(p)
+    backend = p.attention_backend
+    attn = make_attention_backend(backend)
+    gen = torch.Generator().manual_seed(4)
+    for preset, rows_list, w_list in p.opt("step_plan", STEP_PLAN):
+        if not p.time_left():
+            print(f"  steps: budget reached before {preset}", flush=True)
+            return
+        try:
+            # as the runtime's Engine builds it: the fused Triton path with the Triton backend
+            model = build_model(MODEL_PRESETS[preset], p.dtype, p.device, seed=0).use_fused_kernels(
+                backend == "triton")
+            if p.graph_steps(backend):
+                p.steps_mode = "graphs"
+        except Exception as exc:
+            p.error("steps", f"build {preset}", exc)
+            continue
+        for ctx in p.opt("step_ctx", STEP_CTX):
+            for rows in rows_list:
+                if p.time_left():
+                    try:
+                        _verify_steps(p, model, attn, backend, preset, rows, ctx, gen)
+                    except Exception as exc:
+                        p.error("steps", f"{preset} verify rows {rows} ctx {ctx}", exc)
+            for w in w_list:
+                if p.time_left():
+                    try:
+                        _expand_steps(p, model, attn, backend, preset, w, ctx, gen)
+                    except Exception as exc:
+                        p.error("steps", f"{preset} expand w {w} ctx {ctx}", exc)
+        del model
+        if p.device.type == "cuda":
+            torch.cuda.empty_cache()
