@@ -84,7 +84,9 @@ class Timeline:
         self.device = torch.device("cpu") if device is None else device
         self._device_name = device_name(self.device)
         self._t0 = time.perf_counter()
-        self._records: list[TraceRecord] = []
+        # Raw span fields, turned into TraceRecords (JSON-encoded extras) only by records(): recording a span
+        # stays a tuple append on the decode loop's critical path.
+        self._raw: list[tuple[Any, ...]] = []
         # Spans timed with CUDA events, resolved by records(): (fields, start_event, end_event).
         self._pending: list[tuple[dict[str, Any], Any, Any]] = []
         self._ref_event: Any = None
@@ -116,8 +118,7 @@ class Timeline:
             ctx_len: int = 0, shapes: str = "", extra: Mapping[str, Any] | None = None) -> None:
         """Record a span measured by the caller (`start_s` from `now()`)."""
         if self.enabled:
-            self._records.append(self._record(name, start_s, duration_s, iteration, tokens, ctx_len, shapes,
-                                              extra))
+            self._raw.append((name, start_s, duration_s, iteration, tokens, ctx_len, shapes, extra))
 
     @contextmanager
     def span(self, name: str, *, iteration: int = -1, tokens: int = 0, ctx_len: int = 0, shapes: str = "",
@@ -145,8 +146,7 @@ class Timeline:
         try:
             yield
         finally:
-            self._records.append(self._record(name, start, self.now() - start, iteration, tokens, ctx_len,
-                                              shapes, extra))
+            self._raw.append((name, start, self.now() - start, iteration, tokens, ctx_len, shapes, extra))
 
     def records(self) -> list[TraceRecord]:
         """All spans of this rank, sorted by start (synchronises the device once if CUDA spans are pending)."""
@@ -154,10 +154,10 @@ class Timeline:
             torch.cuda.synchronize(self.device)
             for f, begin, end in self._pending:
                 start = self._ref_s + self._ref_event.elapsed_time(begin) / 1e3
-                self._records.append(self._record(f["name"], start, begin.elapsed_time(end) / 1e3, f["iteration"],
-                                                  f["tokens"], f["ctx_len"], f["shapes"], f["extra"]))
+                self._raw.append((f["name"], start, begin.elapsed_time(end) / 1e3, f["iteration"], f["tokens"],
+                                  f["ctx_len"], f["shapes"], f["extra"]))
             self._pending.clear()
-        return sorted(self._records, key=lambda r: (r.start_s, r.rank))
+        return sorted((self._record(*raw) for raw in self._raw), key=lambda r: (r.start_s, r.rank))
 
     def gather(self, ctx: Any) -> list[TraceRecord] | None:
         """Collective: every rank's records on world rank 0 (sorted by start), None on the other ranks."""
