@@ -25,6 +25,7 @@ def reference_decode(
     temperature: float = 0.0,
     generator: torch.Generator | None = None,
     attn: AttentionBackend | None = None,
+    margins: list[float] | None = None,
 ) -> list[int]:
     """Generated tokens (prompt excluded) of plain decoding.
 
@@ -37,6 +38,8 @@ def reference_decode(
         temperature: 0 = greedy; > 0 = sample with `generator`.
         generator: the request's generator (temperature > 0).
         attn: attention backend; default the fp32 reference.
+        margins: if given, receives the top-1 minus top-2 logit before every generated token (where a
+            correct implementation in another precision may pick differently: the GPU tests' tie rule).
     """
     if not prompt or len(prompt) >= capacity:
         raise ValueError(f"prompt of {len(prompt)} tokens must be non-empty and shorter than {capacity}")
@@ -48,6 +51,9 @@ def reference_decode(
     logits = model(tokens, AttnMeta.causal(0, len(prompt), device), cache, attn)[-1]
     out: list[int] = []
     while True:
+        if margins is not None:
+            top = logits.float().topk(2).values
+            margins.append(float(top[0] - top[1]))
         token = sample_token(logits, temperature, generator)
         out.append(token)
         length = len(prompt) + len(out)

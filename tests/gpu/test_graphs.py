@@ -19,19 +19,9 @@ import functools
 import pytest
 import torch
 
-from bench.peers import TIE_EPSILON
-from conf import build_config
+from bench.peers import TIE_EPSILON, first_divergence
 from conf.presets import MODEL_PRESETS
-from conf.schema import (
-    AcceptanceConfig,
-    ExperimentConfig,
-    KernelsConfig,
-    ModelConfig,
-    ModelPairConfig,
-    ParallelConfig,
-    SpecConfig,
-    WorkloadConfig,
-)
+from conf.schema import ExperimentConfig
 from runtime.attention import AttnMeta, ReferenceAttention, make_attention_backend
 from runtime.engine import run_rank
 from runtime.fetch_smollm2 import DEFAULT_DEST as GGUF_PATH
@@ -39,7 +29,9 @@ from runtime.graphs import StepGraph
 from runtime.kv_cache import KVCache
 from runtime.launch import launch
 from runtime.loader import build_model
+from runtime.reference import reference_decode
 from runtime.tree import ancestor_mask
+from tests.runtime.test_engine import make_cfg
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -63,43 +55,20 @@ def prompts(vocab: int, n: int = 3, seed: int = 0) -> list[list[int]]:
 def cfg_for(mode: str, target: str, draft: str, dtype: str, *, target_gpus: int = 1, draft_gpus: int = 0,
             checkpoint: str | None = None, draft_seed: int = 1, **spec) -> ExperimentConfig:
     """kernels=graphs on CUDA; the draft is `draft` (the target itself with draft_seed == 1: self-speculation)."""
-    return build_config(ExperimentConfig(
-        model=ModelPairConfig(name=f"{target}+{draft}",
-                              target=ModelConfig(target, seed=1, dtype=dtype, checkpoint=checkpoint),
-                              draft=ModelConfig(draft, seed=draft_seed, dtype=dtype,
-                                                checkpoint=checkpoint if draft == target else None)),
-        parallel=ParallelConfig(target_gpus=target_gpus, draft_gpus=draft_gpus, device="cuda", timeout_s=120),
-        spec=SpecConfig(mode=mode, max_tree_nodes=64, **{**MODES[mode], **spec}),
-        acceptance=AcceptanceConfig(),
-        kernels=KernelsConfig(backend="triton", cuda_graphs=True),
-        workload=WorkloadConfig(max_new_tokens=MAX_NEW, max_seq_len_tokens=CAPACITY, prompt_tokens=8),
-    ))
-
-
-@torch.no_grad()
-def greedy_with_margins(model, prompt: list[int]) -> tuple[list[int], list[float]]:
-    """Plain greedy decoding (torch path, eager) and the top-1 / top-2 logit margin at every step."""
-    device = model.norm.weight.device
-    layers, heads, head_dim = model.cache_spec()
-    cache = KVCache(layers, CAPACITY, heads, head_dim, model.dtype, device)
-    attn = ReferenceAttention()
-    logits = model(torch.tensor(prompt, device=device), AttnMeta.causal(0, len(prompt), device), cache, attn)[-1]
-    out, margins = [], []
-    while True:
-        top = logits.float().topk(2)
-        out.append(int(top.indices[0]))
-        margins.append(float(top.values[0] - top.values[1]))
-        if len(out) >= MAX_NEW or len(prompt) + len(out) >= CAPACITY:
-            return out, margins
-        step = torch.tensor([out[-1]], device=device)
-        logits = model(step, AttnMeta.causal(len(prompt) + len(out) - 1, 1, device), cache, attn)[-1]
+    return make_cfg(mode, target, draft, target_gpus=target_gpus, draft_gpus=draft_gpus, draft_seed=draft_seed,
+                    max_new=MAX_NEW, capacity=CAPACITY, backend="triton", device="cuda", dtype=dtype,
+                    cuda_graphs=True, checkpoint=checkpoint, timeout_s=120, **{**MODES[mode], **spec})
 
 
 @functools.cache
 def reference(target: str, dtype: str, checkpoint: str | None, prompt_seed: int) -> tuple:
     model = build_model(MODEL_PRESETS[target], dtype, "cuda", seed=1, checkpoint=checkpoint)
     ps = prompts(MODEL_PRESETS[target].vocab_size, seed=prompt_seed)
-    return ps, [greedy_with_margins(model, p) for p in ps]
+    refs = []
+    for p in ps:  # plain greedy decoding (torch path, eager) and the top-1 / top-2 margin before every token
+        margins: list[float] = []
+        refs.append((reference_decode(model, p, MAX_NEW, CAPACITY, margins=margins), margins))
+    return ps, refs
 
 
 def assert_lossless(cfg: ExperimentConfig, prompt_seed: int = 0) -> dict:
@@ -110,7 +79,7 @@ def assert_lossless(cfg: ExperimentConfig, prompt_seed: int = 0) -> dict:
     eps = TIE_EPSILON[dtype]
     for rid, ((ref, margins), out) in enumerate(zip(refs, res["outputs"])):
         assert len(out) == len(ref), f"request {rid}: {len(out)} tokens, reference {len(ref)}"
-        k = next((i for i, (a, b) in enumerate(zip(ref, out)) if a != b), None)
+        k = first_divergence(ref, out)
         if k is not None:
             assert margins[k] <= eps, (f"{cfg.spec.mode} request {rid}: diverges at token {k} ({out[k]} vs "
                                        f"{ref[k]}) where the reference margin is {margins[k]:.4f} > {eps}")

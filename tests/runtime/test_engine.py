@@ -39,15 +39,20 @@ PROMPTS = [[5, 6, 7, 8], [100], [3, 3, 3, 3, 3, 3, 3], list(range(40, 80)), [250
 
 def make_cfg(mode: str, target: str = "tiny-llama", draft: str = "tiny-llama-draft", *, target_gpus: int = 1,
              draft_gpus: int = 0, draft_seed: int = 2, max_new: int = MAX_NEW, capacity: int = CAPACITY,
-             acceptance: AcceptanceConfig | None = None, backend: str = "reference", **spec) -> ExperimentConfig:
-    """A validated config of tiny fp32 models on CPU."""
+             acceptance: AcceptanceConfig | None = None, backend: str = "reference", device: str = "cpu",
+             dtype: str = "float32", cuda_graphs: bool = False, checkpoint: str | None = None,
+             timeout_s: float = 60, **spec) -> ExperimentConfig:
+    """A validated config of tiny fp32 models on CPU (tests/gpu: other dtypes, CUDA graphs, a checkpoint,
+    which the draft shares when it is the target's preset)."""
     return build_config(ExperimentConfig(
-        model=ModelPairConfig(name=f"{target}+{draft}", target=ModelConfig(target, seed=1),
-                              draft=ModelConfig(draft, seed=draft_seed)),
-        parallel=ParallelConfig(target_gpus=target_gpus, draft_gpus=draft_gpus, device="cpu", timeout_s=60),
+        model=ModelPairConfig(name=f"{target}+{draft}", target=ModelConfig(target, seed=1, dtype=dtype,
+                                                                           checkpoint=checkpoint),
+                              draft=ModelConfig(draft, seed=draft_seed, dtype=dtype,
+                                                checkpoint=checkpoint if draft == target else None)),
+        parallel=ParallelConfig(target_gpus=target_gpus, draft_gpus=draft_gpus, device=device, timeout_s=timeout_s),
         spec=SpecConfig(mode=mode, max_tree_nodes=64, **spec),
         acceptance=acceptance or AcceptanceConfig(),
-        kernels=KernelsConfig(backend=backend),
+        kernels=KernelsConfig(backend=backend, cuda_graphs=cuda_graphs),
         workload=WorkloadConfig(max_new_tokens=max_new, max_seq_len_tokens=capacity, prompt_tokens=4),
     ))
 
@@ -188,3 +193,19 @@ def test_oracle_acceptance_matches_the_positional_model():
 def test_bad_prompts_fail_with_a_clear_error(prompt, message):
     with pytest.raises(RuntimeError, match=message):
         run(make_cfg("serial_tree", bs=4, w=2, topk=2), prompts=[prompt])
+
+
+def test_reference_decode_reports_the_top2_margin_before_every_token():
+    """The margins the GPU tests' tie rule reads: one per generated token, the top-1 minus top-2 logit of the
+    distribution that token was drawn from."""
+    model = build_model(MODEL_PRESETS["tiny-llama"], torch.float32, "cpu", seed=1)
+    margins: list[float] = []
+    out = reference_decode(model, PROMPTS[0], MAX_NEW, CAPACITY, margins=margins)
+    assert out == reference_decode(model, PROMPTS[0], MAX_NEW, CAPACITY) and len(margins) == len(out)
+    from runtime.attention import AttnMeta, ReferenceAttention
+    from tests.runtime import new_cache
+
+    ids = torch.tensor(PROMPTS[0] + out[:2])
+    logits = model(ids, AttnMeta.causal(0, len(ids)), new_cache(model, CAPACITY), ReferenceAttention())
+    top = logits[len(PROMPTS[0]) + 1].topk(2).values  # before out[2]
+    assert margins[2] == pytest.approx(float(top[0] - top[1]), abs=1e-5) and min(margins) >= 0
