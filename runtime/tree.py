@@ -81,14 +81,20 @@ def ancestor_mask(parents: list[int], rows: int) -> torch.Tensor:
         raise ValueError(f"ancestor_mask: {len(parents)} nodes do not fit {rows} rows")
     if rows == 0:
         return torch.zeros(0, 0, dtype=torch.bool)
-    # Row i = row parents[i] plus column i, built as bytes (one tensor op at the end: this runs every verify).
+    # Row i = row parents[i] plus column i, as bytes (this runs every verify).
     flat = bytearray(rows * rows)
     for i in range(rows):
         p = parents[i] if i < len(parents) else -1
         if p >= 0:
             flat[i * rows:(i + 1) * rows] = flat[p * rows:(p + 1) * rows]
         flat[i * rows + i] = 1
-    return torch.frombuffer(flat, dtype=torch.uint8).view(rows, rows).to(torch.bool)
+    return bool_mask(flat, rows, rows)
+
+
+def bool_mask(flat: bytearray, rows: int, cols: int) -> torch.Tensor:
+    """A [rows, cols] bool tensor (a copy) of row-major 0/1 bytes: masks are filled on the host as bytes, then
+    converted with one tensor op instead of one indexed write per row."""
+    return torch.frombuffer(flat, dtype=torch.uint8).view(rows, cols).to(torch.bool)
 
 
 def proposal_inputs(token_ids: list[int], parents: list[int], prefix_len: int, rows: int) -> StepInputs:
@@ -200,8 +206,7 @@ class DraftTree:
             self.nodes[i].slot = self.num_slots
             self.num_slots += 1
         pad = list(range(self.num_slots, self.num_slots + w - len(chosen)))  # free slots for padding rows
-        # The [w, max_len] mask is filled as bytes on the host, then viewed as bool: one tensor op, not one
-        # indexed write per row (this runs on the critical path of every draft step).
+        # The [w, max_len] mask as bytes (this runs on the critical path of every draft step).
         flat = bytearray(w * max_len)
         for row, i in enumerate(chosen):
             base, node = row * max_len, i
@@ -210,7 +215,7 @@ class DraftTree:
                 node = self.nodes[node].parent
         for row, s in enumerate(pad, start=len(chosen)):
             flat[row * max_len + s] = 1
-        mask = torch.frombuffer(flat, dtype=torch.uint8).view(w, max_len).to(torch.bool)
+        mask = bool_mask(flat, w, max_len)
         self.stats.expansions += 1
         self.stats.expanded_nodes += len(chosen)
         return chosen, StepInputs(

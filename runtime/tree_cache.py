@@ -59,9 +59,7 @@ def apply_reroot(cache: KVCache, prefix_len: int, reroot: Reroot) -> int:
     Promoted path nodes move to [prefix_len, prefix_len + num_promoted), survivors follow in their new
     tree slots 0, 1, ... of the new tree region. One gather over every layer.
     """
-    if reroot.keep_slots and not in_place(reroot.keep_slots):
-        src = prefix_len + torch.tensor(reroot.keep_slots, dtype=torch.long, device=cache.device)
-        cache.keep(src, prefix_len)
+    keep_slots(cache, prefix_len, reroot.keep_slots)
     return prefix_len + reroot.num_promoted
 
 
@@ -70,13 +68,19 @@ def keep_accepted(cache: KVCache, prefix_len: int, path: tuple[int, ...] | list[
 
     `path` holds proposal indices (= tree slots of the verify step), root first.
     """
-    if not in_place(path):
-        src = prefix_len + torch.tensor(list(path), dtype=torch.long, device=cache.device)
-        cache.keep(src, prefix_len)
+    keep_slots(cache, prefix_len, path)
     return prefix_len + len(path)
 
 
+def keep_slots(cache: KVCache, prefix_len: int, slots: tuple[int, ...] | list[int]) -> None:
+    """In place: move tree slots `slots` (in order) to [prefix_len, prefix_len + len(slots)), one gather over
+    every layer; nothing is launched when they already sit there (see `in_place`)."""
+    if not in_place(slots):
+        src = prefix_len + torch.tensor(list(slots), dtype=torch.long, device=cache.device)
+        cache.keep(src, prefix_len)
+
+
 def in_place(slots: tuple[int, ...] | list[int]) -> bool:
-    """Whether keeping tree slots `slots` at the prefix end moves nothing (slots are 0, 1, ..., n-1): then no
-    copy is launched. Autoregressive steps and chains (accepted nodes are a prefix of the proposal) are."""
+    """Whether keeping tree slots `slots` at the prefix end moves nothing (slots are 0, 1, ..., n-1, or none).
+    Autoregressive steps and chains (accepted nodes are a prefix of the proposal) are."""
     return all(s == i for i, s in enumerate(slots))
