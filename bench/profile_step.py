@@ -122,6 +122,9 @@ def profile_step(preset: str, dtype: str, device: torch.device, backend: str, ro
     device_s = sum(getattr(e, "self_device_time_total", 0.0) for e in events) * 1e-6
     launches = sum(e.count for e in events if e.key.startswith(("cudaLaunchKernel", "cuLaunchKernel")))
     top = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:15]
+    kernels = sorted((e for e in events if getattr(e, "self_device_time_total", 0.0) > 0
+                      and not e.key.startswith(("cudaLaunch", "cuLaunch"))),
+                     key=lambda e: e.self_device_time_total, reverse=True)[:15]
     graph_times = time_graph(model, cache, attn, rows, ctx, max(reps, 20), gen) if graph else {}
     floor = byte_floor_s(model, ctx, rows)
     summary = {
@@ -131,6 +134,8 @@ def profile_step(preset: str, dtype: str, device: torch.device, backend: str, ro
         "wall_step_s": statistics.median(times), "device_step_s": device_s, "kernel_launches": launches,
         "top_host_ops": [{"op": e.key, "calls": e.count, "self_cpu_s": e.self_cpu_time_total * 1e-6}
                          for e in top],
+        "top_device_kernels": [{"kernel": e.key[:120], "calls": e.count,
+                                "device_s": e.self_device_time_total * 1e-6} for e in kernels],
         "git_sha": git_sha(), "torch": torch.__version__,
     }
     if out is not None:
@@ -165,7 +170,10 @@ def main(argv: list[str] | None = None) -> dict:
               f"with input staging {s['graph_step_s'] * 1e3:.3f} ms")
     for row in s["top_host_ops"]:
         print(f"  {row['self_cpu_s'] * 1e6:9.1f} us  {row['calls']:5d}x  {row['op']}")
-    print(json.dumps({k: v for k, v in s.items() if k != "top_host_ops"}))
+    print("  device time per kernel (one profiled eager step):")
+    for row in s["top_device_kernels"]:
+        print(f"  {row['device_s'] * 1e6:9.1f} us  {row['calls']:5d}x  {row['kernel'][:90]}")
+    print(json.dumps({k: v for k, v in s.items() if k not in ("top_host_ops", "top_device_kernels")}))
     return s
 
 

@@ -4,8 +4,10 @@
 #
 #   bash scripts/gpu_fastpath.sh "$OUT"          (BENCH_BUDGET_S bounds the benchmark, default 300)
 #
-# $OUT gets: logs/{tests,profile_step,bench}.log, profile_step/*.json (no traces), bench/results/runtime_*.json,
-# BENCHMARKS_RUNTIME.md (docs/ with the new dated section appended): copy them over the checkout.
+# $OUT gets (flat: the device tool returns at most 8 files): fastpath.tar.gz (logs/{tests,profile_step,
+# cprofile,bench}.log, profile_step/*.json with per-kernel device times, cprofile/rank*.txt: the async engine's
+# host time per function in graph mode), runtime_shape_realistic_<date>.json, BENCHMARKS_RUNTIME.md (docs/
+# with the new dated section appended): copy them over the checkout.
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_fastpath.sh OUTDIR}
 OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
@@ -16,24 +18,37 @@ if ! python3 -c "import hydra, omegaconf, gguf, simpy, deepspeed" 2>/dev/null; t
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 fi
 export PYTHONPATH=/tmp/site:$PWD
-mkdir -p "$OUT/logs" "$OUT/profile_step" "$OUT/bench/results"
+WORK=$(mktemp -d)
+mkdir -p "$WORK/logs" "$WORK/profile_step" "$WORK/results"
 stage() { echo "=== $(date -u +%T) $1"; }
 
 stage "GPU tests (gpu, multi_gpu markers)"
 timeout 240 python3 -m pytest -q -m "gpu or multi_gpu" tests/gpu -p no:cacheprovider --timeout=120 2>&1 \
-  | tee "$OUT/logs/tests.log" | tail -25
+  | tee "$WORK/logs/tests.log" | tail -25
 
 stage "per-step time vs byte floor (fused kernels, CUDA graph)"
 for args in "--preset llama3-8b --rows 8" "--preset llama3-8b --rows 1" "--preset llama3.2-1b --rows 8"; do
   # shellcheck disable=SC2086
   timeout 120 python3 bench/profile_step.py $args --ctx 1024 --backend triton --fused --graph \
-    --out "$OUT/profile_step" 2>&1 | grep -v USDT | head -14
-done 2>&1 | tee "$OUT/logs/profile_step.log"
-rm -f "$OUT"/profile_step/*.trace.json
+    --out "$WORK/profile_step" 2>&1 | grep -v USDT | head -30
+done 2>&1 | tee "$WORK/logs/profile_step.log"
+rm -f "$WORK"/profile_step/*.trace.json
+
+stage "async engine (graphs) under cProfile: host time per function"
+SWIFTSPEC_CPROFILE="$WORK/cprofile" timeout 150 python3 generate.py workload=default model=llama3-8b_llama3.2-1b \
+  kernels=graphs spec=async_tree spec.oracle=true acceptance=smollm2 workload.prompt_tokens=1024 \
+  workload.max_new_tokens=256 workload.num_requests=1 workload.max_seq_len_tokens=2048 parallel=1x1 \
+  trace.chrome=false hydra.run.dir=/tmp/cprof_run 2>&1 | grep -v -E "USDT|Loading weights" | tail -4 \
+  | tee "$WORK/logs/cprofile.log"
+rm -f "$WORK"/cprofile/*.prof
+for f in "$WORK"/cprofile/rank*.txt; do echo "--- $f"; sed -n 1,30p "$f"; done 2>&1 | cut -c1-150 | head -70
 
 stage "runtime benchmark, workload a (shape-realistic)"
 cp docs/BENCHMARKS_RUNTIME.md "$OUT/BENCHMARKS_RUNTIME.md"
 timeout $((${BENCH_BUDGET_S:-300} + 60)) python3 bench/bench_runtime.py preset=shape_realistic \
-  budget_s="${BENCH_BUDGET_S:-300}" out_dir="$OUT/bench/results" doc="$OUT/BENCHMARKS_RUNTIME.md" \
-  hydra.run.dir=/tmp/bench_a 2>&1 | grep -v -E "USDT|Loading weights" | tee "$OUT/logs/bench.log" | tail -40
+  budget_s="${BENCH_BUDGET_S:-300}" out_dir="$WORK/results" doc="$OUT/BENCHMARKS_RUNTIME.md" \
+  hydra.run.dir=/tmp/bench_a 2>&1 | grep -v -E "USDT|Loading weights" | tee "$WORK/logs/bench.log" | tail -40
+cp "$WORK"/results/*.json "$OUT"/ 2>/dev/null
+tar czf "$OUT/fastpath.tar.gz" -C "$WORK" logs profile_step cprofile
+ls -la "$OUT"
 stage "done"

@@ -14,6 +14,7 @@ def test_profile_step_on_cpu_writes_a_summary(tmp_path):
     # the profiled step ran the model's layers: their linear ops appear among the top host ops
     assert any("linear" in r["op"] or "addmm" in r["op"] or "mm" in r["op"] for r in s["top_host_ops"])
     saved = json.loads((tmp_path / "profile_step_tiny-llama_reference_r4.json").read_text())
+    assert saved["top_device_kernels"] == []  # CPU ops carry no device time
     assert saved["rows"] == 4 and saved["ctx"] == 16 and saved["fused"] is False
     assert (tmp_path / "profile_step_tiny-llama_reference_r4.trace.json").stat().st_size > 0
     # the floor: every weight byte once + K/V of ctx + rows tokens, over the H200's HBM bandwidth
