@@ -16,7 +16,8 @@
 #   results.tar.part-00, -01  models/smollm2-draft/ + profiles/acceptance/smollm2.json + the run dir's
 #                             loss.csv, loss.png, summary.json, train.log, report.log (split at 15 MiB);
 #                             back here: cat results.tar.part-* | tar -x   (from the repository root)
-#   smollm2.json, summary.json, train.log, report.log   small copies to read without unpacking
+#   smollm2.json, summary.json   small copies to read without unpacking (the logs are in the tar: with
+#   scripts/gpu_real_pair.sh's three files the call stays within 8)
 set -euo pipefail
 OUT=${1:?usage: scripts/gpu_train_draft.sh OUT_DIR [train_draft.py overrides]}
 shift
@@ -69,5 +70,5 @@ cp "$RUN.report.log" "$RUN/report.log"
 tar -cf /tmp/results.tar models/smollm2-draft profiles/acceptance/smollm2.json \
   "$RUN/loss.csv" "$RUN/loss.png" "$RUN/summary.json" "$RUN/train.log" "$RUN/report.log"
 split -b 15m -d /tmp/results.tar "$OUT/results.tar.part-"
-cp profiles/acceptance/smollm2.json "$RUN/summary.json" "$RUN/train.log" "$RUN/report.log" "$OUT/"
+cp profiles/acceptance/smollm2.json "$RUN/summary.json" "$OUT/"
 ls -la "$OUT"
