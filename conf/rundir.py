@@ -70,8 +70,17 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
+GIT_SHA_ENV = "SWIFTSPEC_GIT_SHA"
+
+
 def git_sha(repo: Path = REPO_ROOT) -> str:
-    """The checkout's commit (with `-dirty` if the tree has changes), or 'unknown' outside git."""
+    """The checkout's commit (with `-dirty` if the tree has changes), or 'unknown' outside git.
+
+    `SWIFTSPEC_GIT_SHA` overrides it: a copied working tree whose `.git` is stale (the GPU machine's copy
+    kept reporting an old HEAD) records the commit its caller names.
+    """
+    if os.environ.get(GIT_SHA_ENV):
+        return os.environ[GIT_SHA_ENV]
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
                              timeout=10, check=True).stdout.strip()

@@ -84,3 +84,13 @@ def test_run_dir_roundtrip_and_atomic_files(tmp_path):
     with pytest.raises(FileNotFoundError, match="metrics.json is missing"):
         atomic_write_json(tmp_path / "other" / "config.json", {})
         read_run(tmp_path / "other")
+
+
+def test_git_sha_env_override(monkeypatch):
+    """A copied tree with a stale .git records the commit its caller names."""
+    from conf.rundir import GIT_SHA_ENV, git_sha
+
+    monkeypatch.setenv(GIT_SHA_ENV, "0123abc")
+    assert git_sha() == "0123abc"
+    monkeypatch.delenv(GIT_SHA_ENV)
+    assert git_sha() != "0123abc"
