@@ -9,6 +9,9 @@ line. The traces come from `bench/profile_ops.py` on the GPU; a `<trace>.meta.js
     python calibrate.py 'traces=[bench/results/profile_traces_2026-11-29.jsonl]' output=profiles/h200.json
     python simulate.py sim.profile=profiles/h200.json      # simulate with it
 
+`runs=[dir, ...]` (measured runtime run dirs) also fits the profile's `runtime` block: the host costs of the
+runtime's own loop (simulator/runtime_fit.py). Validate the profile on other runs only.
+
 Errors in trace files name the file and line.
 """
 
@@ -58,15 +61,23 @@ def run(config: CalibrateConfig) -> dict[str, Any]:
                 "allreduce_impl": f"nccl {config.allreduce_mode}"}
     profile, report = calibrate(ts, opts, software)
     out = Path(config.output)
-    write_profile(out, Profile(str(out), profile.hardware, profile.software, profile.operators))
+    runtime: dict[str, float] = {}
+    if config.runs:
+        from simulator.runtime_fit import fit_runtime_costs
+
+        runtime, report["runtime"] = fit_runtime_costs(list(config.runs), profile)
+    write_profile(out, Profile(str(out), profile.hardware, profile.software, profile.operators, runtime))
     report_path = Path(config.report) if config.report else out.with_name(out.stem + ".report.json")
     atomic_write_json(report_path, {"profile": str(out), "hardware": profile.hardware, "software": software,
                                     **report})
     print(summary_table(report))
+    for key, value in runtime.items():
+        print(f"runtime {key:17s} {value * 1e3:8.3f} ms   (fitted on {len(config.runs)} runtime runs)")
     print(f"profile: {out}\nreport: {report_path}")
     summary = {"profile": str(out), "report": str(report_path),
                "mape": {op: r["mape"] for op, r in report["operators"].items()},
-               "skipped": list(report["skipped"]), "suggested_sim_settings": report["suggested_sim_settings"]}
+               "skipped": list(report["skipped"]), "suggested_sim_settings": report["suggested_sim_settings"],
+               "runtime": runtime}
     print(json.dumps(summary), flush=True)
     return summary
 

@@ -46,7 +46,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.validation_doc import fmt, pct, write_doc  # noqa: E402
-from conf.rundir import REPO_ROOT, atomic_write_json, atomic_write_text, git_sha, read_run  # noqa: E402
+from conf.rundir import REPO_ROOT, atomic_write_json, atomic_write_text, config_from_dict, git_sha, read_run  # noqa: E402
 
 PAIR = "llama3-8b_llama3.2-1b"
 BASE = ["workload=default", "model=llama3-8b_llama3.2-1b", "kernels=graphs",
@@ -124,16 +124,6 @@ def compose(overrides: list[str]) -> Any:
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
         return build_config(hydra_compose(config_name="generate", overrides=overrides))
-
-
-def config_from_dict(data: dict[str, Any]) -> Any:
-    """An ExperimentConfig (not yet validated, mutable) from a run dir's config.json `config` object."""
-    from omegaconf import OmegaConf
-
-    from conf.schema import ExperimentConfig
-
-    merged = OmegaConf.merge(OmegaConf.structured(ExperimentConfig), data)
-    return OmegaConf.to_object(merged)
 
 
 # ---- GPU side: measured runs -----------------------------------------------------------------------------
@@ -317,6 +307,15 @@ def load_settings(profile: str, report: str | None) -> dict[str, float]:
     return {k: float(v) for k, v in data.get("suggested_sim_settings", {}).items()}
 
 
+def fitted_configs(profile: str, report: str | None) -> set[str]:
+    """Configurations whose runs the profile's `runtime` block was fitted on (the report's `runtime.runs`)."""
+    path = Path(report) if report else Path(profile).with_name(Path(profile).stem + ".report.json")
+    if not path.is_file():
+        return set()
+    runs = json.loads(path.read_text()).get("runtime", {}).get("runs", [])
+    return {Path(r).name.split(REPEAT_SEP)[0] for r in runs}
+
+
 def sim_config(config: Any, profile: str | None, settings: dict[str, float], acceptance_file: str | None,
                **workload: int) -> Any:
     """A simulator config of a measured run: same everything, the profile, replayed acceptance if given,
@@ -487,9 +486,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"compare: no run dirs (*/metrics.json) under {runs_dir}", file=sys.stderr)
         return 2
     settings = load_settings(args.profile, args.report) if args.profile and not args.no_settings else {}
+    fitted = fitted_configs(args.profile, args.report) if args.profile else set()
+    fitted |= {c for c in (args.exclude or "").split(",") if c}
+    held_out_dirs = [rd for rd in run_dirs if rd.name.split(REPEAT_SEP)[0] not in fitted]
     sim_root = Path(args.sim_out) if args.sim_out else runs_dir.parent / "sim"
     rows = []
-    for rd in run_dirs:
+    for rd in held_out_dirs:
         try:
             rows.append(simulate_run(rd, args.profile, settings, sim_root))
         except Exception as exc:
@@ -508,7 +510,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         "date": today, "git_sha": git_sha(), "profile": args.profile, "sim_settings": settings,
         "gpu": good[0]["gpu"] if good else None, "runs": str(runs_dir), "sim_runs": str(sim_root),
         "profile_cost_model": good[0]["cost_model"] if good else None, "json": str(json_path),
-        "held_out": "the profile is fitted from operator traces only; no validation run enters the fit",
+        "held_out": ("the profile's operators are fitted from operator traces"
+                     + (f"; its runtime costs on the runs of {sorted(fitted)}, left out of this table" if fitted
+                        else "; no validation run enters the fit")),
+        "fitted_configs": sorted(fitted),
         "rows": good, "errors": [r for r in rows if "error" in r],
         "summary": {k: _summary(good, k) for k in ("tokens_per_s", "iteration_time_s", "verify_time_s",
                                                    "expand_per_forward_s")},
@@ -548,6 +553,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--profile", default=None, help="profile JSON (none: the analytic prior)")
     c.add_argument("--report", default=None, help="calibration report (default: next to the profile)")
     c.add_argument("--no-settings", action="store_true", help="ignore the report's suggested sim settings")
+    c.add_argument("--exclude", default="", help="comma-separated configurations to leave out (fitted on); "
+                   "the report's runtime.runs are left out anyway")
     c.add_argument("--sim-out", default=None, help="simulated run dirs (default: RUNS/../sim)")
     c.add_argument("--results", default=None, help="JSON (default: bench/results/validation_<date>.json)")
     c.add_argument("--doc", default=None, help="write this markdown table (e.g. docs/VALIDATION.md)")

@@ -41,6 +41,9 @@ class CalibrateConfig(_Frozen):
     """Whole-step record kinds step_overhead is fitted on (verify, expand, forward)."""
     min_samples: int = 3
     """Operators with fewer samples keep the analytic prior."""
+    runs: list[str] = field(default_factory=list)
+    """Measured runtime run dirs (with traces.jsonl) to fit the profile's `runtime` block on: the host costs
+    of the runtime's loop (simulator/runtime_fit.py). Keep them out of any validation of this profile."""
 
     def validate(self) -> None:
         """Check ranges and names; messages name the field."""

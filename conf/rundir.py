@@ -106,6 +106,16 @@ def write_run(run_dir: Path, config: Any, meta: dict[str, Any], metrics: dict[st
     atomic_write_csv(run_dir / "metrics.csv", [flat])
 
 
+def config_from_dict(data: dict[str, Any]) -> Any:
+    """An ExperimentConfig (not yet validated, mutable) from a run dir's config.json `config` object."""
+    from omegaconf import OmegaConf
+
+    from conf.schema import ExperimentConfig
+
+    merged = OmegaConf.merge(OmegaConf.structured(ExperimentConfig), data)
+    return OmegaConf.to_object(merged)
+
+
 def read_run(run_dir: str | Path) -> dict[str, Any]:
     """Read a run dir's config.json and metrics.json: {"config", "meta", "metrics", "path"}."""
     run_dir = Path(run_dir)

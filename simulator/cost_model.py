@@ -219,8 +219,10 @@ class GroupCost:
     form is affine in kv_len at fixed tokens (the coefficients come from `forward_breakdown` at two points).
     """
 
-    def __init__(self, ops: Operators, shape: ModelShape, weight_bits: int, tp: int, fused: bool = True) -> None:
+    def __init__(self, ops: Operators, shape: ModelShape, weight_bits: int, tp: int, fused: bool = True,
+                 extra_s: float = 0.0) -> None:
         self.ops, self.shape, self.weight_bits, self.tp, self.fused = ops, shape, weight_bits, tp, fused
+        self.extra_s = extra_s  # fitted host time per step of the runtime's loop (profile `runtime`)
         self._affine: dict[int, tuple[float, float]] = {}
         self._compaction: dict[int, float] = {}
 
@@ -241,7 +243,7 @@ class GroupCost:
     def forward_s(self, tokens: int, kv_len: int) -> float:
         """Seconds of a forward of `tokens` queries over `kv_len` keys."""
         a, b = self._line(tokens)
-        return a + b * kv_len
+        return a + b * kv_len + self.extra_s
 
     def prefill_s(self, prompt_tokens: int) -> float:
         """Prompt prefill: all prompt tokens at once, causal (on average half the prompt attended); 0 if empty."""

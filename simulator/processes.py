@@ -12,8 +12,9 @@ costs, the acceptance model, the tree states and the records. Requests are decod
   walk the truth (acceptance model), send the verified path (stop=True once max_new_tokens are out);
 - `grow_tree_async` (draft, async_tree): prefill, refill, select, send; loop: expand d times (overlapping
   the verify), receive the verified path, re-root, refill if the tree has < bs nodes, select, send;
-- `grow_tree_serial` (draft, serial_tree and chain): the same steps strictly after each verified path
-  (chain = a tree of topk 1, w 1, d = gamma, bs = gamma + 1, which always re-roots as a miss);
+- `grow_tree_serial` (draft, serial_tree and chain): after each verified path, re-root, refill to bs nodes,
+  then d more expansions, select, send, as the runtime's Engine._propose (chain = a tree of topk 1, w 1,
+  bs = gamma + 1, which always re-roots as a miss: its refill is its gamma forwards);
 - `carry_messages` (link): receive, wait the message delay, deliver.
 
 Each step is one timeout: an iteration is about a dozen SimPy events. Prompt convention: prefill writes the
@@ -92,7 +93,7 @@ def verify_proposals(sim: Simulation) -> Generator[Any, Any, None]:
             n = proposal.num_nodes
             ranks, nodes = walk(children_of(proposal), uniforms, emitted)
             accepted = len(nodes) - 1
-            tv = cost.forward_s(n, ctx + n) + cost.compaction_s(accepted + 1)
+            tv = cost.forward_s(n, ctx + n) + cost.compaction_s(accepted + 1) + sim.verify_host_s
             if record:
                 events.append(("step.verify", "target", t1, tv, req, it, n, ctx))
             yield env.timeout(tv)
@@ -212,10 +213,11 @@ def grow_tree_async(sim: Simulation) -> Generator[Any, Any, None]:
 
 
 def grow_tree_serial(sim: Simulation) -> Generator[Any, Any, None]:
-    """Draft of serial_tree / chain: after each verified path, re-root, expand d times, refill, send."""
+    """Draft of serial_tree / chain: after each verified path, re-root, refill to bs, expand d more, send."""
     env, tally, rows, events, trees = sim.env, sim.tally, sim.rows, sim.events, sim.trees
     get, record, d, bs, w = sim.draft_inbox.get, sim.record_events, sim.d, sim.bs, sim.w
     count_hits = sim.mode == "serial_tree"
+    extra = 0 if sim.mode == "chain" else d  # a chain's refill to gamma + 1 nodes is its gamma forwards
     for req in range(sim.num_requests):
         trees.maybe_trim()
         ctx = sim.prompt_tokens - 1
@@ -225,10 +227,10 @@ def grow_tree_serial(sim: Simulation) -> Generator[Any, Any, None]:
         yield env.timeout(pf)
         tally.draft_busy_s += pf
         sid, it, tr = 0, 0, sim.tree_op_s  # first round: a fresh tree, only the selection bookkeeping
-        while True:
+        while True:  # as the runtime's Engine._propose: refill to bs nodes, then d more (chain: none more)
             e0 = trees.num_expanded(sid)
-            sid, n = trees.expand(sid, d)
             sid, n2 = trees.refill(sid, bs)
+            sid, n = trees.expand(sid, extra)
             tx = _expand_s(sim, n + n2, ctx, e0)
             if record:
                 if it > 0:

@@ -17,7 +17,9 @@ Format (JSON, version 1)::
                           "by_tp": {"2": {"coefficients": {...}, "fit_error": {...}}, "4": {...}}},
         "message":       {"coefficients": {"a": ..., "b": ...}, "fit_error": {...}},
         "step_overhead": {"coefficients": {"a": ..., "b": ...}, "fit_error": {...}}
-      }
+      },
+      "runtime": {"step_extra_s": 1.2e-4, "expand_extra_s": 4.1e-4,   # optional: host costs of the runtime's
+                  "verify_message_s": 5.0e-4, "draft_round_s": 1.5e-3} # loop (simulator/runtime_fit.py)
     }
 
 Functional forms (seconds; every coefficient >= 0, so each prediction is smooth and monotone
@@ -35,6 +37,10 @@ non-decreasing in every feature; `predict` = dot(coefficients, features), linear
 operator's top-level coefficients. Operators missing from `operators` fall back to the analytic prior, as do
 allreduce / message when the recorded link or algorithm differs from the run's (cost_model.py).
 `fit_error.mape` (mean absolute percentage error on held-out samples, as a fraction) is required.
+
+`runtime` (optional) holds what the operator traces cannot see: the host time the runtime's own loop spends
+per step and per round, fitted on measured runtime run dirs (`calibrate.py runs=[...]`,
+simulator/runtime_fit.py; keys in RUNTIME_COSTS, seconds >= 0). Without it those costs are the `sim` knobs'.
 
 Errors name the file and the JSON field (`ProfileError`). No I/O besides `load_profile` / `write_profile`.
 """
@@ -63,6 +69,15 @@ OPERATOR_FORMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 
 class ProfileError(ValueError):
     """A profile file that cannot be used; the message names the file and the field."""
+
+RUNTIME_COSTS: dict[str, str] = {
+    "step_extra_s": "per target forward (autoregressive step or verify) beyond the operator model",
+    "expand_extra_s": "per draft forward (one expansion of w leaves) beyond the operator model",
+    "verify_message_s": "target host time per verify in draft modes: take the proposal, send the verified path",
+    "draft_round_s": "draft host time per round: take the verified path, re-root (without the KV compaction), "
+                     "select, send the proposal",
+}
+"""The optional `runtime` block: host costs of the runtime's loop (simulator/runtime_fit.py fits them)."""
 
 
 def gemm_features(weight_bytes: float, flops: float) -> tuple[float, ...]:
@@ -121,6 +136,8 @@ class Profile:
     hardware: dict[str, Any]
     software: dict[str, Any]
     operators: dict[str, OperatorFit]
+    runtime: dict[str, float] = field(default_factory=dict)
+    """RUNTIME_COSTS seconds fitted on measured runtime runs (empty: the sim knobs apply)."""
 
     @property
     def gpu(self) -> str:
@@ -193,7 +210,7 @@ def parse_profile(data: Any, where: str = "profile") -> Profile:
     """Validate a decoded profile JSON object; `where` (the file) prefixes every error."""
     if not isinstance(data, dict):
         raise _fail(where, "<top level>", f"must be a JSON object, got {type(data).__name__}")
-    unknown = set(data) - {"version", "hardware", "software", "operators"}
+    unknown = set(data) - {"version", "hardware", "software", "operators", "runtime"}
     if unknown:
         raise _fail(where, "<top level>", f"unknown keys {sorted(unknown)}")
     if data.get("version") != PROFILE_VERSION:
@@ -218,7 +235,21 @@ def parse_profile(data: Any, where: str = "profile") -> Profile:
         if op not in OPERATOR_FORMS:
             raise _fail(where, f"operators.{op}", f"unknown operator; allowed: {list(OPERATOR_FORMS)}")
     fits = {op: _operator(where, op, entry) for op, entry in ops.items()}
-    return Profile(path=where, hardware=dict(hw), software=dict(sw), operators=fits)
+    return Profile(path=where, hardware=dict(hw), software=dict(sw), operators=fits,
+                   runtime=_runtime(where, data.get("runtime", {})))
+
+
+def _runtime(where: str, entry: Any) -> dict[str, float]:
+    if not isinstance(entry, dict):
+        raise _fail(where, "runtime", f"must be an object with keys from {list(RUNTIME_COSTS)}")
+    out = {}
+    for key, v in entry.items():
+        if key not in RUNTIME_COSTS:
+            raise _fail(where, f"runtime.{key}", f"unknown key; allowed: {list(RUNTIME_COSTS)}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise _fail(where, f"runtime.{key}", f"must be a finite number of seconds >= 0, got {v!r}")
+        out[key] = float(v)
+    return out
 
 
 def load_profile(path: str | Path) -> Profile:
@@ -243,8 +274,10 @@ def profile_to_dict(profile: Profile) -> dict[str, Any]:
         if fit.by_tp:
             entry["by_tp"] = {str(tp): {"coefficients": dict(zip(names, c))} for tp, c in sorted(fit.by_tp.items())}
         ops[name] = entry
-    return {"version": PROFILE_VERSION, "hardware": profile.hardware, "software": profile.software,
-            "operators": ops}
+    out = {"version": PROFILE_VERSION, "hardware": profile.hardware, "software": profile.software, "operators": ops}
+    if profile.runtime:
+        out["runtime"] = dict(profile.runtime)
+    return out
 
 
 def write_profile(path: str | Path, profile: Profile) -> None:

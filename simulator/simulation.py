@@ -53,7 +53,7 @@ from simulator.processes import (
     grow_tree_serial,
     verify_proposals,
 )
-from simulator.profile import ProfileError, load_profile
+from simulator.profile import Profile, ProfileError, load_profile
 from simulator.records import Event, Tally
 from simulator.stores import MessageStore
 from simulator.tree import TreeStates
@@ -88,6 +88,8 @@ class Costs:
     tree_op_s: float
     source: str = "analytic"
     """analytic | profile:<file> (with the operators that fell back to the prior)."""
+    verify_host_s: float = 0.0
+    """Target host time per verify for taking the proposal and sending the path (profile `runtime`)."""
 
 
 def proposal_nodes(config: ExperimentConfig) -> int:
@@ -95,38 +97,48 @@ def proposal_nodes(config: ExperimentConfig) -> int:
     return config.spec.gamma + 1 if config.spec.mode == "chain" else config.spec.bs
 
 
-def build_costs(config: ExperimentConfig) -> Costs:
-    """The cost model the config describes: analytic prior, with a fitted profile where one is configured."""
+def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Costs:
+    """The cost model the config describes: analytic prior, with a fitted profile where one is configured.
+
+    `profile` (already loaded) replaces `sim.profile`. Its `runtime` block, where present, adds the runtime
+    loop's fitted host costs: per target forward, per draft forward, per verify's messages (target) and per
+    draft round (replacing `sim.tree_op_s`); the last two only with a separate draft group.
+    """
     gpu = GPU_PRESETS[config.hardware.gpu]
     ic = config.interconnect
-    profile = None
-    if config.sim.profile:
+    if profile is None and config.sim.profile:
         profile = load_profile(resolve_path(config.sim.profile))
-        if profile.gpu != config.hardware.gpu:
-            raise ProfileError(f"{profile.path}: hardware.gpu: profile measured on {profile.gpu!r} but "
-                               f"hardware.gpu={config.hardware.gpu!r}")
+    if profile is not None and profile.gpu != config.hardware.gpu:
+        raise ProfileError(f"{profile.path}: hardware.gpu: profile measured on {profile.gpu!r} but "
+                           f"hardware.gpu={config.hardware.gpu!r}")
     ops = Operators(gpu, LINK_PRESETS[ic.intra_group], ic.allreduce, LINK_PRESETS[ic.cross_group],
                     ic.host_overhead_s, config.sim.step_overhead_s, config.kernels.cuda_graphs, profile,
                     intra_name=ic.intra_group, cross_name=ic.cross_group)
     fused = config.kernels.backend == "triton"
     par = config.parallel
+    host = profile.runtime if profile is not None else {}
     target = GroupCost(ops, model_preset(config.model.target.preset), config.model.target.weight_bits,
-                       par.target_gpus, fused)
+                       par.target_gpus, fused, extra_s=host.get("step_extra_s", 0.0))
     draft = None
     proposal_s = verified_s = 0.0
     if uses_draft(config):
         assert config.model.draft is not None
         draft = GroupCost(ops, model_preset(config.model.draft.preset), config.model.draft.weight_bits,
-                          draft_tp(config), fused)
+                          draft_tp(config), fused, extra_s=host.get("expand_extra_s", 0.0))
         if par.draft_gpus > 0:
             nbytes = message_bytes(proposal_nodes(config))
             proposal_s = ops.message_s(nbytes, par.target_gpus)
             verified_s = ops.message_s(nbytes, par.draft_gpus)
+    tree_op_s, verify_host_s = config.sim.tree_op_s, 0.0
+    if draft is not None and par.draft_gpus > 0:
+        tree_op_s = host.get("draft_round_s", tree_op_s)
+        verify_host_s = host.get("verify_message_s", 0.0)
     source = "analytic"
     if profile is not None:
         prior = [op for op, src in ops.sources.items() if src == "analytic"]
-        source = f"profile:{config.sim.profile}" + (f" (analytic: {', '.join(prior)})" if prior else "")
-    return Costs(target, draft, proposal_s, verified_s, config.sim.tree_op_s, source)
+        source = (f"profile:{config.sim.profile or profile.path}" + (" + runtime" if host else "")
+                  + (f" (analytic: {', '.join(prior)})" if prior else ""))
+    return Costs(target, draft, proposal_s, verified_s, tree_op_s, source, verify_host_s)
 
 
 def d_ratio(config: ExperimentConfig, costs: Costs) -> float:
@@ -160,6 +172,7 @@ class Simulation:
         self.topk = 1 if chain else spec.topk
         self.target_cost, self.draft_cost = costs.target, costs.draft
         self.proposal_s, self.verified_s, self.tree_op_s = costs.proposal_s, costs.verified_s, costs.tree_op_s
+        self.verify_host_s = costs.verify_host_s
         self.acceptance = load_acceptance(config.acceptance, self.topk)
         self.trees = TreeStates(self.acceptance.belief(self.topk), self.topk, self.w, spec.max_tree_nodes)
         if self.mode == "autoregressive":

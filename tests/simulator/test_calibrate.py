@@ -277,3 +277,31 @@ def test_validation_replay_reproduces_a_recorded_run(mode, tmp_path):
     assert abs(row["tokens_per_s"]["error"]) <= 0.05, row["tokens_per_s"]
     assert abs(row["mean_accept_len"]["error"]) <= 0.08, row["mean_accept_len"]
     assert (tmp_path / "sim" / mode / "metrics.json").is_file()
+
+
+def test_calibrate_runs_fit_the_runtime_block_and_validation_leaves_them_out(synthetic_trace, tmp_path):
+    """calibrate.py runs=[...] writes the profile's `runtime` block and lists the runs in the report;
+    bench/validate.py compare then leaves those configurations out of the validation table."""
+    import calibrate as entry
+    from bench.validate import main as validate_main
+    from simulator.main import run as run_sim
+
+    base = ("model=llama3-8b_llama3.2-1b", "parallel=1x1", "kernels=triton", "sim=analytic", "workload.num_requests=1",
+            "workload.prompt_tokens=512", "workload.max_new_tokens=32", "trace.chrome=false")
+    runs = tmp_path / "runs"
+    for name, mode in (("fit_async", "async_tree"), ("val_serial", "serial_tree"), ("val_ar", "autoregressive")):
+        run_sim(cfg(*base, f"spec={mode}"), runs / name, verbose=False)
+    config = CalibrateConfig(traces=[str(synthetic_trace)], output=str(tmp_path / "h200.json"),
+                             hardware=HardwareConfig(gpu="h200"), runs=[str(runs / "fit_async")])
+    summary = entry.run(build_calibrate_config(config))
+    prof = load_profile(summary["profile"])
+    # a simulator run dir has step spans (single-forward expand spans among them) but no message or re-root
+    # spans of its own: only the per-step costs are measurable from it
+    assert set(prof.runtime) == {"step_extra_s", "expand_extra_s"}
+    assert json.loads(Path(summary["report"]).read_text())["runtime"]["runs"] == [str(runs / "fit_async")]
+    out = tmp_path / "validation.json"
+    assert validate_main(["compare", "--runs", str(runs), "--profile", summary["profile"], "--results", str(out),
+                          "--exclude", "val_ar", "--sim-out", str(tmp_path / "sim")]) == 0
+    result = json.loads(out.read_text())
+    assert [r["name"] for r in result["rows"]] == ["val_serial"]
+    assert result["fitted_configs"] == ["fit_async", "val_ar"] and "left out" in result["held_out"]

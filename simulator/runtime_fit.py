@@ -1,0 +1,122 @@
+"""Host costs of the runtime's own loop, fitted on measured runtime run dirs (the profile's `runtime` block).
+
+The operator profile (bench/profile_ops.py -> calibrate) times device work and isolated worker steps. A
+decoding run also spends host time the operator traces never see: Python around each CUDA-graph replay,
+the verdict's device-to-host copy, sending and taking messages, re-rooting the draft tree. Those costs are
+fitted here from the spans a runtime run writes (`traces.jsonl`, conf/trace.py), in four numbers
+(simulator/profile.py RUNTIME_COSTS):
+
+    step_extra_s      median over target `step.verify` spans of  span - forward_s(tokens, ctx + tokens)
+    expand_extra_s    median over draft `step.expand` spans of   span - forward_s(tokens, ctx + tokens)
+    verify_message_s  target `comm.send` median + receive host cost
+    draft_round_s     draft `step.reroot` + `step.select` + `comm.send` medians + receive host cost
+
+`forward_s` is the simulator's own step model built from the operator profile alone, so each residual is
+exactly what the simulator misses. A receive span also contains waiting for the peer; the receive host cost
+is estimated as the lowest 10th percentile of the fit runs' receive spans (the rounds that did not wait).
+Each cost is the median over the fit runs of the per-run medians (runs without that span are skipped).
+
+The runs fitted here must not be the runs a validation compares against (bench/validate.py compare
+--exclude names them). Leaders only: TP peers repeat the same steps.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from conf.rundir import config_from_dict, read_run
+from conf.trace import TRACE_FILE, TraceRecord, read_traces
+from simulator.profile import RUNTIME_COSTS, Profile
+
+SKIP_ITERATIONS = 1
+"""Spans of iterations below this (prefill, first refill) are left out: they are not the steady loop."""
+RECV_PERCENTILE = 10
+
+
+def _leader_spans(records: Sequence[TraceRecord]) -> dict[tuple[str, str], list[TraceRecord]]:
+    leaders: dict[str, int] = {}
+    for r in records:
+        if r.group:
+            leaders[r.group] = min(leaders.get(r.group, r.rank), r.rank)
+    out: dict[tuple[str, str], list[TraceRecord]] = defaultdict(list)
+    for r in records:
+        if r.group in leaders and r.rank == leaders[r.group] and r.iteration >= SKIP_ITERATIONS:
+            out[(r.group, r.name)].append(r)
+    return out
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def run_components(run_dir: str | Path, profile: Profile) -> dict[str, Any]:
+    """Per-run medians of the residuals and host spans of one measured run dir (see the module docstring)."""
+    from simulator.simulation import build_costs
+
+    run_dir = Path(run_dir)
+    run = read_run(run_dir)
+    config = config_from_dict(run["config"])
+    config.validate()
+    path = run_dir / TRACE_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir}: no {TRACE_FILE}: a runtime run dir with traces is needed")
+    spans = _leader_spans(read_traces(path))
+    costs = build_costs(config, profile=Profile(profile.path, profile.hardware, profile.software,
+                                                profile.operators))  # operators only: no circularity
+    colocated = config.parallel.draft_gpus == 0
+    width = 1 if config.spec.mode == "chain" else config.spec.w
+    draft_group = "target" if colocated else "draft"
+    out: dict[str, Any] = {"run": run_dir.name, "mode": config.spec.mode}
+    out["step_residual_s"] = _median([r.duration_s - costs.target.forward_s(r.tokens, r.ctx + r.tokens)
+                                      for r in spans.get(("target", "step.verify"), [])])
+    if costs.draft is not None:
+        out["expand_residual_s"] = _median([r.duration_s - costs.draft.forward_s(r.tokens, r.ctx + r.tokens)
+                                            for r in spans.get((draft_group, "step.expand"), [])
+                                            if 0 < r.tokens <= width])  # one forward per span (the runtime's)
+    if not colocated and costs.draft is not None:
+        for group in ("target", "draft"):
+            out[f"{group}_send_s"] = _median([r.duration_s for r in spans.get((group, "comm.send"), [])])
+            recv = [r.duration_s for r in spans.get((group, "comm.recv"), [])]
+            out[f"{group}_recv_p{RECV_PERCENTILE}_s"] = float(np.percentile(recv, RECV_PERCENTILE)) if recv else None
+        out["reroot_s"] = _median([r.duration_s for r in spans.get(("draft", "step.reroot"), [])])
+        out["select_s"] = _median([r.duration_s for r in spans.get(("draft", "step.select"), [])])
+    return out
+
+
+def _pooled(rows: Sequence[dict[str, Any]], key: str) -> float | None:
+    return _median([r[key] for r in rows if r.get(key) is not None])
+
+
+def fit_runtime_costs(run_dirs: Sequence[str | Path], profile: Profile) -> tuple[dict[str, float], dict[str, Any]]:
+    """(RUNTIME_COSTS seconds, report) from measured runtime run dirs and the operator profile.
+
+    A cost no fit run measures is left out (the simulator then keeps its `sim` knob for it); negative
+    medians (the operator model over-predicts) clip to 0, and the report keeps the signed value.
+    """
+    if not run_dirs:
+        raise ValueError("runs: give at least one runtime run dir to fit the runtime costs on")
+    rows = [run_components(d, profile) for d in run_dirs]
+    recv_lows = [r[k] for r in rows for k in ("target_recv_p10_s", "draft_recv_p10_s") if r.get(k) is not None]
+    recv = min(recv_lows) if recv_lows else None
+    raw: dict[str, float | None] = {
+        "step_extra_s": _pooled(rows, "step_residual_s"),
+        "expand_extra_s": _pooled(rows, "expand_residual_s"),
+    }
+    t_send, d_send = _pooled(rows, "target_send_s"), _pooled(rows, "draft_send_s")
+    reroot, select = _pooled(rows, "reroot_s"), _pooled(rows, "select_s")
+    if t_send is not None and recv is not None:
+        raw["verify_message_s"] = t_send + recv
+    if None not in (reroot, select, d_send, recv):
+        raw["draft_round_s"] = reroot + select + d_send + recv
+    costs = {k: max(0.0, v) for k, v in raw.items() if v is not None}
+    assert set(costs) <= set(RUNTIME_COSTS)
+    report = {"runs": [str(d) for d in run_dirs], "per_run": rows, "signed": raw, "recv_host_s": recv,
+              "method": "median over fit runs of per-run medians; receive host cost = lowest per-run "
+                        f"p{RECV_PERCENTILE} of receive spans"}
+    return costs, report

@@ -1,0 +1,106 @@
+"""The profile's `runtime` block: fitted from runtime run dirs (simulator/runtime_fit.py), read by the profile
+loader, applied by build_costs, left out of validation; and the serial draft's refill-then-d order."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conf.trace import TRACE_FILE, TraceRecord, write_traces
+from simulator.profile import Profile, ProfileError, load_profile, parse_profile, write_profile
+from simulator.runtime_fit import fit_runtime_costs
+from simulator.simulation import Simulation, build_costs
+from tests.simulator.conftest import cfg
+
+BASE = ("model=llama3-8b_llama3.2-1b", "parallel=1x1", "kernels=triton", "sim=analytic", "workload.num_requests=1",
+        "workload.prompt_tokens=512", "workload.max_new_tokens=64", "trace.chrome=false")
+PRIOR = Profile("prior", {"gpu": "h200"}, {}, {})  # no operator fits: the analytic prior everywhere
+
+
+def _span(name: str, group: str, rank: int, it: int, dur: float, tokens: int = 0, ctx: int = 0) -> TraceRecord:
+    return TraceRecord(name=name, shapes="", tp=1, ctx=ctx, device="sim", start_s=0.0, duration_s=dur,
+                       run_id="t", group=group, rank=rank, iteration=it, tokens=tokens)
+
+
+def _recorded_run(tmp_path, mode: str = "async_tree"):
+    from simulator.main import run as run_sim
+
+    config = cfg(*BASE, f"spec={mode}")
+    run_sim(config, tmp_path / mode, verbose=False)
+    return config, tmp_path / mode
+
+
+def test_fit_recovers_known_host_costs(tmp_path):
+    """Spans = the operator model's step time + known host costs: the fit returns those costs; TP peers and
+    iteration 0 are ignored; the receive host cost is the low percentile, not the waits."""
+    config, run_dir = _recorded_run(tmp_path)
+    costs = build_costs(config, profile=PRIOR)
+    recs = []
+    for it in range(1, 101):
+        ctx = 600 + it
+        recs.append(_span("step.verify", "target", 0, it, costs.target.forward_s(8, ctx + 8) + 1.0e-3, 8, ctx))
+        recs.append(_span("step.expand", "draft", 1, it, costs.draft.forward_s(8, ctx + 8) + 2.0e-4, 8, ctx))
+        recs += [_span("step.reroot", "draft", 1, it, 3.0e-4), _span("step.select", "draft", 1, it, 2.0e-5),
+                 _span("comm.send", "target", 0, it, 1.0e-4), _span("comm.send", "draft", 1, it, 1.5e-4),
+                 _span("comm.recv", "target", 0, it, 4.0e-3),  # the target always waits
+                 _span("comm.recv", "draft", 1, it, 5.0e-5 if it <= 20 else 3.0e-3)]  # waits 80% of rounds
+        recs.append(_span("step.verify", "target", 2, it, 1.0))  # a TP peer: ignored
+    recs += [_span("step.verify", "target", 0, 0, 1.0), _span("step.expand", "draft", 1, 0, 1.0, 8, 600)]
+    write_traces(run_dir / TRACE_FILE, recs)
+    fitted, report = fit_runtime_costs([run_dir], PRIOR)
+    assert fitted["step_extra_s"] == pytest.approx(1.0e-3, rel=1e-6)
+    assert fitted["expand_extra_s"] == pytest.approx(2.0e-4, rel=1e-6)
+    assert fitted["verify_message_s"] == pytest.approx(1.0e-4 + 5.0e-5, rel=1e-6)
+    assert fitted["draft_round_s"] == pytest.approx(3.0e-4 + 2.0e-5 + 1.5e-4 + 5.0e-5, rel=1e-6)
+    assert report["recv_host_s"] == pytest.approx(5.0e-5) and report["runs"] == [str(run_dir)]
+
+
+def test_fit_needs_runs_and_traces(tmp_path):
+    with pytest.raises(ValueError, match="runs"):
+        fit_runtime_costs([], PRIOR)
+    _, run_dir = _recorded_run(tmp_path, "autoregressive")
+    (run_dir / TRACE_FILE).unlink()
+    with pytest.raises(FileNotFoundError, match=TRACE_FILE):
+        fit_runtime_costs([run_dir], PRIOR)
+
+
+def test_runtime_block_round_trips_and_bad_values_name_the_field(tmp_path):
+    prof = Profile("p", {"gpu": "h200"}, {}, load_profile("profiles/h200.json").operators,
+                   {"step_extra_s": 1e-3, "draft_round_s": 2e-3})
+    write_profile(tmp_path / "p.json", prof)
+    assert load_profile(tmp_path / "p.json").runtime == {"step_extra_s": 1e-3, "draft_round_s": 2e-3}
+    data = json.loads((tmp_path / "p.json").read_text())
+    for bad, field in (({"step_extra": 1.0}, "runtime.step_extra"), ({"step_extra_s": -1.0}, "runtime.step_extra_s"),
+                       ([], "runtime")):
+        with pytest.raises(ProfileError, match=field):
+            parse_profile({**data, "runtime": bad}, "p.json")
+
+
+@pytest.mark.parametrize("mode", ["autoregressive", "async_tree"])
+def test_runtime_costs_enter_the_simulated_steps(mode):
+    config = cfg(*BASE, f"spec={mode}")
+    host = {"step_extra_s": 1.0e-3, "expand_extra_s": 2.0e-4, "verify_message_s": 3.0e-4, "draft_round_s": 4.0e-4}
+    plain, fitted = build_costs(config, profile=PRIOR), build_costs(config, profile=Profile(
+        "p", {"gpu": "h200"}, {}, {}, host))
+    assert fitted.target.forward_s(8, 700) - plain.target.forward_s(8, 700) == pytest.approx(1.0e-3)
+    if mode == "autoregressive":
+        assert fitted.draft is None and fitted.verify_host_s == 0.0
+        t0 = Simulation(config, plain).run().tally.wall_s
+        t1 = Simulation(config, fitted).run().tally.wall_s
+        # every generated token is one target forward, plus one prefill forward
+        assert t1 - t0 == pytest.approx(1.0e-3 * (config.workload.max_new_tokens + 1), rel=1e-6)
+    else:
+        assert fitted.draft.forward_s(8, 700) - plain.draft.forward_s(8, 700) == pytest.approx(2.0e-4)
+        assert (fitted.verify_host_s, fitted.tree_op_s) == (3.0e-4, 4.0e-4)
+        assert plain.tree_op_s == config.sim.tree_op_s
+
+
+def test_serial_draft_refills_then_expands_d_more():
+    """As the runtime's Engine._propose: after a miss (acceptance 0) the empty tree is refilled to bs nodes,
+    then expanded d more times. bs 16, w 4, topk 8: the root (9 nodes), then 4 leaves (41 >= 16): 2 refill
+    forwards, + d = 2: 4 forwards per round (the old order, d then refill, ran 2)."""
+    config = cfg(*BASE, "spec=serial_tree", "spec.bs=16", "spec.w=4", "spec.d=2", "acceptance.scale=0.0")
+    sim = Simulation(config, build_costs(config)).run()
+    rounds = [e for e in sim.events if e[0] == "step.expand" and e[5] >= 1]
+    assert rounds and all(e[6] == 4 * 4 for e in rounds)  # tokens = forwards x w
