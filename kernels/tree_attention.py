@@ -37,8 +37,9 @@ past the H200's ~200 FLOP/B bf16 ridge, so big verify trees are tensor-core/issu
 Measured (H200, CUDA graph, bench/bench_kernels.py, 2026-11-29): 16K context T=8 36 us (44% of the copy
 ceiling), T=64 82 us; 1K context 15-35 us (launch + combine latency dominate). Against SDPA with a bool
 mask: 10x faster at 16K/T=8, 1.2x at 1K/T=64; against eager matmul+softmax 4-9x.
-Known cost: the combine is one program per tile reading num_splits partials in sequence (latency-
-bound, several us at 33 splits); a hierarchical or multi-program combine is the next step.
+Known cost: the combine is one program per tile reading the partials in sequence (latency-bound, several
+us at 16+ splits). It reads only the splits that own prefix blocks plus the last one (since 2026-11-30; not
+yet timed on a GPU); a hierarchical or multi-program combine is the next step.
 """
 
 from __future__ import annotations
@@ -80,6 +81,19 @@ def _attend_block(
     l_i = l_i * alpha + tl.sum(p, axis=1)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
     return acc, m_new, l_i
+
+
+@triton.jit
+def _merge_partial(m_tot, l_tot, o_tot, WsAcc, WsM, WsL, ws, d, HEAD_DIM: tl.constexpr):
+    """Fold one split's partial (rows `ws` of the workspace) into the running (max, sum, output)."""
+    m_s = tl.load(WsM + ws, cache_modifier=".cg")
+    l_s = tl.load(WsL + ws, cache_modifier=".cg")
+    a_s = tl.load(WsAcc + ws[:, None] * HEAD_DIM + d[None, :], cache_modifier=".cg")
+    m_new = tl.maximum(m_tot, m_s)
+    m_pivot = tl.where(m_new == float("-inf"), 0.0, m_new)
+    w_old = tl.exp2(m_tot - m_pivot)
+    w_s = tl.exp2(m_s - m_pivot)
+    return m_new, l_tot * w_old + l_s * w_s, o_tot * w_old[:, None] + a_s * w_s[:, None]
 
 
 @triton.jit
@@ -160,18 +174,14 @@ def _tree_attention_kernel(
             m_tot = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
             l_tot = tl.zeros([BLOCK_M], dtype=tl.float32)
             o_tot = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-            for s_idx in range(0, num_splits):
-                ws = (tile * num_splits + s_idx) * BLOCK_M + r
-                m_s = tl.load(WsM + ws, cache_modifier=".cg")
-                l_s = tl.load(WsL + ws, cache_modifier=".cg")
-                a_s = tl.load(WsAcc + ws[:, None] * HEAD_DIM + d[None, :], cache_modifier=".cg")
-                m_new = tl.maximum(m_tot, m_s)
-                m_pivot = tl.where(m_new == float("-inf"), 0.0, m_new)
-                w_old = tl.exp2(m_tot - m_pivot)
-                w_s = tl.exp2(m_s - m_pivot)
-                l_tot = l_tot * w_old + l_s * w_s
-                o_tot = o_tot * w_old[:, None] + a_s * w_s[:, None]
-                m_tot = m_new
+            # Only splits that own prefix blocks, then the last (tree keys): the others wrote m = -inf, l = 0,
+            # which merge to nothing (a CUDA-graph launch sized from the cache capacity has many such).
+            used = tl.minimum(tl.cdiv(n_blocks, tl.maximum(per_split, 1)), num_splits - 1)
+            for s_idx in range(0, used):
+                m_tot, l_tot, o_tot = _merge_partial(m_tot, l_tot, o_tot, WsAcc, WsM, WsL,
+                                                     (tile * num_splits + s_idx) * BLOCK_M + r, d, HEAD_DIM)
+            m_tot, l_tot, o_tot = _merge_partial(m_tot, l_tot, o_tot, WsAcc, WsM, WsL,
+                                                 (tile * num_splits + num_splits - 1) * BLOCK_M + r, d, HEAD_DIM)
             l_safe = tl.where(l_tot == 0.0, 1.0, l_tot)
             tl.store(out_ptrs, (o_tot / l_safe[:, None]).to(Out.dtype.element_ty), mask=row_ok[:, None])
             tl.atomic_xchg(Counter + tile, 0)  # ready for the next launch on this stream

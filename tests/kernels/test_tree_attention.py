@@ -152,3 +152,15 @@ def test_rejects_bad_shapes():
     q, k, v = _inputs(3, 8, 4, 16, 8, torch.float32, seed=0)
     with pytest.raises(ValueError, match="exceeds cap"):
         tree_attention(q, k, v, 6, torch.ones(3, 3, dtype=torch.bool), 0.25)
+
+
+@pytest.mark.parametrize("prefix", [0, BLOCK_N + 1, 3 * BLOCK_N + 5], ids=lambda p: f"prefix{p}")
+def test_many_splits_few_blocks_merge_only_the_used_ones(prefix):
+    """8 splits over at most 4 prefix blocks (as a CUDA-graph launch sized from a large cache): the combine
+    reads the splits that own blocks plus the last one (tree keys) and skips the empty ones."""
+    parent = build("random", 9, seed=prefix + 1)
+    mask = ancestor_mask(parent)
+    q, k, v = _inputs(9, 8, HKV, 32, prefix + 9 + 8 * BLOCK_N, torch.float32, seed=prefix + 2)
+    for p in (prefix, torch.tensor([prefix])):
+        out = _run(q, k, v, p, mask, num_splits=8, block_n=BLOCK_N)
+        assert_close(out, tree_attention_ref(q, k, v, prefix, mask, 1 / math.sqrt(32)), torch.float32, "8 splits")
