@@ -36,7 +36,11 @@ class DraftWorker:
         """Allocate the cache: `max_seq_len` prefix slots plus the `max_tree_nodes` tree region.
 
         `cuda_graphs`: capture the expansion step (w rows over the whole tree region, log-softmax and top-k
-        included) as one CUDA graph; expansions that carry pending verified tokens run eagerly.
+        included) as one CUDA graph, and a second one for an expansion that carries one pending verified
+        token in front (w + 1 rows over 1 + the tree region; `with_pending`). Eager, that catch-up step
+        cost 12-18 ms on an H200 against ~1.7 ms replayed: 28-30% of the wall time of chain runs
+        (bench/results/runtime_runs_2026-11-29_graphs). More than one pending token (never produced by
+        DraftTree.reroot, which leaves at most the path's last node without KV) runs eagerly.
         """
         self.model, self.attn = model, attn
         self.w, self.topk, self.max_len = w, topk, max_tree_nodes
@@ -49,8 +53,11 @@ class DraftWorker:
         self.tree = DraftTree(0)
         self.pending: tuple[int, ...] = ()  # verified tokens whose KV the draft has not computed yet
         self.selection: list[int] = []  # node ids of the last proposal, in proposal order
-        self.graph = (StepGraph(model, self.cache, attn, w, max_tree_nodes, head=self._top_children)
-                      if cuda_graphs else None)
+        self.graph = self.pending_graph = None
+        if cuda_graphs:
+            self.graph = StepGraph(model, self.cache, attn, w, max_tree_nodes, head=self._top_children)
+            self.pending_graph = StepGraph(model, self.cache, attn, w + 1, max_tree_nodes + 1,
+                                           head=self._pending_children)
 
     @property
     def stats(self) -> TreeStats:
@@ -76,9 +83,10 @@ class DraftWorker:
         nodes, inp = self.tree.plan_expansion(self.w, self.prefix_len + shift, self.max_len)
         if shift:
             inp = with_pending(inp, self.pending, self.prefix_len)
-        if self.graph is not None and not shift:
-            top_lp, top_tok = self.graph.replay(inp.token_ids, inp.positions, inp.tree_slots, self.prefix_len,
-                                                inp.tree_mask)
+        graph = self.graph if not shift else self.pending_graph if shift == 1 else None
+        if graph is not None:
+            top_lp, top_tok = graph.replay(inp.token_ids, inp.positions, inp.tree_slots, self.prefix_len,
+                                           inp.tree_mask)
         else:
             logits = self.model(inp.token_ids.to(self.device), step_meta(inp, self.prefix_len, self.device),
                                 self.cache, self.attn)  # [shift + w, vocab]
@@ -94,6 +102,10 @@ class DraftWorker:
             logits = logits / self.temperature
         top = torch.topk(torch.log_softmax(logits.float(), dim=-1), min(self.topk, logits.shape[-1]), dim=-1)
         return top.values, top.indices
+
+    def _pending_children(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The head of a step with one pending row in front: top-k children of the w tree rows."""
+        return self._top_children(logits[1:])
 
     def refill(self, bs: int) -> int:
         """Expand until the tree has at least `bs` nodes (or cannot grow); returns expansions run."""

@@ -6,7 +6,8 @@ A `StepGraph` records one forward (plus an optional `head`, e.g. the draft's log
 replays it for every step:
 
     target verify    rows = bs (gamma + 1, or 1 for autoregressive), tree_len = rows
-    draft expand     rows = w, tree_len = max_tree_nodes (pending verified tokens take the eager path)
+    draft expand     rows = w, tree_len = max_tree_nodes; with one pending verified token in front
+                     (DraftWorker.expand after a miss on an unexpanded leaf): rows = w + 1, tree_len + 1
 
 Everything that varies between steps lives in device buffers the graph reads: the prefix length (a
 1-element tensor: `AttnMeta.prefix_len` as a tensor, which the Triton tree attention sizes from the cache

@@ -181,3 +181,47 @@ def test_in_place_keeps_launch_no_copy(monkeypatch):
     tree = DraftTree(3)
     assert apply_reroot(cache, 5, Reroot(tree, True, (0, 1, 2), 2, ())) == 7 and len(calls) == 1
     assert apply_reroot(cache, 5, Reroot(tree, True, (0, 2, 3), 2, ())) == 7 and calls[-1] == ([5, 7, 8], 5)
+
+
+class _EagerGraph:
+    """Stands in for a StepGraph on CPU: checks the captured shape, runs the step eagerly, applies the head."""
+
+    def __init__(self, worker: DraftWorker, rows: int, tree_len: int, head) -> None:
+        self.worker, self.rows, self.tree_len, self.head, self.calls = worker, rows, tree_len, head, 0
+
+    def replay(self, token_ids, positions, tree_slots, prefix_len, tree_mask):
+        assert token_ids.shape == (self.rows,) and tree_mask.shape == (self.rows, self.tree_len)
+        self.calls += 1
+        meta = AttnMeta(positions=positions, write_slots=prefix_len + tree_slots, prefix_len=prefix_len,
+                        tree_len=self.tree_len, tree_mask=tree_mask)
+        return self.head(self.worker.model(token_ids, meta, self.worker.cache, self.worker.attn))
+
+
+@torch.no_grad()
+def test_pending_expansion_replays_the_pending_graph_and_matches_eager():
+    """With graphs, an expansion carrying one pending token goes to the (w + 1)-row graph whose head drops the
+    pending row: same cache and tree as the eager worker; the plain graph serves the other expansions."""
+    runs = []
+    for graphs in (False, True):
+        worker = DraftWorker(_model("tiny-llama-draft", 2), ATTN, w=4, topk=3, max_tree_nodes=MAX_LEN,
+                             max_seq_len=CAPACITY - MAX_LEN, temperature=0.0)
+        if graphs:
+            worker.graph = _EagerGraph(worker, 4, MAX_LEN, worker._top_children)
+            worker.pending_graph = _EagerGraph(worker, 5, MAX_LEN + 1, worker._pending_children)
+        worker.start(PROMPT)
+        assert worker.expand() and worker.expand()
+        proposal = worker.propose(0, 0, bs=len(worker.tree))
+        leaf = next(k for k, i in enumerate(worker.selection)
+                    if not worker.tree.nodes[i].expanded and worker.tree.nodes[i].depth == 2)
+        path = [leaf]
+        while proposal.parent_indices[path[-1]] >= 0:
+            path.append(proposal.parent_indices[path[-1]])
+        assert worker.advance(tuple(path[::-1]), 5).pending  # a miss on a never-expanded leaf
+        assert worker.expand() and worker.expand()  # the pending one, then a plain one
+        runs.append(worker)
+        if graphs:
+            assert (worker.graph.calls, worker.pending_graph.calls) == (3, 1)
+    eager, graphed = runs
+    assert eager.prefix_len == graphed.prefix_len
+    _assert_same(graphed.cache.kv, eager.cache.kv)
+    assert [(n.token, n.parent) for n in graphed.tree.nodes] == [(n.token, n.parent) for n in eager.tree.nodes]
