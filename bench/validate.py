@@ -317,9 +317,10 @@ def fitted_configs(profile: str, report: str | None) -> set[str]:
 
 
 def sim_config(config: Any, profile: str | None, settings: dict[str, float], acceptance_file: str | None,
-               **workload: int) -> Any:
-    """A simulator config of a measured run: same everything, the profile, replayed acceptance if given,
-    `workload` fields replaced (the measured prompt length and output of text-prompt runs)."""
+               replay_belief: str = "geometric", **workload: int) -> Any:
+    """A simulator config of a measured run: same everything, the profile, replayed acceptance if given
+    (its tree grown by `replay_belief`), `workload` fields replaced (the measured prompt length and output of
+    text-prompt runs)."""
     from conf.schema import freeze
 
     data = json.loads(json.dumps(dataclasses.asdict(config)))  # plain, unfrozen copy
@@ -329,6 +330,7 @@ def sim_config(config: Any, profile: str | None, settings: dict[str, float], acc
         setattr(cfg.workload, key, value)
     if acceptance_file is not None:
         cfg.acceptance.kind, cfg.acceptance.file = "replay", acceptance_file
+        cfg.acceptance.replay_belief = replay_belief
     cfg.sim.profile = profile
     for key, value in settings.items():
         setattr(cfg.sim, key, value)
@@ -373,7 +375,11 @@ def simulate_run(run_dir: Path, profile: str | None, settings: dict[str, float],
         generated = int(measured.get("generated_tokens") or len(lengths))
         workload = {"num_requests": len(lengths), "prompt_tokens": round(statistics.fmean(lengths)),
                     "max_new_tokens": max(1, round(generated / len(lengths)))}
-    cfg = sim_config(config, profile, settings, acceptance_file=str(run_dir / "iterations.csv"), **workload)
+    # A runtime run's random-weight draft (no checkpoint) has flat top-k log-probs: its tree grows breadth-first.
+    random_draft = measured.get("source") == "runtime" and config.model.draft is not None \
+        and not config.model.draft.checkpoint
+    cfg = sim_config(config, profile, settings, acceptance_file=str(run_dir / "iterations.csv"),
+                     replay_belief="uniform" if random_draft else "geometric", **workload)
     d_used = measured.get("d_used")
     pin = int(d_used) if cfg.spec.mode in ("serial_tree", "async_tree") and d_used else None
     check_config(cfg)

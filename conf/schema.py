@@ -133,6 +133,10 @@ class AcceptanceConfig(_Frozen):
     """Acceptance JSON (acceptance report or recorded run); None = the inline table."""
     scale: float = 1.0
     """Multiplies every probability (for acceptance sweeps); rows are renormalised if they exceed 1."""
+    replay_belief: str = "geometric"
+    """kind=replay: the draft log-probability proxy the simulated tree grows by (the replay has no table):
+    geometric (rank r weighs 2^-(r+1), a trained draft) | uniform (every rank alike: a random-weight draft,
+    whose top-k log-probs are flat, grows its tree breadth-first)."""
 
     def validate(self) -> None:
         """Check the kind and that every row is a sub-probability vector."""
@@ -148,6 +152,8 @@ class AcceptanceConfig(_Frozen):
             _require(sum(row) <= 1.0 + 1e-9, f"acceptance.positional[{d}]",
                      f"probabilities sum to {sum(row):.4f} > 1")
         _require(self.scale >= 0.0, "acceptance.scale", f"must be >= 0, got {self.scale}")
+        _require(self.replay_belief in ("geometric", "uniform"), "acceptance.replay_belief",
+                 f"{self.replay_belief!r} is not one of geometric, uniform")
 
 
 @dataclass

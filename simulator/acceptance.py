@@ -158,15 +158,19 @@ class ReplayAcceptance:
 
     kind = "replay"
 
-    def __init__(self, verifies: list[tuple[int, bool | None]], beyond: int) -> None:
+    def __init__(self, verifies: list[tuple[int, bool | None]], beyond: int, belief: str = "geometric") -> None:
         if not verifies:
             raise ValueError("acceptance.file: the replay holds no verifies")
         self.verifies = verifies
         self.beyond = beyond
         self.index = 0
+        self.belief_kind = belief
 
     def belief(self, topk: int) -> list[list[float]]:
-        """A geometric belief (the replay has no table): rank r has weight 2^-(r+1)."""
+        """The replay has no table: geometric (rank r weighs 2^-(r+1)) or uniform (ranks alike, ties broken
+        by rank: a breadth-first tree, as a random-weight draft's flat top-k log-probs grow it)."""
+        if self.belief_kind == "uniform":
+            return [[-math.log(topk) - 1e-9 * r for r in range(topk)]]
         return [[-(r + 1) * math.log(2.0) for r in range(topk)]]
 
     def walk(self, children: dict[tuple[int, int], int], uniforms: list[float], position: int) -> tuple[
@@ -227,7 +231,7 @@ def load_acceptance(cfg: AcceptanceConfig, topk: int) -> PositionalAcceptance | 
         if cfg.file is None:
             raise ValueError("acceptance.file: kind=replay needs a recorded run file")
         raw = _read_replay_csv(cfg.file) if cfg.file.endswith(".csv") else _read_json(cfg.file, "acceptance.file")
-        return ReplayAcceptance(_parse_replay(raw, str(cfg.file)), beyond=topk)
+        return ReplayAcceptance(_parse_replay(raw, str(cfg.file)), beyond=topk, belief=cfg.replay_belief)
     table: Any = cfg.positional
     if cfg.file is not None:
         data = _read_json(cfg.file, "acceptance.file")

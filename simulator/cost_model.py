@@ -220,9 +220,10 @@ class GroupCost:
     """
 
     def __init__(self, ops: Operators, shape: ModelShape, weight_bits: int, tp: int, fused: bool = True,
-                 extra_s: float = 0.0) -> None:
+                 extra_s: float = 0.0, extra_per_token_s: float = 0.0) -> None:
         self.ops, self.shape, self.weight_bits, self.tp, self.fused = ops, shape, weight_bits, tp, fused
-        self.extra_s = extra_s  # fitted host time per step of the runtime's loop (profile `runtime`)
+        # fitted host time per step of the runtime's loop (profile `runtime`): constant + per query row
+        self.extra_s, self.extra_per_token_s = extra_s, extra_per_token_s
         self._affine: dict[int, tuple[float, float]] = {}
         self._compaction: dict[int, float] = {}
 
@@ -243,7 +244,7 @@ class GroupCost:
     def forward_s(self, tokens: int, kv_len: int) -> float:
         """Seconds of a forward of `tokens` queries over `kv_len` keys."""
         a, b = self._line(tokens)
-        return a + b * kv_len + self.extra_s
+        return a + b * kv_len + self.extra_s + self.extra_per_token_s * tokens
 
     def prefill_s(self, prompt_tokens: int) -> float:
         """Prompt prefill: all prompt tokens at once, causal (on average half the prompt attended); 0 if empty."""

@@ -72,7 +72,8 @@ class ProfileError(ValueError):
 
 RUNTIME_COSTS: dict[str, str] = {
     "step_extra_s": "per target forward (autoregressive step or verify) beyond the operator model",
-    "expand_extra_s": "per draft forward (one expansion of w leaves) beyond the operator model",
+    "expand_extra_s": "per draft forward (one expansion of w leaves) beyond the operator model: constant part",
+    "expand_extra_per_row_s": "per draft forward beyond the operator model: part per expanded leaf (w)",
     "verify_message_s": "target host time per verify in draft modes: take the proposal, send the verified path",
     "draft_round_s": "draft host time per round: take the verified path, re-root (without the KV compaction), "
                      "select, send the proposal",

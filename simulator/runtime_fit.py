@@ -7,7 +7,9 @@ fitted here from the spans a runtime run writes (`traces.jsonl`, conf/trace.py),
 (simulator/profile.py RUNTIME_COSTS):
 
     step_extra_s      median over target `step.verify` spans of  span - forward_s(tokens, ctx + tokens)
-    expand_extra_s    median over draft `step.expand` spans of   span - forward_s(tokens, ctx + tokens)
+    expand_extra_s    a + b * w through the fit runs' medians of  span - forward_s(w, ctx + w)  over draft
+      (+ _per_row_s)  `step.expand` spans (the host work of one expansion grows with its w leaves: building
+                      w x topk tree nodes; least squares over runs, b >= 0; one distinct w: b = 0)
     verify_message_s  target `comm.send` median + receive host cost
     draft_round_s     draft `step.reroot` + `step.select` + `comm.send` medians + receive host cost
 
@@ -72,7 +74,7 @@ def run_components(run_dir: str | Path, profile: Profile) -> dict[str, Any]:
     colocated = config.parallel.draft_gpus == 0
     width = 1 if config.spec.mode == "chain" else config.spec.w
     draft_group = "target" if colocated else "draft"
-    out: dict[str, Any] = {"run": run_dir.name, "mode": config.spec.mode}
+    out: dict[str, Any] = {"run": run_dir.name, "mode": config.spec.mode, "w": width}
     out["step_residual_s"] = _median([r.duration_s - costs.target.forward_s(r.tokens, r.ctx + r.tokens)
                                       for r in spans.get(("target", "step.verify"), [])])
     if costs.draft is not None:
@@ -93,6 +95,20 @@ def _pooled(rows: Sequence[dict[str, Any]], key: str) -> float | None:
     return _median([r[key] for r in rows if r.get(key) is not None])
 
 
+def _line_in_w(points: Sequence[tuple[int, float]]) -> tuple[float | None, float | None]:
+    """(a, b) of residual = a + b * w by least squares over the runs; b >= 0; one distinct w: (median, 0)."""
+    if not points:
+        return None, None
+    ws = np.array([p[0] for p in points], dtype=float)
+    ys = np.array([p[1] for p in points], dtype=float)
+    if len(set(ws)) < 2:
+        return float(np.median(ys)), 0.0
+    b, a = np.polyfit(ws, ys, 1)
+    if b < 0:
+        return float(np.median(ys)), 0.0
+    return float(a), float(b)
+
+
 def fit_runtime_costs(run_dirs: Sequence[str | Path], profile: Profile) -> tuple[dict[str, float], dict[str, Any]]:
     """(RUNTIME_COSTS seconds, report) from measured runtime run dirs and the operator profile.
 
@@ -104,10 +120,9 @@ def fit_runtime_costs(run_dirs: Sequence[str | Path], profile: Profile) -> tuple
     rows = [run_components(d, profile) for d in run_dirs]
     recv_lows = [r[k] for r in rows for k in ("target_recv_p10_s", "draft_recv_p10_s") if r.get(k) is not None]
     recv = min(recv_lows) if recv_lows else None
-    raw: dict[str, float | None] = {
-        "step_extra_s": _pooled(rows, "step_residual_s"),
-        "expand_extra_s": _pooled(rows, "expand_residual_s"),
-    }
+    raw: dict[str, float | None] = {"step_extra_s": _pooled(rows, "step_residual_s")}
+    raw["expand_extra_s"], raw["expand_extra_per_row_s"] = _line_in_w(
+        [(r["w"], r["expand_residual_s"]) for r in rows if r.get("expand_residual_s") is not None])
     t_send, d_send = _pooled(rows, "target_send_s"), _pooled(rows, "draft_send_s")
     reroot, select = _pooled(rows, "reroot_s"), _pooled(rows, "select_s")
     if t_send is not None and recv is not None:

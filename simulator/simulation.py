@@ -124,7 +124,8 @@ def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Cos
     if uses_draft(config):
         assert config.model.draft is not None
         draft = GroupCost(ops, model_preset(config.model.draft.preset), config.model.draft.weight_bits,
-                          draft_tp(config), fused, extra_s=host.get("expand_extra_s", 0.0))
+                          draft_tp(config), fused, extra_s=host.get("expand_extra_s", 0.0),
+                          extra_per_token_s=host.get("expand_extra_per_row_s", 0.0))
         if par.draft_gpus > 0:
             nbytes = message_bytes(proposal_nodes(config))
             proposal_s = ops.message_s(nbytes, par.target_gpus)

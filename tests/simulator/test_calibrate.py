@@ -297,7 +297,7 @@ def test_calibrate_runs_fit_the_runtime_block_and_validation_leaves_them_out(syn
     prof = load_profile(summary["profile"])
     # a simulator run dir has step spans (single-forward expand spans among them) but no message or re-root
     # spans of its own: only the per-step costs are measurable from it
-    assert set(prof.runtime) == {"step_extra_s", "expand_extra_s"}
+    assert set(prof.runtime) == {"step_extra_s", "expand_extra_s", "expand_extra_per_row_s"}
     assert json.loads(Path(summary["report"]).read_text())["runtime"]["runs"] == [str(runs / "fit_async")]
     out = tmp_path / "validation.json"
     assert validate_main(["compare", "--runs", str(runs), "--profile", summary["profile"], "--results", str(out),

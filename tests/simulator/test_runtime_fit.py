@@ -104,3 +104,31 @@ def test_serial_draft_refills_then_expands_d_more():
     sim = Simulation(config, build_costs(config)).run()
     rounds = [e for e in sim.events if e[0] == "step.expand" and e[5] >= 1]
     assert rounds and all(e[6] == 4 * 4 for e in rounds)  # tokens = forwards x w
+
+
+def test_expand_cost_line_in_w():
+    """The expansion's host cost grows with its w leaves: a + b * w through the runs; b >= 0."""
+    from simulator.runtime_fit import _line_in_w
+
+    a, b = _line_in_w([(1, 2.0e-4), (8, 5.5e-4), (4, 3.5e-4)])
+    assert b == pytest.approx(5.0e-5, rel=1e-6) and a == pytest.approx(1.5e-4, rel=1e-6)
+    assert _line_in_w([(8, 3e-4), (8, 5e-4)]) == (pytest.approx(4e-4), 0.0)  # one distinct w
+    assert _line_in_w([(1, 6e-4), (8, 2e-4)]) == (pytest.approx(4e-4), 0.0)  # falling: no slope
+    assert _line_in_w([]) == (None, None)
+
+
+def test_replay_belief_uniform_grows_breadth_first():
+    """acceptance.replay_belief=uniform: every rank weighs alike, so the tree grows level by level; the
+    geometric belief goes deep along rank 0 first. topk 4, w 2, three forwards: the root, 2 children, then
+    the other 2 children (uniform) or a grandchild first (geometric)."""
+    from simulator.tree import TreeStates
+    from simulator.acceptance import ReplayAcceptance
+
+    uni = ReplayAcceptance([(0, False)], beyond=4, belief="uniform").belief(4)
+    geo = ReplayAcceptance([(0, False)], beyond=4).belief(4)
+    for belief, deepest in ((uni, 1), (geo, 2)):
+        trees = TreeStates(belief, 4, 2, 64)
+        sid, n = trees.expand(0, 3)
+        assert n == 3 and max(len(p) for p in trees.paths(sid)) == deepest
+    with pytest.raises(Exception, match="acceptance.replay_belief"):
+        cfg(*BASE, "acceptance.replay_belief=flat")
