@@ -12,7 +12,7 @@
 # `off`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIG=(models/smollm2-draft bench/results/runtime_runs_2026-11-29 bench/results/runtime_runs_2026-11-29_graphs)
+BIG=(models/smollm2-draft bench/results/runtime_runs_* bench/results/validation_sim_*)
 STATE=.git/device-slim.state
 case "${1:-}" in
   on)
