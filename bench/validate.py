@@ -335,6 +335,7 @@ def sim_config(config: Any, profile: str | None, settings: dict[str, float], acc
     for key, value in settings.items():
         setattr(cfg.sim, key, value)
     cfg.trace.chrome = False
+    cfg.sim.record_events = False  # the comparison reads metrics and iterations.csv; no per-step traces
     cfg.parallel.device = "auto"
     cfg.validate()
     return freeze(cfg)
