@@ -113,6 +113,39 @@ def test_step_graph_replays_match_eager_forwards(dtype, tol):
         assert err <= tol, f"prefix {prefix}: relative error {err:.2e}"
 
 
+@torch.no_grad()
+def test_draft_pending_expansion_graph_matches_eager():
+    """After a miss on a never-expanded leaf, the expansion carrying the pending token replays the w + 1-row
+    graph: same tree (tokens, parents) and the same cache, up to fp32 rounding, as the eager worker."""
+    from runtime.draft_worker import DraftWorker
+
+    shape = MODEL_PRESETS["tiny-llama-draft"]
+    prompt = torch.randint(0, shape.vocab_size, (30,), generator=torch.Generator().manual_seed(5)).tolist()
+    runs = []
+    for graphs in (False, True):
+        model = build_model(shape, "float32", "cuda", seed=2).use_fused_kernels()
+        worker = DraftWorker(model, make_attention_backend("triton"), w=4, topk=3, max_tree_nodes=32,
+                             max_seq_len=128, temperature=0.0, cuda_graphs=graphs)
+        worker.start(prompt)
+        assert worker.expand() and worker.expand()
+        proposal = worker.propose(0, 0, bs=len(worker.tree))
+        leaf = next(k for k, i in enumerate(worker.selection)
+                    if not worker.tree.nodes[i].expanded and worker.tree.nodes[i].depth == 2)
+        path = [leaf]
+        while proposal.parent_indices[path[-1]] >= 0:
+            path.append(proposal.parent_indices[path[-1]])
+        bonus = next(t for t in range(shape.vocab_size) if t not in proposal.token_ids)
+        assert worker.advance(tuple(path[::-1]), bonus).pending
+        assert worker.expand() and worker.expand()
+        runs.append(worker)
+    eager, graphed = runs
+    assert graphed.prefix_len == eager.prefix_len
+    assert [(n.token, n.parent) for n in graphed.tree.nodes] == [(n.token, n.parent) for n in eager.tree.nodes]
+    used = graphed.prefix_len + graphed.tree.num_slots
+    a, b = graphed.cache.kv[:, :, :used], eager.cache.kv[:, :, :used]
+    assert (a - b).abs().max().item() <= 2e-4 * b.abs().max().item()
+
+
 def test_step_graph_refuses_other_shapes_and_backends():
     model = build_model(MODEL_PRESETS["tiny-llama"], "float32", "cuda", seed=3)
     layers, heads, head_dim = model.cache_spec()
