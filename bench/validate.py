@@ -472,10 +472,14 @@ def autoconfig_check(run_dirs: list[Path], profile: str | None, settings: dict[s
     out["autoconfig_search"] = {"split": f"{base.parallel.target_gpus}x{base.parallel.draft_gpus}",
                                 "bs": list(AUTOCONFIG_BS), "w": list(AUTOCONFIG_W), "d": "auto, 1..8",
                                 "best": best, "top5": [dataclasses.asdict(c) for c in ranked[:5]]}
-    measured_as = notes.get("autoconfig_measured_as")
-    hit = next((r for r in table if r["name"] == measured_as), None)
-    if best and hit is None:  # the pick may equal a measured config without the run's note
-        hit = next((r for r in table if (r["bs"], r["w"], r["d"]) == (best["bs"], best["w"], str(best["d"]))), None)
+    # The run measured as the autoconfig pick (run notes) counts only if this profile still picks its shape;
+    # otherwise any measured run of the picked shape does.
+    hit = None
+    if best:
+        shape = (best["bs"], best["w"], str(best["d"]))
+        named = next((r for r in table if r["name"] == notes.get("autoconfig_measured_as")), None)
+        hit = named if named is not None and (named["bs"], named["w"], named["d"]) == shape else next(
+            (r for r in table if (r["bs"], r["w"], r["d"]) == shape), None)
     if hit is not None:
         ratio = hit["measured_tokens_per_s"] / best_meas["measured_tokens_per_s"]
         out["autoconfig_pick_measured"] = {"name": hit["name"], "measured_tokens_per_s": hit["measured_tokens_per_s"],
@@ -505,8 +509,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
             print(f"compare: {rd.name}: {exc!r}", file=sys.stderr)
             rows.append({"name": rd.name, "error": repr(exc)})
     good = [r for r in rows if "error" not in r]
-    notes_path = runs_dir.parent / "run_notes.json"
-    notes = json.loads(notes_path.read_text()) if notes_path.is_file() else {}
+    # run_notes.json sits next to the runtime/ folder (validate.py run) or inside a committed runs folder
+    notes_path = next((p for p in (runs_dir.parent / "run_notes.json", runs_dir / "run_notes.json") if p.is_file()),
+                      None)
+    notes = json.loads(notes_path.read_text()) if notes_path is not None else {}
     try:
         ac = autoconfig_check(run_dirs, args.profile, settings, notes)
     except Exception as exc:
