@@ -121,8 +121,8 @@ def test_replay_belief_uniform_grows_breadth_first():
     """acceptance.replay_belief=uniform: every rank weighs alike, so the tree grows level by level; the
     geometric belief goes deep along rank 0 first. topk 4, w 2, three forwards: the root, 2 children, then
     the other 2 children (uniform) or a grandchild first (geometric)."""
-    from simulator.tree import TreeStates
     from simulator.acceptance import ReplayAcceptance
+    from simulator.tree import TreeStates
 
     uni = ReplayAcceptance([(0, False)], beyond=4, belief="uniform").belief(4)
     geo = ReplayAcceptance([(0, False)], beyond=4).belief(4)
