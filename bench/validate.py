@@ -436,8 +436,11 @@ def _spearman(a: list[float], b: list[float]) -> float | None:
 
 
 def autoconfig_check(run_dirs: list[Path], profile: str | None, settings: dict[str, float],
-                     notes: dict[str, Any]) -> dict[str, Any]:
-    """Does the simulator rank the measured async configs like the runtime, and is its pick near the best?"""
+                     notes: dict[str, Any], fitted: set[str] = frozenset()) -> dict[str, Any]:
+    """Does the simulator rank the measured async configs like the runtime, and is its pick near the best?
+
+    Every measured async config takes part (the best measured is a fact of the hardware); those the profile's
+    runtime costs were fitted on are marked `fitted`."""
     from simulator.simulation import simulate
 
     groups: dict[str, list[dict[str, Any]]] = {}
@@ -455,6 +458,7 @@ def autoconfig_check(run_dirs: list[Path], profile: str | None, settings: dict[s
         cfg = sim_config(config_from_dict(runs[0]["config"]), profile, settings, acceptance_file=None)
         sim = simulate(cfg, record_events=False)
         table.append({"name": name, "bs": cfg.spec.bs, "w": cfg.spec.w, "d": str(cfg.spec.d), "repeats": len(runs),
+                      "fitted": name in fitted,
                       "measured_tokens_per_s": statistics.fmean(r["metrics"]["tokens_per_s"] for r in runs),
                       "predicted_tokens_per_s": sim.tally.generated_tokens / sim.tally.wall_s})
     best_meas = max(table, key=lambda r: r["measured_tokens_per_s"])
@@ -514,7 +518,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                       None)
     notes = json.loads(notes_path.read_text()) if notes_path is not None else {}
     try:
-        ac = autoconfig_check(run_dirs, args.profile, settings, notes)
+        ac = autoconfig_check(run_dirs, args.profile, settings, notes, fitted)
     except Exception as exc:
         ac = {"note": f"autoconfig check failed: {exc!r}"}
     today = datetime.date.today().isoformat()

@@ -117,8 +117,10 @@ def write_doc(path: Path, result: dict[str, Any]) -> None:
     ac = result.get("autoconfig", {})
     lines += ["", "## Auto-configuration", ""]
     if "measured_async" in ac:
+        fitted = [r["name"] for r in ac["measured_async"] if r.get("fitted")]
         lines.append(f"Simulator ranking of the {len(ac['measured_async'])} measured async_tree configurations "
-                     f"(acceptance: {ac['acceptance']}): Spearman {fmt(ac['spearman_measured_vs_predicted'])} "
+                     + (f"({', '.join(fitted)} among the profile's fit runs) " if fitted else "")
+                     + f"(acceptance: {ac['acceptance']}): Spearman {fmt(ac['spearman_measured_vs_predicted'])} "
                      f"against the measured ranking; best measured `{ac['best_measured']}`, simulator's pick "
                      f"`{ac['simulator_pick_among_measured']}` (regret {pct(ac['regret_of_simulator_pick'])} of "
                      f"measured tokens/s).")

@@ -18,11 +18,15 @@ case "${1:-}" in
   on)
     [ -f "$STATE" ] && { echo "device_slim: already on (see $STATE)"; exit 1; }
     [ -z "$(git status --porcelain --untracked-files=no)" ] || { echo "device_slim: commit or stash first"; exit 1; }
-    git rev-parse --abbrev-ref HEAD > "$STATE"
+    branch=$(git rev-parse --abbrev-ref HEAD)
+    [ "$branch" != HEAD ] || { echo "device_slim: check out a branch first (detached HEAD)"; exit 1; }
+    present=()
+    for p in "${BIG[@]}"; do [ -e "$p" ] && present+=("$p"); done
+    [ ${#present[@]} -gt 0 ] || { echo "device_slim: none of ${BIG[*]} exists: nothing to untrack"; exit 1; }
+    echo "$branch" > "$STATE"
     cp .git/info/exclude "$STATE.exclude"
     git checkout -q -b device-slim
-    present=()
-    for p in "${BIG[@]}"; do [ -e "$p" ] && present+=("$p") && echo "/$p/" >> .git/info/exclude; done
+    for p in "${present[@]}"; do echo "/$p/" >> .git/info/exclude; done
     git rm -r -q --cached "${present[@]}"
     git commit -q -m "device-slim: big tracked data untracked for device transfers (never merged)"
     echo "tracked bytes now: $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)"

@@ -242,15 +242,17 @@ class GroupCost:
         return line
 
     def forward_s(self, tokens: int, kv_len: int) -> float:
-        """Seconds of a forward of `tokens` queries over `kv_len` keys."""
+        """Seconds of a decode step (a verify or an expansion) of `tokens` queries over `kv_len` keys."""
         a, b = self._line(tokens)
         return a + b * kv_len + self.extra_s + self.extra_per_token_s * tokens
 
     def prefill_s(self, prompt_tokens: int) -> float:
-        """Prompt prefill: all prompt tokens at once, causal (on average half the prompt attended); 0 if empty."""
+        """Prompt prefill: all prompt tokens at once, causal (on average half the prompt attended); 0 if empty.
+        One step: the constant host extra applies, the per-row one (tree bookkeeping per leaf) does not."""
         if prompt_tokens <= 0:
             return 0.0
-        return self.forward_s(prompt_tokens, math.ceil(prompt_tokens / 2))
+        a, b = self._line(prompt_tokens)
+        return a + b * math.ceil(prompt_tokens / 2) + self.extra_s
 
     def compaction_s(self, kept_tokens: int) -> float:
         """KV compaction of `kept_tokens` tokens on this group."""

@@ -75,8 +75,8 @@ RUNTIME_COSTS: dict[str, str] = {
     "expand_extra_s": "per draft forward (one expansion of w leaves) beyond the operator model: constant part",
     "expand_extra_per_row_s": "per draft forward beyond the operator model: part per expanded leaf (w)",
     "verify_message_s": "target host time per verify in draft modes: take the proposal, send the verified path",
-    "draft_round_s": "draft host time per round: take the verified path, re-root (without the KV compaction), "
-                     "select, send the proposal",
+    "draft_round_s": "draft host time per round: take the verified path, re-root (the runtime's step.reroot span, "
+                     "its KV compaction included), select, send the proposal",
 }
 """The optional `runtime` block: host costs of the runtime's loop (simulator/runtime_fit.py fits them)."""
 

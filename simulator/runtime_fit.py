@@ -106,6 +106,8 @@ def _line_in_w(points: Sequence[tuple[int, float]]) -> tuple[float | None, float
     b, a = np.polyfit(ws, ys, 1)
     if b < 0:
         return float(np.median(ys)), 0.0
+    if a < 0:  # through the origin instead: both coefficients stay >= 0 without shifting the line up
+        return 0.0, float(ws @ ys / (ws @ ws))
     return float(a), float(b)
 
 

@@ -148,7 +148,7 @@ def d_ratio(config: ExperimentConfig, costs: Costs) -> float:
     assert costs.draft is not None
     ctx = config.workload.prompt_tokens - 1
     bs, w = config.spec.bs, config.spec.w
-    t_verify = costs.proposal_s + costs.target.forward_s(bs, ctx + bs) + costs.verified_s
+    t_verify = costs.proposal_s + costs.target.forward_s(bs, ctx + bs) + costs.verify_host_s + costs.verified_s
     return t_verify / costs.draft.forward_s(w, ctx + w)
 
 
@@ -182,8 +182,12 @@ class Simulation:
             self.d = spec.gamma
         elif d is not None:
             self.d = d
+        elif spec.d_fixed:
+            self.d = spec.d_fixed
+        elif self.mode == "serial_tree":  # as the runtime's spec_shape: d more expansions after the refill
+            self.d = math.ceil((spec.bs - 1) / spec.w)
         else:
-            self.d = spec.d_fixed or max(1, round(d_ratio(config, costs)))
+            self.d = max(1, round(d_ratio(config, costs)))
         # d = poll: the async draft expands until the verified path is in its inbox (self.d then unused).
         self.poll = self.mode == "async_tree" and spec.d_poll
         self._seed = (config.seed, wl.seed)
@@ -239,9 +243,9 @@ class Simulation:
 
 
 def resolve_d(config: ExperimentConfig, costs: Costs) -> int | None:
-    """d for tree modes under `sim.d_rule` (None: the Simulation's default rule applies, or d = poll)."""
-    if (config.spec.mode not in ("serial_tree", "async_tree") or config.spec.d_fixed is not None
-            or config.spec.d_poll):
+    """d of async_tree under `sim.d_rule` (None: the Simulation's default rule applies: serial_tree's auto d is
+    the runtime's ceil((bs - 1) / w), or d = poll)."""
+    if config.spec.mode != "async_tree" or config.spec.d_fixed is not None or config.spec.d_poll:
         return None
     if config.sim.d_rule == "round":
         return max(1, round(d_ratio(config, costs)))

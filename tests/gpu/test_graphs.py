@@ -126,6 +126,13 @@ def test_draft_pending_expansion_graph_matches_eager():
         model = build_model(shape, "float32", "cuda", seed=2).use_fused_kernels()
         worker = DraftWorker(model, make_attention_backend("triton"), w=4, topk=3, max_tree_nodes=32,
                              max_seq_len=128, temperature=0.0, cuda_graphs=graphs)
+        replays: list[int] = []
+        if graphs:  # count the pending graph's replays: an eager fallback must not pass this test
+            def counted(*args, _replay=worker.pending_graph.replay, _calls=replays):
+                _calls.append(1)
+                return _replay(*args)
+
+            worker.pending_graph.replay = counted
         worker.start(prompt)
         assert worker.expand() and worker.expand()
         proposal = worker.propose(0, 0, bs=len(worker.tree))
@@ -137,6 +144,7 @@ def test_draft_pending_expansion_graph_matches_eager():
         bonus = next(t for t in range(shape.vocab_size) if t not in proposal.token_ids)
         assert worker.advance(tuple(path[::-1]), bonus).pending
         assert worker.expand() and worker.expand()
+        assert replays == ([1] if graphs else [])
         runs.append(worker)
     eager, graphed = runs
     assert graphed.prefix_len == eager.prefix_len

@@ -10,7 +10,7 @@ import pytest
 from conf.trace import TRACE_FILE, TraceRecord, write_traces
 from simulator.profile import Profile, ProfileError, load_profile, parse_profile, write_profile
 from simulator.runtime_fit import fit_runtime_costs
-from simulator.simulation import Simulation, build_costs
+from simulator.simulation import Simulation, build_costs, simulate
 from tests.simulator.conftest import cfg
 
 BASE = ("model=llama3-8b_llama3.2-1b", "parallel=1x1", "kernels=triton", "sim=analytic", "workload.num_requests=1",
@@ -132,3 +132,24 @@ def test_replay_belief_uniform_grows_breadth_first():
         assert n == 3 and max(len(p) for p in trees.paths(sid)) == deepest
     with pytest.raises(Exception, match="acceptance.replay_belief"):
         cfg(*BASE, "acceptance.replay_belief=flat")
+
+
+def test_host_costs_stay_out_of_prefill_rows_and_verify_time():
+    """The per-leaf host cost is tree bookkeeping: not charged to a prompt prefill; the verify's message host
+    time delays the path but is not verify time (the runtime's step.verify span excludes sends)."""
+    config = cfg(*BASE, "spec=async_tree")
+    host = {"expand_extra_s": 1.0e-4, "expand_extra_per_row_s": 5.0e-5, "verify_message_s": 6.0e-4}
+    plain, fitted = build_costs(config, profile=PRIOR), build_costs(config, profile=Profile(
+        "p", {"gpu": "h200"}, {}, {}, host))
+    assert fitted.draft.prefill_s(511) - plain.draft.prefill_s(511) == pytest.approx(1.0e-4)
+    assert fitted.draft.forward_s(8, 700) - plain.draft.forward_s(8, 700) == pytest.approx(1.0e-4 + 8 * 5.0e-5)
+    a, b = (Simulation(config, c, d=2).run() for c in (plain, fitted))
+    assert b.tally.verify_s / b.tally.verifies == pytest.approx(a.tally.verify_s / a.tally.verifies, rel=0.02)
+    assert b.tally.wall_s > a.tally.wall_s
+
+
+def test_serial_auto_d_is_the_runtimes():
+    """serial_tree with d=auto expands ceil((bs - 1) / w) more times after the refill, as runtime.engine."""
+    for bs, w in ((8, 8), (16, 4), (32, 4)):
+        config = cfg(*BASE, "spec=serial_tree", f"spec.bs={bs}", f"spec.w={w}", "spec.d=auto")
+        assert simulate(config).d == -(-(bs - 1) // w)
