@@ -315,8 +315,10 @@ class SimConfig(_Frozen):
     tree_op_s: float = 2.0e-5
     """Host time of one re-root + top-bs selection on the draft leader (tree bookkeeping, per round)."""
     d_rule: str = "round"
-    """How spec.d=auto resolves: round (d = max(1, round(t_verify / t_expand))) | best_of_two (simulate
-    r = floor(t_verify / t_expand) and r + 1 on a short pilot and keep the faster, as the runtime does)."""
+    """How async_tree's spec.d=auto resolves: round (d = max(1, round(t_verify / t_expand))) | best_of_two
+    (simulate r = floor(t_verify / t_expand) and r + 1 on a short pilot and keep the faster) | runtime (the
+    runtime's own DepthTuner on simulated time: skipped, warm-up and trial rounds included, as a measured
+    run pays them)."""
     pilot_tokens: int = 128
     """Tokens per pilot simulation of d_rule=best_of_two (one request)."""
 
@@ -325,8 +327,8 @@ class SimConfig(_Frozen):
         _require(self.max_iterations >= 1, "sim.max_iterations", "must be >= 1")
         _require(self.step_overhead_s >= 0, "sim.step_overhead_s", "must be >= 0")
         _require(self.tree_op_s >= 0, "sim.tree_op_s", "must be >= 0")
-        _require(self.d_rule in ("round", "best_of_two"), "sim.d_rule",
-                 f"{self.d_rule!r} is not one of round, best_of_two")
+        _require(self.d_rule in ("round", "best_of_two", "runtime"), "sim.d_rule",
+                 f"{self.d_rule!r} is not one of round, best_of_two, runtime")
         _require(self.pilot_tokens >= 1, "sim.pilot_tokens", "must be >= 1")
 
 

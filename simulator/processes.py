@@ -119,16 +119,23 @@ def verify_proposals(sim: Simulation) -> Generator[Any, Any, None]:
 
 
 def _send(sim: Simulation, sid: int, req: int, it: int) -> None:
+    if sim.tuner is not None:
+        sim.tuner.sent(new_request=it == 0)
     tokens, parents = sim.trees.select(sid, sim.bs)
     sim.draft_outbox.put(DraftProposal(req, it, tokens, parents))
 
 
 def _expand_s(sim: Simulation, n: int, ctx: int, expanded: int) -> float:
-    """n draft forwards of w leaves, attending prefix + tree region (its mean size over the n forwards)."""
+    """n draft forwards of w leaves, attending prefix + tree region (its mean size over the n forwards);
+    each forward is reported to the DepthTuner under sim.d_rule=runtime, as the runtime's expansions are."""
     if n == 0:
         return 0.0
     w = sim.w
-    return n * sim.draft_cost.forward_s(w, ctx + expanded + w * (n + 1) // 2)
+    total = n * sim.draft_cost.forward_s(w, ctx + expanded + w * (n + 1) // 2)
+    if sim.tuner is not None:
+        for _ in range(n):
+            sim.tuner.expanded(total / n)
+    return total
 
 
 def grow_tree_async(sim: Simulation) -> Generator[Any, Any, None]:
@@ -171,7 +178,7 @@ def grow_tree_async(sim: Simulation) -> Generator[Any, Any, None]:
                 tally.polled_rounds += 1
             else:
                 e0 = num_expanded(sid)
-                sid, n = expand(sid, d)
+                sid, n = expand(sid, d if sim.tuner is None else sim.tuner.shared_d())
                 te = _expand_s(sim, n, ctx, e0)
                 if te:
                     if record:
@@ -180,6 +187,8 @@ def grow_tree_async(sim: Simulation) -> Generator[Any, Any, None]:
                     tally.draft_busy_end_s = env.now
             t0 = env.now
             msg = yield get()
+            if sim.tuner is not None:
+                sim.tuner.received(len(msg.node_indices))  # accepted + bonus, as the runtime's
             row = rows[sim.row_base[req] + it]
             row[EXPAND] = te
             row[DRAFT_IDLE] = env.now - t0

@@ -190,6 +190,16 @@ class Simulation:
             self.d = max(1, round(d_ratio(config, costs)))
         # d = poll: the async draft expands until the verified path is in its inbox (self.d then unused).
         self.poll = self.mode == "async_tree" and spec.d_poll
+        # d_rule = runtime: the runtime's DepthTuner picks each round's d on simulated time (self.d unused).
+        self.tuner = None
+        if (self.mode == "async_tree" and d is None and spec.d_fixed is None and not spec.d_poll
+                and config.sim.d_rule == "runtime"):
+            from types import SimpleNamespace
+
+            from runtime.depth_tuner import DepthTuner  # torch-free
+
+            self.tuner = DepthTuner(None, SimpleNamespace(is_leader=True, group_size=1),
+                                    d_max=max(1, spec.max_tree_nodes // self.w), clock=lambda: self.env.now)
         self._seed = (config.seed, wl.seed)
         self._children: dict[tuple[tuple[int, ...], tuple[int, ...]], dict[tuple[int, int], int]] = {}
         self.tally = Tally()
@@ -231,6 +241,8 @@ class Simulation:
         """The d the run used: spec / resolved d, or under d = poll the mean overlapped expansions (rounded)."""
         if self.poll:
             return round(self.tally.polled_expansions / max(1, self.tally.polled_rounds))
+        if self.tuner is not None:
+            return self.tuner.chosen or self.tuner.round_d
         return self.d
 
     def run(self) -> Simulation:
@@ -245,7 +257,8 @@ class Simulation:
 def resolve_d(config: ExperimentConfig, costs: Costs) -> int | None:
     """d of async_tree under `sim.d_rule` (None: the Simulation's default rule applies: serial_tree's auto d is
     the runtime's ceil((bs - 1) / w), or d = poll)."""
-    if config.spec.mode != "async_tree" or config.spec.d_fixed is not None or config.spec.d_poll:
+    if (config.spec.mode != "async_tree" or config.spec.d_fixed is not None or config.spec.d_poll
+            or config.sim.d_rule == "runtime"):
         return None
     if config.sim.d_rule == "round":
         return max(1, round(d_ratio(config, costs)))

@@ -153,3 +153,18 @@ def test_serial_auto_d_is_the_runtimes():
     for bs, w in ((8, 8), (16, 4), (32, 4)):
         config = cfg(*BASE, "spec=serial_tree", f"spec.bs={bs}", f"spec.w={w}", "spec.d=auto")
         assert simulate(config).d == -(-(bs - 1) // w)
+
+
+def test_d_rule_runtime_runs_the_runtimes_depth_tuner():
+    """sim.d_rule=runtime: the runtime's DepthTuner picks each round's d on simulated time, so the first
+    SKIP + WARMUP rounds overlap one expansion, the trials try r and r + 1, and the run settles on one d."""
+    from runtime.depth_tuner import DepthTuner
+
+    config = cfg(*BASE, "spec=async_tree", "spec.d=auto", "sim.d_rule=runtime", "workload.max_new_tokens=256")
+    sim = simulate(config)
+    assert sim.tuner is not None and sim.tuner.chosen is not None and sim.d_used == sim.tuner.chosen
+    overlapped = [e[6] // sim.w for e in sim.events if e[0] == "step.expand" and e[5] >= 0][1::2]
+    warm = DepthTuner.SKIP + DepthTuner.WARMUP
+    assert overlapped[:warm] == [1] * warm and overlapped[-1] == sim.tuner.chosen
+    with pytest.raises(Exception, match="sim.d_rule"):
+        cfg(*BASE, "sim.d_rule=tuner")

@@ -1,0 +1,174 @@
+"""d for async_tree (DepthTuner): fixed, or auto from measured times. Torch-free: the runtime's draft leader
+runs it on host time (runtime.controller shares its d over the draft group), the simulator on SimPy time
+(`sim.d_rule=runtime`), so a simulated auto-d run pays the same warm-up and trial rounds as a measured one.
+
+[P] §3.1.3: r = floor(t_verify / t_expand) after skipping the compile-laden first rounds, try d = r and
+d = r + 1 bounded by what fits in the tree, keep the faster.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+
+class DepthTuner:
+    """d for async_tree: fixed, or auto from measured times; decided on the draft leader, shared in its group.
+
+    A round runs from one proposal's send to the next: `sent` -> `shared_d` -> d overlapped expansions ->
+    `received` -> re-root and refill (more `expanded` calls) -> `sent` of the next round.
+
+    Auto:
+    - the first `SKIP` rounds of the run are not measured: their verify and expansion times include one-off
+      costs (Triton JIT compilation on either side, allocator warm-up) that can reach seconds. Neither is the
+      first round of a request as a verify sample (its verify may still cover the target's prefill);
+    - `WARMUP` rounds at d = 1 measure t_expand (every expansion in them) and t_verify (send -> receive of the
+      verified path, which covers the one overlapped expansion when it is shorter than the verify); then
+      r = floor(median t_verify / median t_expand) ([P] §3.1.3);
+    - the candidates r and r + 1 are clamped to [1, `d_max`] (`d_max`: the overlapped expansions that can
+      still fit into the tree; None = unbounded); if both clamp to one value it is taken at once, else `TRIAL`
+      rounds each at d = r and d = r + 1 measure tokens per second (emitted tokens over the time between
+      consecutive proposals; a round slower than `OUTLIER` x its candidate's median round is left out, as a
+      late compilation), and the faster is kept (ties: the smaller d);
+    - drift: the median time of `WINDOW` rounds at the kept d right after the choice is the reference; when
+      the median of the last `WINDOW` rounds later differs from it by more than a factor `DRIFT`, the tuning
+      restarts from the warm-up, at most `RETUNES` times per run.
+    Expansion times that are not positive and finite (clock artefacts) are ignored; without a usable one
+    d stays 1. A fixed d is taken as given (no clamping, no measurement).
+    """
+
+    SKIP = 2
+    WARMUP = 3
+    TRIAL = 4
+    OUTLIER = 4.0
+    WINDOW = 8
+    DRIFT = 2.0
+    RETUNES = 1
+
+    def __init__(self, fixed: int | None, ctx: Any, d_max: int | None = None,
+                 clock: Callable[[], float] = time.perf_counter,
+                 share: Callable[[int], int] | None = None) -> None:
+        """`fixed` = spec d as an int, None = auto; `d_max` bounds auto d (None = unbounded); `clock` in seconds.
+
+        `ctx` needs `is_leader` and `group_size`; `share(d)` hands the leader's d to every rank of a group of
+        more than one (runtime.controller broadcasts it over the group; the simulator's group is one leader).
+        """
+        if d_max is not None and d_max < 1:
+            raise ValueError(f"d_max must be >= 1 (or None), got {d_max}")
+        self.ctx, self.fixed, self.d_max, self.clock, self.share = ctx, fixed, d_max, clock, share
+        self.chosen: int | None = fixed
+        self._expand_s: list[float] = []
+        self._verify_s: list[float] = []
+        self._trials: dict[int, list[tuple[float, int]]] = {}  # d -> [(seconds, tokens) per round]
+        self._candidates: list[int] = []
+        self._sent_at: float | None = None
+        self.round_d = 1 if fixed is None else fixed  # d of the current round
+        self._round_tokens = 0
+        self._rounds = 0  # rounds started (proposals sent) in this run
+        self._first_of_request = False  # the current round is a request's first
+        self._watch: deque[float] = deque(maxlen=self.WINDOW)  # round times at the chosen d
+        self._reference: float | None = None
+        self._retunes_left = self.RETUNES
+
+    def _warming_up(self) -> bool:
+        """True while auto d collects warm-up samples (on the leader, past the skipped rounds)."""
+        return self.ctx.is_leader and self.chosen is None and not self._candidates and self._rounds > self.SKIP
+
+    def expanded(self, seconds: float) -> None:
+        """Record one expansion's duration."""
+        if self._warming_up() and math.isfinite(seconds) and seconds > 0:
+            self._expand_s.append(seconds)
+
+    def sent(self, new_request: bool = False) -> None:
+        """A proposal went out: closes the previous round (unless a new request started)."""
+        now = self.clock()
+        if self._sent_at is not None and not new_request and self._round_tokens:
+            self._close_round(now - self._sent_at, self._round_tokens)
+        self._sent_at, self._round_tokens = now, 0
+        self._rounds += 1
+        self._first_of_request = new_request
+
+    def received(self, emitted: int) -> None:
+        """The verified path arrived (after the overlapped expansions)."""
+        if self._sent_at is not None and self._warming_up() and not self._first_of_request:
+            took = self.clock() - self._sent_at
+            if math.isfinite(took):
+                self._verify_s.append(took)
+        self._round_tokens = emitted
+
+    def shared_d(self) -> int:
+        """This round's d, the leader's decision broadcast to the draft group when it is measured."""
+        if self.fixed is not None:  # every rank of the group knows it: nothing to share
+            self.round_d = self.fixed
+            return self.fixed
+        d = self._decide() if self.ctx.is_leader else 0
+        if self.ctx.group_size > 1:
+            if self.share is None:
+                raise RuntimeError("DepthTuner: a group of more than one rank needs `share` to agree on d")
+            d = self.share(d)
+        self.round_d = d
+        return d
+
+    # ---- internals (auto d, on the leader) ------------------------------------------------------------------
+    def _clamp(self, d: int) -> int:
+        return max(1, d if self.d_max is None else min(d, self.d_max))
+
+    def _close_round(self, seconds: float, tokens: int) -> None:
+        """A measured round (at `round_d`) ended: feed the trial of its d, or the drift watch."""
+        if self.fixed is not None:
+            return
+        trial = self._trials.get(self.round_d)
+        if self.chosen is None and trial is not None:
+            trial.append((seconds, tokens))
+        elif self.chosen is not None and self.round_d == self.chosen and self._retunes_left > 0:
+            self._watch.append(seconds)
+            if len(self._watch) < self.WINDOW:
+                return
+            median = statistics.median(self._watch)
+            if self._reference is None:
+                self._reference = median
+                self._watch.clear()
+            elif not self._reference / self.DRIFT <= median <= self._reference * self.DRIFT:
+                self._retune()
+
+    def _retune(self) -> None:
+        """Start over from the warm-up (the run's compilations are behind it: nothing more is skipped)."""
+        self._retunes_left -= 1
+        self.chosen, self._candidates, self._trials = None, [], {}
+        self._expand_s, self._verify_s = [], []
+        self._watch.clear()
+        self._reference = None
+
+    def _choose(self, d: int) -> int:
+        self.chosen = d
+        self._watch.clear()
+        self._reference = None
+        return d
+
+    def _rate(self, d: int) -> float:
+        """Tokens per second of a candidate's trial rounds, outlier rounds left out."""
+        rounds = self._trials[d]
+        cut = self.OUTLIER * statistics.median(s for s, _ in rounds)
+        kept = [(s, n) for s, n in rounds if s <= cut]
+        return sum(n for _, n in kept) / max(sum(s for s, _ in kept), 1e-12)
+
+    def _decide(self) -> int:
+        if self.chosen is not None:
+            return self.chosen
+        if not self._candidates:
+            if len(self._verify_s) < self.WARMUP or not self._expand_s:
+                return 1
+            r = math.floor(statistics.median(self._verify_s) / statistics.median(self._expand_s))
+            candidates = sorted({self._clamp(r), self._clamp(r + 1)})
+            if len(candidates) == 1:
+                return self._choose(candidates[0])
+            self._candidates = candidates
+            self._trials = {d: [] for d in candidates}
+        for d in self._candidates:
+            if len(self._trials[d]) < self.TRIAL:
+                return d
+        return self._choose(max(self._candidates, key=self._rate))
