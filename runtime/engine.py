@@ -41,7 +41,6 @@ from conf.presets import model_preset
 from conf.schema import ExperimentConfig, SpecConfig
 from conf.trace import TraceRecord
 from runtime.attention import make_attention_backend
-from runtime.comm import LeaderChannel
 from runtime.controller import DepthTuner, Emitter, load_workload, request_generator
 from runtime.draft_worker import DraftWorker
 from runtime.loader import build_model
@@ -49,6 +48,7 @@ from runtime.metrics import Progress, Timeline, device_name, summarize
 from runtime.oracle import AcceptanceOracle, resolve_bonus
 from runtime.parallel import ParallelContext
 from runtime.target_worker import TargetWorker
+from runtime.unix_channel import make_channel
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ class Engine:
             self.draft = DraftWorker(self._model(cfg.model.draft), attn, w=self.shape.w, topk=self.shape.topk,
                                      max_tree_nodes=spec.max_tree_nodes, max_seq_len=seq,
                                      temperature=spec.temperature, cuda_graphs=graphs)
-        self.channel = LeaderChannel(ctx, max_nodes=self.shape.rows, timeline=timeline)
+        self.channel = make_channel(ctx, cfg.parallel.leader_channel, self.shape.rows, timeline)
         # Auto d never exceeds the expansions an empty tree of max_tree_nodes can take.
         self.tuner = DepthTuner(self.shape.d, ctx, d_max=max(1, spec.max_tree_nodes // self.shape.w))
         self.iteration = 0  # global over requests: both sides count proposals the same way

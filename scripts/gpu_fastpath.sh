@@ -6,8 +6,9 @@
 #
 # $OUT gets (flat: the device tool returns at most 8 files): fastpath.tar.gz (logs/{tests,profile_step,
 # cprofile,bench}.log, profile_step/*.json with per-kernel device times, cprofile/rank*.txt: the async engine's
-# host time per function in graph mode), runtime_shape_realistic_<date>.json, BENCHMARKS_RUNTIME.md (docs/
-# with the new dated section appended): copy them over the checkout.
+# host time per function in graph mode), runtime_shape_realistic_<date>.json (+ _unix: serial and async trees
+# over parallel.leader_channel=unix), channel_gpu_<date>.json (leader round trips, dist vs unix),
+# BENCHMARKS_RUNTIME.md (docs/ with the new dated section appended): copy them over the checkout.
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_fastpath.sh OUTDIR}
 OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
@@ -48,6 +49,18 @@ cp docs/BENCHMARKS_RUNTIME.md "$OUT/BENCHMARKS_RUNTIME.md"
 timeout $((${BENCH_BUDGET_S:-300} + 60)) python3 bench/bench_runtime.py preset=shape_realistic \
   budget_s="${BENCH_BUDGET_S:-300}" out_dir="$WORK/results" doc="$OUT/BENCHMARKS_RUNTIME.md" \
   hydra.run.dir=/tmp/bench_a 2>&1 | grep -v -E "USDT|Loading weights" | tee "$WORK/logs/bench.log" | tail -40
+stage "leader channel round trips: dist (NCCL) vs unix socket"
+timeout 90 python3 bench/bench_channel.py --device cuda --out "$WORK/results" 2>&1 | grep -v USDT | tail -8 \
+  | tee "$WORK/logs/channel.log"
+
+stage "workload a again, serial + async trees over parallel.leader_channel=unix"
+timeout 200 python3 bench/bench_runtime.py preset=shape_realistic 'modes=[serial_tree,async_tree]' \
+  'presets.shape_realistic.peers=[]' \
+  'presets.shape_realistic.experiment_overrides=["acceptance=smollm2","parallel.leader_channel=unix"]' \
+  budget_s=150 out_dir="$WORK/results_unix" doc="$WORK/logs/bench_unix.md" hydra.run.dir=/tmp/bench_unix 2>&1 \
+  | grep -v -E "USDT|Loading weights" | tee "$WORK/logs/bench_unix.log" | tail -12
+mkdir -p "$WORK/results_unix" && for f in "$WORK"/results_unix/*.json; do
+  [ -f "$f" ] && cp "$f" "$WORK/results/$(basename "${f%.json}")_unix.json"; done
 cp "$WORK"/results/*.json "$OUT"/ 2>/dev/null
 tar czf "$OUT/fastpath.tar.gz" -C "$WORK" logs profile_step cprofile
 ls -la "$OUT"

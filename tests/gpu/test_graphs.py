@@ -211,3 +211,12 @@ def test_real_smollm2_lossless_bf16(mode):
 def test_split_lossless_with_graphs(mode, split, draft, dtype):
     assert_lossless(cfg_for(mode, "tiny-llama", draft, dtype, target_gpus=split[0], draft_gpus=split[1],
                             draft_seed=1 if draft == "tiny-llama" else 2))
+
+
+@pytest.mark.multi_gpu
+@TWO_GPUS
+@pytest.mark.parametrize("mode", ["async_tree", "serial_tree", "chain"])
+def test_unix_leader_channel_lossless_on_gpus(mode):
+    """parallel.leader_channel=unix on 1 + 1 GPUs (the leaders talk over a Unix-domain socket, no NCCL hop)."""
+    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", target_gpus=1, draft_gpus=1,
+                            draft_seed=1, leader_channel="unix"))

@@ -6,6 +6,7 @@ spawned ranks; every rank of the receiving group must see exactly what the sendi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
@@ -14,10 +15,12 @@ import torch
 import torch.distributed as dist
 
 from conf.messages import DraftProposal, Stop, VerifiedPath, wire_capacity
+from conf.schema import freeze
 from runtime.comm import LeaderChannel
 from runtime.launch import launch
 from runtime.metrics import Timeline
 from runtime.parallel import ParallelContext
+from runtime.unix_channel import UnixLeaderChannel, make_channel
 from tests.runtime.test_parallel import make_cfg
 
 MAX_NODES = 16
@@ -30,10 +33,15 @@ TARGET_SENDS = [VerifiedPath.make_dummy(2), VerifiedPath(3, 7, (5, 9, 4), (0, 1)
 DECISION = VerifiedPath(9, 9, (1, 2, 3), (0, 1), stop=True)
 
 
+def with_channel(cfg, kind: str):
+    """`cfg` with parallel.leader_channel = kind (dist: torch.distributed, unix: a Unix-domain socket)."""
+    return freeze(dataclasses.replace(cfg, parallel=dataclasses.replace(cfg.parallel, leader_channel=kind)))
+
+
 def _exchange(ctx, cfg):
     """Alternate draft -> target and target -> draft messages; every rank records what it received."""
     tl = Timeline.start(ctx, run_id="comm-test")
-    ch = LeaderChannel(ctx, MAX_NODES, timeline=tl)
+    ch = make_channel(ctx, cfg.parallel.leader_channel, MAX_NODES, timeline=tl)
     got = []
     for draft_msg, target_msg in zip(DRAFT_SENDS, TARGET_SENDS):
         if ctx.role == "draft":
@@ -56,9 +64,10 @@ def _exchange(ctx, cfg):
     return everyone
 
 
-def test_messages_cross_groups_and_reach_every_rank():
+@pytest.mark.parametrize("kind", ["dist", "unix"])
+def test_messages_cross_groups_and_reach_every_rank(kind):
     target, draft = 2, 2  # both groups have a non-leader, so both directions need the in-group broadcast
-    reports = launch(_exchange, make_cfg(target, draft))
+    reports = launch(_exchange, with_channel(make_cfg(target, draft), kind))
     assert len(reports) == target + draft
     for rep in reports:
         expected = TARGET_SENDS if rep["role"] == "draft" else DRAFT_SENDS
@@ -76,7 +85,8 @@ def test_messages_cross_groups_and_reach_every_rank():
 
 def _recv_from_silent_peer(ctx, cfg):
     """The target leader waits for a message that never comes; the draft leader sends nothing."""
-    ch = LeaderChannel(ctx, 4, timeout_s=0.5)
+    kind = cfg.parallel.leader_channel
+    ch = (UnixLeaderChannel if kind == "unix" else LeaderChannel)(ctx, 4, timeout_s=0.5)
     if ctx.role == "target":
         ch.recv()
     else:
@@ -84,10 +94,11 @@ def _recv_from_silent_peer(ctx, cfg):
     return None
 
 
-def test_recv_times_out_naming_the_peer():
+@pytest.mark.parametrize("kind", ["dist", "unix"])
+def test_recv_times_out_naming_the_peer(kind):
     start = time.monotonic()
     with pytest.raises(RuntimeError) as info:
-        launch(_recv_from_silent_peer, make_cfg(1, 1, timeout_s=10.0))
+        launch(_recv_from_silent_peer, with_channel(make_cfg(1, 1, timeout_s=10.0), kind))
     text = str(info.value).splitlines()[0]
     assert text.startswith("rank 0 (target) failed: TimeoutError: rank 0 (target leader): waiting for a message "
                            "from rank 1 (draft leader): nothing arrived in 0.5 s (limit 0.5 s)"), text
@@ -143,3 +154,37 @@ def test_messages_over_nccl():
     rtts = sorted(target_view["rtts"])
     print(f"NCCL leader round trip: median {rtts[len(rtts) // 2] * 1e6:.0f} us, min {rtts[0] * 1e6:.0f} us")
     assert len(rtts) == 50 and rtts[len(rtts) // 2] < 0.05
+
+
+def _peer_exits_after_one_message(ctx, cfg):
+    """unix channel: the draft leader sends one proposal and returns (closing its socket); the target leader
+    gets that message, then learns at once (not at its 60 s deadline) that the peer closed the channel."""
+    ch = make_channel(ctx, "unix", 8)
+    if ctx.role == "draft":
+        ch.send(DraftProposal.make_dummy(4))
+        ch.close()
+        return "sent"
+    first = ch.recv()
+    try:
+        ch.recv()
+    except RuntimeError as e:
+        return [first, str(e)]
+    return [first, "no error"]
+
+
+def test_unix_channel_reports_a_closed_peer_at_once():
+    start = time.monotonic()
+    first, error = launch(_peer_exits_after_one_message, make_cfg(1, 1, timeout_s=60.0))  # rank 0's result
+    assert first == DraftProposal.make_dummy(4)
+    assert error == ("rank 0 (target leader): waiting for a message from rank 1 (draft leader): the peer "
+                             "closed the channel (it exited or failed)")
+    assert time.monotonic() - start < 30
+
+
+def test_leader_channel_field_is_checked():
+    with pytest.raises(ValueError, match="parallel.leader_channel"):
+        make_channel(_fake_ctx(), "shm", 4)
+    cfg = make_cfg(1, 1)
+    bad = dataclasses.replace(cfg.parallel, leader_channel="shm")
+    with pytest.raises(Exception, match="parallel.leader_channel"):
+        bad.validate()

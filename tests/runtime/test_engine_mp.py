@@ -90,6 +90,19 @@ def test_tensor_parallel_target_is_lossless():
         assert out["metrics"]["target_gpus"] == 2
 
 
+def test_unix_leader_channel_is_lossless():
+    """parallel.leader_channel=unix (a Unix-domain socket between the leaders) with a TP-2 target, whose
+    non-leader gets every message by the in-group broadcast: async and serial trees, chain, autoregressive."""
+    expected, eos = reference_outputs("tiny-llama")
+    common = dict(target_gpus=2, draft_gpus=1, leader_channel="unix")
+    cfgs = [make_cfg("async_tree", bs=6, w=3, topk=3, d="auto", **common),
+            make_cfg("serial_tree", bs=5, w=2, topk=2, **common), make_cfg("chain", gamma=3, **common),
+            make_cfg("autoregressive", **common)]
+    for cfg, out in zip(cfgs, _launch(cfgs, eos)):
+        assert out["outputs"] == expected, cfg.spec.mode
+        assert out["metrics"]["iterations"] > 0
+
+
 @pytest.mark.timeout(300)
 def test_tensor_parallel_draft_and_target_are_lossless():
     """Draft 2 (TP) + target 2 (TP), the 2:2 split of issue 12 in miniature: async and serial trees and chain.
