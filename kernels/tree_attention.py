@@ -53,6 +53,9 @@ import triton.language as tl
 LOG2E = 1.4426950408889634  # 1 / ln(2): softmax runs on exp2
 TARGET_PROGRAMS_PER_SM = 2  # split-KV aims for this many programs per SM
 MAX_SPLITS = 64
+MIN_BLOCKS_PER_SPLIT = 1
+"""Prefix blocks a split takes at least (the rest of the splits stay empty and are not merged): fewer, longer
+splits trade parallelism for a shorter serial merge. bench/bench_attention_splits.py sweeps it on the GPU."""
 SMEM_BUDGET = 192 * 1024  # bytes of pipelined tiles per program (H200: 227 KiB/block, rest for layouts)
 _COUNTERS_INIT = 1024  # int32 counters per (device, stream), grown on demand
 
@@ -99,7 +102,7 @@ def _merge_partial(m_tot, l_tot, o_tot, WsAcc, WsM, WsL, ws, d, HEAD_DIM: tl.con
 @triton.jit
 def _tree_attention_kernel(
     Q, K, V, Out, Mask, prefix_arg, WsAcc, WsM, WsL, Counter,
-    n_rows, tree_len, num_splits, qk_scale,
+    n_rows, tree_len, num_splits, min_blocks, qk_scale,
     stride_qt, stride_qh, stride_kc, stride_kh, stride_vc, stride_vh, stride_ot, stride_oh, stride_mt,
     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
     SPLIT: tl.constexpr, PREFIX_IN_TENSOR: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
@@ -129,7 +132,7 @@ def _tree_attention_kernel(
 
     # Prefix keys: every row sees every key below prefix_len; this split owns blocks [lo, hi).
     n_blocks = tl.cdiv(prefix_len, BLOCK_N)
-    per_split = tl.cdiv(n_blocks, num_splits)
+    per_split = tl.maximum(tl.cdiv(n_blocks, num_splits), min_blocks)  # >= min_blocks: fewer partials to merge
     lo = split * per_split
     hi = tl.minimum(lo + per_split, n_blocks)
     for b in range(lo, hi):
@@ -242,6 +245,7 @@ def tree_attention(
     block_m: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    min_blocks_per_split: int | None = None,
 ) -> torch.Tensor:
     """Attention of q [T,Hq,D] over k/v_cache [cap,Hkv,D] keys [0, prefix_len) + masked tree keys.
 
@@ -255,6 +259,7 @@ def tree_attention(
         out: optional [T, Hq, D] output buffer of q's dtype.
         num_splits, block_n, block_m, num_warps, num_stages: tuning overrides (tests, benchmarks);
             None picks the heuristic.
+        min_blocks_per_split: prefix blocks a split takes at least (None: MIN_BLOCKS_PER_SPLIT).
 
     Returns:
         out [T, Hq, D] in q's dtype.
@@ -308,7 +313,7 @@ def tree_attention(
     grid = (m_blocks, hkv, splits)
     _tree_attention_kernel[grid](
         q, k_cache, v_cache, out, mask, prefix_len, ws_acc, ws_m, ws_l, counter,
-        n_rows, tree_len, splits, float(scale) * LOG2E,
+        n_rows, tree_len, splits, max(1, min_blocks_per_split or MIN_BLOCKS_PER_SPLIT), float(scale) * LOG2E,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
         out.stride(0), out.stride(1), mask.stride(0),
         GROUP=group, BLOCK_M=bm, BLOCK_N=bn, HEAD_DIM=d, SPLIT=splits > 1, PREFIX_IN_TENSOR=prefix_in_tensor,

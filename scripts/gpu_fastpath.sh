@@ -8,6 +8,7 @@
 # cprofile,bench}.log, profile_step/*.json with per-kernel device times, cprofile/rank*.txt: the async engine's
 # host time per function in graph mode), runtime_shape_realistic_<date>.json (+ _unix: serial and async trees
 # over parallel.leader_channel=unix), channel_gpu_<date>.json (leader round trips, dist vs unix),
+# attention_splits_gpu_<date>.json (tree attention vs min_blocks_per_split),
 # BENCHMARKS_RUNTIME.md (docs/ with the new dated section appended): copy them over the checkout.
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_fastpath.sh OUTDIR}
@@ -49,6 +50,10 @@ cp docs/BENCHMARKS_RUNTIME.md "$OUT/BENCHMARKS_RUNTIME.md"
 timeout $((${BENCH_BUDGET_S:-300} + 60)) python3 bench/bench_runtime.py preset=shape_realistic \
   budget_s="${BENCH_BUDGET_S:-300}" out_dir="$WORK/results" doc="$OUT/BENCHMARKS_RUNTIME.md" \
   hydra.run.dir=/tmp/bench_a 2>&1 | grep -v -E "USDT|Loading weights" | tee "$WORK/logs/bench.log" | tail -40
+stage "tree attention: min blocks per split (graph-sized splits, prefix in a device tensor)"
+timeout 120 python3 bench/bench_attention_splits.py --device cuda --out "$WORK/results" 2>&1 | grep -v USDT \
+  | tee "$WORK/logs/attention_splits.log" | tail -24
+
 stage "leader channel round trips: dist (NCCL) vs unix socket"
 timeout 90 python3 bench/bench_channel.py --device cuda --out "$WORK/results" 2>&1 | grep -v USDT | tail -8 \
   | tee "$WORK/logs/channel.log"

@@ -162,5 +162,7 @@ def test_many_splits_few_blocks_merge_only_the_used_ones(prefix):
     mask = ancestor_mask(parent)
     q, k, v = _inputs(9, 8, HKV, 32, prefix + 9 + 8 * BLOCK_N, torch.float32, seed=prefix + 2)
     for p in (prefix, torch.tensor([prefix])):
-        out = _run(q, k, v, p, mask, num_splits=8, block_n=BLOCK_N)
-        assert_close(out, tree_attention_ref(q, k, v, prefix, mask, 1 / math.sqrt(32)), torch.float32, "8 splits")
+        for min_blocks in (1, 3):  # 3: at most 2 splits own prefix blocks, the rest stay empty
+            out = _run(q, k, v, p, mask, num_splits=8, block_n=BLOCK_N, min_blocks_per_split=min_blocks)
+            assert_close(out, tree_attention_ref(q, k, v, prefix, mask, 1 / math.sqrt(32)), torch.float32,
+                         f"8 splits, >= {min_blocks} blocks each")

@@ -1,0 +1,118 @@
+"""Tree attention as the CUDA-graph runtime calls it: split count sized from the cache, prefix length in a
+device tensor; sweep of `min_blocks_per_split` (kernels/tree_attention.py MIN_BLOCKS_PER_SPLIT).
+
+    python bench/bench_attention_splits.py [--device cuda|cpu] [--out bench/results]
+
+Shape: one layer of Llama-3-8B (Hq 32, Hkv 8, D 128, bf16) or Llama-3.2-1B (Hq 32, Hkv 8, D 64), T rows of a
+tree over `ctx` cached tokens, cache capacity 2,048 + 256 tree slots (as `workload.max_seq_len_tokens=2048`).
+On CUDA each variant is captured in a CUDA graph and timed by `triton.testing.do_bench_cudagraph` (median),
+next to its byte floor (K and V of ctx + T tokens over 4.29 TB/s). On CPU (interpreter, tiny shape) only the
+correctness of each variant against `tree_attention_ref` is checked. Writes
+`<out>/attention_splits_<device>_<date>.json` (git SHA, device, date, config) and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from conf.presets import GPU_PRESETS  # noqa: E402
+from conf.rundir import atomic_write_json, git_sha  # noqa: E402
+
+MIN_BLOCKS = (1, 2, 4, 8)
+SHAPES = {"llama3-8b": (32, 8, 128), "llama3.2-1b": (32, 8, 64)}
+CAP = 2048 + 256
+
+
+def _inputs(torch, hq: int, hkv: int, d: int, rows: int, ctx: int, cap: int, dtype, device, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(rows, hq, d, generator=g).to(device, dtype)
+    k = torch.randn(cap, hkv, d, generator=g).to(device, dtype)
+    v = torch.randn(cap, hkv, d, generator=g).to(device, dtype)
+    parents = [-1] + [(i - 1) // 2 for i in range(1, rows)]
+    mask = torch.zeros(rows, rows, dtype=torch.bool)
+    for i in range(rows):
+        j = i
+        while j >= 0:
+            mask[i, j] = True
+            j = parents[j]
+    return q, k, v, mask.to(device)
+
+
+def run(device: str) -> dict:
+    """Every (shape, rows, ctx, min_blocks) case: CUDA timings, or CPU correctness only."""
+    import torch
+
+    from kernels.reference import tree_attention_ref
+    from kernels.tree_attention import tree_attention
+
+    cuda = device == "cuda"
+    hbm = GPU_PRESETS["h200"].hbm_bytes_per_s
+    rows_out = []
+    cases = ([(name, rows, ctx) for name in SHAPES for rows in (1, 8, 16) for ctx in (512, 1024, 2000)] if cuda
+             else [("tiny", 8, 100)])
+    for name, rows, ctx in cases:
+        hq, hkv, d = SHAPES.get(name, (4, 2, 32))
+        cap = CAP if cuda else 256
+        dtype = torch.bfloat16 if cuda else torch.float32
+        q, k, v, mask = _inputs(torch, hq, hkv, d, rows, ctx, cap, dtype, device, seed=rows + ctx)
+        prefix = torch.tensor([ctx], device=device)
+        ref = tree_attention_ref(q.float(), k.float(), v.float(), ctx, mask, 1 / math.sqrt(d))
+        floor_s = 2 * (ctx + rows) * hkv * d * q.element_size() / hbm
+        args = (q, k, v, prefix, mask, 1 / math.sqrt(d))
+        for mb in MIN_BLOCKS:
+            out = torch.empty_like(q)
+
+            def call(out=out, mb=mb, args=args):
+                tree_attention(*args, out=out, min_blocks_per_split=mb)
+
+            call()
+            err = (out.float() - ref).abs().max().item() / ref.abs().max().item()
+            row = {"shape": name, "rows": rows, "ctx": ctx, "cap": cap, "min_blocks": mb, "rel_err": err}
+            if cuda:
+                import triton
+
+                torch.cuda.synchronize()
+                row["us"] = triton.testing.do_bench_cudagraph(call, rep=50, return_mode="median") * 1e3
+                row["floor_us"] = floor_s * 1e6
+            rows_out.append(row)
+    return {"rows": rows_out}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Command line: see the module docstring."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results")
+    a = ap.parse_args(argv)
+    import torch
+
+    device = "cuda" if a.device == "cuda" or (a.device == "auto" and torch.cuda.is_available()) else "cpu"
+    today = datetime.date.today().isoformat()
+    result = {"benchmark": "tree_attention_min_blocks_per_split", "date": today, "git_sha": git_sha(),
+              "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu (interpreter: correctness only)",
+              "config": {"min_blocks": list(MIN_BLOCKS), "cap": CAP, "timing": "do_bench_cudagraph median"},
+              **run(device)}
+    a.out.mkdir(parents=True, exist_ok=True)
+    path = a.out / f"attention_splits_{'gpu' if device == 'cuda' else 'cpu'}_{today}.json"
+    atomic_write_json(path, result)
+    print("| shape | rows | ctx | min blocks | us | floor us | rel err |")
+    print("|---|---|---|---|---|---|---|")
+    for r in result["rows"]:
+        us = f"{r['us']:.1f}" if "us" in r else "-"
+        fl = f"{r['floor_us']:.1f}" if "floor_us" in r else "-"
+        print(f"| {r['shape']} | {r['rows']} | {r['ctx']} | {r['min_blocks']} | {us} | {fl} | {r['rel_err']:.1e} |")
+    print(json.dumps({"json": str(path), "device": result["device"]}))
+    return result
+
+
+if __name__ == "__main__":
+    main()
