@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
-# One device call (2 x H200, ~7 min): GPU tests of the CUDA-graph fast path, per-step times against the byte
-# floor, and the runtime benchmark (workload a, shape-realistic) against transformers and DeepSpeed.
+# GPU tests of the CUDA-graph fast path, per-step times against the byte floor, the tree attention's split
+# sweep, leader-channel round trips, the async engine under cProfile, and the runtime benchmark (workload a,
+# shape-realistic) against transformers and DeepSpeed, plus its trees over the unix leader channel.
+# All of it exceeds one 10-minute device call: run the two parts in two calls (~5 min each).
 #
-#   bash scripts/gpu_fastpath.sh "$OUT"          (BENCH_BUDGET_S bounds the benchmark, default 300)
+#   bash scripts/gpu_fastpath.sh "$OUT" probe    tests, profile_step, attention splits, channel, cProfile
+#   bash scripts/gpu_fastpath.sh "$OUT" bench    workload a (dist) + serial/async trees over the unix channel
+#   bash scripts/gpu_fastpath.sh "$OUT" [all]    both (BENCH_BUDGET_S bounds the benchmark, default 240)
 #
-# $OUT gets (flat: the device tool returns at most 8 files): fastpath.tar.gz (logs/{tests,profile_step,
+# $OUT gets (flat: the device tool returns at most 8 files): fastpath_<part>.tar.gz (logs/{tests,profile_step,
 # cprofile,bench}.log, profile_step/*.json with per-kernel device times, cprofile/rank*.txt: the async engine's
 # host time per function in graph mode), runtime_shape_realistic_<date>.json (+ _unix: serial and async trees
 # over parallel.leader_channel=unix), channel_gpu_<date>.json (leader round trips, dist vs unix),
 # attention_splits_gpu_<date>.json (tree attention vs min_blocks_per_split),
 # BENCHMARKS_RUNTIME.md (docs/ with the new dated section appended): copy them over the checkout.
 set -uo pipefail
-OUT=${1:?usage: scripts/gpu_fastpath.sh OUTDIR}
+OUT=${1:?usage: scripts/gpu_fastpath.sh OUTDIR [probe|bench|all]}
+PART=${2:-all}
+case "$PART" in probe|bench|all) ;; *) echo "part must be probe, bench or all, got $PART"; exit 2 ;; esac
 OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
@@ -24,6 +30,7 @@ WORK=$(mktemp -d)
 mkdir -p "$WORK/logs" "$WORK/profile_step" "$WORK/results"
 stage() { echo "=== $(date -u +%T) $1"; }
 
+if [ "$PART" != bench ]; then
 stage "GPU tests (gpu, multi_gpu markers)"
 timeout 240 python3 -m pytest -q -m "gpu or multi_gpu" tests/gpu -p no:cacheprovider --timeout=120 2>&1 \
   | tee "$WORK/logs/tests.log" | tail -25
@@ -45,11 +52,6 @@ SWIFTSPEC_CPROFILE="$WORK/cprofile" timeout 150 python3 generate.py workload=def
 rm -f "$WORK"/cprofile/*.prof
 for f in "$WORK"/cprofile/rank*.txt; do echo "--- $f"; sed -n 1,30p "$f"; done 2>&1 | cut -c1-150 | head -70
 
-stage "runtime benchmark, workload a (shape-realistic)"
-cp docs/BENCHMARKS_RUNTIME.md "$OUT/BENCHMARKS_RUNTIME.md"
-timeout $((${BENCH_BUDGET_S:-300} + 60)) python3 bench/bench_runtime.py preset=shape_realistic \
-  budget_s="${BENCH_BUDGET_S:-300}" out_dir="$WORK/results" doc="$OUT/BENCHMARKS_RUNTIME.md" \
-  hydra.run.dir=/tmp/bench_a 2>&1 | grep -v -E "USDT|Loading weights" | tee "$WORK/logs/bench.log" | tail -40
 stage "tree attention: min blocks per split (graph-sized splits, prefix in a device tensor)"
 timeout 120 python3 bench/bench_attention_splits.py --device cuda --out "$WORK/results" 2>&1 | grep -v USDT \
   | tee "$WORK/logs/attention_splits.log" | tail -24
@@ -57,7 +59,14 @@ timeout 120 python3 bench/bench_attention_splits.py --device cuda --out "$WORK/r
 stage "leader channel round trips: dist (NCCL) vs unix socket"
 timeout 90 python3 bench/bench_channel.py --device cuda --out "$WORK/results" 2>&1 | grep -v USDT | tail -8 \
   | tee "$WORK/logs/channel.log"
+fi
 
+if [ "$PART" != probe ]; then
+stage "runtime benchmark, workload a (shape-realistic)"
+cp docs/BENCHMARKS_RUNTIME.md "$OUT/BENCHMARKS_RUNTIME.md"
+timeout $((${BENCH_BUDGET_S:-240} + 60)) python3 bench/bench_runtime.py preset=shape_realistic \
+  budget_s="${BENCH_BUDGET_S:-240}" out_dir="$WORK/results" doc="$OUT/BENCHMARKS_RUNTIME.md" \
+  hydra.run.dir=/tmp/bench_a 2>&1 | grep -v -E "USDT|Loading weights" | tee "$WORK/logs/bench.log" | tail -40
 stage "workload a again, serial + async trees over parallel.leader_channel=unix"
 timeout 200 python3 bench/bench_runtime.py preset=shape_realistic 'modes=[serial_tree,async_tree]' \
   'presets.shape_realistic.peers=[]' \
@@ -66,7 +75,9 @@ timeout 200 python3 bench/bench_runtime.py preset=shape_realistic 'modes=[serial
   | grep -v -E "USDT|Loading weights" | tee "$WORK/logs/bench_unix.log" | tail -12
 mkdir -p "$WORK/results_unix" && for f in "$WORK"/results_unix/*.json; do
   [ -f "$f" ] && cp "$f" "$WORK/results/$(basename "${f%.json}")_unix.json"; done
+fi
 cp "$WORK"/results/*.json "$OUT"/ 2>/dev/null
-tar czf "$OUT/fastpath.tar.gz" -C "$WORK" logs profile_step cprofile
+mkdir -p "$WORK/cprofile"
+tar czf "$OUT/fastpath_$PART.tar.gz" -C "$WORK" logs profile_step cprofile
 ls -la "$OUT"
 stage "done"
