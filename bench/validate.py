@@ -222,10 +222,13 @@ def real_pair_jobs(out: Path, notes: dict[str, Any]) -> list[tuple[str, Any]]:
 
 
 def autoconfig_pick(base: Any, profile: str, settings: dict[str, float]) -> tuple[dict[str, Any], list[Any]]:
-    """The autoconfig search on the base config's 2 GPUs, 1:1 split, from the profile: (best, ranked)."""
+    """The autoconfig search on the base config's 2 GPUs, 1:1 split, from the profile: (best, ranked).
+
+    d = auto is simulated with the runtime's own DepthTuner (`sim.d_rule=runtime`): its warm-up and trial
+    rounds are what an auto-d run pays, so a fixed d wins where tuning costs more than it finds."""
     from simulator.autoconfig import search
 
-    cfg = sim_config(base, profile, settings, acceptance_file=None)
+    cfg = sim_config(base, profile, settings, acceptance_file=None, d_rule="runtime")
     ranked = search(cfg, splits=[cfg.parallel.target_gpus], bs_values=AUTOCONFIG_BS, w_values=AUTOCONFIG_W)
     ok = [c for c in ranked if not c.error]
     return (dataclasses.asdict(ok[0]) if ok else {}), ok
@@ -318,7 +321,7 @@ def fitted_configs(profile: str, report: str | None) -> set[str]:
 
 
 def sim_config(config: Any, profile: str | None, settings: dict[str, float], acceptance_file: str | None,
-               replay_belief: str = "geometric", **workload: int) -> Any:
+               replay_belief: str = "geometric", d_rule: str | None = None, **workload: int) -> Any:
     """A simulator config of a measured run: same everything, the profile, replayed acceptance if given
     (its tree grown by `replay_belief`), `workload` fields replaced (the measured prompt length and output of
     text-prompt runs)."""
@@ -333,6 +336,8 @@ def sim_config(config: Any, profile: str | None, settings: dict[str, float], acc
         cfg.acceptance.kind, cfg.acceptance.file = "replay", acceptance_file
         cfg.acceptance.replay_belief = replay_belief
     cfg.sim.profile = profile
+    if d_rule is not None:
+        cfg.sim.d_rule = d_rule
     for key, value in settings.items():
         setattr(cfg.sim, key, value)
     cfg.trace.chrome = False
