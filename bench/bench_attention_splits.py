@@ -3,11 +3,14 @@ device tensor; sweep of `min_blocks_per_split` (kernels/tree_attention.py MIN_BL
 
     python bench/bench_attention_splits.py [--device cuda|cpu] [--out bench/results]
 
-Shape: one layer of Llama-3-8B (Hq 32, Hkv 8, D 128, bf16) or Llama-3.2-1B (Hq 32, Hkv 8, D 64), T rows of a
-tree over `ctx` cached tokens, cache capacity 2,048 + 256 tree slots (as `workload.max_seq_len_tokens=2048`).
-On CUDA each variant is captured in a CUDA graph and timed by `triton.testing.do_bench_cudagraph` (median),
-next to its byte floor (K and V of ctx + T tokens over 4.29 TB/s). On CPU (interpreter, tiny shape) only the
-correctness of each variant against `tree_attention_ref` is checked. Writes
+Shape: one layer of Llama-3-8B (Hq 32, Hkv 8, D 128, bf16; the target's verify: a T x T tree mask) or
+Llama-3.2-1B (Hq 32, Hkv 8, D 64; the draft's expansion: T rows over the whole 256-slot tree region), over
+`ctx` cached tokens, cache capacity 2,048 + 256 tree slots (as `workload.max_seq_len_tokens=2048`). On CUDA
+each variant is captured in a CUDA graph and timed by `triton.testing.do_bench_cudagraph` (median), the K/V
+rotating over enough cache copies to overflow the 50 MB L2 (each call reads from HBM), next to its byte
+floor (K and V of ctx + tree tokens over 4.29 TB/s). On CPU (interpreter, tiny shape, 8 splits of 16-key
+blocks so that every min-blocks value changes the split layout) only the correctness of each variant
+against `tree_attention_ref` is checked. Writes
 `<out>/attention_splits_<device>_<date>.json` (git SHA, device, date, config) and prints a table.
 """
 
@@ -29,20 +32,24 @@ from conf.rundir import atomic_write_json, git_sha  # noqa: E402
 
 MIN_BLOCKS = (1, 2, 4, 8)
 SHAPES = {"llama3-8b": (32, 8, 128), "llama3.2-1b": (32, 8, 64)}
+TREE_LEN = {"llama3-8b": None, "llama3.2-1b": 256}  # None: a T x T verify mask; else the draft's region
 CAP = 2048 + 256
+L2_BYTES = 50 * 2**20
 
 
-def _inputs(torch, hq: int, hkv: int, d: int, rows: int, ctx: int, cap: int, dtype, device, seed: int):
+def _inputs(torch, hq: int, hkv: int, d: int, rows: int, tree_len: int, cap: int, dtype, device, seed: int):
+    """q, k, v and a [rows, tree_len] mask: rows are the last `rows` nodes of a binary tree of tree_len
+    nodes (each sees its ancestors and itself), as a verify (tree_len = rows) or a draft expansion."""
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(rows, hq, d, generator=g).to(device, dtype)
     k = torch.randn(cap, hkv, d, generator=g).to(device, dtype)
     v = torch.randn(cap, hkv, d, generator=g).to(device, dtype)
-    parents = [-1] + [(i - 1) // 2 for i in range(1, rows)]
-    mask = torch.zeros(rows, rows, dtype=torch.bool)
-    for i in range(rows):
+    parents = [-1] + [(i - 1) // 2 for i in range(1, tree_len)]
+    mask = torch.zeros(rows, tree_len, dtype=torch.bool)
+    for r, i in enumerate(range(tree_len - rows, tree_len)):
         j = i
         while j >= 0:
-            mask[i, j] = True
+            mask[r, j] = True
             j = parents[j]
     return q, k, v, mask.to(device)
 
@@ -58,25 +65,34 @@ def run(device: str) -> dict:
     hbm = GPU_PRESETS["h200"].hbm_bytes_per_s
     rows_out = []
     cases = ([(name, rows, ctx) for name in SHAPES for rows in (1, 8, 16) for ctx in (512, 1024, 2000)] if cuda
-             else [("tiny", 8, 100)])
+             else [("tiny", 8, 100)])  # tiny: 7 blocks of 16 keys over 8 splits
     for name, rows, ctx in cases:
         hq, hkv, d = SHAPES.get(name, (4, 2, 32))
         cap = CAP if cuda else 256
+        tree_len = TREE_LEN.get(name) or rows
         dtype = torch.bfloat16 if cuda else torch.float32
-        q, k, v, mask = _inputs(torch, hq, hkv, d, rows, ctx, cap, dtype, device, seed=rows + ctx)
+        q, k, v, mask = _inputs(torch, hq, hkv, d, rows, tree_len, cap, dtype, device, seed=rows + ctx)
         prefix = torch.tensor([ctx], device=device)
         ref = tree_attention_ref(q.float(), k.float(), v.float(), ctx, mask, 1 / math.sqrt(d))
-        floor_s = 2 * (ctx + rows) * hkv * d * q.element_size() / hbm
-        args = (q, k, v, prefix, mask, 1 / math.sqrt(d))
+        floor_s = 2 * (ctx + tree_len) * hkv * d * q.element_size() / hbm
+        # K/V copies to rotate over, so that no call finds the previous one's K/V in L2
+        copies = [(k, v)] + [(k.clone(), v.clone()) for _ in range(
+            (L2_BYTES // (2 * k.numel() * k.element_size()) + 1) if cuda else 0)]
+        tune = {} if cuda else {"num_splits": 8, "block_n": 16}  # CPU: a split layout min_blocks changes
+        rest = (prefix, mask, 1 / math.sqrt(d))
         for mb in MIN_BLOCKS:
             out = torch.empty_like(q)
+            turn = [0]
 
-            def call(out=out, mb=mb, args=args):
-                tree_attention(*args, out=out, min_blocks_per_split=mb)
+            def call(q=q, out=out, mb=mb, turn=turn, copies=copies, rest=rest, tune=tune):
+                kc, vc = copies[turn[0] % len(copies)]
+                turn[0] += 1
+                tree_attention(q, kc, vc, *rest, out=out, min_blocks_per_split=mb, **tune)
 
             call()
             err = (out.float() - ref).abs().max().item() / ref.abs().max().item()
-            row = {"shape": name, "rows": rows, "ctx": ctx, "cap": cap, "min_blocks": mb, "rel_err": err}
+            row = {"shape": name, "rows": rows, "tree_len": tree_len, "ctx": ctx, "cap": cap, "min_blocks": mb,
+                   "rel_err": err}
             if cuda:
                 import triton
 
@@ -99,7 +115,8 @@ def main(argv: list[str] | None = None) -> dict:
     today = datetime.date.today().isoformat()
     result = {"benchmark": "tree_attention_min_blocks_per_split", "date": today, "git_sha": git_sha(),
               "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu (interpreter: correctness only)",
-              "config": {"min_blocks": list(MIN_BLOCKS), "cap": CAP, "timing": "do_bench_cudagraph median"},
+              "config": {"min_blocks": list(MIN_BLOCKS), "cap": CAP, "timing": "do_bench_cudagraph median",
+                         "l2_rotation": True},
               **run(device)}
     a.out.mkdir(parents=True, exist_ok=True)
     path = a.out / f"attention_splits_{'gpu' if device == 'cuda' else 'cpu'}_{today}.json"

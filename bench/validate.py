@@ -462,7 +462,8 @@ def autoconfig_check(run_dirs: list[Path], profile: str | None, settings: dict[s
         return {"note": "no measured async_tree runs"}
     table = []
     for name, runs in sorted(groups.items()):
-        cfg = sim_config(config_from_dict(runs[0]["config"]), profile, settings, acceptance_file=None)
+        cfg = sim_config(config_from_dict(runs[0]["config"]), profile, settings, acceptance_file=None,
+                         d_rule="runtime")  # auto d pays its tuning rounds, as in the search below
         sim = simulate(cfg, record_events=False)
         table.append({"name": name, "bs": cfg.spec.bs, "w": cfg.spec.w, "d": str(cfg.spec.d), "repeats": len(runs),
                       "fitted": name in fitted,

@@ -89,7 +89,7 @@ def method_text(fitted: list[str], workload: str = "512 prompt + 128 new tokens"
 def _workload(rows: list[dict[str, Any]]) -> str:
     """The oracle pair's workload (the most common among the rows; older results did not record it)."""
     seen = [r["workload"] for r in rows if r.get("workload") and r.get("oracle")]
-    return max(set(seen), key=seen.count) if seen else "512 prompt + 128 new tokens"
+    return max(sorted(set(seen)), key=seen.count) if seen else "512 prompt + 128 new tokens"
 
 
 def write_doc(path: Path, result: dict[str, Any]) -> None:

@@ -114,8 +114,8 @@ class UnixLeaderChannel(LeaderChannel):
             box: list[Any] = [(address, host)]
         else:
             box = [None]
-        device = self.ctx.device if self.ctx.backend == "nccl" else None
-        dist.broadcast_object_list(box, src=target_leader, group=self.ctx.leader_group, device=device)
+        # over gloo (the leader group is cpu:gloo,cuda:nccl): bounded by the group's timeout, no NCCL communicator
+        dist.broadcast_object_list(box, src=target_leader, group=self.ctx.leader_group, device=torch.device("cpu"))
         address, target_host = box[0]
         if self.ctx.role == "target":
             assert listener is not None
@@ -133,7 +133,12 @@ class UnixLeaderChannel(LeaderChannel):
                                    f"the target leader runs on {target_host!r}, this rank on {host!r} "
                                    f"(use parallel.leader_channel=dist)")
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            sock.connect(address)
+            try:
+                sock.connect(address)
+            except OSError as e:
+                sock.close()
+                raise RuntimeError(f"{self.ctx.label}: parallel.leader_channel=unix: connecting to rank "
+                                   f"{self.ctx.peer_leader_rank} (target leader) at {address[1:]!r} failed: {e}") from e
         sock.setblocking(False)  # sends and receives wait in poll, each with its own deadline
         return sock
 
@@ -159,7 +164,7 @@ class UnixLeaderChannel(LeaderChannel):
     def _receive(self, what: str) -> list[int]:
         """One message's wire slots; TimeoutError after `timeout_s`, RuntimeError if the peer closed."""
         sock = self._socket()
-        size = self.capacity * _BYTES_PER_SLOT
+        size = self.capacity * _BYTES_PER_SLOT + _BYTES_PER_SLOT  # one slot more: an oversized record shows
         start = time.perf_counter()
         data = None
         for _ in range(_SPIN_TRIES):
@@ -189,6 +194,9 @@ class UnixLeaderChannel(LeaderChannel):
                     raise RuntimeError(f"{self.ctx.label}: {what}: the channel failed: {e}") from e
         if not data:
             raise RuntimeError(f"{self.ctx.label}: {what}: the peer closed the channel (it exited or failed)")
+        if len(data) > self.capacity * _BYTES_PER_SLOT:
+            raise RuntimeError(f"{self.ctx.label}: {what}: a message of more than {self.capacity} wire slots arrived "
+                               f"(max_nodes = {self.max_nodes}): both leaders must use the same spec")
         if len(data) % _BYTES_PER_SLOT:
             raise RuntimeError(f"{self.ctx.label}: {what}: a message of {len(data)} bytes is not whole int64 slots")
         return array("q", data).tolist()

@@ -28,11 +28,17 @@ fi
 export PYTHONPATH=/tmp/site:$PWD
 WORK=$(mktemp -d)
 mkdir -p "$WORK/logs" "$WORK/profile_step" "$WORK/results"
-stage() { echo "=== $(date -u +%T) $1"; }
+stage() { flush_out; echo "=== $(date -u +%T) $1"; }
+flush_out() {  # before every stage and at the end: a call killed at its time limit still returns what finished
+  mkdir -p "$WORK/cprofile" "$WORK/results_unix"
+  for f in "$WORK"/results_unix/*.json; do [ -f "$f" ] && cp "$f" "$OUT/$(basename "${f%.json}")_unix.json"; done
+  cp "$WORK"/results/*.json "$OUT"/ 2>/dev/null
+  tar czf "$OUT/fastpath_$PART.tar.gz" -C "$WORK" logs profile_step cprofile
+}
 
 if [ "$PART" != bench ]; then
 stage "GPU tests (gpu, multi_gpu markers)"
-timeout 240 python3 -m pytest -q -m "gpu or multi_gpu" tests/gpu -p no:cacheprovider --timeout=120 2>&1 \
+timeout 270 python3 -m pytest -q -m "gpu or multi_gpu" tests/gpu -p no:cacheprovider --timeout=120 2>&1 \
   | tee "$WORK/logs/tests.log" | tail -25
 
 stage "per-step time vs byte floor (fused kernels, CUDA graph)"
@@ -73,11 +79,7 @@ timeout 200 python3 bench/bench_runtime.py preset=shape_realistic 'modes=[serial
   'presets.shape_realistic.experiment_overrides=["acceptance=smollm2","parallel.leader_channel=unix"]' \
   budget_s=150 out_dir="$WORK/results_unix" doc="$WORK/logs/bench_unix.md" hydra.run.dir=/tmp/bench_unix 2>&1 \
   | grep -v -E "USDT|Loading weights" | tee "$WORK/logs/bench_unix.log" | tail -12
-mkdir -p "$WORK/results_unix" && for f in "$WORK"/results_unix/*.json; do
-  [ -f "$f" ] && cp "$f" "$WORK/results/$(basename "${f%.json}")_unix.json"; done
 fi
-cp "$WORK"/results/*.json "$OUT"/ 2>/dev/null
-mkdir -p "$WORK/cprofile"
-tar czf "$OUT/fastpath_$PART.tar.gz" -C "$WORK" logs profile_step cprofile
+flush_out
 ls -la "$OUT"
-stage "done"
+echo "=== $(date -u +%T) done"

@@ -107,7 +107,7 @@ def _line_in_w(points: Sequence[tuple[int, float]]) -> tuple[float | None, float
     if b < 0:
         return float(np.median(ys)), 0.0
     if a < 0:  # through the origin instead: both coefficients stay >= 0 without shifting the line up
-        return 0.0, float(ws @ ys / (ws @ ws))
+        return 0.0, max(0.0, float(ws @ ys / (ws @ ws)))
     return float(a), float(b)
 
 
