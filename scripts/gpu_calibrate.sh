@@ -19,6 +19,10 @@ set -uo pipefail
 OUT=${1:?usage: scripts/gpu_calibrate.sh OUTDIR}
 OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
 cd "$(dirname "$0")/.."
+if ! python3 -c "import hydra, omegaconf, simpy" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then  # a fresh machine
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 PY=${PY:-python}

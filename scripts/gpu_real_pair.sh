@@ -3,6 +3,7 @@
 # benchmark against transformers (plain + assisted) and DeepSpeed, then the GPU tests on the real weights.
 #
 #   bash scripts/gpu_real_pair.sh "$OUT"        (TRAIN_S, BENCH_BUDGET_S override the budgets)
+#   SKIP_TRAIN=1 BENCH_BUDGET_S=400 bash scripts/gpu_real_pair.sh "$OUT"   (the shipped draft; peers get time)
 #
 # Needs the GGUF at .cache/models/ (or its two parts, staged by an earlier call of the same warm machine:
 # see scripts/gpu_train_draft.sh). $OUT gets: train/ (results.tar.part-*, smollm2.json, summary.json, logs),
@@ -16,8 +17,15 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export TRITON_INTERPRET=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 stage() { echo "=== $(date -u +%T) $1"; }
 
-stage "train the draft + acceptance report"
-timeout 450 bash scripts/gpu_train_draft.sh "$OUT/train" max_train_s="${TRAIN_S:-180}" 2>&1 | grep -v "^step" | tail -25
+if [ "${SKIP_TRAIN:-0}" = 1 ]; then  # benchmark the shipped draft: only the GGUF and the wheels are needed
+  if ! python3 -c "import hydra, omegaconf, gguf" 2>/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  fi
+  bash scripts/assemble_gguf.sh || exit 2
+else
+  stage "train the draft + acceptance report"
+  timeout 450 bash scripts/gpu_train_draft.sh "$OUT/train" max_train_s="${TRAIN_S:-180}" 2>&1 | grep -v "^step" | tail -25
+fi
 export PYTHONPATH=/tmp/site:$PWD
 
 stage "real-pair benchmark"

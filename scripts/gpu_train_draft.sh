@@ -32,18 +32,7 @@ if ! python3 -c "import hydra, omegaconf, gguf" 2>/dev/null; then
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 
-GGUF=.cache/models/smollm2-135m-instruct.gguf
-if [ ! -f "$GGUF" ]; then
-  parts=$(for p in .cache/models/smollm2-135m-instruct.gguf.part-* /tmp/gguf-parts/smollm2-135m-instruct.gguf.part-*; do
-            [ -f "$p" ] && echo "$(basename "$p") $p"; done | sort | cut -d' ' -f2 || true)
-  [ -n "$parts" ] || { echo "missing $GGUF (and no parts)"; exit 2; }
-  mkdir -p .cache/models
-  # shellcheck disable=SC2086
-  cat $parts > "$GGUF.tmp" && mv "$GGUF.tmp" "$GGUF"
-fi
-want=$(python3 -c "import runtime.fetch_smollm2 as f; print(f.SHA256)")
-have=$(sha256sum "$GGUF" | cut -d' ' -f1)
-[ "$want" = "$have" ] || { echo "$GGUF: sha256 $have != $want"; exit 2; }
+bash scripts/assemble_gguf.sh
 
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader || true
 RUN=runs/train_draft/gpu
