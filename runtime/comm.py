@@ -99,10 +99,7 @@ class LeaderChannel:
     def send(self, msg: Message) -> None:
         """Leader only: post `msg` to the peer leader without waiting for it to arrive."""
         peer = self._require_peer("send")
-        wire = encode(msg)
-        if len(wire) > self.capacity:
-            raise ValueError(f"{type(msg).__name__} needs {len(wire)} wire slots but the channel holds "
-                             f"{self.capacity} (max_nodes = {self.max_nodes})")
+        wire = self._wire(msg)
         start = self._now()
         slot = self._next_slot
         self._next_slot = (slot + 1) % len(self._ring)
@@ -144,10 +141,7 @@ class LeaderChannel:
                 raise ValueError(f"{self.ctx.label}: the leader must pass the message to broadcast")
             if self.ctx.group_size == 1:
                 return msg
-            wire = encode(msg)
-            if len(wire) > self.capacity:
-                raise ValueError(f"{type(msg).__name__} needs {len(wire)} wire slots but the channel holds "
-                                 f"{self.capacity} (max_nodes = {self.max_nodes})")
+            wire = self._wire(msg)
             self._recv_host.zero_()
             self._recv_host[: len(wire)] = torch.tensor(wire, dtype=WIRE_DTYPE)
             if self._on_device:
@@ -214,6 +208,14 @@ class LeaderChannel:
             return buf, buf
         host = torch.zeros(self.capacity, dtype=WIRE_DTYPE).pin_memory()
         return host, torch.zeros(self.capacity, dtype=WIRE_DTYPE, device=self.ctx.device)
+
+    def _wire(self, msg: Message) -> list[int]:
+        """`msg` encoded (conf.messages), or ValueError if it does not fit the channel's capacity."""
+        wire = encode(msg)
+        if len(wire) > self.capacity:
+            raise ValueError(f"{type(msg).__name__} needs {len(wire)} wire slots but the channel holds "
+                             f"{self.capacity} (max_nodes = {self.max_nodes})")
+        return wire
 
     def _require_peer(self, op: str) -> int:
         if not self.ctx.is_leader:

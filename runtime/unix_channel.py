@@ -32,7 +32,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from conf.messages import Message, decode, encode
+from conf.messages import Message, decode
 from runtime.comm import _BYTES_PER_SLOT, LeaderChannel
 from runtime.metrics import Timeline
 from runtime.parallel import ParallelContext
@@ -56,10 +56,7 @@ class UnixLeaderChannel(LeaderChannel):
     def send(self, msg: Message) -> None:
         """Leader only: hand `msg` to the peer leader's socket (returns once the kernel holds it)."""
         peer = self._require_peer("send")
-        wire = encode(msg)
-        if len(wire) > self.capacity:
-            raise ValueError(f"{type(msg).__name__} needs {len(wire)} wire slots but the channel holds "
-                             f"{self.capacity} (max_nodes = {self.max_nodes})")
+        wire = self._wire(msg)
         start = self._now()
         self._send_bytes(array("q", wire).tobytes(), f"sending to rank {peer} ({self._peer_role()} leader)")
         self._record("comm.send", start, msg, len(wire), peer)
