@@ -302,21 +302,21 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 # ---- CPU side: simulate the measured runs, compare -------------------------------------------------------
-def load_settings(profile: str, report: str | None) -> dict[str, float]:
-    """`suggested_sim_settings` of the calibration report (next to the profile by default); {} if none."""
+def read_report(profile: str, report: str | None) -> dict[str, Any]:
+    """The calibration report (`report`, else <profile stem>.report.json next to the profile); {} if none."""
     path = Path(report) if report else Path(profile).with_name(Path(profile).stem + ".report.json")
-    if not path.is_file():
-        return {}
-    data = json.loads(path.read_text())
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def load_settings(profile: str, report: str | None) -> dict[str, float]:
+    """`suggested_sim_settings` of the calibration report; {} if none."""
+    data = read_report(profile, report)
     return {k: float(v) for k, v in data.get("suggested_sim_settings", {}).items()}
 
 
 def fitted_configs(profile: str, report: str | None) -> set[str]:
     """Configurations whose runs the profile's `runtime` block was fitted on (the report's `runtime.runs`)."""
-    path = Path(report) if report else Path(profile).with_name(Path(profile).stem + ".report.json")
-    if not path.is_file():
-        return set()
-    runs = json.loads(path.read_text()).get("runtime", {}).get("runs", [])
+    runs = read_report(profile, report).get("runtime", {}).get("runs", [])
     return {Path(r).name.split(REPEAT_SEP)[0] for r in runs}
 
 
