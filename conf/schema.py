@@ -10,6 +10,7 @@ Units: fields with a unit carry it as a suffix (`_s`, `_tokens`, `_bytes`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
@@ -191,6 +192,12 @@ class SpecConfig(_Frozen):
     def d_fixed(self) -> int | None:
         """`d` as an int, or None for auto / poll."""
         return None if str(self.d) in ("auto", "poll") else int(self.d)
+
+    @property
+    def serial_d(self) -> int:
+        """serial_tree's expansions after the refill: d if fixed, else (auto) ceil((bs - 1) / w); the runtime
+        and the simulator both read it here."""
+        return self.d_fixed if self.d_fixed is not None else math.ceil((self.bs - 1) / self.w)
 
     @property
     def d_poll(self) -> bool:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import cProfile
 import io
 import json
-import math
 import os
 import pstats
 import time
@@ -67,9 +66,7 @@ def spec_shape(spec: SpecConfig) -> SpecShape:
         return SpecShape(1, 1, 1, 0)
     if spec.mode == "chain":
         return SpecShape(spec.gamma + 1, 1, 1, 0)
-    d = spec.d_fixed
-    if spec.mode == "serial_tree" and d is None:
-        d = math.ceil((spec.bs - 1) / spec.w)
+    d = spec.serial_d if spec.mode == "serial_tree" else spec.d_fixed
     return SpecShape(spec.bs, spec.w, spec.topk, d)
 
 

@@ -182,12 +182,10 @@ class Simulation:
             self.d = spec.gamma
         elif d is not None:
             self.d = d
-        elif spec.d_fixed:
-            self.d = spec.d_fixed
-        elif self.mode == "serial_tree":  # as the runtime's spec_shape: d more expansions after the refill
-            self.d = math.ceil((spec.bs - 1) / spec.w)
+        elif self.mode == "serial_tree":  # the runtime's rule: d more expansions after the refill
+            self.d = spec.serial_d
         else:
-            self.d = max(1, round(d_ratio(config, costs)))
+            self.d = spec.d_fixed or max(1, round(d_ratio(config, costs)))
         # d = poll: the async draft expands until the verified path is in its inbox (self.d then unused).
         self.poll = self.mode == "async_tree" and spec.d_poll
         # d_rule = runtime: the runtime's DepthTuner picks each round's d on simulated time (self.d unused).
