@@ -337,7 +337,8 @@ class CalibrationOptions:
     """An operator with fewer usable samples keeps the analytic prior (it is left out of the profile)."""
 
 
-def _median(values: Sequence[float]) -> float | None:
+def median_or_none(values: Sequence[float]) -> float | None:
+    """The median, or None for no values."""
     return statistics.median(values) if values else None
 
 
@@ -356,10 +357,10 @@ def _diagnostics(ts: TraceSet, opts: CalibrationOptions) -> dict[str, Any]:
                                        **r.fit_error()}
     tree: dict[str, float | None] = {}
     for kind in ("select", "reroot"):
-        tree[f"{kind}_median_s"] = _median([s.seconds for s in ts.diagnostics.get("op.tree_op", [])
+        tree[f"{kind}_median_s"] = median_or_none([s.seconds for s in ts.diagnostics.get("op.tree_op", [])
                                             if s.extra.get("kind") == kind])
     out["tree_op"] = tree
-    out["launch"] = {k.split(":", 1)[1]: _median([s.seconds for s in v])
+    out["launch"] = {k.split(":", 1)[1]: median_or_none([s.seconds for s in v])
                      for k, v in ts.diagnostics.items() if k.startswith("launch:")}
     p2p = ts.diagnostics.get("op.p2p", [])
     out["p2p_one_way_s"] = {str(int(s.extra["bytes"])): s.seconds for s in p2p}

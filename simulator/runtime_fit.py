@@ -24,7 +24,6 @@ The runs fitted here must not be the runs a validation compares against (bench/v
 
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,6 +33,7 @@ import numpy as np
 
 from conf.rundir import config_from_dict, read_run
 from conf.trace import TRACE_FILE, TraceRecord, read_traces
+from simulator.calibrate import median_or_none
 from simulator.profile import RUNTIME_COSTS, Profile
 
 SKIP_ITERATIONS = 1
@@ -51,10 +51,6 @@ def _leader_spans(records: Sequence[TraceRecord]) -> dict[tuple[str, str], list[
         if r.group in leaders and r.rank == leaders[r.group] and r.iteration >= SKIP_ITERATIONS:
             out[(r.group, r.name)].append(r)
     return out
-
-
-def _median(values: Sequence[float]) -> float | None:
-    return statistics.median(values) if values else None
 
 
 def run_components(run_dir: str | Path, profile: Profile) -> dict[str, Any]:
@@ -75,24 +71,24 @@ def run_components(run_dir: str | Path, profile: Profile) -> dict[str, Any]:
     width = 1 if config.spec.mode == "chain" else config.spec.w
     draft_group = "target" if colocated else "draft"
     out: dict[str, Any] = {"run": run_dir.name, "mode": config.spec.mode, "w": width}
-    out["step_residual_s"] = _median([r.duration_s - costs.target.forward_s(r.tokens, r.ctx + r.tokens)
+    out["step_residual_s"] = median_or_none([r.duration_s - costs.target.forward_s(r.tokens, r.ctx + r.tokens)
                                       for r in spans.get(("target", "step.verify"), [])])
     if costs.draft is not None:
-        out["expand_residual_s"] = _median([r.duration_s - costs.draft.forward_s(r.tokens, r.ctx + r.tokens)
+        out["expand_residual_s"] = median_or_none([r.duration_s - costs.draft.forward_s(r.tokens, r.ctx + r.tokens)
                                             for r in spans.get((draft_group, "step.expand"), [])
                                             if 0 < r.tokens <= width])  # one forward per span (the runtime's)
     if not colocated and costs.draft is not None:
         for group in ("target", "draft"):
-            out[f"{group}_send_s"] = _median([r.duration_s for r in spans.get((group, "comm.send"), [])])
+            out[f"{group}_send_s"] = median_or_none([r.duration_s for r in spans.get((group, "comm.send"), [])])
             recv = [r.duration_s for r in spans.get((group, "comm.recv"), [])]
             out[f"{group}_recv_p{RECV_PERCENTILE}_s"] = float(np.percentile(recv, RECV_PERCENTILE)) if recv else None
-        out["reroot_s"] = _median([r.duration_s for r in spans.get(("draft", "step.reroot"), [])])
-        out["select_s"] = _median([r.duration_s for r in spans.get(("draft", "step.select"), [])])
+        out["reroot_s"] = median_or_none([r.duration_s for r in spans.get(("draft", "step.reroot"), [])])
+        out["select_s"] = median_or_none([r.duration_s for r in spans.get(("draft", "step.select"), [])])
     return out
 
 
 def _pooled(rows: Sequence[dict[str, Any]], key: str) -> float | None:
-    return _median([r[key] for r in rows if r.get(key) is not None])
+    return median_or_none([r[key] for r in rows if r.get(key) is not None])
 
 
 def _line_in_w(points: Sequence[tuple[int, float]]) -> tuple[float | None, float | None]:
