@@ -32,6 +32,7 @@ from runtime.loader import build_model
 from runtime.reference import reference_decode
 from runtime.tree import ancestor_mask
 from tests.runtime.test_engine import make_cfg
+from tests.runtime.test_tree_cache import path_to_unexpanded_leaf
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -136,13 +137,9 @@ def test_draft_pending_expansion_graph_matches_eager():
         worker.start(prompt)
         assert worker.expand() and worker.expand()
         proposal = worker.propose(0, 0, bs=len(worker.tree))
-        leaf = next(k for k, i in enumerate(worker.selection)
-                    if not worker.tree.nodes[i].expanded and worker.tree.nodes[i].depth == 2)
-        path = [leaf]
-        while proposal.parent_indices[path[-1]] >= 0:
-            path.append(proposal.parent_indices[path[-1]])
+        _, path = path_to_unexpanded_leaf(worker, proposal)
         bonus = next(t for t in range(shape.vocab_size) if t not in proposal.token_ids)
-        assert worker.advance(tuple(path[::-1]), bonus).pending
+        assert worker.advance(tuple(path), bonus).pending
         assert worker.expand() and worker.expand()
         assert replays == ([1] if graphs else [])
         runs.append(worker)

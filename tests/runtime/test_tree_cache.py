@@ -111,6 +111,17 @@ def test_draft_reroot_hit_equals_plain_decoding(one_by_one):
 
 
 @torch.no_grad()
+def path_to_unexpanded_leaf(worker: DraftWorker, proposal) -> tuple[int, list[int]]:
+    """(proposal index of a never-expanded depth-2 leaf, the proposal path root -> that leaf): verifying it and
+    then missing leaves the leaf as a pending token."""
+    nodes = worker.tree.nodes
+    leaf = next(k for k, i in enumerate(worker.selection) if not nodes[i].expanded and nodes[i].depth == 2)
+    path = [leaf]
+    while proposal.parent_indices[path[-1]] >= 0:
+        path.append(proposal.parent_indices[path[-1]])
+    return leaf, path[::-1]
+
+
 def test_draft_miss_with_pending_leaf_then_fused_expansion_equals_plain_decoding():
     """Accepted path ends at a never-expanded leaf, bonus not in the tree: the leaf's KV is computed in the
     next expansion's forward (pending row in front of the new root), with no extra forward."""
@@ -120,11 +131,7 @@ def test_draft_miss_with_pending_leaf_then_fused_expansion_equals_plain_decoding
     assert worker.expand() and worker.expand()
     prefix, tree = worker.prefix_len, worker.tree
     proposal = worker.propose(0, 0, bs=len(tree))
-    leaf = next(k for k, i in enumerate(worker.selection) if not tree.nodes[i].expanded and tree.nodes[i].depth == 2)
-    path = [leaf]
-    while proposal.parent_indices[path[-1]] >= 0:
-        path.append(proposal.parent_indices[path[-1]])
-    path = path[::-1]
+    leaf, path = path_to_unexpanded_leaf(worker, proposal)
     bonus = 5
     assert bonus not in {tree.nodes[c].token for c in tree.nodes[worker.selection[leaf]].children}
     before = worker.cache.kv.clone()
@@ -210,13 +217,8 @@ def test_pending_expansion_replays_the_pending_graph_and_matches_eager():
             worker.pending_graph = _EagerGraph(worker, 5, MAX_LEN + 1, worker._pending_children)
         worker.start(PROMPT)
         assert worker.expand() and worker.expand()
-        proposal = worker.propose(0, 0, bs=len(worker.tree))
-        leaf = next(k for k, i in enumerate(worker.selection)
-                    if not worker.tree.nodes[i].expanded and worker.tree.nodes[i].depth == 2)
-        path = [leaf]
-        while proposal.parent_indices[path[-1]] >= 0:
-            path.append(proposal.parent_indices[path[-1]])
-        assert worker.advance(tuple(path[::-1]), 5).pending  # a miss on a never-expanded leaf
+        _, path = path_to_unexpanded_leaf(worker, worker.propose(0, 0, bs=len(worker.tree)))
+        assert worker.advance(tuple(path), 5).pending  # a miss on a never-expanded leaf
         assert worker.expand() and worker.expand()  # the pending one, then a plain one
         runs.append(worker)
         if graphs:
