@@ -162,33 +162,25 @@ class UnixLeaderChannel(LeaderChannel):
         """One message's wire slots; TimeoutError after `timeout_s`, RuntimeError if the peer closed."""
         sock = self._socket()
         size = self.capacity * _BYTES_PER_SLOT + _BYTES_PER_SLOT  # one slot more: an oversized record shows
-        start = time.perf_counter()
-        data = None
-        for _ in range(_SPIN_TRIES):
+        start, tries, poller = time.perf_counter(), 0, None
+        while True:  # spin first (a reply usually arrives within microseconds), then sleep in poll
             try:
                 data = sock.recv(size)
                 break
             except BlockingIOError:
-                continue
+                tries += 1
             except OSError as e:
                 raise RuntimeError(f"{self.ctx.label}: {what}: the channel failed: {e}") from e
-        if data is None:
-            poller = select.poll()
-            poller.register(sock, select.POLLIN | select.POLLHUP | select.POLLERR)
-            while data is None:
-                left = self.timeout_s - (time.perf_counter() - start)
-                if left <= 0 or not poller.poll(max(1, int(left * 1000))):
-                    elapsed = time.perf_counter() - start
-                    if elapsed >= self.timeout_s:
-                        raise TimeoutError(f"{self.ctx.label}: {what}: nothing arrived in {elapsed:.1f} s "
-                                           f"(limit {self.timeout_s:g} s)")
-                    continue
-                try:
-                    data = sock.recv(size)
-                except BlockingIOError:
-                    continue
-                except OSError as e:
-                    raise RuntimeError(f"{self.ctx.label}: {what}: the channel failed: {e}") from e
+            if tries < _SPIN_TRIES:
+                continue
+            elapsed = time.perf_counter() - start
+            if elapsed >= self.timeout_s:
+                raise TimeoutError(f"{self.ctx.label}: {what}: nothing arrived in {elapsed:.1f} s "
+                                   f"(limit {self.timeout_s:g} s)")
+            if poller is None:
+                poller = select.poll()
+                poller.register(sock, select.POLLIN | select.POLLHUP | select.POLLERR)
+            poller.poll(max(1, int((self.timeout_s - elapsed) * 1000)))
         if not data:
             raise RuntimeError(f"{self.ctx.label}: {what}: the peer closed the channel (it exited or failed)")
         if len(data) > self.capacity * _BYTES_PER_SLOT:
