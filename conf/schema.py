@@ -93,9 +93,10 @@ class ParallelConfig(_Frozen):
     """auto (cuda if available, else cpu) | cuda | cpu."""
     timeout_s: float = 120.0
     """Bound on every wait across ranks; a dead peer ends the run with an error after this long."""
-    leader_channel: str = "dist"
-    """How the two group leaders exchange messages: dist (torch.distributed: NCCL on GPUs, gloo on CPU) | unix
-    (a Unix-domain socket: both leaders on one host; no device copies, runtime/unix_channel.py)."""
+    leader_channel: str = "auto"
+    """How the two group leaders exchange messages: auto (unix when both leaders run on one host, else dist),
+    dist (torch.distributed: NCCL on GPUs, gloo on CPU), unix (a Unix-domain socket; both leaders on one host).
+    H200, 2026-11-30: leader round trip 16.5 us unix vs 348 us dist; async_tree 244 vs 218 tok/s (workload a)."""
 
     @property
     def world_size(self) -> int:
@@ -109,8 +110,8 @@ class ParallelConfig(_Frozen):
         _require(self.device in ("auto", "cuda", "cpu"), "parallel.device",
                  f"{self.device!r} is not one of auto, cuda, cpu")
         _require(self.timeout_s > 0, "parallel.timeout_s", f"must be > 0, got {self.timeout_s}")
-        _require(self.leader_channel in ("dist", "unix"), "parallel.leader_channel",
-                 f"{self.leader_channel!r} is not one of dist, unix")
+        _require(self.leader_channel in ("auto", "dist", "unix"), "parallel.leader_channel",
+                 f"{self.leader_channel!r} is not one of auto, dist, unix")
 
     def check_world(self, world_size: int) -> None:
         """Raise unless the split fits in `world_size` ranks (GPUs)."""

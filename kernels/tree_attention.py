@@ -38,8 +38,9 @@ Measured (H200, CUDA graph, bench/bench_kernels.py, 2026-11-29): 16K context T=8
 ceiling), T=64 82 us; 1K context 15-35 us (launch + combine latency dominate). Against SDPA with a bool
 mask: 10x faster at 16K/T=8, 1.2x at 1K/T=64; against eager matmul+softmax 4-9x.
 Known cost: the combine is one program per tile reading the partials in sequence (latency-bound, several
-us at 16+ splits). It reads only the splits that own prefix blocks plus the last one (since 2026-11-30; not
-yet timed on a GPU); a hierarchical or multi-program combine is the next step.
+us at 16+ splits). It reads only the splits that own prefix blocks plus the last one, and a split takes at least
+MIN_BLOCKS_PER_SPLIT blocks (H200, 2026-11-30: 8B rows 8 ctx 2000 21.9 -> 14.3 us, floor 1.9 us); a hierarchical
+or multi-program combine is the next step.
 """
 
 from __future__ import annotations
@@ -53,9 +54,12 @@ import triton.language as tl
 LOG2E = 1.4426950408889634  # 1 / ln(2): softmax runs on exp2
 TARGET_PROGRAMS_PER_SM = 2  # split-KV aims for this many programs per SM
 MAX_SPLITS = 64
-MIN_BLOCKS_PER_SPLIT = 1
+MIN_BLOCKS_PER_SPLIT = 4
 """Prefix blocks a split takes at least (the rest of the splits stay empty and are not merged): fewer, longer
-splits trade parallelism for a shorter serial merge. bench/bench_attention_splits.py sweeps it on the GPU."""
+splits trade parallelism for a shorter serial merge. bench/bench_attention_splits.py sweeps it on the GPU:
+H200 2026-11-30 (bench/results/attention_splits_gpu_2026-11-30.json), Llama-3-8B shapes, ctx 512/1024/2000
+summed, us: rows 8: 1 -> 47.3, 2 -> 39.3, 4 -> 37.7, 8 -> 48.6; rows 16: 70.6, 57.9, 49.1, 53.8; rows 1: 37.6,
+30.3, 30.2, 38.5. 4 is the best on the sum at every row count (2 wins at ctx <= 1024 by <= 1.2 us)."""
 SMEM_BUDGET = 192 * 1024  # bytes of pipelined tiles per program (H200: 227 KiB/block, rest for layouts)
 _COUNTERS_INIT = 1024  # int32 counters per (device, stream), grown on demand
 

@@ -204,9 +204,17 @@ class UnixLeaderChannel(LeaderChannel):
 
 def make_channel(ctx: ParallelContext, kind: str, max_nodes: int, timeline: Timeline | None = None
                  ) -> LeaderChannel:
-    """The leader channel `parallel.leader_channel` names: dist (torch.distributed) or unix (same host)."""
+    """The leader channel `parallel.leader_channel` names: dist (torch.distributed), unix (same host), or auto:
+    unix when both leaders run on one host, dist otherwise (the leaders compare host names over the leader
+    group; other ranks only ever broadcast inside their group, which both channels do alike)."""
+    if kind == "auto":
+        kind = "dist"
+        if ctx.is_leader and ctx.peer_leader_rank is not None:
+            hosts: list[Any] = [None, None]
+            dist.all_gather_object(hosts, socket.gethostname(), group=ctx.leader_group)
+            kind = "unix" if hosts[0] == hosts[1] else "dist"
     if kind == "unix":
         return UnixLeaderChannel(ctx, max_nodes, timeline=timeline)
     if kind == "dist":
         return LeaderChannel(ctx, max_nodes, timeline=timeline)
-    raise ValueError(f"parallel.leader_channel: {kind!r} is not one of dist, unix")
+    raise ValueError(f"parallel.leader_channel: {kind!r} is not one of auto, dist, unix")
