@@ -50,10 +50,12 @@ from conf.rundir import REPO_ROOT, atomic_write_json, atomic_write_text, config_
 
 PAIR = "llama3-8b_llama3.2-1b"
 BASE = ["workload=default", "model=llama3-8b_llama3.2-1b", "kernels=graphs",
-        "kernels.fused_allreduce=false", "spec.oracle=true", "workload.prompt_tokens=512",
+        "kernels.fused_allreduce=false", "spec.oracle=true", "spec.oracle_belief=table", "workload.prompt_tokens=512",
         "workload.max_new_tokens=256", "workload.num_requests=1", "workload.max_seq_len_tokens=1024",
         "parallel.timeout_s=60", "trace.chrome=false"]
-"""Every measured configuration: the oracle pair on 1 + 1 GPUs, kernels=graphs (Triton kernels + CUDA graphs).
+"""Every measured configuration: the oracle pair on 1 + 1 GPUs, kernels=graphs (Triton kernels + CUDA graphs),
+the draft growing its tree by the oracle table's belief (as the simulator's autoconfig search assumes; runs
+before 2026-11-30's second session grew by the random draft's flat log-probs, replayed with uniform belief).
 256 new tokens: the 128-token runs of 2026-11-29 spread up to 13% between repeats."""
 
 
@@ -347,6 +349,17 @@ def sim_config(config: Any, profile: str | None, settings: dict[str, float], acc
     return freeze(cfg)
 
 
+def replay_belief_of(measured: dict[str, Any], config: Any) -> str:
+    """The belief a replay of this measured run grows its simulated tree by, i.e. what the runtime's draft grew
+    by: table (an oracle run with spec.oracle_belief=table: the config's acceptance table), uniform (a
+    random-weight draft without a checkpoint: flat top-k log-probs, a breadth-first tree), else geometric."""
+    if measured.get("oracle") and measured.get("oracle_belief") == "table":
+        return "table"
+    random_draft = measured.get("source") == "runtime" and config.model.draft is not None \
+        and not config.model.draft.checkpoint
+    return "uniform" if random_draft else "geometric"
+
+
 def measured_expand_s(run_dir: Path) -> float | None:
     """Mean duration of one draft forward (step.expand spans of the draft leader) in a runtime run dir."""
     from conf.trace import TRACE_FILE, read_traces
@@ -382,11 +395,8 @@ def simulate_run(run_dir: Path, profile: str | None, settings: dict[str, float],
         generated = int(measured.get("generated_tokens") or len(lengths))
         workload = {"num_requests": len(lengths), "prompt_tokens": round(statistics.fmean(lengths)),
                     "max_new_tokens": max(1, round(generated / len(lengths)))}
-    # A runtime run's random-weight draft (no checkpoint) has flat top-k log-probs: its tree grows breadth-first.
-    random_draft = measured.get("source") == "runtime" and config.model.draft is not None \
-        and not config.model.draft.checkpoint
     cfg = sim_config(config, profile, settings, acceptance_file=str(run_dir / "iterations.csv"),
-                     replay_belief="uniform" if random_draft else "geometric", **workload)
+                     replay_belief=replay_belief_of(measured, config), **workload)
     d_used = measured.get("d_used")
     pin = int(d_used) if cfg.spec.mode in ("serial_tree", "async_tree") and d_used else None
     check_config(cfg)

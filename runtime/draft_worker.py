@@ -54,6 +54,7 @@ class DraftWorker:
         self.pending: tuple[int, ...] = ()  # verified tokens whose KV the draft has not computed yet
         self.selection: list[int] = []  # node ids of the last proposal, in proposal order
         self.graph = self.pending_graph = None
+        self.belief: list[list[float]] | None = None  # oracle runs, spec.oracle_belief=table (runtime/oracle.py)
         if cuda_graphs:
             self.graph = StepGraph(model, self.cache, attn, w, max_tree_nodes, head=self._top_children)
             self.pending_graph = StepGraph(model, self.cache, attn, w + 1, max_tree_nodes + 1,
@@ -93,7 +94,7 @@ class DraftWorker:
             top_lp, top_tok = self._top_children(logits[shift:])
         self.prefix_len += shift
         self.pending = ()
-        self.tree.grow_topk(nodes, top_lp, top_tok)
+        self.tree.grow_topk(nodes, top_lp, top_tok, self.belief)
         return True
 
     def _top_children(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

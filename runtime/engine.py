@@ -44,7 +44,7 @@ from runtime.controller import DepthTuner, Emitter, load_workload, request_gener
 from runtime.draft_worker import DraftWorker
 from runtime.loader import build_model
 from runtime.metrics import Progress, Timeline, device_name, summarize
-from runtime.oracle import AcceptanceOracle, resolve_bonus
+from runtime.oracle import AcceptanceOracle, oracle_belief, resolve_bonus
 from runtime.parallel import ParallelContext
 from runtime.target_worker import TargetWorker
 from runtime.unix_channel import make_channel
@@ -95,6 +95,8 @@ class Engine:
             self.draft = DraftWorker(self._model(cfg.model.draft), attn, w=self.shape.w, topk=self.shape.topk,
                                      max_tree_nodes=spec.max_tree_nodes, max_seq_len=seq,
                                      temperature=spec.temperature, cuda_graphs=graphs)
+            if self.oracle_on and spec.oracle_belief == "table":
+                self.draft.belief = oracle_belief(cfg.acceptance, self.shape.topk)
         self.channel = make_channel(ctx, cfg.parallel.leader_channel, self.shape.rows, timeline)
         # Auto d never exceeds the expansions an empty tree of max_tree_nodes can take.
         self.tuner = DepthTuner(self.shape.d, ctx, d_max=max(1, spec.max_tree_nodes // self.shape.w))
@@ -326,7 +328,8 @@ def run_rank(ctx: ParallelContext, cfg: ExperimentConfig, prompts: list[list[int
     generated = sum(len(o) for o in outputs if o is not None)
     d_used = [json.loads(r.extra)["d"] for r in records if r.name == "step.reroot"]
     metrics = summarize(cfg, rows, generated, wall_s, gpu=device_name(ctx.device), num_requests=len(prompts),
-                        d_used=d_used[-1] if d_used else None)
+                        d_used=d_used[-1] if d_used else None,
+                        **({"oracle_belief": cfg.spec.oracle_belief} if engine.oracle_on else {}))
     return {"metrics": metrics, "iterations": rows, "traces": records, "outputs": outputs, "prompts": prompts,
             "oracle": engine.oracle_on}
 

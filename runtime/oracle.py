@@ -60,6 +60,15 @@ def load_positional(cfg: AcceptanceConfig) -> list[list[float]]:
     return rows
 
 
+def oracle_belief(cfg: AcceptanceConfig, topk: int) -> list[list[float]]:
+    """The draft's tree-growth log-probs under `spec.oracle_belief=table`: the simulator's belief of the same
+    acceptance model (log of the unscaled positional table, non-increasing in rank, floored; a replay's
+    `acceptance.replay_belief`), one row per depth and `topk` ranks, so runtime and simulator grow one tree."""
+    from simulator.acceptance import load_acceptance  # torch-free; shared with the simulator on purpose
+
+    return load_acceptance(cfg, topk).belief(topk)
+
+
 def load_replay(path: str | Path) -> list[tuple[int, bool]]:
     """(accepted, hit) per iteration of a recorded run: its iterations.csv, or a JSON list of objects."""
     path = Path(path)

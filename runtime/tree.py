@@ -237,12 +237,15 @@ class DraftTree:
         top_lp, top_tok = torch.topk(logprobs[: len(expanded)].float(), k, dim=-1)  # [n, k], descending
         self.grow_topk(expanded, top_lp, top_tok)
 
-    def grow_topk(self, expanded: list[int], top_lp: torch.Tensor, top_tok: torch.Tensor) -> None:
+    def grow_topk(self, expanded: list[int], top_lp: torch.Tensor, top_tok: torch.Tensor,
+                  belief: list[list[float]] | None = None) -> None:
         """In place: add children from precomputed top-k: top_lp/top_tok [>= len(expanded), k] (descending per row,
         log-probs and token ids, any device; only the first len(expanded) rows are read).
 
         Children are added in column order (so column 0 is the first child); a row's log-probs are clamped to
         <= 0. One host transfer: both tensors' needed rows are read together.
+        `belief` (the oracle's `spec.oracle_belief=table`): the log-prob of a rank-r child of a node at depth k
+        is `belief[min(k, len - 1)][r]` (non-increasing in r, covering every column) instead of the model's.
         """
         n = len(expanded)
         if top_lp.shape[0] < n or top_tok.shape[0] < n or top_lp.shape[-1] != top_tok.shape[-1]:
@@ -257,6 +260,8 @@ class DraftTree:
         for i, lps, toks in zip(expanded, lp_rows, tok_rows):
             parent = nodes[i]
             depth, base, kids = parent.depth + 1, parent.weight, parent.children
+            if belief is not None:
+                lps = belief[min(parent.depth, len(belief) - 1)][: len(toks)]
             for lp, tok in zip(lps, toks):
                 lp = min(lp, 0.0)  # log-softmax is <= 0; clamp so weights never increase along a path
                 nid = len(nodes)

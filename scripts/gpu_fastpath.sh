@@ -5,13 +5,13 @@
 # All of it exceeds one 10-minute device call: run the two parts in two calls (~5 min each).
 #
 #   bash scripts/gpu_fastpath.sh "$OUT" probe    tests, profile_step, attention splits, channel, cProfile
-#   bash scripts/gpu_fastpath.sh "$OUT" bench    workload a (dist) + serial/async trees over the unix channel
+#   bash scripts/gpu_fastpath.sh "$OUT" bench    workload a (leader channel auto: unix) + serial/async trees over dist
 #   bash scripts/gpu_fastpath.sh "$OUT" [all]    both (BENCH_BUDGET_S bounds the benchmark, default 240)
 #
 # $OUT gets (flat: the device tool returns at most 8 files): fastpath_<part>.tar.gz (logs/{tests,profile_step,
 # cprofile,bench}.log, profile_step/*.json with per-kernel device times, cprofile/rank*.txt: the async engine's
-# host time per function in graph mode), runtime_shape_realistic_<date>.json (+ _unix: serial and async trees
-# over parallel.leader_channel=unix), channel_gpu_<date>.json (leader round trips, dist vs unix),
+# host time per function in graph mode), runtime_shape_realistic_<date>.json (+ _dist: serial and async trees
+# over parallel.leader_channel=dist), channel_gpu_<date>.json (leader round trips, dist vs unix),
 # attention_splits_gpu_<date>.json (tree attention vs min_blocks_per_split),
 # BENCHMARKS_RUNTIME.md (docs/ with the new dated section appended): copy them over the checkout.
 set -uo pipefail
@@ -30,8 +30,8 @@ WORK=$(mktemp -d)
 mkdir -p "$WORK/logs" "$WORK/profile_step" "$WORK/results"
 stage() { flush_out; echo "=== $(date -u +%T) $1"; }
 flush_out() {  # before every stage and at the end: a call killed at its time limit still returns what finished
-  mkdir -p "$WORK/cprofile" "$WORK/results_unix"
-  for f in "$WORK"/results_unix/*.json; do [ -f "$f" ] && cp "$f" "$OUT/$(basename "${f%.json}")_unix.json"; done
+  mkdir -p "$WORK/cprofile" "$WORK/results_dist"
+  for f in "$WORK"/results_dist/*.json; do [ -f "$f" ] && cp "$f" "$OUT/$(basename "${f%.json}")_dist.json"; done
   cp "$WORK"/results/*.json "$OUT"/ 2>/dev/null
   tar czf "$OUT/fastpath_$PART.tar.gz" -C "$WORK" logs profile_step cprofile
 }
@@ -73,12 +73,12 @@ cp docs/BENCHMARKS_RUNTIME.md "$OUT/BENCHMARKS_RUNTIME.md"
 timeout $((${BENCH_BUDGET_S:-240} + 60)) python3 bench/bench_runtime.py preset=shape_realistic \
   budget_s="${BENCH_BUDGET_S:-240}" out_dir="$WORK/results" doc="$OUT/BENCHMARKS_RUNTIME.md" \
   hydra.run.dir=/tmp/bench_a 2>&1 | grep -v -E "USDT|Loading weights" | tee "$WORK/logs/bench.log" | tail -40
-stage "workload a again, serial + async trees over parallel.leader_channel=unix"
+stage "workload a again, serial + async trees over parallel.leader_channel=dist (the default auto picks unix)"
 timeout 200 python3 bench/bench_runtime.py preset=shape_realistic 'modes=[serial_tree,async_tree]' \
   'presets.shape_realistic.peers=[]' \
-  'presets.shape_realistic.experiment_overrides=["acceptance=smollm2","parallel.leader_channel=unix"]' \
-  budget_s=150 out_dir="$WORK/results_unix" doc="$WORK/logs/bench_unix.md" hydra.run.dir=/tmp/bench_unix 2>&1 \
-  | grep -v -E "USDT|Loading weights" | tee "$WORK/logs/bench_unix.log" | tail -12
+  'presets.shape_realistic.experiment_overrides=["acceptance=smollm2","spec.oracle_belief=table","parallel.leader_channel=dist"]' \
+  budget_s=150 out_dir="$WORK/results_dist" doc="$WORK/logs/bench_dist.md" hydra.run.dir=/tmp/bench_dist 2>&1 \
+  | grep -v -E "USDT|Loading weights" | tee "$WORK/logs/bench_dist.log" | tail -12
 fi
 flush_out
 ls -la "$OUT"

@@ -158,17 +158,25 @@ class ReplayAcceptance:
 
     kind = "replay"
 
-    def __init__(self, verifies: list[tuple[int, bool | None]], beyond: int, belief: str = "geometric") -> None:
+    def __init__(self, verifies: list[tuple[int, bool | None]], beyond: int, belief: str = "geometric",
+                 table: list[list[float]] | None = None) -> None:
         if not verifies:
             raise ValueError("acceptance.file: the replay holds no verifies")
+        if belief == "table" and table is None:
+            raise ValueError("acceptance.replay_belief=table needs the acceptance.positional table")
         self.verifies = verifies
         self.beyond = beyond
         self.index = 0
         self.belief_kind = belief
+        self.table = table
 
     def belief(self, topk: int) -> list[list[float]]:
-        """The replay has no table: geometric (rank r weighs 2^-(r+1)) or uniform (ranks alike, ties broken
-        by rank: a breadth-first tree, as a random-weight draft's flat top-k log-probs grow it)."""
+        """The replay has no table of its own: geometric (rank r weighs 2^-(r+1)), uniform (ranks alike, ties
+        broken by rank: a breadth-first tree, as a random-weight draft's flat top-k log-probs grow it) or table
+        (the positional table's belief, as the runtime's oracle draft grew it with spec.oracle_belief=table)."""
+        if self.belief_kind == "table":
+            assert self.table is not None
+            return PositionalAcceptance(self.table).belief(topk)
         if self.belief_kind == "uniform":
             return [[-math.log(topk) - 1e-9 * r for r in range(topk)]]
         return [[-(r + 1) * math.log(2.0) for r in range(topk)]]
@@ -231,7 +239,8 @@ def load_acceptance(cfg: AcceptanceConfig, topk: int) -> PositionalAcceptance | 
         if cfg.file is None:
             raise ValueError("acceptance.file: kind=replay needs a recorded run file")
         raw = _read_replay_csv(cfg.file) if cfg.file.endswith(".csv") else _read_json(cfg.file, "acceptance.file")
-        return ReplayAcceptance(_parse_replay(raw, str(cfg.file)), beyond=topk, belief=cfg.replay_belief)
+        return ReplayAcceptance(_parse_replay(raw, str(cfg.file)), beyond=topk, belief=cfg.replay_belief,
+                                table=[list(row) for row in cfg.positional])
     table: Any = cfg.positional
     if cfg.file is not None:
         data = _read_json(cfg.file, "acceptance.file")

@@ -58,18 +58,24 @@ def _exchange(ctx, cfg):
     ch.close()
     spans = sorted({r.name for r in tl.records()})
     bytes_ok = all(json.loads(r.extra)["bytes"] == ch.wire_bytes for r in tl.records() if r.name != "comm.rtt")
-    report = {"rank": ctx.rank, "role": ctx.role, "got": got, "rtts": rtts, "spans": spans, "bytes_ok": bytes_ok}
+    report = {"rank": ctx.rank, "role": ctx.role, "got": got, "rtts": rtts, "spans": spans, "bytes_ok": bytes_ok,
+              "channel": type(ch).__name__}
     everyone = [None] * ctx.world_size
     dist.all_gather_object(everyone, report, group=ctx.world_group)
     return everyone
 
 
-@pytest.mark.parametrize("kind", ["dist", "unix"])
+@pytest.mark.parametrize("kind", ["dist", "unix", "auto"])
 def test_messages_cross_groups_and_reach_every_rank(kind):
+    """auto: both leaders run on this host, so they pick the unix channel (non-leaders only broadcast in-group,
+    alike in both channels, and keep the dist class)."""
     target, draft = 2, 2  # both groups have a non-leader, so both directions need the in-group broadcast
     reports = launch(_exchange, with_channel(make_cfg(target, draft), kind))
     assert len(reports) == target + draft
+    leader_class = {"dist": "LeaderChannel", "unix": "UnixLeaderChannel", "auto": "UnixLeaderChannel"}[kind]
     for rep in reports:
+        leader = rep["rank"] in (0, target)
+        assert rep["channel"] == (leader_class if leader or kind != "auto" else "LeaderChannel"), rep["rank"]
         expected = TARGET_SENDS if rep["role"] == "draft" else DRAFT_SENDS
         assert rep["got"] == [*expected, DECISION], f"rank {rep['rank']}"
         assert rep["bytes_ok"]

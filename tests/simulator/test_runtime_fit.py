@@ -168,3 +168,25 @@ def test_d_rule_runtime_runs_the_runtimes_depth_tuner():
     assert overlapped[:warm] == [1] * warm and overlapped[-1] == sim.tuner.chosen
     with pytest.raises(Exception, match="sim.d_rule"):
         cfg(*BASE, "sim.d_rule=tuner")
+
+
+def test_replay_belief_table_is_the_positional_tables_belief():
+    """acceptance.replay_belief=table (a runtime oracle run with spec.oracle_belief=table): the replayed tree
+    grows by the inline positional table's belief, exactly the positional model's; the runtime's draft reads the
+    same rows (runtime.oracle.oracle_belief), and a measured run's metrics pick it (bench/validate.py)."""
+    from bench.validate import replay_belief_of
+    from conf.schema import AcceptanceConfig
+    from runtime.oracle import oracle_belief
+    from simulator.acceptance import PositionalAcceptance, ReplayAcceptance
+
+    table = [[0.6, 0.2, 0.1], [0.8, 0.1]]
+    replay = ReplayAcceptance([(1, True)], beyond=4, belief="table", table=table).belief(4)
+    assert replay == PositionalAcceptance(table).belief(4)
+    assert oracle_belief(AcceptanceConfig(positional=table), 4) == replay
+    assert replay[1][2] == replay[1][3] < replay[1][1]  # beyond the row: floored, non-increasing
+    with pytest.raises(ValueError, match="replay_belief=table"):
+        ReplayAcceptance([(1, True)], beyond=4, belief="table")
+    config = cfg(*BASE, "spec=async_tree")
+    assert replay_belief_of({"source": "runtime", "oracle": True, "oracle_belief": "table"}, config) == "table"
+    assert replay_belief_of({"source": "runtime", "oracle": True, "oracle_belief": "model"}, config) in (
+        "uniform", "geometric")
