@@ -121,6 +121,17 @@ class DraftWorker:
         tokens, parents = self.tree.proposal(self.selection)
         return DraftProposal(request_id, iteration, tuple(tokens), tuple(parents))
 
+    def verified_ranks(self, node_indices: tuple[int, ...], bonus: int) -> list[int]:
+        """Draft ranks of a verified path (proposal indices, root first) and its bonus token, before `advance`:
+        each accepted node's rank among its parent's children in the draft tree, then the bonus token's among
+        the last node's children (-1: not one of them, a miss). iterations.csv's `ranks` column."""
+        nodes = self.tree.nodes
+        path = [self.selection[k] for k in node_indices]
+        ranks = [nodes[p].children.index(c) for p, c in zip(path, path[1:])]
+        kids = [nodes[c].token for c in nodes[path[-1]].children]
+        ranks.append(kids.index(bonus) if bonus in kids else -1)
+        return ranks
+
     def children_tokens(self, proposal_index: int) -> list[int]:
         """Tokens of a proposed node's children in the draft tree, by draft rank (for the oracle)."""
         node = self.tree.nodes[self.selection[proposal_index]]

@@ -246,9 +246,10 @@ class Engine:
             if outcome.path != vp.node_indices:
                 raise RuntimeError(f"oracle draws diverged: draft {outcome.path}, target {vp.node_indices}")
             bonus = resolve_bonus(self.draft.children_tokens(vp.node_indices[-1]), outcome.bonus_rank, bonus)
+        ranks = self.draft.verified_ranks(vp.node_indices, bonus)
         reroot = self.draft.advance(vp.node_indices, bonus)
         self.tl.add("step.reroot", start, self.tl.now() - start, iteration=vp.iteration,
-                    tokens=len(reroot.keep_slots), extra={"hit": reroot.hit, "d": self._round_d()})
+                    tokens=len(reroot.keep_slots), extra={"hit": reroot.hit, "d": self._round_d(), "ranks": ranks})
 
     # ---- helpers -----------------------------------------------------------------------------------------
     def _round_d(self) -> int:
@@ -389,5 +390,6 @@ def iteration_rows(records: list[TraceRecord], leaders: set[int], colocated: boo
             "draft_idle_s": verify_s if colocated else total("comm.recv", it, "draft"),
             "accepted": info.get("accepted", 0), "emitted": info.get("emitted", 1),
             "hit": json.loads(reroot[0].extra)["hit"] if reroot else None,
+            "ranks": ".".join(map(str, json.loads(reroot[0].extra).get("ranks", []))) if reroot else "",
         })
     return rows

@@ -43,9 +43,12 @@ ITERATIONS_FILE = "iterations.csv"
 
 ITERATION_COLUMNS = (
     "request", "iteration", "start_s", "end_s", "verify_s", "expand_s", "reroot_s", "message_s",
-    "target_idle_s", "draft_idle_s", "accepted", "emitted", "hit",
+    "target_idle_s", "draft_idle_s", "accepted", "emitted", "hit", "ranks",
 )
-"""Columns of iterations.csv, one row per verify step (docs/CONTRACTS.md "Metrics contract")."""
+"""Columns of iterations.csv, one row per verify step (docs/CONTRACTS.md "Metrics contract"). `ranks`: the
+verified path's draft ranks, dot-joined: one per accepted token, then the bonus token's (-1: not a child in
+the draft tree, a miss); empty where it does not apply (autoregressive, simulated runs). A replay of the run
+(`acceptance.kind=replay`) follows them exactly."""
 
 METRIC_KEYS = (
     "source", "mode", "model", "target_gpus", "draft_gpus", "bs", "w", "d", "gamma", "interconnect", "gpu",

@@ -159,12 +159,13 @@ class ReplayAcceptance:
     kind = "replay"
 
     def __init__(self, verifies: list[tuple[int, bool | None]], beyond: int, belief: str = "geometric",
-                 table: list[list[float]] | None = None) -> None:
+                 table: list[list[float]] | None = None, ranks: list[tuple[int, ...] | None] | None = None) -> None:
         if not verifies:
             raise ValueError("acceptance.file: the replay holds no verifies")
         if belief == "table" and table is None:
             raise ValueError("acceptance.replay_belief=table needs the acceptance.positional table")
         self.verifies = verifies
+        self.ranks = ranks if ranks is not None else [None] * len(verifies)
         self.beyond = beyond
         self.index = 0
         self.belief_kind = belief
@@ -183,21 +184,87 @@ class ReplayAcceptance:
 
     def walk(self, children: dict[tuple[int, int], int], uniforms: list[float], position: int) -> tuple[
             tuple[int, ...], tuple[int, ...]]:
-        """Follow the top-ranked chain for the recorded accepted length, then the recorded hit/miss."""
+        """The recorded accepted length, then the recorded hit/miss. Which ranks: with belief `table` (the
+        runtime drew them from that table), each accepted rank is drawn from the table's row restricted to the
+        ranks the proposal holds, and a hit's bonus rank from the row restricted to the ranks it does not hold
+        (a drawn rank that was proposed would have been accepted), by `uniforms[position + depth]`: the run's
+        accepted counts are kept exactly (only ranks whose proposed subtree is deep enough for the rest of the
+        accepted path are drawn) and the subtree kept on a hit has the runtime's size in distribution
+        (the rank-0 child's, the largest, biased the simulated tree too full: fewer refills than measured).
+        Otherwise the top-ranked chain and rank 0."""
         accepted, hit = self.verifies[self.index % len(self.verifies)]
+        recorded = self.ranks[self.index % len(self.verifies)]
         self.index += 1
+        if recorded is not None:
+            return self._follow(children, recorded)
         node = 0
         ranks: list[int] = []
         nodes = [0]
-        for _ in range(accepted):
-            child = children.get((node, 0))
+        drawn = self.table is not None and self.belief_kind == "table"
+        height = _heights(children) if drawn and accepted > 1 else {}
+        for depth in range(accepted):
+            need = accepted - depth - 1  # accepted tokens still to come below the next one
+            r = self._rank(depth, uniforms, position, lambda q, n=node, k=need: (
+                (n, q) in children and height.get(children[(n, q)], 0) >= k)) if drawn else 0
+            child = children.get((node, r))
             if child is None:
                 break
-            ranks.append(0)
+            ranks.append(r)
             nodes.append(child)
             node = child
-        ranks.append(0 if hit else self.beyond)
+        bonus = self.beyond
+        if hit:
+            bonus = 0
+            if self.table is not None and self.belief_kind == "table":
+                bonus = self._rank(len(ranks), uniforms, position, lambda q, n=node: (n, q) not in children)
+        ranks.append(bonus)
         return tuple(ranks), tuple(nodes)
+
+    def _follow(self, children: dict[tuple[int, int], int], recorded: tuple[int, ...]) -> tuple[
+            tuple[int, ...], tuple[int, ...]]:
+        """The recorded draft ranks exactly (the run's iterations.csv `ranks`): accepted ranks while the
+        proposal holds them, then the recorded bonus rank (-1, a miss: a rank beyond the tree)."""
+        node, ranks, nodes = 0, [], [0]
+        for r in recorded[:-1]:
+            child = children.get((node, r))
+            if child is None:  # the simulated proposal lacks the recorded node: stop there, as a miss
+                ranks.append(self.beyond)
+                return tuple(ranks), tuple(nodes)
+            ranks.append(r)
+            nodes.append(child)
+            node = child
+        ranks.append(recorded[-1] if recorded[-1] >= 0 else self.beyond)
+        return tuple(ranks), tuple(nodes)
+
+    def _rank(self, depth: int, uniforms: list[float], position: int, allowed: Any) -> int:
+        """A rank drawn from the table's row at `depth`, restricted to `allowed(rank)` (first allowed rank if
+        the row gives them no mass)."""
+        assert self.table is not None
+        row = self.table[min(depth, len(self.table) - 1)]
+        ranks = [r for r in range(self.beyond) if allowed(r)]  # the draft tree holds topk ranks
+        if not ranks:
+            return 0
+        weights = [row[r] if r < len(row) else 0.0 for r in ranks]
+        total = sum(weights)
+        if total <= 0.0:
+            return ranks[0]
+        u, acc = uniforms[position + depth] * total, 0.0
+        for r, wgt in zip(ranks, weights):
+            acc += wgt
+            if u < acc:
+                return r
+        return ranks[-1]
+
+
+def _heights(children: dict[tuple[int, int], int]) -> dict[int, int]:
+    """Proposal index -> depth of the proposed subtree below it (0 for a proposed leaf); parents precede
+    their children in a proposal, so one pass from the back settles every node."""
+    parent = {c: p for (p, _), c in children.items()}
+    height: dict[int, int] = {}
+    for c in sorted(parent, reverse=True):
+        p = parent[c]
+        height[p] = max(height.get(p, 0), height.get(c, 0) + 1)
+    return height
 
 
 def _read_replay_csv(path: str) -> list[dict[str, Any]]:
@@ -211,16 +278,25 @@ def _read_replay_csv(path: str) -> list[dict[str, Any]]:
         if "accepted" not in r or not str(r["accepted"]).strip().isdigit():
             raise ValueError(f"{p}: row {i + 2}: accepted: needs a non-negative integer, got {r.get('accepted')!r}")
         flag = str(r.get("hit") or "").strip().lower()
-        out.append({"accepted": int(r["accepted"]), "hit": None if flag == "" else flag in ("1", "true")})
+        entry: dict[str, Any] = {"accepted": int(r["accepted"]), "hit": None if flag == "" else flag in ("1", "true")}
+        ranks = str(r.get("ranks") or "").strip()
+        if ranks:
+            try:
+                entry["ranks"] = [int(x) for x in ranks.split(".")]
+            except ValueError:
+                raise ValueError(f"{p}: row {i + 2}: ranks: needs dot-joined integers, got {ranks!r}") from None
+        out.append(entry)
     return out
 
 
-def _parse_replay(data: Any, where: str) -> list[tuple[int, bool | None]]:
+def _parse_replay(data: Any, where: str) -> tuple[list[tuple[int, bool | None]], list[tuple[int, ...] | None]]:
+    """(accepted, hit) per verify, and its recorded draft ranks (accepted ranks + bonus rank) or None."""
     if isinstance(data, dict):
         data = data.get("verifies")
     if not isinstance(data, list):
         raise ValueError(f"{where}: replay must be a JSON list of verifies or {{\"verifies\": [...]}}")
     out: list[tuple[int, bool | None]] = []
+    ranks: list[tuple[int, ...] | None] = []
     for i, v in enumerate(data):
         if isinstance(v, int) and not isinstance(v, bool):
             v = {"accepted": v, "hit": None}
@@ -229,8 +305,14 @@ def _parse_replay(data: Any, where: str) -> list[tuple[int, bool | None]]:
         hit = v.get("hit")
         if hit is not None and not isinstance(hit, bool):
             raise ValueError(f"{where}[{i}].hit: must be true, false or null, got {hit!r}")
+        r = v.get("ranks")
+        if r is not None and (not isinstance(r, list) or len(r) != v["accepted"] + 1
+                              or not all(isinstance(x, int) and x >= -1 for x in r)):
+            raise ValueError(f"{where}[{i}].ranks: needs accepted + 1 = {v['accepted'] + 1} integers >= -1 "
+                             f"(accepted ranks, then the bonus's; -1 = not drafted), got {r!r}")
         out.append((v["accepted"], hit))
-    return out
+        ranks.append(tuple(r) if r is not None else None)
+    return out, ranks
 
 
 def load_acceptance(cfg: AcceptanceConfig, topk: int) -> PositionalAcceptance | ReplayAcceptance:
@@ -239,8 +321,9 @@ def load_acceptance(cfg: AcceptanceConfig, topk: int) -> PositionalAcceptance | 
         if cfg.file is None:
             raise ValueError("acceptance.file: kind=replay needs a recorded run file")
         raw = _read_replay_csv(cfg.file) if cfg.file.endswith(".csv") else _read_json(cfg.file, "acceptance.file")
-        return ReplayAcceptance(_parse_replay(raw, str(cfg.file)), beyond=topk, belief=cfg.replay_belief,
-                                table=[list(row) for row in cfg.positional])
+        verifies, ranks = _parse_replay(raw, str(cfg.file))
+        return ReplayAcceptance(verifies, beyond=topk, belief=cfg.replay_belief,
+                                table=[list(row) for row in cfg.positional], ranks=ranks)
     table: Any = cfg.positional
     if cfg.file is not None:
         data = _read_json(cfg.file, "acceptance.file")

@@ -27,9 +27,10 @@ from typing import Any
 from conf.trace import TraceRecord
 
 ITERATION_COLUMNS = ("request", "iteration", "start_s", "end_s", "verify_s", "expand_s", "reroot_s", "message_s",
-                     "target_idle_s", "draft_idle_s", "accepted", "emitted", "hit")
+                     "target_idle_s", "draft_idle_s", "accepted", "emitted", "hit", "ranks")
 (REQUEST, ITERATION, START, END, VERIFY, EXPAND, REROOT, MESSAGE, TARGET_IDLE, DRAFT_IDLE, ACCEPTED, EMITTED,
- HIT) = range(len(ITERATION_COLUMNS))
+ HIT) = range(len(ITERATION_COLUMNS) - 1)
+"""Row indices; `ranks` (the runtime's verified draft ranks) is written empty by the simulator."""
 
 Event = tuple[str, str, float, float, int, int, int, int]
 
@@ -72,6 +73,7 @@ def iteration_dicts(rows: list[list[Any]]) -> list[dict[str, Any]]:
     for row in rows:
         d = dict(zip(ITERATION_COLUMNS, row))
         d["hit"] = "" if row[HIT] is None else int(row[HIT])
+        d["ranks"] = ""
         out.append(d)
     return out
 

@@ -8,6 +8,7 @@ bit or so (batch shapes differ), so a flip needs a top-2 logit tie within ~1e-6:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -242,3 +243,36 @@ def test_oracle_belief_table_grows_the_simulators_tree():
 def test_oracle_belief_field_is_checked():
     with pytest.raises(Exception, match="spec.oracle_belief"):
         make_cfg("serial_tree", oracle=True, oracle_belief="flat")
+
+
+def test_recorded_ranks_let_the_simulator_replay_the_run_exactly(tmp_path):
+    """iterations.csv `ranks`: each verify's accepted draft ranks and the bonus's (-1 = miss). Replaying them
+    (acceptance.kind=replay, replay_belief=table) the simulator grows the same trees and reproduces the
+    runtime's accepted count and hit of every verify (serial tree, oracle with table belief)."""
+    import json
+
+    from conf.rundir import config_from_dict
+    from conf.schema import freeze
+    from simulator.simulation import simulate
+
+    acc = AcceptanceConfig(positional=[[0.7, 0.1, 0.05, 0.03, 0.02, 0.01, 0.01, 0.01]])
+    cfg = make_cfg("serial_tree", max_new=160, capacity=256, acceptance=acc, bs=8, w=2, topk=8, d="1",
+                   oracle=True, oracle_belief="table")
+    rows = run(cfg, prompts=[[5, 6, 7, 8]])["iterations"]
+    verifies = []
+    for r in rows:
+        ranks = [int(x) for x in r["ranks"].split(".")]
+        assert len(ranks) == r["accepted"] + 1 and (ranks[-1] >= 0) == bool(r["hit"]), r
+        verifies.append({"accepted": r["accepted"], "hit": bool(r["hit"]), "ranks": ranks})
+    assert any(x > 0 for v in verifies for x in v["ranks"][:-1])  # not only the rank-0 chain
+    replay = tmp_path / "replay.json"
+    replay.write_text(json.dumps(verifies))
+    data = json.loads(json.dumps(dataclasses.asdict(cfg)))
+    data.pop("_frozen", None)
+    sim_cfg = config_from_dict(data)
+    sim_cfg.acceptance.kind, sim_cfg.acceptance.file, sim_cfg.acceptance.replay_belief = "replay", str(replay), "table"
+    sim_cfg.workload.num_requests = 1
+    sim_cfg.validate()
+    sim = simulate(freeze(sim_cfg))
+    assert [r[10] for r in sim.rows] == [r["accepted"] for r in rows]
+    assert [bool(r[12]) for r in sim.rows] == [bool(r["hit"]) for r in rows]

@@ -101,3 +101,44 @@ def test_replay_reads_a_recorded_iterations_csv(tmp_path):
     f.write_text("request,accepted\n0,x\n")
     with pytest.raises(ValueError, match=r"iterations\.csv: row 2: accepted: needs a non-negative integer"):
         load_acceptance(AcceptanceConfig(kind="replay", file=str(f)), topk=4)
+
+
+def test_replay_with_table_belief_draws_ranks_that_keep_the_recorded_length():
+    """replay_belief=table: accepted ranks are drawn from the table restricted to proposed children whose
+    subtree is deep enough for the rest of the recorded path; a hit's bonus rank from the ranks not proposed.
+    CHILDREN: root -> ranks 0 (node 1, which has child node 3) and 1 (node 2, a leaf)."""
+    table = [[0.5, 0.3, 0.1, 0.1]]
+    acc = ReplayAcceptance([(1, True), (2, False), (1, False)], beyond=4, belief="table", table=table)
+    # u = 0.9 of the 0.8 mass over ranks {0, 1}: rank 1 (node 2); then the hit's bonus under the leaf node 2,
+    # whose ranks are all unproposed: u = 0.9 of the whole row -> rank 3
+    assert acc.walk(CHILDREN, [0.9, 0.9], 0) == ((1, 3), (0, 2))
+    # 2 accepted: only rank 0 leads 2 deep, whatever u says; a miss -> beyond the tree (rank 4)
+    assert acc.walk(CHILDREN, [0.9, 0.9], 0) == ((0, 0, 4), (0, 1, 3))
+    # u = 0.1: rank 0
+    assert acc.walk(CHILDREN, [0.1], 0) == ((0, 4), (0, 1))
+    # the hit's bonus never lands on a proposed child: under the root ranks 0 and 1 are proposed
+    acc = ReplayAcceptance([(0, True)], beyond=4, belief="table", table=table)
+    for u in (0.0, 0.5, 0.99):
+        ranks, nodes = acc.walk(CHILDREN, [u], 0)
+        assert nodes == (0,) and ranks[0] in (2, 3)
+
+
+def test_replay_follows_recorded_ranks_exactly(tmp_path):
+    """iterations.csv `ranks` (accepted ranks, then the bonus's; -1 = a miss): the replay follows them whatever
+    the belief; a recorded node the simulated proposal lacks ends the path there as a miss."""
+    f = tmp_path / "iterations.csv"
+    f.write_text("request,iteration,accepted,emitted,hit,ranks\n0,0,1,2,1,1.3\n0,1,2,3,0,0.0.-1\n"
+                 "0,2,1,2,1,1.0\n0,3,0,1,0,\n")
+    acc = load_acceptance(AcceptanceConfig(kind="replay", file=str(f)), topk=4)
+    assert isinstance(acc, ReplayAcceptance) and acc.ranks[3] is None
+    assert acc.walk(CHILDREN, [], 0) == ((1, 3), (0, 2))  # rank 1 = node 2, then the bonus of rank 3
+    assert acc.walk(CHILDREN, [], 0) == ((0, 0, 4), (0, 1, 3))  # a miss: beyond the tree
+    acc.ranks[2] = (1, 0, 2)  # node 2 has no proposed child: stop at node 2, a miss
+    assert acc.walk(CHILDREN, [], 0) == ((1, 4), (0, 2))
+    assert acc.walk(CHILDREN, [], 0) == ((4,), (0,))  # no ranks recorded: the old rule
+    f.write_text("request,accepted,hit,ranks\n0,1,1,0.x\n")
+    with pytest.raises(ValueError, match=r"row 2: ranks: needs dot-joined integers"):
+        load_acceptance(AcceptanceConfig(kind="replay", file=str(f)), topk=4)
+    f.write_text("request,accepted,hit,ranks\n0,2,1,0.1\n")
+    with pytest.raises(ValueError, match=r"\[0\]\.ranks: needs accepted \+ 1 = 3 integers"):
+        load_acceptance(AcceptanceConfig(kind="replay", file=str(f)), topk=4)
