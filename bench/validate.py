@@ -349,6 +349,36 @@ def sim_config(config: Any, profile: str | None, settings: dict[str, float], acc
     return freeze(cfg)
 
 
+def with_oracle_ranks(run_dir: Path, config: Any, measured: dict[str, Any], out_dir: Path) -> Path | None:
+    """A positional-oracle run recorded without iterations.csv `ranks`: its verifies with the draft ranks the
+    oracle drew, reconstructed from the run's seed (runtime.oracle.reconstruct_ranks), as a replay JSON
+    `out_dir/<run>.json`; None when the run has ranks, is not such a run, or its stream does not match."""
+    import csv
+
+    from runtime.oracle import reconstruct_ranks
+
+    if not measured.get("oracle") or config.acceptance.kind != "positional":
+        return None
+    with (run_dir / "iterations.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    if not rows or rows[0].get("ranks", "") != "":
+        return None
+    verifies: list[dict[str, Any]] = []
+    for request in sorted({int(r["request"]) for r in rows}):
+        mine = [r for r in rows if int(r["request"]) == request]
+        recorded = [(int(r["accepted"]), r["hit"] in ("1", "True", "true")) for r in mine]
+        try:
+            ranks = reconstruct_ranks(config.acceptance, config.workload.seed, request, recorded)
+        except ValueError as e:
+            print(f"[validate] {run_dir.name}: no ranks reconstructed ({e}); replaying accepted counts only")
+            return None
+        verifies += [{"accepted": a, "hit": h, "ranks": r} for (a, h), r in zip(recorded, ranks)]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{run_dir.name}.json"
+    atomic_write_json(path, {"verifies": verifies, "source": f"{run_dir}/iterations.csv + the oracle's seed"})
+    return path
+
+
 def replay_belief_of(measured: dict[str, Any], config: Any) -> str:
     """The belief a replay of this measured run grows its simulated tree by, i.e. what the runtime's draft grew
     by: table (an oracle run with spec.oracle_belief=table: the config's acceptance table), uniform (a
@@ -395,7 +425,11 @@ def simulate_run(run_dir: Path, profile: str | None, settings: dict[str, float],
         generated = int(measured.get("generated_tokens") or len(lengths))
         workload = {"num_requests": len(lengths), "prompt_tokens": round(statistics.fmean(lengths)),
                     "max_new_tokens": max(1, round(generated / len(lengths)))}
-    cfg = sim_config(config, profile, settings, acceptance_file=str(run_dir / "iterations.csv"),
+    replay = str(run_dir / "iterations.csv")
+    ranked = with_oracle_ranks(run_dir, config, measured, sim_root / "replays")
+    if ranked is not None:
+        replay = str(ranked)
+    cfg = sim_config(config, profile, settings, acceptance_file=replay,
                      replay_belief=replay_belief_of(measured, config), **workload)
     d_used = measured.get("d_used")
     pin = int(d_used) if cfg.spec.mode in ("serial_tree", "async_tree") and d_used else None

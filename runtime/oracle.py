@@ -127,6 +127,31 @@ class AcceptanceOracle:
         return NO_RANK if r == len(row) else r
 
 
+def reconstruct_ranks(cfg: AcceptanceConfig, seed: int, request: int, verifies: list[tuple[int, bool | None]]
+                      ) -> list[list[int]]:
+    """The draft ranks a positional oracle drew for one request's verifies, from its seed alone: a verify
+    with `accepted` tokens consumed exactly accepted + 1 draws (one per accepted depth, then the rank that
+    was not proposed), so replaying the stream in order recovers every rank. The bonus is -1 unless the run
+    recorded a hit. Raises ValueError if the stream contradicts the record (an accepted depth drawing "none",
+    or a hit without a rank): a different seed, table or torch generator than the run's.
+
+    For runs recorded before iterations.csv had its `ranks` column (runtime/metrics.py ITERATION_COLUMNS).
+    """
+    from runtime.controller import request_generator
+
+    if cfg.kind != "positional":
+        raise ValueError(f"acceptance.kind={cfg.kind}: only a positional oracle's draws can be reconstructed")
+    oracle = AcceptanceOracle(cfg, request_generator(seed, request, "oracle", "cpu"))
+    out = []
+    for i, (accepted, hit) in enumerate(verifies):
+        ranks = [oracle._draw_rank(depth) for depth in range(accepted + 1)]
+        if any(r == NO_RANK for r in ranks[:-1]) or (hit and ranks[-1] == NO_RANK):
+            raise ValueError(f"request {request}, verify {i}: the oracle stream drew {ranks} for {accepted} "
+                             f"accepted (hit {hit}): not this run's stream")
+        out.append(ranks[:-1] + [ranks[-1] if hit else -1])
+    return out
+
+
 def resolve_bonus(children_tokens: list[int], bonus_rank: int, fallback: int) -> int:
     """The drawn next token, as a token id of the draft's tree.
 

@@ -276,3 +276,23 @@ def test_recorded_ranks_let_the_simulator_replay_the_run_exactly(tmp_path):
     sim = simulate(freeze(sim_cfg))
     assert [r[10] for r in sim.rows] == [r["accepted"] for r in rows]
     assert [bool(r[12]) for r in sim.rows] == [bool(r["hit"]) for r in rows]
+
+
+def test_oracle_ranks_are_reconstructed_from_the_seed():
+    """Runs recorded before the `ranks` column: a positional oracle's verify with `accepted` tokens consumed
+    accepted + 1 draws of the request's seeded stream, so the ranks follow from (seed, accepted, hit) alone and
+    equal the ones the runtime records; a different seed contradicts the record."""
+    from runtime.oracle import reconstruct_ranks
+
+    acc = AcceptanceConfig(positional=[[0.6, 0.15, 0.1, 0.05], [0.8, 0.1]])
+    cfg = make_cfg("serial_tree", max_new=120, capacity=256, acceptance=acc, bs=8, w=2, topk=4, d="1",
+                   oracle=True, oracle_belief="table")
+    rows = run(cfg, prompts=[[5, 6, 7, 8], [9, 10]])["iterations"]
+    for request in (0, 1):
+        mine = [r for r in rows if r["request"] == request]
+        recorded = [[int(x) for x in r["ranks"].split(".")] for r in mine]
+        got = reconstruct_ranks(acc, cfg.workload.seed, request, [(r["accepted"], bool(r["hit"])) for r in mine])
+        assert got == recorded
+    with pytest.raises(ValueError, match="not this run's stream"):
+        mine = [r for r in rows if r["request"] == 0]
+        reconstruct_ranks(acc, cfg.workload.seed + 1, 0, [(r["accepted"], bool(r["hit"])) for r in mine])

@@ -4,6 +4,7 @@ loader, applied by build_costs, left out of validation; and the serial draft's r
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -190,3 +191,28 @@ def test_replay_belief_table_is_the_positional_tables_belief():
     assert replay_belief_of({"source": "runtime", "oracle": True, "oracle_belief": "table"}, config) == "table"
     assert replay_belief_of({"source": "runtime", "oracle": True, "oracle_belief": "model"}, config) in (
         "uniform", "geometric")
+
+
+def test_measured_h200_runs_get_their_oracle_ranks_back(tmp_path):
+    """The H200 validation runs of 2026-11-30 (git e92dbf1) predate the `ranks` column: bench/validate.py
+    reconstructs every verify's draft ranks from the run's seed, consistent with the recorded accepted
+    counts and hits (a contradicting stream would return None), and the replay then follows them."""
+    import csv
+
+    from bench.validate import with_oracle_ranks
+    from conf.rundir import config_from_dict, read_run
+
+    run_dir = Path("bench/results/runtime_runs_2026-11-30_e92dbf1/async_bs8_w8_dauto")
+    run = read_run(run_dir)
+    config = config_from_dict(run["config"])
+    path = with_oracle_ranks(run_dir, config, run["metrics"], tmp_path)
+    assert path is not None
+    verifies = json.loads(path.read_text())["verifies"]
+    with (run_dir / "iterations.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(verifies) == len(rows) == run["metrics"]["iterations"]
+    for v, r in zip(verifies, rows):
+        assert v["accepted"] == int(r["accepted"]) and len(v["ranks"]) == v["accepted"] + 1
+        assert (v["ranks"][-1] >= 0) == (r["hit"] == "1")
+    assert any(x > 0 for v in verifies for x in v["ranks"][:-1])  # the oracle accepted off the rank-0 chain
+    assert with_oracle_ranks(run_dir, config, {**run["metrics"], "oracle": False}, tmp_path) is None
