@@ -28,9 +28,9 @@ METHOD = """\
    (GEMMs of every weight matrix at TP shards 1..8 and M 1..64 (+256, 1024), the runtime's attention
    backend over context 256..16K and tree sizes 1..64, KV compaction), whole runtime steps on random-weight
    models (`TargetWorker` verify, `DraftWorker` expand, tree bookkeeping) and, on 2 GPUs, all-reduce (eager
-   and in CUDA graphs), raw send/recv and the runtime's leader-channel messages. Kernels are timed with
-   `triton.testing.do_bench` medians (L2 flushed before every call), steps with host timers around a
-   synchronised call (median after warm-up).
+   and in CUDA graphs), raw send/recv and the runtime's leader-channel messages. Kernels are timed inside
+   CUDA graphs with operands rotated past L2 (medians), whole steps as graph replays (`op_timing` and
+   `steps_mode` in the traces' meta file say which).
 2. **Fit (CPU).** `calibrate.py` fits each operator in the profile's functional form (non-negative least
    squares in relative error) and reports the held-out MAPE per operator. `step_overhead` absorbs what a
    whole runtime step costs beyond its operators. The fitted profile is `profiles/h200.json`; the fit
@@ -40,9 +40,14 @@ METHOD = """\
    weights with the acceptance oracle, one request of {workload}, `kernels=graphs` (fused
    Triton kernels, every verify and draft expansion replayed as a CUDA graph). Each configuration runs once
    to warm up, then twice measured (`__r1`: the second repeat; their spread is the run-to-run noise).
+   Since git e92dbf1 the oracle's draft grows its tree by the acceptance table's belief
+   (`spec.oracle_belief=table`), as the simulator does.
 4. **Simulated runs (CPU).** `bench/validate.py compare` simulates each measured configuration from the
    profile, replaying that run's verify outcomes (`acceptance.kind=replay` on its iterations.csv) and with
    `d` pinned to the d the runtime's DepthTuner settled on, so that the comparison isolates the cost model.
+   The replay follows the draft ranks of every verified path: iterations.csv's `ranks` column, or, for runs
+   recorded before it, the ranks reconstructed from the oracle's seed (`runtime.oracle.reconstruct_ranks`),
+   so the simulated trees, accepted lengths and hits are the measured ones.
 5. **Held out by construction.** The profile is fitted from operator traces only; no end-to-end run enters
    the fit, so every configuration below is a held-out configuration. The step sweep shares model shapes
    with the validation pair, as any operator profile does.
@@ -55,13 +60,13 @@ verify); the draft step is one draft forward (`step.expand` span). Tokens/s incl
 LIMITS = """\
 ## Known limits of the cost model this validation exercises
 
-- Operators are timed one eager launch at a time (`do_bench`, L2 flushed), so each fit's per-call intercept
-  carries the wrapper's host launch time (attention: ~95 us per call against ~12 us per layer inside a
-  graph); the runtime replays whole steps as CUDA graphs, so graph-mode verify/expand times are
-  over-predicted (verify: +30% median), which partly offsets host costs per step the operator sum misses.
-  Since commit 263211d `bench/profile_ops.py` times operators inside CUDA graphs (L2-overflowing operand
-  rotation) and whole steps as graph replays (`steps_mode: graphs`), so the step-overhead fit carries the
-  runtime's real host cost per graph step; not yet run on a GPU (next session: `scripts/gpu_calibrate.sh`).
+- Operators are timed inside CUDA graphs (`bench/profile_ops.py`, L2-overflowing operand rotation) and whole
+  steps as graph replays (`steps_mode: graphs`). Host costs the operator traces cannot see (the runtime loop's
+  step, expansion, message and draft-round overheads) come from the profile's `runtime` block, fitted on the
+  measured runs of the configurations item 5 names (simulator/runtime_fit.py).
+- A TP > 1 target broadcasts each verdict inside its group (measured 0.18 ms per step in the TP-2
+  autoregressive runs of e92dbf1, inside the verify span); no profiled operator covers it, so TP-2 verifies
+  are under-predicted by about that much.
 - The profile's additive form (operators + a + b x kernels) approximates max(host, device) by a sum, and one
   `step_overhead` line serves target verifies and draft expansions alike (the fit report,
   `operators.step_overhead.by_kind` / `by_preset`, shows how well it fits each).

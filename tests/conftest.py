@@ -11,8 +11,20 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 CONF_DIR = REPO / "conf"
 
-# Kernels run in Triton's interpreter on CPU machines (CI has no GPU).
+# Kernels run in Triton's interpreter on CPU machines (CI has no GPU). The GPU tests need it off; on a GPU
+# machine they fail at once, naming the setting, if this default put it on (pytest_collection_modifyitems).
+INTERPRET_DEFAULTED = "TRITON_INTERPRET" not in os.environ
 os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def pytest_collection_modifyitems(config, items):
+    """GPU tests selected while this file turned the Triton interpreter on: stop with the fix, not 29 errors."""
+    if INTERPRET_DEFAULTED and any(item.get_closest_marker(m) for item in items for m in ("gpu", "multi_gpu")):
+        import torch
+
+        if torch.cuda.is_available():
+            raise pytest.UsageError("GPU tests selected with TRITON_INTERPRET unset (tests/conftest.py then turns "
+                                    "Triton's CPU interpreter on): run them with TRITON_INTERPRET=0")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
