@@ -335,6 +335,11 @@ def sim_config(config: Any, profile: str | None, settings: dict[str, float], acc
     for key, value in workload.items():
         setattr(cfg.workload, key, value)
     if acceptance_file is not None:
+        if cfg.acceptance.kind == "positional" and cfg.acceptance.file is not None:
+            # the replay takes the file field: keep the run's table inline (replay_belief=table grows by it)
+            from simulator.acceptance import load_acceptance
+
+            cfg.acceptance.positional = load_acceptance(cfg.acceptance, 1).raw
         cfg.acceptance.kind, cfg.acceptance.file = "replay", acceptance_file
         cfg.acceptance.replay_belief = replay_belief
     cfg.sim.profile = profile
@@ -453,6 +458,7 @@ def simulate_run(run_dir: Path, profile: str | None, settings: dict[str, float],
                             ("mean_accept_len", measured.get("mean_accept_len"), metrics["mean_accept_len"])):
         row[key] = {"measured": meas, "simulated": simv, "error": _err(simv, meas)}
     row["cost_model"] = costs.source
+    row["replay_divergences"] = getattr(sim.acceptance, "divergences", 0)
     return row
 
 

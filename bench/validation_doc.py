@@ -46,8 +46,9 @@ METHOD = """\
    profile, replaying that run's verify outcomes (`acceptance.kind=replay` on its iterations.csv) and with
    `d` pinned to the d the runtime's DepthTuner settled on, so that the comparison isolates the cost model.
    The replay follows the draft ranks of every verified path: iterations.csv's `ranks` column, or, for runs
-   recorded before it, the ranks reconstructed from the oracle's seed (`runtime.oracle.reconstruct_ranks`),
-   so the simulated trees, accepted lengths and hits are the measured ones.
+   recorded before it, the ranks reconstructed from the oracle's seed (`runtime.oracle.reconstruct_ranks`);
+   the simulated trees, accepted lengths and hits are then the measured ones except in the verifies counted
+   as replay divergences below.
 5. **Held out by construction.** The profile is fitted from operator traces only; no end-to-end run enters
    the fit, so every configuration below is a held-out configuration. The step sweep shares model shapes
    with the validation pair, as any operator profile does.
@@ -127,6 +128,14 @@ def write_doc(path: Path, result: dict[str, Any]) -> None:
         lines += ["", f"Run-to-run spread of measured tokens/s between repeats of one configuration (max / min - 1, "
                       f"{noise['n']} configs): median {100 * noise['median']:.1f}%, max {100 * noise['max']:.1f}%; "
                       f"the measurement's own error floor."]
+    rows = result.get("rows", [])
+    diverged = [(r["name"], r["replay_divergences"]) for r in rows if r.get("replay_divergences")]
+    if any("replay_divergences" in r for r in rows):
+        total = sum(n for _, n in diverged)
+        lines += ["", f"Replay divergences (verifies whose recorded draft ranks the simulated proposal could not "
+                      f"follow exactly: a recorded node missing, or the recorded bonus proposed): {total} in "
+                      f"{len(diverged)} of {len(rows)} runs"
+                  + (f" ({', '.join(f'{name} {n}' for name, n in diverged)})." if diverged else ".")]
     ac = result.get("autoconfig", {})
     lines += ["", "## Auto-configuration", ""]
     if "measured_async" in ac:

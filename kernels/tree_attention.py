@@ -59,7 +59,7 @@ MIN_BLOCKS_PER_SPLIT = 4
 splits trade parallelism for a shorter serial merge. bench/bench_attention_splits.py sweeps it on the GPU:
 H200 2026-11-30 (bench/results/attention_splits_gpu_2026-11-30.json), Llama-3-8B shapes, ctx 512/1024/2000
 summed, us: rows 8: 1 -> 47.3, 2 -> 39.3, 4 -> 37.7, 8 -> 48.6; rows 16: 70.6, 57.9, 49.1, 53.8; rows 1: 37.6,
-30.3, 30.2, 38.5. 4 is the best on the sum at every row count (2 wins at ctx <= 1024 by <= 1.2 us)."""
+30.3, 30.2, 38.5. 4 is the best on the sum at every row count (2 wins at ctx <= 1024 by <= 1.3 us)."""
 SMEM_BUDGET = 192 * 1024  # bytes of pipelined tiles per program (H200: 227 KiB/block, rest for layouts)
 _COUNTERS_INIT = 1024  # int32 counters per (device, stream), grown on demand
 

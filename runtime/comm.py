@@ -62,6 +62,9 @@ _PING_REQUEST = -2
 class LeaderChannel:
     """Fixed-capacity message channel between the two group leaders, with in-group broadcast."""
 
+    kind = "dist"
+    """`parallel.leader_channel` value this class implements (recorded in metrics when `auto` picked it)."""
+
     def __init__(self, ctx: ParallelContext, max_nodes: int, timeout_s: float | None = None, *,
                  timeline: Timeline | None = None, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> None:
         """Allocate the wire buffers.

@@ -330,7 +330,8 @@ def run_rank(ctx: ParallelContext, cfg: ExperimentConfig, prompts: list[list[int
     d_used = [json.loads(r.extra)["d"] for r in records if r.name == "step.reroot"]
     metrics = summarize(cfg, rows, generated, wall_s, gpu=device_name(ctx.device), num_requests=len(prompts),
                         d_used=d_used[-1] if d_used else None,
-                        **({"oracle_belief": cfg.spec.oracle_belief} if engine.oracle_on else {}))
+                        **({"oracle_belief": cfg.spec.oracle_belief} if engine.oracle_on else {}),
+                        **({"leader_channel": engine.channel.kind} if ctx.peer_leader_rank is not None else {}))
     return {"metrics": metrics, "iterations": rows, "traces": records, "outputs": outputs, "prompts": prompts,
             "oracle": engine.oracle_on}
 

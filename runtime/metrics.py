@@ -47,8 +47,8 @@ ITERATION_COLUMNS = (
 )
 """Columns of iterations.csv, one row per verify step (docs/CONTRACTS.md "Metrics contract"). `ranks`: the
 verified path's draft ranks, dot-joined: one per accepted token, then the bonus token's (-1: not a child in
-the draft tree, a miss); empty where it does not apply (autoregressive, simulated runs). A replay of the run
-(`acceptance.kind=replay`) follows them exactly."""
+the draft tree, a miss); empty where it does not apply (autoregressive, simulated runs). The simulator's
+replay of the run (`acceptance.kind=replay`) follows them; the runtime's replay oracle does not read them."""
 
 METRIC_KEYS = (
     "source", "mode", "model", "target_gpus", "draft_gpus", "bs", "w", "d", "gamma", "interconnect", "gpu",

@@ -43,6 +43,8 @@ _SPIN_TRIES = 2000  # non-blocking receive attempts before sleeping in poll (~1-
 class UnixLeaderChannel(LeaderChannel):
     """`LeaderChannel` whose leader-to-leader hop is a Unix-domain socket (same host)."""
 
+    kind = "unix"
+
     def __init__(self, ctx: ParallelContext, max_nodes: int, timeout_s: float | None = None, *,
                  timeline: Timeline | None = None, max_in_flight: int = 1) -> None:
         """Allocate the group-broadcast buffers (as LeaderChannel), then connect the two leaders."""

@@ -21,11 +21,14 @@ sampling (temperature > 0); a table fitted at the run's temperature carries the 
 does not.
 
 **Replay** (`acceptance.kind=replay`): `acceptance.file` holds a recorded run's verify outcomes: its
-iterations.csv (columns accepted, hit), or a JSON list (or {"verifies": [...]}) of {"accepted": k, "hit":
-true|false|null} or bare ints; consumed in order and cycled. As in the runtime's oracle (runtime/oracle.py):
+iterations.csv (columns accepted, hit, and the runtime's `ranks` where recorded), or a JSON list (or
+{"verifies": [...]}) of {"accepted": k, "hit": true|false|null, "ranks": [...]} or bare ints; consumed in
+order and cycled. A verify with recorded ranks is followed exactly: its accepted draft ranks, then its bonus
+rank (-1: a miss); where the simulated proposal lacks a recorded node the path ends there, and the verify is
+counted in `divergences`. Without ranks: `replay_belief=table` draws them from the table conditioned on the
+record (see `ReplayAcceptance.walk`); otherwise, as the runtime's replay oracle (runtime/oracle.py) does,
 accept k tokens along the rank-0 chain (fewer if the proposal is shallower), then the bonus is the rank-0
-child if the record was a hit, else a token the draft did not draft. Accepted lengths are reproduced when
-the proposal is deep enough along its top chain, hits when the draft tree holds the node.
+child if the record was a hit, else a token the draft did not draft.
 
 Closed form for checks: chain of gamma with constant acceptance a, `chain_accept_length`.
 """
@@ -159,13 +162,19 @@ class ReplayAcceptance:
     kind = "replay"
 
     def __init__(self, verifies: list[tuple[int, bool | None]], beyond: int, belief: str = "geometric",
-                 table: list[list[float]] | None = None, ranks: list[tuple[int, ...] | None] | None = None) -> None:
+                 table: list[list[float]] | None = None, ranks: list[tuple[int, ...] | None] | None = None,
+                 scale: float = 1.0) -> None:
         if not verifies:
             raise ValueError("acceptance.file: the replay holds no verifies")
         if belief == "table" and table is None:
             raise ValueError("acceptance.replay_belief=table needs the acceptance.positional table")
         self.verifies = verifies
         self.ranks = ranks if ranks is not None else [None] * len(verifies)
+        # ranks drawn (no recorded ones) from the table the runtime's oracle drew from: scaled, as it was
+        self._draws = PositionalAcceptance(table, scale).table if table is not None and belief == "table" else None
+        self.divergences = 0
+        """Verifies the simulated proposal could not replay as recorded: a recorded accepted node it lacks (the
+        path ends there, shorter), or a recorded bonus that it proposed (kept as the bonus)."""
         self.beyond = beyond
         self.index = 0
         self.belief_kind = belief
@@ -200,14 +209,15 @@ class ReplayAcceptance:
         node = 0
         ranks: list[int] = []
         nodes = [0]
-        drawn = self.table is not None and self.belief_kind == "table"
+        drawn = self._draws is not None
         height = _heights(children) if drawn and accepted > 1 else {}
         for depth in range(accepted):
             need = accepted - depth - 1  # accepted tokens still to come below the next one
             r = self._rank(depth, uniforms, position, lambda q, n=node, k=need: (
-                (n, q) in children and height.get(children[(n, q)], 0) >= k)) if drawn else 0
+                (n, q) in children and height.get(children[(n, q)], 0) >= k), fallback=0) if drawn else 0
             child = children.get((node, r))
             if child is None:
+                self.divergences += 1
                 break
             ranks.append(r)
             nodes.append(child)
@@ -215,8 +225,9 @@ class ReplayAcceptance:
         bonus = self.beyond
         if hit:
             bonus = 0
-            if self.table is not None and self.belief_kind == "table":
-                bonus = self._rank(len(ranks), uniforms, position, lambda q, n=node: (n, q) not in children)
+            if drawn:
+                bonus = self._rank(len(ranks), uniforms, position, lambda q, n=node: (n, q) not in children,
+                                   fallback=self.beyond)
         ranks.append(bonus)
         return tuple(ranks), tuple(nodes)
 
@@ -228,22 +239,26 @@ class ReplayAcceptance:
         for r in recorded[:-1]:
             child = children.get((node, r))
             if child is None:  # the simulated proposal lacks the recorded node: stop there, as a miss
+                self.divergences += 1
                 ranks.append(self.beyond)
                 return tuple(ranks), tuple(nodes)
             ranks.append(r)
             nodes.append(child)
             node = child
-        ranks.append(recorded[-1] if recorded[-1] >= 0 else self.beyond)
+        bonus = recorded[-1] if recorded[-1] >= 0 else self.beyond
+        if (node, bonus) in children:  # the runtime had not proposed it; the simulated tree did
+            self.divergences += 1
+        ranks.append(bonus)
         return tuple(ranks), tuple(nodes)
 
-    def _rank(self, depth: int, uniforms: list[float], position: int, allowed: Any) -> int:
-        """A rank drawn from the table's row at `depth`, restricted to `allowed(rank)` (first allowed rank if
-        the row gives them no mass)."""
-        assert self.table is not None
-        row = self.table[min(depth, len(self.table) - 1)]
+    def _rank(self, depth: int, uniforms: list[float], position: int, allowed: Any, fallback: int) -> int:
+        """A rank drawn from the (scaled) table's row at `depth`, restricted to `allowed(rank)`; `fallback` if
+        no rank is allowed, the first allowed one if the row gives them no mass."""
+        assert self._draws is not None
+        row = self._draws[min(depth, len(self._draws) - 1)]
         ranks = [r for r in range(self.beyond) if allowed(r)]  # the draft tree holds topk ranks
         if not ranks:
-            return 0
+            return fallback
         weights = [row[r] if r < len(row) else 0.0 for r in ranks]
         total = sum(weights)
         if total <= 0.0:
@@ -323,7 +338,7 @@ def load_acceptance(cfg: AcceptanceConfig, topk: int) -> PositionalAcceptance | 
         raw = _read_replay_csv(cfg.file) if cfg.file.endswith(".csv") else _read_json(cfg.file, "acceptance.file")
         verifies, ranks = _parse_replay(raw, str(cfg.file))
         return ReplayAcceptance(verifies, beyond=topk, belief=cfg.replay_belief,
-                                table=[list(row) for row in cfg.positional], ranks=ranks)
+                                table=[list(row) for row in cfg.positional], ranks=ranks, scale=cfg.scale)
     table: Any = cfg.positional
     if cfg.file is not None:
         data = _read_json(cfg.file, "acceptance.file")

@@ -17,6 +17,7 @@ INTERPRET_DEFAULTED = "TRITON_INTERPRET" not in os.environ
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+@pytest.hookimpl(trylast=True)  # after `-m` deselection (addopts deselects gpu tests on plain runs)
 def pytest_collection_modifyitems(config, items):
     """GPU tests selected while this file turned the Triton interpreter on: stop with the fix, not 29 errors."""
     if INTERPRET_DEFAULTED and any(item.get_closest_marker(m) for item in items for m in ("gpu", "multi_gpu")):

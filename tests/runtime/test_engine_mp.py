@@ -92,15 +92,18 @@ def test_tensor_parallel_target_is_lossless():
 
 def test_unix_leader_channel_is_lossless():
     """parallel.leader_channel=unix (a Unix-domain socket between the leaders) with a TP-2 target, whose
-    non-leader gets every message by the in-group broadcast: async and serial trees, chain, autoregressive."""
+    non-leader gets every message by the in-group broadcast: async and serial trees, chain, autoregressive.
+    The async and serial runs ask for `auto`, which picks unix here (one host); metrics record the choice."""
     expected, eos = reference_outputs("tiny-llama")
-    common = dict(target_gpus=2, draft_gpus=1, leader_channel="unix")
-    cfgs = [make_cfg("async_tree", bs=6, w=3, topk=3, d="auto", **common),
-            make_cfg("serial_tree", bs=5, w=2, topk=2, **common), make_cfg("chain", gamma=3, **common),
-            make_cfg("autoregressive", **common)]
+    common = dict(target_gpus=2, draft_gpus=1)
+    cfgs = [make_cfg("async_tree", bs=6, w=3, topk=3, d="auto", leader_channel="auto", **common),
+            make_cfg("serial_tree", bs=5, w=2, topk=2, leader_channel="auto", **common),
+            make_cfg("chain", gamma=3, leader_channel="unix", **common),
+            make_cfg("autoregressive", leader_channel="unix", **common)]
     for cfg, out in zip(cfgs, _launch(cfgs, eos)):
         assert out["outputs"] == expected, cfg.spec.mode
         assert out["metrics"]["iterations"] > 0
+        assert out["metrics"]["leader_channel"] == "unix", cfg.spec.mode
 
 
 @pytest.mark.timeout(300)

@@ -119,3 +119,11 @@ def test_replaying_a_recorded_chain_run_reproduces_its_accepted_lengths(tmp_path
 
     assert accepted(tmp_path / "replay") == accepted(tmp_path / "rec")
     assert replay["accept_len_hist"] == recorded["accept_len_hist"]
+
+
+def test_runtime_and_simulator_write_the_same_iteration_columns():
+    """iterations.csv is one contract (docs/CONTRACTS.md); the torch-free simulator keeps its own copy."""
+    from runtime.metrics import ITERATION_COLUMNS as RUNTIME_COLUMNS
+    from simulator.records import ITERATION_COLUMNS as SIM_COLUMNS
+
+    assert RUNTIME_COLUMNS == SIM_COLUMNS
