@@ -65,9 +65,10 @@ LIMITS = """\
   steps as graph replays (`steps_mode: graphs`). Host costs the operator traces cannot see (the runtime loop's
   step, expansion, message and draft-round overheads) come from the profile's `runtime` block, fitted on the
   measured runs of the configurations item 5 names (simulator/runtime_fit.py).
-- A TP > 1 target broadcasts each verdict inside its group (measured 0.18 ms per step in the TP-2
-  autoregressive runs of e92dbf1, inside the verify span); no profiled operator covers it, so TP-2 verifies
-  are under-predicted by about that much.
+- A TP > 1 target broadcasts each verdict inside its group (0.18 ms per step measured in the TP-2
+  autoregressive runs of e92dbf1, inside the verify span). No operator is profiled for it: the simulator
+  charges one leader-channel message (the profiled NCCL hop with its host copies, ~0.1 ms), so TP-2 verifies
+  are still under-predicted by ~5%.
 - The profile's additive form (operators + a + b x kernels) approximates max(host, device) by a sum, and one
   `step_overhead` line serves target verifies and draft expansions alike (the fit report,
   `operators.step_overhead.by_kind` / `by_preset`, shows how well it fits each).

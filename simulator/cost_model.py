@@ -220,10 +220,12 @@ class GroupCost:
     """
 
     def __init__(self, ops: Operators, shape: ModelShape, weight_bits: int, tp: int, fused: bool = True,
-                 extra_s: float = 0.0, extra_per_token_s: float = 0.0) -> None:
+                 extra_s: float = 0.0, extra_per_token_s: float = 0.0, broadcast_s: float = 0.0) -> None:
         self.ops, self.shape, self.weight_bits, self.tp, self.fused = ops, shape, weight_bits, tp, fused
         # fitted host time per step of the runtime's loop (profile `runtime`): constant + per query row
         self.extra_s, self.extra_per_token_s = extra_s, extra_per_token_s
+        # a TP > 1 target's leader broadcasts each step's verdict to its group (not after a prefill)
+        self.broadcast_s = broadcast_s
         self._affine: dict[int, tuple[float, float]] = {}
         self._compaction: dict[int, float] = {}
 
@@ -244,7 +246,7 @@ class GroupCost:
     def forward_s(self, tokens: int, kv_len: int) -> float:
         """Seconds of a decode step (a verify or an expansion) of `tokens` queries over `kv_len` keys."""
         a, b = self._line(tokens)
-        return a + b * kv_len + self.extra_s + self.extra_per_token_s * tokens
+        return a + b * kv_len + self.extra_s + self.extra_per_token_s * tokens + self.broadcast_s
 
     def prefill_s(self, prompt_tokens: int) -> float:
         """Prompt prefill: all prompt tokens at once, causal (on average half the prompt attended); 0 if empty.

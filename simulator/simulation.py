@@ -102,7 +102,8 @@ def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Cos
 
     `profile` (already loaded) replaces `sim.profile`. Its `runtime` block, where present, adds the runtime
     loop's fitted host costs: per target forward, per draft forward, per verify's messages (target) and per
-    draft round (replacing `sim.tree_op_s`); the last two only with a separate draft group.
+    draft round (replacing `sim.tree_op_s`); the last two only with a separate draft group. A TP > 1 target's
+    verify also carries its in-group verdict broadcast (one message).
     """
     gpu = GPU_PRESETS[config.hardware.gpu]
     ic = config.interconnect
@@ -117,8 +118,12 @@ def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Cos
     fused = config.kernels.backend == "triton"
     par = config.parallel
     host = profile.runtime if profile is not None else {}
+    # A TP > 1 target's leader broadcasts every verdict (the verified path) to its group inside the verify
+    # (runtime/engine.py _verify; 0.18 ms per step in the H200 TP-2 runs of e92dbf1): charged as one
+    # leader-channel message of that size, the profiled operator of the same NCCL hop and host copies.
+    verdict_s = ops.message_s(message_bytes(proposal_nodes(config)), par.target_gpus) if par.target_gpus > 1 else 0.0
     target = GroupCost(ops, model_preset(config.model.target.preset), config.model.target.weight_bits,
-                       par.target_gpus, fused, extra_s=host.get("step_extra_s", 0.0))
+                       par.target_gpus, fused, extra_s=host.get("step_extra_s", 0.0), broadcast_s=verdict_s)
     draft = None
     proposal_s = verified_s = 0.0
     if uses_draft(config):
