@@ -362,8 +362,8 @@ def with_oracle_ranks(run_dir: Path, config: Any, measured: dict[str, Any], out_
 
     from runtime.oracle import reconstruct_ranks
 
-    if not measured.get("oracle") or config.acceptance.kind != "positional":
-        return None
+    if not measured.get("oracle") or config.acceptance.kind != "positional" or config.spec.mode == "autoregressive":
+        return None  # (an autoregressive run never draws from the oracle, whatever spec.oracle says)
     with (run_dir / "iterations.csv").open() as f:
         rows = list(csv.DictReader(f))
     if not rows or rows[0].get("ranks", "") != "":
