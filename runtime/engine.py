@@ -381,6 +381,7 @@ def iteration_rows(records: list[TraceRecord], leaders: set[int], colocated: boo
         verify = by[("step.verify", it)]
         info = json.loads(verify[0].extra) if verify else {}
         reroot = by[("step.reroot", it)]
+        rinfo = json.loads(reroot[0].extra) if reroot else None
         verify_s = total("step.verify", it)
         rows.append({
             "request": info.get("request", -1), "iteration": it, "start_s": rec.start_s,
@@ -390,7 +391,7 @@ def iteration_rows(records: list[TraceRecord], leaders: set[int], colocated: boo
             "target_idle_s": rec.duration_s - verify_s if colocated else total("comm.recv", it, "target"),
             "draft_idle_s": verify_s if colocated else total("comm.recv", it, "draft"),
             "accepted": info.get("accepted", 0), "emitted": info.get("emitted", 1),
-            "hit": json.loads(reroot[0].extra)["hit"] if reroot else None,
-            "ranks": ".".join(map(str, json.loads(reroot[0].extra).get("ranks", []))) if reroot else "",
+            "hit": rinfo["hit"] if rinfo else None,
+            "ranks": ".".join(map(str, rinfo.get("ranks", []))) if rinfo else "",
         })
     return rows

@@ -170,23 +170,22 @@ class ReplayAcceptance:
             raise ValueError("acceptance.replay_belief=table needs the acceptance.positional table")
         self.verifies = verifies
         self.ranks = ranks if ranks is not None else [None] * len(verifies)
-        # ranks drawn (no recorded ones) from the table the runtime's oracle drew from: scaled, as it was
-        self._draws = PositionalAcceptance(table, scale).table if table is not None and belief == "table" else None
+        # belief `table`: the tree grows by the table's belief (unscaled), and ranks without a record are drawn
+        # from the table the runtime's oracle drew from (scaled, as it was)
+        self._positional = PositionalAcceptance(table, scale) if table is not None and belief == "table" else None
         self.divergences = 0
         """Verifies the simulated proposal could not replay as recorded: a recorded accepted node it lacks (the
         path ends there, shorter), or a recorded bonus that it proposed (kept as the bonus)."""
         self.beyond = beyond
         self.index = 0
         self.belief_kind = belief
-        self.table = table
 
     def belief(self, topk: int) -> list[list[float]]:
         """The replay has no table of its own: geometric (rank r weighs 2^-(r+1)), uniform (ranks alike, ties
         broken by rank: a breadth-first tree, as a random-weight draft's flat top-k log-probs grow it) or table
         (the positional table's belief, as the runtime's oracle draft grew it with spec.oracle_belief=table)."""
-        if self.belief_kind == "table":
-            assert self.table is not None
-            return PositionalAcceptance(self.table).belief(topk)
+        if self._positional is not None:
+            return self._positional.belief(topk)
         if self.belief_kind == "uniform":
             return [[-math.log(topk) - 1e-9 * r for r in range(topk)]]
         return [[-(r + 1) * math.log(2.0) for r in range(topk)]]
@@ -209,7 +208,7 @@ class ReplayAcceptance:
         node = 0
         ranks: list[int] = []
         nodes = [0]
-        drawn = self._draws is not None
+        drawn = self._positional is not None
         height = _heights(children) if drawn and accepted > 1 else {}
         for depth in range(accepted):
             need = accepted - depth - 1  # accepted tokens still to come below the next one
@@ -254,8 +253,9 @@ class ReplayAcceptance:
     def _rank(self, depth: int, uniforms: list[float], position: int, allowed: Any, fallback: int) -> int:
         """A rank drawn from the (scaled) table's row at `depth`, restricted to `allowed(rank)`; `fallback` if
         no rank is allowed, the first allowed one if the row gives them no mass."""
-        assert self._draws is not None
-        row = self._draws[min(depth, len(self._draws) - 1)]
+        assert self._positional is not None
+        table = self._positional.table
+        row = table[min(depth, len(table) - 1)]
         ranks = [r for r in range(self.beyond) if allowed(r)]  # the draft tree holds topk ranks
         if not ranks:
             return fallback

@@ -121,7 +121,8 @@ def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Cos
     # A TP > 1 target's leader broadcasts every verdict (the verified path) to its group inside the verify
     # (runtime/engine.py _verify; 0.18 ms per step in the H200 TP-2 runs of e92dbf1): charged as one
     # leader-channel message of that size, the profiled operator of the same NCCL hop and host copies.
-    verdict_s = ops.message_s(message_bytes(proposal_nodes(config)), par.target_gpus) if par.target_gpus > 1 else 0.0
+    nbytes = message_bytes(proposal_nodes(config))  # a proposal or a verified path: the same fixed-size wire
+    verdict_s = ops.message_s(nbytes, par.target_gpus) if par.target_gpus > 1 else 0.0
     target = GroupCost(ops, model_preset(config.model.target.preset), config.model.target.weight_bits,
                        par.target_gpus, fused, extra_s=host.get("step_extra_s", 0.0), broadcast_s=verdict_s)
     draft = None
@@ -132,7 +133,6 @@ def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Cos
                           draft_tp(config), fused, extra_s=host.get("expand_extra_s", 0.0),
                           extra_per_token_s=host.get("expand_extra_per_row_s", 0.0))
         if par.draft_gpus > 0:
-            nbytes = message_bytes(proposal_nodes(config))
             proposal_s = ops.message_s(nbytes, par.target_gpus)
             verified_s = ops.message_s(nbytes, par.draft_gpus)
     tree_op_s, verify_host_s = config.sim.tree_op_s, 0.0
