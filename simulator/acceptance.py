@@ -282,7 +282,9 @@ def _heights(children: dict[tuple[int, int], int]) -> dict[int, int]:
     return height
 
 
-def _read_replay_csv(path: str) -> list[dict[str, Any]]:
+def read_replay_csv(path: str) -> list[dict[str, Any]]:
+    """A recorded run's iterations.csv as replay entries: accepted, hit (None where empty), ranks (where
+    recorded) and request (where the column exists); errors name the file and row."""
     p = resolve_path(path)
     if not p.exists():
         raise FileNotFoundError(f"acceptance.file: recorded run {p} does not exist")
@@ -294,6 +296,8 @@ def _read_replay_csv(path: str) -> list[dict[str, Any]]:
             raise ValueError(f"{p}: row {i + 2}: accepted: needs a non-negative integer, got {r.get('accepted')!r}")
         flag = str(r.get("hit") or "").strip().lower()
         entry: dict[str, Any] = {"accepted": int(r["accepted"]), "hit": None if flag == "" else flag in ("1", "true")}
+        if str(r.get("request") or "").strip():
+            entry["request"] = int(r["request"])
         ranks = str(r.get("ranks") or "").strip()
         if ranks:
             try:
@@ -335,7 +339,7 @@ def load_acceptance(cfg: AcceptanceConfig, topk: int) -> PositionalAcceptance | 
     if cfg.kind == "replay":
         if cfg.file is None:
             raise ValueError("acceptance.file: kind=replay needs a recorded run file")
-        raw = _read_replay_csv(cfg.file) if cfg.file.endswith(".csv") else _read_json(cfg.file, "acceptance.file")
+        raw = read_replay_csv(cfg.file) if cfg.file.endswith(".csv") else _read_json(cfg.file, "acceptance.file")
         verifies, ranks = _parse_replay(raw, str(cfg.file))
         return ReplayAcceptance(verifies, beyond=topk, belief=cfg.replay_belief,
                                 table=[list(row) for row in cfg.positional], ranks=ranks, scale=cfg.scale)

@@ -174,7 +174,7 @@ def test_replay_belief_table_is_the_positional_tables_belief():
     """acceptance.replay_belief=table (a runtime oracle run with spec.oracle_belief=table): the replayed tree
     grows by the inline positional table's belief, exactly the positional model's; the runtime's draft reads the
     same rows (runtime.oracle.oracle_belief), and a measured run's metrics pick it (bench/validate.py)."""
-    from bench.validate import replay_belief_of
+    from bench.validation_replay import replay_belief_of
     from conf.schema import AcceptanceConfig
     from runtime.oracle import oracle_belief
     from simulator.acceptance import PositionalAcceptance, ReplayAcceptance
@@ -199,7 +199,8 @@ def test_measured_h200_runs_get_their_oracle_ranks_back(tmp_path):
     the recorded accepted counts except in the verifies it counts as divergences (few)."""
     import csv
 
-    from bench.validate import REPO, replay_belief_of, sim_config, with_oracle_ranks
+    from bench.validate import REPO
+    from bench.validation_replay import replay_belief_of, sim_config, with_oracle_ranks
     from conf.rundir import config_from_dict, read_run
     from simulator.simulation import Simulation, build_costs
 
@@ -228,7 +229,8 @@ def test_measured_h200_runs_get_their_oracle_ranks_back(tmp_path):
 def test_a_replay_keeps_the_runs_acceptance_table_from_its_file():
     """A run composed with `acceptance=smollm2` (a positional table in a file): its replay takes the file field,
     so sim_config keeps the run's table inline, the one replay_belief=table grows by and draws from."""
-    from bench.validate import REPO, sim_config
+    from bench.validate import REPO
+    from bench.validation_replay import sim_config
     from simulator.acceptance import load_acceptance
 
     config = cfg(*BASE, "spec=async_tree", "acceptance=smollm2", "spec.oracle=true")
