@@ -9,18 +9,22 @@ All are capturable in CUDA graphs (static shapes, no host syncs); see each modul
 from kernels.fused_mlp import swiglu
 from kernels.gemm_allreduce import gemm_allreduce, prepare_gemm_allreduce
 from kernels.kv_compact import kv_compact
-from kernels.norm import add_rmsnorm
+from kernels.norm import add_rmsnorm, add_rmsnorm_partials
 from kernels.rope import rope_kv_write
+from kernels.skinny_linear import skinny_linear, skinny_linear_partials
 from kernels.tree_attention import tree_attention
 from kernels.verify import greedy_verify
 
 __all__ = [
     "add_rmsnorm",
+    "add_rmsnorm_partials",
     "gemm_allreduce",
     "greedy_verify",
     "kv_compact",
     "prepare_gemm_allreduce",
     "rope_kv_write",
+    "skinny_linear",
+    "skinny_linear_partials",
     "swiglu",
     "tree_attention",
 ]

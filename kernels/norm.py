@@ -1,4 +1,4 @@
-"""Fused residual add + RMSNorm (reference: ``add_rmsnorm_ref``).
+"""Fused residual add + RMSNorm (reference: ``add_rmsnorm_ref``; ``add_rmsnorm_partials_ref``).
 
     new_residual = x + residual      (or x when residual is None), rounded to x.dtype
     normed       = new_residual * rsqrt(mean(new_residual^2) + eps) * weight   (fp32 maths, x.dtype out)
@@ -8,6 +8,9 @@ read once and both outputs are written once. Bytes per row: 2 reads + 2 writes o
 weight, L2-resident): for Llama-3-8B decode (N=4096, bf16, M<=64) that is <= 2 MiB, under 1 us of HBM
 time, so the kernel is launch-bound; fusing saves the three extra launches and the intermediate round
 trips of the eager add, pow/mean and mul chain.
+
+``add_rmsnorm_partials`` takes x as float32 split-K partials [S, M, N] (``kernels.skinny_linear``): it sums
+them, rounds to the residual's dtype and continues as above, replacing the GEMM's reduce launch.
 """
 
 from __future__ import annotations
@@ -72,5 +75,78 @@ def add_rmsnorm(
         x.stride(0), residual.stride(0) if residual is not None else 0, normed.stride(0), new_res.stride(0),
         HAS_RESIDUAL=residual is not None, BLOCK_N=block_n,
         num_warps=min(16, max(1, block_n // 512)),
+    )
+    return normed, new_res
+
+
+@triton.jit
+def _add_rmsnorm_partials_kernel(
+    P, R, W, Normed, NewRes, N, eps,
+    stride_ps, stride_pm, stride_r, stride_n, stride_nr,
+    SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    ok = cols < N
+    p = P + row * stride_pm + cols
+    y = tl.load(p, mask=ok, other=0.0)  # split order, as skinny_linear's reduce kernel sums them
+    for s in tl.static_range(1, SPLIT_K):
+        y += tl.load(p + s * stride_ps, mask=ok, other=0.0)
+    # from here on _add_rmsnorm_kernel's operations and rounding order, x being the rounded projection
+    h = y.to(NewRes.dtype.element_ty).to(tl.float32)
+    h += tl.load(R + row * stride_r + cols, mask=ok, other=0.0).to(tl.float32)
+    h_rounded = h.to(NewRes.dtype.element_ty)
+    tl.store(NewRes + row * stride_nr + cols, h_rounded, mask=ok)
+    h = h_rounded.to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(h * h, axis=0) / N + eps)
+    w = tl.load(W + cols, mask=ok, other=0.0).to(tl.float32)
+    tl.store(Normed + row * stride_n + cols, (h * rstd * w).to(Normed.dtype.element_ty), mask=ok)
+
+
+def add_rmsnorm_partials(
+    partials: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    *,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """add_rmsnorm of a split-K projection given as float32 partials [S, M, N] (``skinny_linear_partials``).
+
+    x = sum of the S partials in split order (float32), rounded to residual.dtype (the projection output a
+    GEMM would have stored); then exactly ``add_rmsnorm(x, residual, weight, eps)``: the results are bitwise
+    equal to ``skinny_linear`` (split_k = S) followed by ``add_rmsnorm``, one launch instead of two.
+    Returns (normed, new_residual) in residual.dtype; ``out`` optionally gives those two [M, N] buffers.
+    Bytes per row: S * N * 4 partials + 2 N reads + 2 N writes, still launch-bound at decode sizes.
+    """
+    if partials.dim() != 3 or partials.dtype != torch.float32:
+        raise ValueError(f"add_rmsnorm_partials: partials must be float32 [S, M, N], got "
+                         f"{tuple(partials.shape)} {partials.dtype}")
+    s, m, n = partials.shape
+    if s < 1:
+        raise ValueError("add_rmsnorm_partials: partials needs at least one split (S >= 1)")
+    if residual.shape != (m, n) or residual.device != partials.device:
+        raise ValueError(f"add_rmsnorm_partials: residual must be [{m}, {n}] on {partials.device}, got "
+                         f"{tuple(residual.shape)} on {residual.device}")
+    if weight.shape != (n,):
+        raise ValueError(f"add_rmsnorm_partials: weight must be [{n}], got {tuple(weight.shape)}")
+    if partials.stride(-1) != 1 or residual.stride(-1) != 1 or weight.stride(-1) != 1:
+        raise ValueError("add_rmsnorm_partials: partials, residual and weight need a contiguous last dim")
+    if out is not None:
+        normed, new_res = out
+        for name, t in (("out[0] (normed)", normed), ("out[1] (new_residual)", new_res)):
+            if t.shape != (m, n) or t.dtype != residual.dtype or t.stride(-1) != 1:
+                raise ValueError(f"add_rmsnorm_partials: {name} must be [{m}, {n}] {residual.dtype} with a "
+                                 f"contiguous last dim, got {tuple(t.shape)} {t.dtype}")
+    else:
+        normed, new_res = torch.empty_like(residual), torch.empty_like(residual)
+    if m == 0:
+        return normed, new_res
+    block_n = triton.next_power_of_2(n)
+    _add_rmsnorm_partials_kernel[(m,)](
+        partials, residual, weight, normed, new_res, n, float(eps),
+        partials.stride(0), partials.stride(1), residual.stride(0), normed.stride(0), new_res.stride(0),
+        SPLIT_K=s, BLOCK_N=block_n,
+        num_warps=min(16, max(1, block_n // 512)),  # as add_rmsnorm: the same row reduction, bit for bit
     )
     return normed, new_res

@@ -166,3 +166,46 @@ def rope_kv_write_ref(
         q_out.copy_(q_rot)
         return q_out
     return q_rot.to(qkv.dtype)
+
+
+def skinny_linear_ref(x: torch.Tensor, w: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ w.T (x [M,K], w [N,K]) computed in float32, rounded once to x.dtype (or out's dtype)."""
+    res = x.float() @ w.float().t()
+    if out is not None:
+        out.copy_(res)
+        return out
+    return res.to(x.dtype)
+
+
+def skinny_linear_partials_ref(
+    x: torch.Tensor, w: torch.Tensor, split_k: int, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """[split_k, M, N] float32: partial s = x[:, ks] @ w[:, ks].T over K chunk s (zeros if the chunk is empty).
+
+    Chunk s is [s*C, min((s+1)*C, K)) with C = cdiv(K, split_k) rounded up to a multiple of 16, as in
+    kernels/skinny_linear.py; summing the partials over s gives x @ w.T.
+    """
+    m, k = x.shape
+    chunk = ((k + split_k - 1) // split_k + 15) // 16 * 16
+    res = torch.zeros(split_k, m, w.shape[0], dtype=torch.float32, device=x.device)
+    for s in range(split_k):
+        lo, hi = min(s * chunk, k), min((s + 1) * chunk, k)
+        res[s] = x[:, lo:hi].float() @ w[:, lo:hi].float().t()
+    if out is not None:
+        out.copy_(res)
+        return out
+    return res
+
+
+def add_rmsnorm_partials_ref(
+    partials: torch.Tensor,  # [S, M, N] float32
+    residual: torch.Tensor,  # [M, N]
+    weight: torch.Tensor,  # [N]
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """add_rmsnorm_ref(x, residual, weight, eps) with x = the partials summed in split order (float32) and
+    rounded to residual.dtype: the projection output a GEMM would have stored."""
+    acc = partials[0].clone()
+    for s in range(1, partials.shape[0]):
+        acc += partials[s]
+    return add_rmsnorm_ref(acc.to(residual.dtype), residual, weight, eps)

@@ -10,7 +10,9 @@ KV cache and the request's `DraftTree`:
                      tokens); adds their top-k children
     refill(bs)       expand until the tree has >= bs nodes
     propose(...)     select the top-bs subtree -> DraftProposal (remembers the selection)
-    advance(...)     re-root along the verified path, compact the KV (one gather), count hit / miss
+    advance(...)     re-root along the verified path, count hit / miss; the KV compaction it implies
+                     (one gather) is deferred to `compact()`, which the next `expand` runs first, so a
+                     proposal that needs no refill can leave before the compaction (async_tree's critical path)
 
 It knows nothing of messages' transport, timing or stop rules (runtime/engine.py).
 """
@@ -25,7 +27,7 @@ from runtime.graphs import StepGraph
 from runtime.kv_cache import KVCache
 from runtime.model import Transformer
 from runtime.tree import DraftTree, Reroot, StepInputs, TreeStats
-from runtime.tree_cache import apply_reroot, prefill, step_meta
+from runtime.tree_cache import keep_slots, prefill, step_meta
 
 
 class DraftWorker:
@@ -53,6 +55,7 @@ class DraftWorker:
         self.tree = DraftTree(0)
         self.pending: tuple[int, ...] = ()  # verified tokens whose KV the draft has not computed yet
         self.selection: list[int] = []  # node ids of the last proposal, in proposal order
+        self._deferred: tuple[int, tuple[int, ...]] | None = None  # (old prefix_len, keep slots) to compact
         self.graph = self.pending_graph = None
         self.belief: list[list[float]] | None = None  # oracle runs, spec.oracle_belief=table (runtime/oracle.py)
         if cuda_graphs:
@@ -68,6 +71,7 @@ class DraftWorker:
     @torch.no_grad()
     def start(self, prompt: list[int]) -> None:
         """Prefill all prompt tokens but the last, which becomes the root."""
+        self._deferred = None  # the previous request's compaction: its KV is overwritten anyway
         self.prefix_len = prefill(self.model, self.cache, self.attn, prompt, self.device)
         self.tree = DraftTree(prompt[-1])
         self.pending, self.selection = (), []
@@ -80,6 +84,7 @@ class DraftWorker:
         """
         if not self.tree.can_expand(self.w, self.max_len):
             return False
+        self.compact()
         shift = len(self.pending)
         nodes, inp = self.tree.plan_expansion(self.w, self.prefix_len + shift, self.max_len)
         if shift:
@@ -137,14 +142,35 @@ class DraftWorker:
         node = self.tree.nodes[self.selection[proposal_index]]
         return [self.tree.nodes[c].token for c in node.children]
 
-    @torch.no_grad()
     def advance(self, node_indices: tuple[int, ...], bonus: int) -> Reroot:
-        """Follow a verified path (proposal indices, root first) and its bonus token; compact the cache."""
+        """Follow a verified path (proposal indices, root first) and its bonus token.
+
+        Host bookkeeping only: the cache compaction is deferred to `compact()` (`expand` runs it first), so
+        the next proposal can be selected and sent before it. `prefix_len` is already the new one.
+        """
         path = [self.selection[k] for k in node_indices]
         reroot = self.tree.reroot(path, bonus)
-        self.prefix_len = apply_reroot(self.cache, self.prefix_len, reroot)
+        self.compact()  # two re-roots without an expansion between them: keep their order
+        self._deferred = (self.prefix_len, reroot.keep_slots)
+        self.prefix_len += reroot.num_promoted
         self.tree, self.pending, self.selection = reroot.tree, reroot.pending, []
         return reroot
+
+    @property
+    def compaction_pending(self) -> bool:
+        """Whether a re-root's KV compaction still waits for `compact()`."""
+        return self._deferred is not None
+
+    @torch.no_grad()
+    def compact(self) -> bool:
+        """Apply the last re-root's KV compaction (one gather over every layer) if it is still pending;
+        returns whether one was pending."""
+        if self._deferred is None:
+            return False
+        old_prefix, slots = self._deferred
+        self._deferred = None
+        keep_slots(self.cache, old_prefix, slots)
+        return True
 
 
 def with_pending(inp: StepInputs, pending: tuple[int, ...], prefix_len: int) -> StepInputs:

@@ -7,16 +7,19 @@
 | serial_tree    | refill + `d` best-first expansions, top-bs     | target ranks, or its own group; serial |
 | async_tree     | top-bs; `d` expansions overlap the verify      | its own group (SwiftSpec Algorithm 1)  |
 
-Loops ([P] Algorithm 1; notes §1.2). Target leader: `recv proposal -> verify -> send verified path`.
-Draft leader: `propose -> send -> [async: expand d times] -> recv verified path -> re-root + compact ->
-refill -> propose ...`. Colocated (no draft group): `propose -> verify -> advance` on the same ranks.
+Loops ([P] Algorithm 1; notes §1.2). Target leader: `recv proposal -> verify -> send verified path -> keep
+the accepted KV`. Draft leader: `propose -> send -> compact -> [async: expand d times] -> recv verified path
+-> re-root -> (refill: compact, expand) -> propose ...`: what is not needed to build the next message (the
+target's KV keep, the draft's KV compaction when no refill is needed) runs after the send, off the other
+side's critical path. Colocated (no draft group): `propose -> verify -> keep -> advance` on the same ranks.
 Inside a group, non-leaders get messages by broadcast (`LeaderChannel`) and run the same forwards (TP).
 
 Stop rule, applied token by token to what a verify emits (the same as `runtime.reference`): after the EOS
 token, after `max_new_tokens`, or when prompt + output reaches `workload.max_seq_len_tokens`. The target
 leader decides and sets `VerifiedPath.stop`.
 
-Metrics: every step is a `Timeline` span (step.prefill / verify / expand / reroot / select / iteration, and
+Metrics: every step is a `Timeline` span (step.prefill / verify / keep / expand / reroot / compact / select /
+iteration, and
 the channel's comm.* spans); rank 0 gathers all spans and derives the per-iteration rows and the metrics
 dict of docs/CONTRACTS.md from them (`iteration_rows`).
 """
@@ -141,6 +144,7 @@ class Engine:
             if t_oracle is not None and emitter.tokens:
                 emitter.replace_last(prop.token_ids[0])
             vp = self._verify(prop, emitter, gen, t_oracle)
+            self._keep(vp)
             self.progress.update(self.tokens_done + len(emitter.tokens))
             if self.draft is not None:
                 self._advance(prop, vp, d_oracle)
@@ -160,9 +164,10 @@ class Engine:
             if oracle is not None and emitter.tokens:
                 emitter.replace_last(prop.token_ids[0])
             vp = self._verify(prop, emitter, gen, oracle)
-            self.progress.update(self.tokens_done + len(emitter.tokens))
             if self.ctx.is_leader:
                 self.channel.send(vp)
+            self._keep(vp)  # after the send: the draft's re-root does not wait for it
+            self.progress.update(self.tokens_done + len(emitter.tokens))
             self.tl.add("step.iteration", start, self.tl.now() - start, iteration=it, extra={"request": rid})
             if vp.stop:
                 return
@@ -178,6 +183,7 @@ class Engine:
                 self.channel.send(prop)
             self.tuner.sent(new_request=first)
             first = False
+            self._compact(it)  # the last re-root's KV gather, after the send (a refill already ran it)
             if self.mode == "async_tree":
                 for _ in range(self.tuner.shared_d()):
                     self._expand(it, "overlap")
@@ -231,11 +237,24 @@ class Engine:
             vp = self.channel.broadcast_in_group(vp)
             if not self.ctx.is_leader:  # mirror the leader's output: autoregressive steps feed its last token
                 emitter.emit(list(vp.token_ids[1:]))
-        self.target.keep(vp.node_indices)
         self.tl.add("step.verify", start, self.tl.now() - start, iteration=prop.iteration, tokens=self.shape.rows,
                     ctx_len=self.target.prefix_len,
                     extra={"request": prop.request_id, "accepted": vp.num_accepted, "emitted": vp.num_accepted + 1})
         return vp
+
+    def _keep(self, vp: VerifiedPath) -> None:
+        """Target group: keep the root and accepted nodes' KV of the last verify (a no-op launch-wise for a
+        chain or autoregressive step, whose accepted nodes already sit in place)."""
+        start = self.tl.now()
+        self.target.keep(vp.node_indices)
+        self.tl.add("step.keep", start, self.tl.now() - start, iteration=vp.iteration,
+                    tokens=len(vp.node_indices), ctx_len=self.target.prefix_len)
+
+    def _compact(self, it: int) -> None:
+        """Draft: the deferred KV compaction of the last re-root, if no expansion has run it yet."""
+        start = self.tl.now()
+        if self.draft.compact():
+            self.tl.add("step.compact", start, self.tl.now() - start, iteration=it - 1, ctx_len=self.draft.prefix_len)
 
     def _advance(self, prop: DraftProposal, vp: VerifiedPath, oracle: AcceptanceOracle | None) -> None:
         """Draft: re-root along the verified path (oracle: resolve the drawn bonus rank first)."""
@@ -360,8 +379,8 @@ def _sync(device: torch.device) -> None:
 def iteration_rows(records: list[TraceRecord], leaders: set[int], colocated: bool) -> list[dict[str, Any]]:
     """One iterations.csv row per verify (ITERATION_COLUMNS), from the leaders' spans.
 
-    verify_s: the target's verify step; expand_s: draft expansions for that proposal (refill, serial or
-    overlapped with the verify); reroot_s: re-root + compaction + selection; message_s: sends and in-group
+    verify_s: the target's verify step and its KV keep; expand_s: draft expansions for that proposal (refill,
+    serial or overlapped with the verify); reroot_s: re-root + compaction + selection; message_s: sends and in-group
     broadcasts; idle: a leader waiting in recv (colocated: the target idles while the draft works and
     vice versa). `emitted` counts accepted + bonus before the stop rule truncates.
     """
@@ -382,11 +401,11 @@ def iteration_rows(records: list[TraceRecord], leaders: set[int], colocated: boo
         info = json.loads(verify[0].extra) if verify else {}
         reroot = by[("step.reroot", it)]
         rinfo = json.loads(reroot[0].extra) if reroot else None
-        verify_s = total("step.verify", it)
+        verify_s = total("step.verify", it) + total("step.keep", it)
         rows.append({
             "request": info.get("request", -1), "iteration": it, "start_s": rec.start_s,
             "end_s": rec.start_s + rec.duration_s, "verify_s": verify_s, "expand_s": total("step.expand", it),
-            "reroot_s": total("step.reroot", it) + total("step.select", it),
+            "reroot_s": total("step.reroot", it) + total("step.select", it) + total("step.compact", it),
             "message_s": total("comm.send", it) + total("comm.broadcast", it),
             "target_idle_s": rec.duration_s - verify_s if colocated else total("comm.recv", it, "target"),
             "draft_idle_s": verify_s if colocated else total("comm.recv", it, "draft"),

@@ -83,6 +83,15 @@ class KVCache:
         if n == 0:
             return
         src_slots = src_slots.to(device=self.kv.device, dtype=torch.long)
+        if self.kv.is_cuda:
+            # One Triton launch (gather-then-scatter per program, every layer at once). The advanced-indexing
+            # path below costs ~0.2 ms of host time per call on an H200 host, on the draft's critical path
+            # (bench/results/fastpath_2026-11-30_15780f4/cprofile); re-rooting's forward compaction is within
+            # kv_compact's overlap contract for any n.
+            from kernels import kv_compact
+
+            kv_compact(self.kv, src_slots, dst_start)
+            return
         # [num_layers, 2, n, H, D] gathered copy, then written into the destination range.
         self.kv[:, :, dst_start : dst_start + n] = self.kv[:, :, src_slots]
 

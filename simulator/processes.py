@@ -9,9 +9,12 @@ costs, the acceptance model, the tree states and the records. Requests are decod
 
 - `decode_autoregressive` (target only): prefill, then one forward per token;
 - `verify_proposals` (target): prefill; loop: receive a proposal, verify it (one forward of its nodes),
-  walk the truth (acceptance model), send the verified path (stop=True once max_new_tokens are out);
+  walk the truth (acceptance model), send the verified path (stop=True once max_new_tokens are out), then
+  keep the accepted KV (the runtime's step.keep, after its send);
 - `grow_tree_async` (draft, async_tree): prefill, refill, select, send; loop: expand d times (overlapping
-  the verify), receive the verified path, re-root, refill if the tree has < bs nodes, select, send;
+  the verify), receive the verified path, re-root, refill if the tree has < bs nodes, select, send; the
+  KV compaction of the re-root runs before a refill's first forward, or after the send when no refill is
+  needed (as the runtime's DraftWorker defers it);
 - `grow_tree_serial` (draft, serial_tree and chain): after each verified path, re-root, refill to bs nodes,
   then d more expansions, select, send, as the runtime's Engine._propose (chain = a tree of topk 1, w 1,
   bs = gamma + 1, which always re-roots as a miss: its refill is its gamma forwards);
@@ -94,10 +97,12 @@ def verify_proposals(sim: Simulation) -> Generator[Any, Any, None]:
             n = proposal.num_nodes
             ranks, nodes = walk(children_of(proposal), uniforms, emitted)
             accepted = len(nodes) - 1
-            tv = cost.forward_s(n, ctx + n) + cost.compaction_s(accepted + 1)
+            tf = cost.forward_s(n, ctx + n)
+            tk = cost.compaction_s(accepted + 1)  # the KV keep, after the send
+            tv = tf + tk
             if record:
                 events.append(("step.verify", "target", t1, tv, req, it, n, ctx))
-            yield env.timeout(tv + host)  # the verify, then taking the proposal + sending the path (host)
+            yield env.timeout(tf + host)  # the verify, then taking the proposal + sending the path (host)
             emit = min(accepted + 1, max_new - emitted)
             emitted += emit
             ctx += accepted + 1
@@ -105,6 +110,7 @@ def verify_proposals(sim: Simulation) -> Generator[Any, Any, None]:
             rows.append([req, it, t0, t1 + tv + host, tv, 0.0, 0.0, message_s, t1 - t0, 0.0, accepted,
                          accepted + 1, None])
             put(VerifiedPath(req, it, (proposal.token_ids[0], *ranks), nodes, stop))
+            yield env.timeout(tk)
             tally.verify_s += tv
             tally.target_busy_s += tv + host
             hist[accepted + 1] = hist.get(accepted + 1, 0) + 1
@@ -202,14 +208,15 @@ def grow_tree_async(sim: Simulation) -> Generator[Any, Any, None]:
             sid, hit, kept = reroot(sid, ranks)
             e0 = num_expanded(sid)
             sid, n = refill(sid, bs)
-            tr = sim.tree_op_s + sim.draft_cost.compaction_s(kept + len(ranks))
+            tc = sim.draft_cost.compaction_s(kept + len(ranks))
+            tr = sim.tree_op_s + tc
             tx = _expand_s(sim, n, ctx, e0)
             if record:
                 events.append(("step.reroot", "draft", env.now, tr, req, it, kept, ctx))
                 if n:
                     events.append(("step.expand", "draft", env.now + tr, tx, req, it, n * w, ctx))
-            yield env.timeout(tr + tx)
-            tally.draft_busy_end_s = env.now
+            late = 0.0 if n else tc  # no refill: the proposal leaves before the compaction
+            yield env.timeout(tr - late + tx)
             row[EXPAND] = te + tx
             row[REROOT] = tr
             row[HIT] = hit
@@ -220,6 +227,9 @@ def grow_tree_async(sim: Simulation) -> Generator[Any, Any, None]:
             tally.draft_busy_s += tr + tx
             it += 1
             _send(sim, sid, req, it)
+            if late:
+                yield env.timeout(late)
+            tally.draft_busy_end_s = env.now
 
 
 def grow_tree_serial(sim: Simulation) -> Generator[Any, Any, None]:
@@ -236,7 +246,7 @@ def grow_tree_serial(sim: Simulation) -> Generator[Any, Any, None]:
             events.append(("step.prefill", "draft", env.now, pf, req, -1, ctx, 0))
         yield env.timeout(pf)
         tally.draft_busy_s += pf
-        sid, it, tr = 0, 0, sim.tree_op_s  # first round: a fresh tree, only the selection bookkeeping
+        sid, it, tr, tc = 0, 0, sim.tree_op_s, 0.0  # first round: a fresh tree, only the selection bookkeeping
         while True:  # as the runtime's Engine._propose: refill to bs nodes, then d more (chain: none more)
             e0 = trees.num_expanded(sid)
             sid, n2 = trees.refill(sid, bs)
@@ -246,15 +256,18 @@ def grow_tree_serial(sim: Simulation) -> Generator[Any, Any, None]:
                 if it > 0:
                     events.append(("step.reroot", "draft", env.now, tr, req, it - 1, 0, ctx))
                 events.append(("step.expand", "draft", env.now + tr, tx, req, it, (n + n2) * w, ctx))
-            yield env.timeout(tr + tx)
+            late = 0.0 if n + n2 else tc  # no expansion: the proposal leaves before the KV compaction
+            yield env.timeout(tr - late + tx)
             tally.draft_busy_s += tr + tx
-            tally.draft_busy_end_s = env.now
             tally.draft_forwards += n + n2
             tally.expand_s += tx
             if it > 0:  # this round re-rooted on verify it - 1 and built the proposal of verify it
                 row = rows[sim.row_base[req] + it - 1]
                 row[EXPAND], row[REROOT] = tx, tr
             _send(sim, sid, req, it)
+            if late:
+                yield env.timeout(late)
+            tally.draft_busy_end_s = env.now
             t0 = env.now
             msg = yield get()
             row = rows[sim.row_base[req] + it]
@@ -264,7 +277,8 @@ def grow_tree_serial(sim: Simulation) -> Generator[Any, Any, None]:
             ranks = msg.token_ids[1:]
             ctx += len(ranks)
             sid, hit, kept = trees.reroot(sid, ranks)
-            tr = sim.tree_op_s + sim.draft_cost.compaction_s(kept + len(ranks))
+            tc = sim.draft_cost.compaction_s(kept + len(ranks))
+            tr = sim.tree_op_s + tc
             if count_hits:
                 row[HIT] = hit
                 tally.reroots += 1

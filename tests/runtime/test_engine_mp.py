@@ -52,9 +52,33 @@ def test_disaggregated_draft_and_target_are_lossless():
             assert m["hit_rate"] is not None and all(r["hit"] is not None for r in out["iterations"])
             assert m["busy_fraction"]["draft"] > 0 and m["expand_time_s"] > 0
     assert results[3]["metrics"]["d_used"] >= 0  # auto d settled on a value
+    deferred = {name: _assert_sends_first(out["traces"], name)
+                for name, out in zip(SPLIT_1_1, results) if name != "autoregressive"}
+    assert deferred["async-chain"] == 0  # a chain always re-roots as a miss: its refill runs the compaction
 
     qwen = _launch([make_cfg("async_tree", "tiny-qwen2", draft_gpus=1, bs=6, w=2, topk=3, d="2")], eos_qwen)
     assert qwen[0]["outputs"] == expected_qwen
+
+
+def _assert_sends_first(traces, name: str) -> int:
+    """The leaders' messages leave before the work they do not need: the target sends verify i's path, then
+    keeps its KV; the draft sends proposal i + 1, then runs re-root i's deferred KV compaction (if no refill
+    expansion ran it already). Same-rank spans, one clock. Returns the number of deferred compactions."""
+    def first(rank, span, it):
+        return min((r for r in traces if (r.rank, r.name, r.iteration) == (rank, span, it)),
+                   key=lambda r: r.start_s, default=None)
+
+    draft = min(r.rank for r in traces if r.group == "draft")
+    keeps = [r for r in traces if r.rank == 0 and r.name == "step.keep"]
+    assert keeps, name
+    for keep in keeps:
+        send = first(0, "comm.send", keep.iteration)
+        assert send is None or send.start_s + send.duration_s <= keep.start_s, name  # last verify: no send
+    compacts = [r for r in traces if r.rank == draft and r.name == "step.compact"]
+    for c in compacts:
+        send = first(draft, "comm.send", c.iteration + 1)
+        assert send is not None and send.start_s + send.duration_s <= c.start_s, name
+    return len(compacts)
 
 
 def test_disaggregated_self_speculation_and_oracle():
@@ -65,8 +89,14 @@ def test_disaggregated_self_speculation_and_oracle():
                          bs=5, w=1, topk=1, d="1")
     oracle = make_cfg("async_tree", draft_gpus=1, max_new=120, capacity=200, bs=6, w=2, topk=2, d="2",
                       oracle=True, acceptance=AcceptanceConfig(positional=[[0.5, 0.3]]))
-    same, orc = _launch([self_spec, oracle], None)
+    small = make_cfg("async_tree", draft_gpus=1, max_new=60, capacity=200, bs=3, w=4, topk=2, d="3",
+                     oracle=True, acceptance=AcceptanceConfig(positional=[[0.5, 0.3]]))
+    same, orc, orc_small = _launch([self_spec, oracle, small], None)
     assert same["outputs"] == expected
+    _assert_sends_first(same["traces"], "self-speculation")
+    # Hits that leave >= bs nodes need no refill: the proposal left before the re-root's KV compaction.
+    _assert_sends_first(orc["traces"], "oracle")
+    assert _assert_sends_first(orc_small["traces"], "oracle, bs 3") > 0
     rows = same["iterations"]
     assert {r["accepted"] for r in rows} == {4} and all(r["hit"] for r in rows)
     assert orc["metrics"]["oracle"] is True and orc["oracle"] is True

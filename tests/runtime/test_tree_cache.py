@@ -137,6 +137,8 @@ def test_draft_miss_with_pending_leaf_then_fused_expansion_equals_plain_decoding
     before = worker.cache.kv.clone()
     rr = worker.advance(tuple(path), bonus)
     assert not rr.hit and rr.pending == (proposal.token_ids[leaf],) and worker.prefix_len == prefix + 2
+    assert worker.compaction_pending and torch.equal(worker.cache.kv, before)  # deferred: nothing moved yet
+    assert worker.compact() and not worker.compaction_pending and not worker.compact()
     _assert_moved(worker.cache.kv, before, [prefix + s for s in rr.keep_slots], prefix)
     assert worker.expand()  # one forward: the pending leaf (prefix slot) + the new root (tree slot 0)
     verified = PROMPT + [proposal.token_ids[k] for k in path[1:]]
@@ -227,3 +229,44 @@ def test_pending_expansion_replays_the_pending_graph_and_matches_eager():
     assert eager.prefix_len == graphed.prefix_len
     _assert_same(graphed.cache.kv, eager.cache.kv)
     assert [(n.token, n.parent) for n in graphed.tree.nodes] == [(n.token, n.parent) for n in eager.tree.nodes]
+
+
+def _hit_at_root(worker: DraftWorker) -> int:
+    """A hit right below the root: the token of the root's child with the most expanded descendants, so the
+    surviving subtree's KV moves (it does not start at tree slot 0)."""
+    nodes = worker.tree.nodes
+
+    def expanded_below(i: int) -> int:
+        return nodes[i].expanded + sum(expanded_below(c) for c in nodes[i].children)
+
+    return nodes[max(nodes[0].children, key=lambda c: (expanded_below(c), -c))].token
+
+
+@torch.no_grad()
+def test_deferred_compaction_runs_before_the_next_expansion_and_in_order():
+    """advance() only re-roots the tree; the KV gather waits for compact() (which the next expand runs first),
+    and two re-roots without an expansion between them compact in order: the caches end identical to a worker
+    that compacts right away."""
+    def worker():
+        w = DraftWorker(_model("tiny-llama-draft", 2), ATTN, w=4, topk=3, max_tree_nodes=MAX_LEN,
+                        max_seq_len=CAPACITY - MAX_LEN, temperature=0.0)
+        w.start(PROMPT)
+        assert w.expand() and w.expand() and w.expand()
+        return w
+
+    eager, lazy = worker(), worker()
+    for _ in range(2):  # two rounds: lazy re-roots twice before expanding
+        for w in (eager, lazy):
+            w.propose(0, 0, bs=min(8, len(w.tree)))
+            before, owed = w.cache.kv.clone(), w.compaction_pending
+            rr = w.advance((0,), _hit_at_root(w))
+            assert rr.hit and w.compaction_pending and torch.equal(w.cache.kv, before) != owed  # owed: ran first
+            if w is eager:
+                assert w.compact()
+    assert not eager.compaction_pending and lazy.compaction_pending
+    assert lazy.prefix_len == eager.prefix_len
+    assert lazy.expand() and eager.expand()  # lazy compacts first, then runs the same forward
+    assert not lazy.compaction_pending
+    _assert_same(lazy.cache.kv, eager.cache.kv)
+    assert [(n.token, n.parent, n.slot) for n in lazy.tree.nodes] == [(n.token, n.parent, n.slot)
+                                                                       for n in eager.tree.nodes]
