@@ -217,3 +217,19 @@ def test_unix_leader_channel_lossless_on_gpus(mode):
     """parallel.leader_channel=unix on 1 + 1 GPUs (the leaders talk over a Unix-domain socket, no NCCL hop)."""
     assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", target_gpus=1, draft_gpus=1,
                             draft_seed=1, leader_channel="unix"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kv_cache_keep_on_cuda_matches_the_indexing_path(dtype):
+    """KVCache.keep on CUDA runs kernels.kv_compact (one launch); it must move exactly what the advanced-indexing
+    path (CPU) moves, for the re-root pattern (promoted path slots, then survivors, overlapping the destination)
+    and for a target keep."""
+    g = torch.Generator().manual_seed(3)
+    for src, dst in (([40, 41, 44, 46, 47, 52], 40), ([100, 103], 100), (list(range(8, 72)), 5)):
+        cpu = KVCache(3, 128, 2, 64, dtype=dtype)
+        cpu.kv.copy_(torch.randn(cpu.kv.shape, generator=g).to(dtype))
+        gpu = KVCache(3, 128, 2, 64, dtype=dtype, device="cuda")
+        gpu.kv.copy_(cpu.kv)
+        cpu.keep(torch.tensor(src), dst)
+        gpu.keep(torch.tensor(src), dst)
+        assert torch.equal(gpu.kv.cpu(), cpu.kv), (src, dst)
