@@ -118,11 +118,12 @@ def sm_count(device: torch.device) -> int:
 def pick_config(m: int, n: int, k: int, *, sms: int = DEFAULT_SM_COUNT, elem_bytes: int = 2) -> dict[str, int]:
     """``CONFIGS[(n, k, m_bucket(m))]`` if tuned, else the heuristic below (a copy: safe to modify).
 
-    Heuristic: block_k 256 (128 from M > 16 on; at most next_pow2(K)), halved while the pipelined tiles
-    exceed ``SMEM_BUDGET``. Then (block_n, split_k) from {64, 32, 16} x {1, 2, 4, 8}: the smallest split_k
-    (then the widest block_n) reaching cdiv(N, block_n) * split_k >= 2 * sms (5% slack: 256 programs
-    count on 132 SMs), preferring K % (split_k * block_k) == 0; splits that would leave a chunk shorter
-    than block_k are not considered. When nothing reaches the target, the most programs win.
+    Heuristic: (block_n, split_k) from {64, 32, 16} x {1, 2, 4, 8} such that cdiv(N, block_n) * split_k
+    >= 2 * sms (5% slack: 256 programs count on 132 SMs); among those, K % (split_k * block_k) == 0 first
+    (no K masks), then the smallest split_k (no reduce), then the widest block_n. Splits that would leave a
+    chunk shorter than block_k are not considered; when nothing reaches the target, the most programs win.
+    block_k is 256 (128 from M > 16 on; at most next_pow2(K)), halved while num_stages (4) pipelined
+    x and w tiles exceed ``SMEM_BUDGET``; num_warps 4. ``sms``: the GPU's SM count; ``elem_bytes``: of x.
     """
     bm = m_bucket(m)
     tuned = CONFIGS.get((n, k, bm))
@@ -219,6 +220,8 @@ def skinny_linear_partials(
     """
     fn = "skinny_linear_partials"
     m, n, k = _check_operands(x, w, fn)
+    if not isinstance(split_k, int) or split_k < 1:
+        raise ValueError(f"{fn}: split_k must be a positive int, got {split_k!r}")
     cfg = _resolve(x, m, n, k, fn, split_k=split_k, block_n=block_n, block_k=block_k, num_warps=num_warps,
                    num_stages=num_stages)
     if out is None:

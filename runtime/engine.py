@@ -51,6 +51,7 @@ from runtime.oracle import AcceptanceOracle, oracle_belief, resolve_bonus
 from runtime.parallel import ParallelContext
 from runtime.target_worker import TargetWorker
 from runtime.unix_channel import make_channel
+from simulator.checks import chained_autoregressive
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,12 @@ class Engine:
                                      temperature=spec.temperature, cuda_graphs=graphs)
             if self.oracle_on and spec.oracle_belief == "table":
                 self.draft.belief = oracle_belief(cfg.acceptance, self.shape.topk)
+        # Greedy autoregressive decoding on one GPU with graphs: step i + 1 is queued before token i is read.
+        self.chained = (chained_autoregressive(cfg) and ctx.group_size == 1 and self.target is not None
+                        and self.target.can_chain)
+        if self.chained:  # double-buffered token read-back (runtime/graphs.py, chained steps)
+            self._token_host = [torch.empty(1, dtype=torch.long, pin_memory=True) for _ in range(2)]
+            self._token_ready = [torch.cuda.Event() for _ in range(2)]
         self.channel = make_channel(ctx, cfg.parallel.leader_channel, self.shape.rows, timeline)
         # Auto d never exceeds the expansions an empty tree of max_tree_nodes can take.
         self.tuner = DepthTuner(self.shape.d, ctx, d_max=max(1, spec.max_tree_nodes // self.shape.w))
@@ -122,7 +129,9 @@ class Engine:
         if self.ctx.role == "target":
             emitter = Emitter(prompt, self.cfg.workload.max_new_tokens, self.cfg.workload.max_seq_len_tokens,
                               None if self.oracle_on else self.eos)
-            if self.colocated or self.mode == "autoregressive":
+            if self.chained:
+                self._autoregressive_chained(rid, prompt, emitter)
+            elif self.colocated or self.mode == "autoregressive":
                 self._colocated_loop(rid, prompt, emitter)
             else:
                 self._target_loop(rid, prompt, emitter)
@@ -151,6 +160,43 @@ class Engine:
             self.tl.add("step.iteration", start, self.tl.now() - start, iteration=it, extra={"request": rid})
             if vp.stop:
                 return
+
+    def _autoregressive_chained(self, rid: int, prompt: list[int], emitter: Emitter) -> None:
+        """Greedy autoregressive decoding that keeps the GPU busy: step k + 1 (fed on the device with step k's
+        argmax, `TargetWorker.chain_step`) is queued before the host reads token k, so the host's work per token
+        (read-back, stop rule, spans) overlaps the next step instead of idling the GPU (~0.4 ms per 8B step on
+        an H200 host, docs/LOG.md 2026-11-30). Emits what `_colocated_loop` emits; a step past an EOS is
+        computed and dropped (none is queued past `max_new_tokens`). Spans: step k's verify (= iteration) span
+        runs from token k - 1's arrival on the host to token k's, the per-token time the host sees."""
+        self._prefill(prompt)
+        host, ready = self._token_host, self._token_ready
+
+        def queue(k: int, token: int | None) -> None:
+            ids = self.target.chain_step(token)
+            host[k % 2].copy_(ids, non_blocking=True)
+            ready[k % 2].record()
+
+        ctx, start = len(prompt) - 1, self.tl.now()
+        queue(0, prompt[-1])
+        k = 0
+        while True:
+            it = self._next_iteration()
+            ahead = len(emitter.tokens) + 1 < emitter.limit  # token k is not the last one by length
+            if ahead:
+                queue(k + 1, None)
+            ready[k % 2].synchronize()
+            stop = emitter.emit([int(host[k % 2])])
+            now = self.tl.now()
+            self.tl.add("step.verify", start, now - start, iteration=it, tokens=1, ctx_len=ctx + k,
+                        extra={"request": rid, "accepted": 0, "emitted": 1, "chained": True})
+            self.tl.add("step.iteration", start, now - start, iteration=it, extra={"request": rid})
+            self.progress.update(self.tokens_done + len(emitter.tokens))
+            start = now
+            if stop:
+                if ahead:
+                    ready[(k + 1) % 2].synchronize()  # the dropped step: done before the next request's prefill
+                return
+            k += 1
 
     def _target_loop(self, rid: int, prompt: list[int], emitter: Emitter) -> None:
         gen, oracle, _ = self._generators(rid)

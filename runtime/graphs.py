@@ -14,6 +14,12 @@ Everything that varies between steps lives in device buffers the graph reads: th
 capacity), token ids, RoPE positions, tree slots (write slot = prefix + tree slot, computed in the graph) and
 the [rows, tree_len] tree mask. One host->device copy of the packed integers and one of the mask per step.
 
+Chained autoregressive steps (`chain=True`, rows = 1, greedy): the captured step ends by writing its argmax
+into the token-id buffer and advancing the prefix length and the position by one, so `replay_chained()` runs
+the next token's step with no host input at all and the host can queue step i + 1 before it reads token i
+(runtime/engine.py `_autoregressive_chained`): the GPU never waits for the host between steps. An ordinary
+`replay` still copies every input first, so the chained tail does not disturb it.
+
 Capture happens when a worker is built, before any request: the warm-up and capture forwards write K/V at
 slots [0, rows), which the first prefill overwrites. The Triton backend is required (the reference
 attention slices the cache by a host-side length). NCCL all-reduces of a TP group are captured too (the
@@ -37,8 +43,12 @@ class StepGraph:
     WARMUP = 2
 
     def __init__(self, model: torch.nn.Module, cache: KVCache, attn: AttentionBackend, rows: int, tree_len: int,
-                 *, head: Callable[[torch.Tensor], Any] | None = None, pool: Any = None) -> None:
-        """Capture `head(model(...))` (or the fp32 logits [rows, vocab] without a head) on `cache`'s device."""
+                 *, head: Callable[[torch.Tensor], Any] | None = None, pool: Any = None, chain: bool = False) -> None:
+        """Capture `head(model(...))` (or the fp32 logits [rows, vocab] without a head) on `cache`'s device.
+
+        `chain`: also capture the greedy hand-over to the next autoregressive step (rows = 1, no head): see the
+        module docstring and `replay_chained`.
+        """
         device = cache.device
         if device.type != "cuda":
             raise ValueError(f"kernels.cuda_graphs: CUDA graphs need a CUDA device, the model is on {device}")
@@ -47,7 +57,10 @@ class StepGraph:
                              "the prefix length on the host)")
         if rows < 1 or tree_len < rows:
             raise ValueError(f"StepGraph: need 1 <= rows <= tree_len, got rows {rows}, tree_len {tree_len}")
-        self.rows, self.tree_len = rows, tree_len
+        if chain and (rows != 1 or head is not None):
+            raise ValueError(f"StepGraph: chain=True needs rows 1 and no head (an autoregressive step), got rows "
+                             f"{rows}, head {head}")
+        self.rows, self.tree_len, self.chained = rows, tree_len, chain
         # Packed int64 inputs: [prefix_len | token ids | positions | tree slots]; one copy per step.
         self._packed = torch.zeros(1 + 3 * rows, dtype=torch.long, device=device)
         self._prefix = self._packed[:1]
@@ -62,6 +75,9 @@ class StepGraph:
             meta = AttnMeta(positions=self._positions, write_slots=self._prefix + self._slots,
                             prefix_len=self._prefix, tree_len=tree_len, tree_mask=self._mask)
             logits = model(self._ids, meta, cache, attn)
+            if chain:  # the next step's input: this step's greedy token, one slot and position further
+                torch.argmax(logits, dim=-1, out=self._ids)
+                self._packed[0:3:2].add_(1)  # [prefix, id, position, slot]: prefix and position
             return head(logits) if head is not None else logits
 
         with torch.no_grad():
@@ -91,3 +107,17 @@ class StepGraph:
         self._mask.copy_(tree_mask)
         self.graph.replay()
         return self.out
+
+    def replay_chained(self) -> torch.Tensor:
+        """A chained graph (`chain=True`): the next autoregressive step, fed on the device by the previous replay
+        (which must have been a `replay` of this graph or a `replay_chained`). Queues it without waiting; returns
+        the [1] int64 device buffer that holds this step's greedy token once it ran (overwritten by the next)."""
+        if not self.chained:
+            raise ValueError("StepGraph.replay_chained: this graph was captured without chain=True")
+        self.graph.replay()
+        return self._ids
+
+    @property
+    def next_ids(self) -> torch.Tensor:
+        """A chained graph's [1] int64 device buffer: the greedy token of the last replay."""
+        return self._ids

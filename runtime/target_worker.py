@@ -40,8 +40,10 @@ class TargetWorker:
         self.prefix_len = 0
         self._logits: torch.Tensor | None = None
         self._inputs = None
-        # One CUDA graph of the verify forward at `rows` (runtime/graphs.py); None = eager forwards.
-        self.graph = StepGraph(model, self.cache, attn, rows, rows) if cuda_graphs else None
+        # One CUDA graph of the verify forward at `rows` (runtime/graphs.py); None = eager forwards. A greedy
+        # autoregressive target's graph also hands its token to the next step on the device (`chain_step`).
+        chain = rows == 1 and temperature == 0
+        self.graph = StepGraph(model, self.cache, attn, rows, rows, chain=chain) if cuda_graphs else None
 
     @torch.no_grad()
     def start(self, prompt: list[int]) -> None:
@@ -69,6 +71,31 @@ class TargetWorker:
             return Verdict(outcome.path, placeholder)
         return verify_proposal(logits, inp.token_ids.to(self.device), inp.parents.to(self.device), inp.num_real,
                                self.temperature, generator, self.backend)
+
+    @property
+    def can_chain(self) -> bool:
+        """Whether `chain_step` is available: a captured greedy autoregressive step."""
+        return self.graph is not None and self.graph.chained
+
+    @torch.no_grad()
+    def chain_step(self, token: int | None) -> torch.Tensor:
+        """Queue one greedy autoregressive step without waiting for it and keep its KV (prefix_len + 1).
+
+        `token`: the root to feed (the first step of a request); None feeds the token the previous chained step
+        chose, on the device. Returns the [1] int64 device buffer that will hold this step's greedy token
+        (overwritten by the next step: copy it out first).
+        """
+        if not self.can_chain:
+            raise ValueError("TargetWorker.chain_step: needs kernels.cuda_graphs, rows 1 and temperature 0")
+        if token is None:
+            ids = self.graph.replay_chained()
+        else:
+            inp = proposal_inputs([token], [-1], self.prefix_len, 1)
+            self.graph.replay(inp.token_ids, inp.positions, inp.tree_slots, self.prefix_len, inp.tree_mask)
+            ids = self.graph.next_ids
+        self.prefix_len += 1
+        self._logits = self._inputs = None
+        return ids
 
     def keep(self, path: tuple[int, ...]) -> None:
         """Keep the root and accepted nodes' KV (proposal indices, root first); drop the rest."""

@@ -27,6 +27,13 @@ def draft_tp(config: ExperimentConfig) -> int:
     return config.parallel.draft_gpus or config.parallel.target_gpus
 
 
+def chained_autoregressive(config: ExperimentConfig) -> bool:
+    """Whether the runtime chains autoregressive steps on the device (runtime/engine.py
+    `_autoregressive_chained`: greedy, CUDA graphs, a one-GPU target): no host time between steps."""
+    return (config.spec.mode == "autoregressive" and config.kernels.cuda_graphs
+            and config.parallel.target_gpus == 1 and config.spec.temperature == 0)
+
+
 def uses_draft(config: ExperimentConfig) -> bool:
     """Whether the mode runs a draft model."""
     return config.spec.mode != "autoregressive"

@@ -72,11 +72,14 @@ class ProfileError(ValueError):
 
 RUNTIME_COSTS: dict[str, str] = {
     "step_extra_s": "per target forward (autoregressive step or verify) beyond the operator model",
+    "ar_step_extra_s": "per chained autoregressive step (greedy, CUDA graphs, one-GPU target: the runtime queues "
+                       "step i + 1 before reading token i) beyond the operator model; absent: 0",
     "expand_extra_s": "per draft forward (one expansion of w leaves) beyond the operator model: constant part",
     "expand_extra_per_row_s": "per draft forward beyond the operator model: part per expanded leaf (w)",
     "verify_message_s": "target host time per verify in draft modes: take the proposal, send the verified path",
-    "draft_round_s": "draft host time per round: take the verified path, re-root (the runtime's step.reroot span, "
-                     "its KV compaction included), select, send the proposal",
+    "draft_round_s": "draft host time per round: take the verified path, re-root (the runtime's step.reroot span), "
+                     "select, send the proposal (the KV compaction is the profiled operator's, after the send "
+                     "when no refill is needed)",
 }
 """The optional `runtime` block: host costs of the runtime's loop (simulator/runtime_fit.py fits them)."""
 

@@ -43,7 +43,7 @@ from conf.messages import DraftProposal
 from conf.presets import GPU_PRESETS, LINK_PRESETS, model_preset
 from conf.schema import ExperimentConfig
 from simulator.acceptance import load_acceptance, resolve_path
-from simulator.checks import check_config, draft_tp, uses_draft
+from simulator.checks import chained_autoregressive, check_config, draft_tp, uses_draft
 from simulator.cost_model import GroupCost, Operators
 from simulator.interconnect import message_bytes
 from simulator.processes import (
@@ -123,8 +123,10 @@ def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Cos
     # leader-channel message of that size, the profiled operator of the same NCCL hop and host copies.
     nbytes = message_bytes(proposal_nodes(config))  # a proposal or a verified path: the same fixed-size wire
     verdict_s = ops.message_s(nbytes, par.target_gpus) if par.target_gpus > 1 else 0.0
+    # Chained autoregressive steps (the runtime queues step i + 1 before reading token i) have no host gap.
+    step_extra = host.get("ar_step_extra_s", 0.0) if chained_autoregressive(config) else host.get("step_extra_s", 0.0)
     target = GroupCost(ops, model_preset(config.model.target.preset), config.model.target.weight_bits,
-                       par.target_gpus, fused, extra_s=host.get("step_extra_s", 0.0), broadcast_s=verdict_s)
+                       par.target_gpus, fused, extra_s=step_extra, broadcast_s=verdict_s)
     draft = None
     proposal_s = verified_s = 0.0
     if uses_draft(config):

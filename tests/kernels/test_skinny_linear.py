@@ -138,6 +138,7 @@ BAD = [  # (message the ValueError must match: it names the argument, call on x 
     ("num_warps must be a positive int", lambda x, w, p, res, nw: skinny_linear(x, w, num_warps=-4)),
     ("out must be \\[2, 4, 32\\] torch.float32",
      lambda x, w, p, res, nw: skinny_linear_partials(x, w, 2, out=p.half())),
+    ("split_k must be a positive int, got None", lambda x, w, p, res, nw: skinny_linear_partials(x, w, None)),
     ("partials must be float32", lambda x, w, p, res, nw: add_rmsnorm_partials(p.half(), res, nw, EPS)),
     ("partials must be float32 \\[S", lambda x, w, p, res, nw: add_rmsnorm_partials(p[0], res, nw, EPS)),
     ("residual must be", lambda x, w, p, res, nw: add_rmsnorm_partials(p, res[:3], nw, EPS)),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 
 import pytest
@@ -296,3 +297,69 @@ def test_oracle_ranks_are_reconstructed_from_the_seed():
     with pytest.raises(ValueError, match="not this run's stream"):
         mine = [r for r in rows if r["request"] == 0]
         reconstruct_ranks(acc, cfg.workload.seed + 1, 0, [(r["accepted"], bool(r["hit"])) for r in mine])
+
+
+class _EagerChain:
+    """TargetWorker.chain_step emulated eagerly on CPU: feeds `token`, or the last step's argmax, at the prefix end."""
+
+    def __init__(self, worker) -> None:
+        self.worker, self.last, self.steps = worker, None, 0
+
+    def __call__(self, token):
+        from runtime.tree import proposal_inputs
+        from runtime.tree_cache import step_meta
+
+        w = self.worker
+        inp = proposal_inputs([int(self.last) if token is None else token], [-1], w.prefix_len, 1)
+        logits = w.model(inp.token_ids, step_meta(inp, w.prefix_len, "cpu"), w.cache, w.attn)
+        self.last = logits.argmax(-1)
+        w.prefix_len += 1
+        self.steps += 1
+        return self.last
+
+
+class _NoEvent:
+    def record(self) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+
+def _chained_on_cpu():
+    from runtime.engine import Engine
+
+    class ChainedOnCpu(Engine):
+        """The chained autoregressive loop with its CUDA pieces (graph, pinned buffers, events) emulated."""
+
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            assert not self.chained  # CPU, no graphs
+            self.chained = self.target is not None
+            if self.chained:
+                self.target.chain_step = self.chain = _EagerChain(self.target)
+                self._token_host = [torch.empty(1, dtype=torch.long) for _ in range(2)]
+                self._token_ready = [_NoEvent(), _NoEvent()]
+
+        def close(self) -> None:
+            if self.chained:
+                self.tl.add("test.chain_steps", 0.0, 0.0, tokens=self.chain.steps)
+            super().close()
+
+    return ChainedOnCpu
+
+
+def test_chained_autoregressive_loop_emits_what_the_plain_loop_emits():
+    """Step k + 1 is queued before token k is read: the same tokens (EOS, max_new_tokens and capacity stops),
+    one iteration per token, and exactly one dropped step per request that stopped at EOS (none past a length
+    stop)."""
+    expected, eos = reference_outputs("tiny-llama")
+    out = launch(functools.partial(run_rank, prompts=PROMPTS, eos_token_id=eos, engine_cls=_chained_on_cpu()),
+                 make_cfg("autoregressive"))
+    assert out["outputs"] == expected
+    assert out["metrics"]["iterations"] == len(out["iterations"]) == sum(map(len, expected))
+    steps = sum(r.tokens for r in out["traces"] if r.name == "test.chain_steps")
+    assert steps == sum(map(len, expected)) + sum(o[-1] == eos for o in expected)
+    spans = [r for r in out["traces"] if r.name == "step.verify"]
+    assert all(json.loads(r.extra)["chained"] for r in spans)
+    assert [r.ctx for r in spans[:3]] == [len(PROMPTS[0]) - 1 + k for k in range(3)]

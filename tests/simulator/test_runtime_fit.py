@@ -96,6 +96,35 @@ def test_runtime_costs_enter_the_simulated_steps(mode):
         assert plain.tree_op_s == config.sim.tree_op_s
 
 
+def test_chained_autoregressive_steps_take_their_own_host_cost(tmp_path):
+    """Greedy AR with CUDA graphs on one GPU is chained in the runtime (step i + 1 queued before token i is read):
+    its steps carry `ar_step_extra_s` (0 when absent), not the verify's `step_extra_s`; the fit keeps the two
+    apart. A TP-2 or graph-less AR target is not chained."""
+    host = {"step_extra_s": 1.0e-3, "ar_step_extra_s": 5.0e-5}
+    fitted = Profile("p", {"gpu": "h200"}, {}, {}, host)
+    chained = cfg(*BASE, "spec=autoregressive", "kernels=graphs")
+    plain = build_costs(chained, profile=PRIOR)
+    assert build_costs(chained, profile=fitted).target.forward_s(1, 700) - plain.target.forward_s(1, 700) == \
+        pytest.approx(5.0e-5)
+    absent = Profile("p", {"gpu": "h200"}, {}, {}, {"step_extra_s": 1.0e-3})
+    assert build_costs(chained, profile=absent).target.forward_s(1, 700) == pytest.approx(
+        plain.target.forward_s(1, 700))
+    for other in (cfg(*BASE, "spec=autoregressive"), cfg(*BASE, "spec=autoregressive", "kernels=graphs",
+                                                          "parallel=2x0")):
+        base = build_costs(other, profile=PRIOR).target.forward_s(1, 700)
+        assert build_costs(other, profile=fitted).target.forward_s(1, 700) - base == pytest.approx(1.0e-3)
+
+    from simulator.main import run as run_sim
+
+    run_sim(chained, tmp_path / "ar", verbose=False)
+    costs = build_costs(chained, profile=PRIOR)
+    recs = [_span("step.verify", "target", 0, it, costs.target.forward_s(1, 600 + it + 1) + 4.0e-5, 1, 600 + it)
+            for it in range(1, 60)]
+    write_traces(tmp_path / "ar" / TRACE_FILE, recs)
+    got, _ = fit_runtime_costs([tmp_path / "ar"], PRIOR)
+    assert got["ar_step_extra_s"] == pytest.approx(4.0e-5, rel=1e-6) and "step_extra_s" not in got
+
+
 def test_serial_draft_refills_then_expands_d_more():
     """As the runtime's Engine._propose: after a miss (acceptance 0) the empty tree is refilled to bs nodes,
     then expanded d more times. bs 16, w 4, topk 8: the root (9 nodes), then 4 leaves (41 >= 16): 2 refill
