@@ -47,7 +47,7 @@ from runtime.controller import DepthTuner, Emitter, load_workload, request_gener
 from runtime.draft_worker import DraftWorker
 from runtime.loader import build_model
 from runtime.metrics import Progress, Timeline, device_name, summarize
-from runtime.oracle import AcceptanceOracle, oracle_belief, resolve_bonus
+from runtime.oracle import AcceptanceOracle, OracleOutcome, oracle_belief, resolve_bonus
 from runtime.parallel import ParallelContext
 from runtime.target_worker import TargetWorker
 from runtime.unix_channel import make_channel
@@ -230,12 +230,15 @@ class Engine:
             self.tuner.sent(new_request=first)
             first = False
             self._compact(it)  # the last re-root's KV gather, after the send (a refill already ran it)
+            # Oracle runs: draw this proposal's outcome now, while the target verifies (same seeded stream as
+            # the target's): oracle bookkeeping, which a real draft does not have, stays off the critical path.
+            outcome = oracle.walk(prop.parent_indices) if oracle is not None else None
             if self.mode == "async_tree":
                 for _ in range(self.tuner.shared_d()):
                     self._expand(it, "overlap")
             vp = self.channel.recv()
             self.tuner.received(vp.num_accepted + 1)
-            self._advance(prop, vp, oracle)
+            self._advance(prop, vp, oracle, outcome)
             if vp.stop:
                 return
             it = self._next_iteration()
@@ -302,12 +305,14 @@ class Engine:
         if self.draft.compact():
             self.tl.add("step.compact", start, self.tl.now() - start, iteration=it - 1, ctx_len=self.draft.prefix_len)
 
-    def _advance(self, prop: DraftProposal, vp: VerifiedPath, oracle: AcceptanceOracle | None) -> None:
-        """Draft: re-root along the verified path (oracle: resolve the drawn bonus rank first)."""
+    def _advance(self, prop: DraftProposal, vp: VerifiedPath, oracle: AcceptanceOracle | None,
+                 outcome: OracleOutcome | None = None) -> None:
+        """Draft: re-root along the verified path (oracle: resolve the drawn bonus rank first; `outcome`: the
+        proposal's draw if already made)."""
         start = self.tl.now()
         bonus = vp.bonus_token
         if oracle is not None:
-            outcome = oracle.walk(prop.parent_indices)
+            outcome = outcome or oracle.walk(prop.parent_indices)
             if outcome.path != vp.node_indices:
                 raise RuntimeError(f"oracle draws diverged: draft {outcome.path}, target {vp.node_indices}")
             bonus = resolve_bonus(self.draft.children_tokens(vp.node_indices[-1]), outcome.bonus_rank, bonus)
