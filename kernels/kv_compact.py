@@ -15,6 +15,12 @@ are processed in chunks of MAX_ROWS in increasing order; that is still exact for
 (sources ascending with ``src_slots[i] >= dst_start + i``, which re-rooting always produces) and
 documented as the only supported overlap pattern beyond MAX_ROWS.
 
+Compilation. The runtime calls this with a different row count almost every re-root (the kept slots), so
+nothing in the launch may depend on n beyond its value: the row block is fixed (`ROW_BLOCK`) and n and the
+destination are not specialised on, so one compiled kernel serves every n for a given cache layout (a
+per-n block size recompiled the kernel mid-run, ~0.1-0.3 s per new power of two, on the draft's critical
+path: the 2026-11-30 H200 run under cProfile showed 4-6 compilations on each side).
+
 Roofline: bytes = 2 (read + write) * L * 2 * n * H * D * elt. Llama-3-8B (L=32, H=8, D=128, bf16) moving
 64 slots = 16 MiB -> 3.9 us at 4.29 TB/s. Each row chunk is BLOCK_C contiguous elements (>= 128 B).
 """
@@ -25,11 +31,12 @@ import torch
 import triton
 import triton.language as tl
 
-MAX_ROWS = 256  # rows held in registers at once: all-overlap-safe up to this n
+ROW_BLOCK = 64  # rows held in registers at once: all-overlap-safe up to this n (forward compaction beyond)
+MAX_ROWS = ROW_BLOCK
 TILE_ELEMS = 8192  # rows x columns per program tile (registers)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["dst_arg", "n"])
 def _kv_compact_kernel(
     KV, Src, dst_arg, n, row_len, stride_l, stride_kv, stride_slot,
     DST_IN_TENSOR: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
@@ -76,7 +83,7 @@ def kv_compact(kv: torch.Tensor, src_slots: torch.Tensor, dst_start: int | torch
     if n == 0:
         return
     row_len = h * d
-    block_r = min(MAX_ROWS, triton.next_power_of_2(n))
+    block_r = ROW_BLOCK  # independent of n: one compilation (module docstring)
     block_c = min(triton.next_power_of_2(row_len), max(16, TILE_ELEMS // block_r))
     grid = (n_layers * 2, triton.cdiv(row_len, block_c))
     _kv_compact_kernel[grid](

@@ -20,6 +20,12 @@ keep enough loads in flight; here the grid is sized to >= ~2 programs per SM (na
 split-K). Split-K costs 2 * split_k * M * N * 4 B of partial traffic (0.5 MB for o at M=16, split 2:
 ~0.1 us) plus one launch, which the fused norm removes.
 
+Measured (H200, 2026-11-30, bench/results/skinny_2026-11-30.json, weights rotated out of L2): the best tile per
+shape is 0.91-1.10x cuBLAS (8B qkv 18.6-18.9 us vs 18.8-19.6; o 15.0-15.5 vs 15.5-16.6; down 0.96x; the 1B
+shapes 0.91-1.02x): at 8-30 us per call both are bound by launch ramp and tail, not by the grid. Partials +
+``add_rmsnorm_partials`` (split 2) save 1-2 us per o / down projection and its norm (~0.1 ms per 8B step).
+So the runtime does not use this kernel (its projections stay cuBLAS); it is here for such experiments.
+
 Configuration: ``CONFIGS[(N, K, m_bucket(M))]`` (filled from bench/bench_skinny.py on the H200) overrides
 the heuristic in ``pick_config``; explicit keywords override both. Capturable in CUDA graphs: no host
 syncs, and nothing is allocated when ``out`` (and, for split_k > 1, ``workspace``) are given.
@@ -38,8 +44,17 @@ SPLIT_ALIGN = 16  # split-K chunks are a multiple of 16 elements, so every chunk
 SMEM_BUDGET = 160 * 1024  # bytes of pipelined tiles the heuristic allows (H200: 227 KiB per block)
 CONFIG_KEYS = ("block_n", "block_k", "split_k", "num_warps", "num_stages")
 # (N, K, m_bucket) -> {block_n, block_k, split_k, num_warps, num_stages}; tuned on the H200 by
-# bench/bench_skinny.py (its JSON's "configs_literal"). Empty: the heuristic decides.
-CONFIGS: dict[tuple[int, int, int], dict[str, int]] = {}
+# bench/bench_skinny.py (its JSON's "configs_literal"): bench/results/skinny_2026-11-30.json, Llama-3-8B and
+# Llama-3.2-1B decode projections at M = 1, 8, 16 (best total over the three). Other shapes: the heuristic.
+CONFIGS: dict[tuple[int, int, int], dict[str, int]] = {
+    (2048, 2048, 16): {"block_k": 256, "block_n": 16, "num_stages": 4, "num_warps": 4, "split_k": 1},
+    (2048, 8192, 16): {"block_k": 128, "block_n": 32, "num_stages": 4, "num_warps": 4, "split_k": 4},
+    (3072, 2048, 16): {"block_k": 256, "block_n": 32, "num_stages": 4, "num_warps": 4, "split_k": 1},
+    (4096, 4096, 16): {"block_k": 256, "block_n": 32, "num_stages": 4, "num_warps": 4, "split_k": 1},
+    (4096, 14336, 16): {"block_k": 128, "block_n": 64, "num_stages": 4, "num_warps": 4, "split_k": 4},
+    (6144, 4096, 16): {"block_k": 256, "block_n": 64, "num_stages": 4, "num_warps": 4, "split_k": 1},
+    (128256, 4096, 16): {"block_k": 128, "block_n": 64, "num_stages": 3, "num_warps": 4, "split_k": 1},
+}
 _sm_counts: dict[int, int] = {}
 
 

