@@ -4,10 +4,11 @@
 #   bash scripts/gpu_session.sh "$OUT" check   GPU tests, per-kernel step profile (8B rows 1 and 8), skinny-GEMM
 #                                              sweep vs cuBLAS, async engine under cProfile
 #   bash scripts/gpu_session.sh "$OUT" bench   workload a (shape-realistic): autoregressive, chain, serial_tree,
-#                                              async_tree (bs 8 w 8 d auto) and the simulator's pick (bs 8 w 16 d 3)
+#                                              async_tree (bs 8 w 8 d auto), the peers (transformers, DeepSpeed),
+#                                              the simulator's pick (bs 8 w 16 d 3) and bs 8 w 16 d 2 (draft hidden)
 #
 # Files: session_<part>.tar.gz (logs, profile_step json, cprofile text), skinny_<date>.json,
-# runtime_shape_realistic_<date>.json, runtime_shape_realistic_<date>_pick.json, BENCHMARKS_RUNTIME.md (the doc
+# runtime_shape_realistic_<date>.json, runtime_shape_realistic_<date>{_pick,_hidden}.json, BENCHMARKS_RUNTIME.md (the doc
 # with the new dated sections appended: copy it over docs/).
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_session.sh OUTDIR check|bench}
@@ -59,8 +60,8 @@ fi
 if [ "$PART" = bench ]; then
 stage "runtime benchmark, workload a (shape-realistic), four modes"
 cp docs/BENCHMARKS_RUNTIME.md "$OUT/BENCHMARKS_RUNTIME.md"
-timeout 300 python3 bench/bench_runtime.py preset=shape_realistic 'presets.shape_realistic.peers=[]' \
-  budget_s=230 out_dir="$WORK/results" doc="$OUT/BENCHMARKS_RUNTIME.md" hydra.run.dir=/tmp/bench_a 2>&1 \
+timeout 330 python3 bench/bench_runtime.py preset=shape_realistic \
+  budget_s=270 out_dir="$WORK/results" doc="$OUT/BENCHMARKS_RUNTIME.md" hydra.run.dir=/tmp/bench_a 2>&1 \
   | grep -v -E "USDT|Loading weights" | tee "$WORK/logs/bench.log" | tail -24
 stage "workload a, async_tree at the simulator's pick (bs 8 w 16 d 3)"
 mkdir -p "$WORK/pick"
@@ -70,6 +71,14 @@ timeout 150 python3 bench/bench_runtime.py preset=shape_realistic 'modes=[async_
   budget_s=90 out_dir="$WORK/pick" doc="$OUT/BENCHMARKS_RUNTIME.md" hydra.run.dir=/tmp/bench_pick 2>&1 \
   | grep -v -E "USDT|Loading weights" | tee "$WORK/logs/bench_pick.log" | tail -12
 for f in "$WORK"/pick/*.json; do [ -f "$f" ] && cp "$f" "$OUT/$(basename "${f%.json}")_pick.json"; done
+stage "workload a, async_tree with the draft hidden (bs 8 w 16 d 2: two expansions fit in one verify)"
+mkdir -p "$WORK/hidden"
+timeout 120 python3 bench/bench_runtime.py preset=shape_realistic 'modes=[async_tree]' \
+  'presets.shape_realistic.peers=[]' \
+  'presets.shape_realistic.experiment_overrides=["acceptance=smollm2","spec.oracle_belief=table","spec.bs=8","spec.w=16","spec.d=2"]' \
+  budget_s=80 out_dir="$WORK/hidden" doc="$OUT/BENCHMARKS_RUNTIME.md" hydra.run.dir=/tmp/bench_hidden 2>&1 \
+  | grep -v -E "USDT|Loading weights" | tee "$WORK/logs/bench_hidden.log" | tail -6
+for f in "$WORK"/hidden/*.json; do [ -f "$f" ] && cp "$f" "$OUT/$(basename "${f%.json}")_hidden.json"; done
 fi
 pack
 chmod -R a+rX "$OUT"
