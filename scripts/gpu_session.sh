@@ -6,6 +6,7 @@
 #   bash scripts/gpu_session.sh "$OUT" bench   workload a (shape-realistic): autoregressive, chain, serial_tree,
 #                                              async_tree (bs 8 w 8 d auto), the peers (transformers, DeepSpeed),
 #                                              the simulator's pick (bs 8 w 16 d 3) and bs 8 w 16 d 2 (draft hidden)
+#                                              (BENCH_PEERS=0: without the peers; BENCH_TESTS=1: GPU tests first)
 #
 # Files: session_<part>.tar.gz (logs, profile_step json, cprofile text), skinny_<date>.json,
 # runtime_shape_realistic_<date>.json, runtime_shape_realistic_<date>{_pick,_hidden}.json, BENCHMARKS_RUNTIME.md (the doc
@@ -58,9 +59,16 @@ for f in "$WORK"/cprofile/rank*.txt; do echo "--- $f"; sed -n 1,28p "$f"; done 2
 fi
 
 if [ "$PART" = bench ]; then
+if [ "${BENCH_TESTS:-0}" = 1 ]; then  # the GPU tests first (random weights; ~150 s)
+  stage "GPU tests (gpu, multi_gpu markers)"
+  timeout 200 python3 -m pytest -q -x -m "gpu or multi_gpu" tests/gpu -p no:cacheprovider --timeout=120 2>&1 \
+    | tee "$WORK/logs/tests.log" | tail -6
+fi
 stage "runtime benchmark, workload a (shape-realistic), four modes"
 cp docs/BENCHMARKS_RUNTIME.md "$OUT/BENCHMARKS_RUNTIME.md"
-timeout 330 python3 bench/bench_runtime.py preset=shape_realistic \
+PEERS=()
+[ "${BENCH_PEERS:-1}" = 1 ] || PEERS=('presets.shape_realistic.peers=[]')
+timeout 330 python3 bench/bench_runtime.py preset=shape_realistic "${PEERS[@]}" \
   budget_s=270 out_dir="$WORK/results" doc="$OUT/BENCHMARKS_RUNTIME.md" hydra.run.dir=/tmp/bench_a 2>&1 \
   | grep -v -E "USDT|Loading weights" | tee "$WORK/logs/bench.log" | tail -24
 stage "workload a, async_tree at the simulator's pick (bs 8 w 16 d 3)"

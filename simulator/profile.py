@@ -72,6 +72,8 @@ class ProfileError(ValueError):
 
 RUNTIME_COSTS: dict[str, str] = {
     "step_extra_s": "per target forward (autoregressive step or verify) beyond the operator model",
+    "tp_step_extra_s": "per target forward of a TP > 1 target beyond the operator model (the leader's verdict and "
+                       "the peers' wait for it; its broadcast is the profiled message); absent: step_extra_s",
     "ar_step_extra_s": "per chained autoregressive step (greedy, CUDA graphs, one-GPU target: the runtime queues "
                        "step i + 1 before reading token i) beyond the operator model; absent: 0",
     "expand_extra_s": "per draft forward (one expansion of w leaves) beyond the operator model: constant part",

@@ -3,12 +3,13 @@
 The operator profile (bench/profile_ops.py -> calibrate) times device work and isolated worker steps. A
 decoding run also spends host time the operator traces never see: Python around each CUDA-graph replay,
 the verdict's device-to-host copy, sending and taking messages, re-rooting the draft tree. Those costs are
-fitted here from the spans a runtime run writes (`traces.jsonl`, conf/trace.py), in four numbers
-(simulator/profile.py RUNTIME_COSTS):
+fitted here from the spans a runtime run writes (`traces.jsonl`, conf/trace.py), as the numbers of
+simulator/profile.py RUNTIME_COSTS:
 
     step_extra_s      median over target `step.verify` spans of  span - forward_s(tokens, ctx + tokens)
     ar_step_extra_s   the same over chained autoregressive runs (simulator.checks.chained_autoregressive),
                       whose spans are the per-token time with the host off the GPU's path
+    tp_step_extra_s   the same over runs of a TP > 1 target (the other two: one-GPU targets)
     expand_extra_s    a + b * w through the fit runs' medians of  span - forward_s(w, ctx + w)  over draft
       (+ _per_row_s)  `step.expand` spans (the host work of one expansion grows with its w leaves: building
                       w x topk tree nodes; least squares over runs, b >= 0; one distinct w: b = 0)
@@ -74,7 +75,8 @@ def run_components(run_dir: str | Path, profile: Profile) -> dict[str, Any]:
     width = 1 if config.spec.mode == "chain" else config.spec.w
     draft_group = "target" if colocated else "draft"
     out: dict[str, Any] = {"run": run_dir.name, "mode": config.spec.mode, "w": width}
-    key = "ar_step_residual_s" if chained_autoregressive(config) else "step_residual_s"
+    key = ("ar_step_residual_s" if chained_autoregressive(config)
+           else "tp_step_residual_s" if config.parallel.target_gpus > 1 else "step_residual_s")
     out[key] = median_or_none([r.duration_s - costs.target.forward_s(r.tokens, r.ctx + r.tokens)
                                for r in spans.get(("target", "step.verify"), [])])
     if costs.draft is not None:
@@ -123,7 +125,8 @@ def fit_runtime_costs(run_dirs: Sequence[str | Path], profile: Profile) -> tuple
     recv_lows = [r[k] for r in rows for k in ("target_recv_p10_s", "draft_recv_p10_s") if r.get(k) is not None]
     recv = min(recv_lows) if recv_lows else None
     raw: dict[str, float | None] = {"step_extra_s": _pooled(rows, "step_residual_s"),
-                                    "ar_step_extra_s": _pooled(rows, "ar_step_residual_s")}
+                                    "ar_step_extra_s": _pooled(rows, "ar_step_residual_s"),
+                                    "tp_step_extra_s": _pooled(rows, "tp_step_residual_s")}
     raw["expand_extra_s"], raw["expand_extra_per_row_s"] = _line_in_w(
         [(r["w"], r["expand_residual_s"]) for r in rows if r.get("expand_residual_s") is not None])
     t_send, d_send = _pooled(rows, "target_send_s"), _pooled(rows, "draft_send_s")

@@ -124,7 +124,12 @@ def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Cos
     nbytes = message_bytes(proposal_nodes(config))  # a proposal or a verified path: the same fixed-size wire
     verdict_s = ops.message_s(nbytes, par.target_gpus) if par.target_gpus > 1 else 0.0
     # Chained autoregressive steps (the runtime queues step i + 1 before reading token i) have no host gap.
-    step_extra = host.get("ar_step_extra_s", 0.0) if chained_autoregressive(config) else host.get("step_extra_s", 0.0)
+    # A TP > 1 target's steps have their own host cost (the verdict decided on the leader, peers waiting for it).
+    step_extra = host.get("step_extra_s", 0.0)
+    if chained_autoregressive(config):
+        step_extra = host.get("ar_step_extra_s", 0.0)
+    elif par.target_gpus > 1:
+        step_extra = host.get("tp_step_extra_s", step_extra)
     target = GroupCost(ops, model_preset(config.model.target.preset), config.model.target.weight_bits,
                        par.target_gpus, fused, extra_s=step_extra, broadcast_s=verdict_s)
     draft = None

@@ -98,8 +98,9 @@ def test_runtime_costs_enter_the_simulated_steps(mode):
 
 def test_chained_autoregressive_steps_take_their_own_host_cost(tmp_path):
     """Greedy AR with CUDA graphs on one GPU is chained in the runtime (step i + 1 queued before token i is read):
-    its steps carry `ar_step_extra_s` (0 when absent), not the verify's `step_extra_s`; the fit keeps the two
-    apart. A TP-2 or graph-less AR target is not chained."""
+    its steps carry `ar_step_extra_s` (0 when absent), not the verify's `step_extra_s`; a TP > 1 target's steps
+    carry `tp_step_extra_s` (else `step_extra_s`); the fit keeps the three apart. A TP-2 or graph-less AR
+    target is not chained."""
     host = {"step_extra_s": 1.0e-3, "ar_step_extra_s": 5.0e-5}
     fitted = Profile("p", {"gpu": "h200"}, {}, {}, host)
     chained = cfg(*BASE, "spec=autoregressive", "kernels=graphs")
@@ -109,10 +110,16 @@ def test_chained_autoregressive_steps_take_their_own_host_cost(tmp_path):
     absent = Profile("p", {"gpu": "h200"}, {}, {}, {"step_extra_s": 1.0e-3})
     assert build_costs(chained, profile=absent).target.forward_s(1, 700) == pytest.approx(
         plain.target.forward_s(1, 700))
-    for other in (cfg(*BASE, "spec=autoregressive"), cfg(*BASE, "spec=autoregressive", "kernels=graphs",
-                                                          "parallel=2x0")):
+    tp2 = cfg(*BASE, "spec=autoregressive", "kernels=graphs", "parallel=2x0")
+    for other in (cfg(*BASE, "spec=autoregressive"), tp2):
         base = build_costs(other, profile=PRIOR).target.forward_s(1, 700)
         assert build_costs(other, profile=fitted).target.forward_s(1, 700) - base == pytest.approx(1.0e-3)
+    # a TP > 1 target takes tp_step_extra_s where the profile has it
+    with_tp = Profile("p", {"gpu": "h200"}, {}, {}, {**host, "tp_step_extra_s": 3.0e-4})
+    base = build_costs(tp2, profile=PRIOR).target.forward_s(1, 700)
+    assert build_costs(tp2, profile=with_tp).target.forward_s(1, 700) - base == pytest.approx(3.0e-4)
+    assert build_costs(cfg(*BASE, "spec=autoregressive"), profile=with_tp).target.forward_s(1, 700) - \
+        build_costs(cfg(*BASE, "spec=autoregressive"), profile=PRIOR).target.forward_s(1, 700) == pytest.approx(1e-3)
 
     from simulator.main import run as run_sim
 
@@ -122,6 +129,15 @@ def test_chained_autoregressive_steps_take_their_own_host_cost(tmp_path):
             for it in range(1, 60)]
     write_traces(tmp_path / "ar" / TRACE_FILE, recs)
     got, _ = fit_runtime_costs([tmp_path / "ar"], PRIOR)
+    assert got["ar_step_extra_s"] == pytest.approx(4.0e-5, rel=1e-6) and "step_extra_s" not in got
+
+    run_sim(tp2, tmp_path / "tp2", verbose=False)
+    costs = build_costs(tp2, profile=PRIOR)
+    write_traces(tmp_path / "tp2" / TRACE_FILE, [
+        _span("step.verify", "target", 0, it, costs.target.forward_s(1, 600 + it + 1) + 6.0e-4, 1, 600 + it)
+        for it in range(1, 60)])
+    got, _ = fit_runtime_costs([tmp_path / "tp2", tmp_path / "ar"], PRIOR)
+    assert got["tp_step_extra_s"] == pytest.approx(6.0e-4, rel=1e-6)
     assert got["ar_step_extra_s"] == pytest.approx(4.0e-5, rel=1e-6) and "step_extra_s" not in got
 
 
