@@ -26,7 +26,7 @@ from runtime.attention import AttentionBackend
 from runtime.graphs import StepGraph
 from runtime.kv_cache import KVCache
 from runtime.model import Transformer
-from runtime.tree import DraftTree, Reroot, StepInputs, TreeStats, pack_topk
+from runtime.tree import DraftTree, Reroot, StepInputs, TreeStats
 from runtime.tree_cache import keep_slots, prefill, step_meta
 
 
@@ -91,25 +91,25 @@ class DraftWorker:
             inp = with_pending(inp, self.pending, self.prefix_len)
         graph = self.graph if not shift else self.pending_graph if shift == 1 else None
         if graph is not None:
-            packed = graph.replay(inp.token_ids, inp.positions, inp.tree_slots, self.prefix_len, inp.tree_mask)
+            top_lp, top_tok = graph.replay(inp.token_ids, inp.positions, inp.tree_slots, self.prefix_len,
+                                           inp.tree_mask)
         else:
             logits = self.model(inp.token_ids.to(self.device), step_meta(inp, self.prefix_len, self.device),
                                 self.cache, self.attn)  # [shift + w, vocab]
-            packed = self._top_children(logits[shift:])
+            top_lp, top_tok = self._top_children(logits[shift:])
         self.prefix_len += shift
         self.pending = ()
-        self.tree.grow_packed(nodes, packed, self.belief)
+        self.tree.grow_topk(nodes, top_lp, top_tok, self.belief)
         return True
 
-    def _top_children(self, logits: torch.Tensor) -> torch.Tensor:
-        """[w, vocab] logits -> the top-k children as `runtime.tree.pack_topk`'s [2, w, k] float64 (log-probs,
-        token ids), on the device: inside a CUDA graph's head, so an expansion ends with one host copy."""
+    def _top_children(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """[w, vocab] logits -> the top-k children's (log-probs, token ids) [w, k], on the device."""
         if self.temperature > 0:
             logits = logits / self.temperature
         top = torch.topk(torch.log_softmax(logits.float(), dim=-1), min(self.topk, logits.shape[-1]), dim=-1)
-        return pack_topk(top.values, top.indices)
+        return top.values, top.indices
 
-    def _pending_children(self, logits: torch.Tensor) -> torch.Tensor:
+    def _pending_children(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The head of a step with one pending row in front: top-k children of the w tree rows."""
         return self._top_children(logits[1:])
 

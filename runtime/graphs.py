@@ -12,9 +12,7 @@ replays it for every step:
 Everything that varies between steps lives in device buffers the graph reads: the prefix length (a
 1-element tensor: `AttnMeta.prefix_len` as a tensor, which the Triton tree attention sizes from the cache
 capacity), token ids, RoPE positions, tree slots (write slot = prefix + tree slot, computed in the graph) and
-the [rows, tree_len] tree mask. One host->device copy of the packed integers and one of the mask per step,
-both from pinned staging buffers without waiting (a pageable copy blocks the host until it is done); an event
-after them guards the staging buffers' reuse by the next replay.
+the [rows, tree_len] tree mask. One host->device copy of the packed integers and one of the mask per step.
 
 Chained autoregressive steps (`chain=True`, rows = 1, greedy): the captured step ends by writing its argmax
 into the token-id buffer and advancing the prefix length and the position by one, so `replay_chained()` runs
@@ -72,9 +70,6 @@ class StepGraph:
         self._mask = torch.zeros(rows, tree_len, dtype=torch.bool, device=device)
         self._slots.copy_(torch.arange(rows))  # capture-time writes land in slots [0, rows), before any prefill
         self._mask[:, :rows] = torch.eye(rows, dtype=torch.bool)
-        self._host_packed = torch.zeros(1 + 3 * rows, dtype=torch.long, pin_memory=True)
-        self._host_mask = torch.zeros(rows, tree_len, dtype=torch.bool, pin_memory=True)
-        self._staged = torch.cuda.Event()  # recorded after the staging copies of the last replay
 
         def step() -> Any:
             meta = AttnMeta(positions=self._positions, write_slots=self._prefix + self._slots,
@@ -106,16 +101,10 @@ class StepGraph:
         if token_ids.shape != (self.rows,) or tree_mask.shape != (self.rows, self.tree_len):
             raise ValueError(f"StepGraph.replay: captured for {self.rows} rows x {self.tree_len} tree slots, got "
                              f"token_ids {tuple(token_ids.shape)}, tree_mask {tuple(tree_mask.shape)}")
-        rows, host = self.rows, self._host_packed
-        self._staged.synchronize()  # the last replay's copies have read the staging buffers (done long since)
-        host[0] = prefix_len
-        host[1:1 + rows].copy_(token_ids)
-        host[1 + rows:1 + 2 * rows].copy_(positions)
-        host[1 + 2 * rows:].copy_(tree_slots)
-        self._host_mask.copy_(tree_mask)
-        self._packed.copy_(host, non_blocking=True)
-        self._mask.copy_(self._host_mask, non_blocking=True)
-        self._staged.record()
+        host = torch.cat([torch.tensor([prefix_len], dtype=torch.long), token_ids.long(), positions.long(),
+                          tree_slots.long()])
+        self._packed.copy_(host)
+        self._mask.copy_(tree_mask)
         self.graph.replay()
         return self.out
 

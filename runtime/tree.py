@@ -261,8 +261,7 @@ class DraftTree:
         self.grow_packed(expanded, pack_topk(top_lp[:n], top_tok[:n]), belief)
 
     def grow_packed(self, expanded: list[int], packed: torch.Tensor, belief: list[list[float]] | None = None) -> None:
-        """`grow_topk` from `pack_topk`'s [2, >= len(expanded), k] float64 tensor (any device: one host copy;
-        the draft's CUDA graph computes it in its head, so an expansion reads its children in one transfer)."""
+        """`grow_topk` from `pack_topk`'s [2, >= len(expanded), k] float64 tensor (any device: one host copy)."""
         n = len(expanded)
         if packed.dim() != 3 or packed.shape[0] != 2 or packed.shape[1] < n:
             raise ValueError(f"packed top-k {tuple(packed.shape)} does not cover {n} expanded nodes as [2, rows, k]")
