@@ -329,8 +329,8 @@ class CalibrationOptions:
     seed: int = 0
     intra_group: str = "nvlink4"
     cross_group: str = "nvlink4"
-    allreduce_mode: str = "eager"
-    """Which all-reduce timings to fit: eager (what the runtime runs) or graph (inside CUDA graphs)."""
+    allreduce_mode: str = "graph"
+    """Which all-reduce timings to fit: graph (inside CUDA graphs, what `kernels=graphs` runs) or eager."""
     step_kinds: tuple[str, ...] = ("verify", "expand")
     """Whole-step kinds step_overhead is fitted on."""
     min_samples: int = 3

@@ -137,8 +137,9 @@ class Operators:
                 # The fitted step overhead is the host time of steps run the other way: eager steps pay a
                 # launch per kernel that a CUDA-graph replay does not, and the reverse; the prior applies.
                 fits.pop("step_overhead", None)
-            if cuda_graphs and "eager" in str(profile.software.get("allreduce_impl", "")).lower():
-                fits.pop("allreduce", None)  # eager NCCL latency (~45 us) vs ~10 us inside a graph
+            impl = str(profile.software.get("allreduce_impl", "")).lower()
+            if ("eager" in impl and cuda_graphs) or ("graph" in impl and not cuda_graphs):
+                fits.pop("allreduce", None)  # eager NCCL latency (~45 us) vs ~10 us inside a graph: not one fit
         self.fits = fits
         self.sources = {op: ("profile" if op in fits else "analytic")
                         for op in ("gemm", "attention", "allreduce", "message", "step_overhead")}

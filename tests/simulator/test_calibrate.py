@@ -41,7 +41,7 @@ from simulator.cost_model import (
 )
 from simulator.interconnect import message_bytes
 from simulator.profile import load_profile, write_profile
-from simulator.simulation import simulate
+from simulator.simulation import build_costs, simulate
 from tests.simulator.conftest import cfg
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,8 +88,9 @@ def synthetic_records(seed: int = 0) -> list[TraceRecord]:
                     kv_bytes, flops = attention_terms(shape, tp, t, ctx + t)
                     rec("op.attention", ops.attention_s(kv_bytes, flops, t, ctx + t, tp), tp, t, ctx,
                         kv_bytes=kv_bytes, kv_len=ctx + t, flops=flops)
-    for nbytes in (16, 1024, 65536, 1 << 20, 16 << 20):
-        rec("op.allreduce", ops.allreduce_s(nbytes, 2), 2, bytes=nbytes, mode="eager")
+    for nbytes in (16, 1024, 65536, 1 << 20, 16 << 20):  # as profile_ops.py: eager and inside a CUDA graph
+        rec("op.allreduce", ops.allreduce_s(nbytes, 2) + 3.5e-5, 2, bytes=nbytes, mode="eager")
+        rec("op.allreduce", ops.allreduce_s(nbytes, 2), 2, bytes=nbytes, mode="graph", calls_per_graph=10)
     for nodes in (4, 16, 64, 256, 1024):
         rec("op.message", ops.message_s(message_bytes(nodes), 1), bytes=message_bytes(nodes))
     for preset in PRESETS:
@@ -147,8 +148,9 @@ def test_fit_on_half_predicts_other_half_synthetic(synthetic_trace):
 
 
 def test_calibrated_profile_loads_and_changes_simulator_predictions(synthetic_trace, tmp_path):
+    # the synthetic steps are eager: fit the eager all-reduce timings too (the default fits those in CUDA graphs)
     config = CalibrateConfig(traces=[str(synthetic_trace)], output=str(tmp_path / "h200.json"),
-                             hardware=HardwareConfig(gpu="h200"), holdout_fraction=0.3)
+                             hardware=HardwareConfig(gpu="h200"), holdout_fraction=0.3, allreduce_mode="eager")
     import calibrate as entry
 
     summary = entry.run(build_calibrate_config(config))
@@ -171,6 +173,23 @@ def test_calibrated_profile_loads_and_changes_simulator_predictions(synthetic_tr
     # CUDA graphs, 30 us + 2 us per kernel), so a fitted single-token step is slower than the analytic one
     target = fitted.costs.target
     assert target.forward_s(1, 600) > analytic.costs.target.forward_s(1, 600)
+
+
+def test_allreduce_fit_applies_only_to_runs_of_its_mode(synthetic_trace, tmp_path):
+    """The default calibration fits the all-reduce timed inside CUDA graphs: a graph config uses it, an eager
+    config keeps the prior (and an eager fit serves eager configs only)."""
+    import calibrate as entry
+
+    overrides = ("model=llama3-8b_llama3.2-1b", "parallel=2x0", "spec=autoregressive", "sim=analytic",
+                 "workload.num_requests=1", "workload.prompt_tokens=64", "workload.max_new_tokens=4")
+    for mode, served, other in (("graph", "kernels=triton_graphs", "kernels=triton"),
+                                ("eager", "kernels=triton", "kernels=triton_graphs")):
+        out = tmp_path / f"{mode}.json"
+        summary = entry.run(build_calibrate_config(CalibrateConfig(
+            traces=[str(synthetic_trace)], output=str(out), hardware=HardwareConfig(gpu="h200"), allreduce_mode=mode)))
+        assert load_profile(summary["profile"]).software["allreduce_impl"] == f"nccl {mode}"
+        assert build_costs(cfg(*overrides, served, f"sim.profile={out}")).target.ops.sources["allreduce"] == "profile"
+        assert build_costs(cfg(*overrides, other, f"sim.profile={out}")).target.ops.sources["allreduce"] == "analytic"
 
 
 def _write_lines(path: Path, lines: list[str]) -> Path:
