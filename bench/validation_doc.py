@@ -67,11 +67,10 @@ LIMITS = """\
   measured runs of the configurations item 5 names (simulator/runtime_fit.py).
 - A TP > 1 target broadcasts each verdict inside its group (0.15-0.2 ms per step measured inside the TP-2
   verify spans). No operator is profiled for it: the simulator charges one leader-channel message (the
-  profiled NCCL hop with its host copies, ~0.1 ms), and a TP > 1 target's other per-step host cost is the
-  runtime block's `tp_step_extra_s` (since 2026-11-30 fitted apart from the one-GPU `step_extra_s`, on the
-  TP-2 chain run). With it fitted on the TP-2 chain (5 target rows), the held-out TP-2 autoregressive steps
-  are still under-predicted by ~10% (4.1 vs 4.6 ms): the profiled in-graph all-reduce (MAPE ~27%) and one
-  host cost for 1-row and 5-row TP steps are the suspects, not yet separated.
+  profiled NCCL hop with its host copies, ~0.1 ms). Its all-reduces are the ones profiled inside CUDA graphs
+  (~12 us per call; since 2026-11-30 the default `allreduce_mode=graph`: the eager fit, ~40 us, made graph
+  runs fall back to a ~4 us analytic prior and under-predict TP-2 steps by ~0.5 ms). A TP > 1 target's own
+  host residual can be fitted as `tp_step_extra_s` when a TP > 1 run is among the fit runs (none here).
 - The profile's additive form (operators + a + b x kernels) approximates max(host, device) by a sum, and one
   `step_overhead` line serves target verifies and draft expansions alike (the fit report,
   `operators.step_overhead.by_kind` / `by_preset`, shows how well it fits each).
