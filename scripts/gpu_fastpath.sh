@@ -20,12 +20,7 @@ PART=${2:-all}
 case "$PART" in probe|bench|all) ;; *) echo "part must be probe, bench or all, got $PART"; exit 2 ;; esac
 OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
 cd "$(dirname "$0")/.."
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-export TRITON_INTERPRET=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-if ! python3 -c "import hydra, omegaconf, gguf, simpy, deepspeed" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-fi
-export PYTHONPATH=/tmp/site:$PWD
+source scripts/device_env.sh
 WORK=$(mktemp -d)
 mkdir -p "$WORK/logs" "$WORK/profile_step" "$WORK/results"
 stage() { flush_out; echo "=== $(date -u +%T) $1"; }

@@ -17,12 +17,7 @@ PART=${2:?part: check or bench}
 case "$PART" in check|bench) ;; *) echo "part must be check or bench, got $PART"; exit 2 ;; esac
 OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
 cd "$(dirname "$0")/.."
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-export TRITON_INTERPRET=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-if ! python3 -c "import hydra, omegaconf, gguf, simpy" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-fi
-export PYTHONPATH=/tmp/site:$PWD
+source scripts/device_env.sh
 WORK=$(mktemp -d)
 mkdir -p "$WORK/logs" "$WORK/profile_step" "$WORK/cprofile" "$WORK/results"
 pack() {  # before every stage and at the end: a call killed at its limit still returns what finished
@@ -71,22 +66,18 @@ PEERS=()
 timeout 330 python3 bench/bench_runtime.py preset=shape_realistic "${PEERS[@]}" \
   budget_s=270 out_dir="$WORK/results" doc="$OUT/BENCHMARKS_RUNTIME.md" hydra.run.dir=/tmp/bench_a 2>&1 \
   | grep -v -E "USDT|Loading weights" | tee "$WORK/logs/bench.log" | tail -24
-stage "workload a, async_tree at the simulator's pick (bs 8 w 16 d 3)"
-mkdir -p "$WORK/pick"
-timeout 150 python3 bench/bench_runtime.py preset=shape_realistic 'modes=[async_tree]' \
-  'presets.shape_realistic.peers=[]' \
-  'presets.shape_realistic.experiment_overrides=["acceptance=smollm2","spec.oracle_belief=table","spec.bs=8","spec.w=16","spec.d=3"]' \
-  budget_s=90 out_dir="$WORK/pick" doc="$OUT/BENCHMARKS_RUNTIME.md" hydra.run.dir=/tmp/bench_pick 2>&1 \
-  | grep -v -E "USDT|Loading weights" | tee "$WORK/logs/bench_pick.log" | tail -12
-for f in "$WORK"/pick/*.json; do [ -f "$f" ] && cp "$f" "$OUT/$(basename "${f%.json}")_pick.json"; done
-stage "workload a, async_tree with the draft hidden (bs 8 w 16 d 2: two expansions fit in one verify)"
-mkdir -p "$WORK/hidden"
-timeout 120 python3 bench/bench_runtime.py preset=shape_realistic 'modes=[async_tree]' \
-  'presets.shape_realistic.peers=[]' \
-  'presets.shape_realistic.experiment_overrides=["acceptance=smollm2","spec.oracle_belief=table","spec.bs=8","spec.w=16","spec.d=2"]' \
-  budget_s=80 out_dir="$WORK/hidden" doc="$OUT/BENCHMARKS_RUNTIME.md" hydra.run.dir=/tmp/bench_hidden 2>&1 \
-  | grep -v -E "USDT|Loading weights" | tee "$WORK/logs/bench_hidden.log" | tail -6
-for f in "$WORK"/hidden/*.json; do [ -f "$f" ] && cp "$f" "$OUT/$(basename "${f%.json}")_hidden.json"; done
+async_run() {  # NAME D TIMEOUT_S BUDGET_S "WHAT": async_tree at bs 8 w 16 d D -> runtime_shape_realistic_<date>_NAME.json
+  stage "workload a, async_tree bs 8 w 16 d $2: $5"
+  mkdir -p "$WORK/$1"
+  timeout "$3" python3 bench/bench_runtime.py preset=shape_realistic 'modes=[async_tree]' \
+    'presets.shape_realistic.peers=[]' \
+    "presets.shape_realistic.experiment_overrides=[\"acceptance=smollm2\",\"spec.oracle_belief=table\",\"spec.bs=8\",\"spec.w=16\",\"spec.d=$2\"]" \
+    budget_s="$4" out_dir="$WORK/$1" doc="$OUT/BENCHMARKS_RUNTIME.md" hydra.run.dir="/tmp/bench_$1" 2>&1 \
+    | grep -v -E "USDT|Loading weights" | tee "$WORK/logs/bench_$1.log" | tail -8
+  for f in "$WORK/$1"/*.json; do [ -f "$f" ] && cp "$f" "$OUT/$(basename "${f%.json}")_$1.json"; done
+}
+async_run pick 3 150 90 "the simulator's pick"
+async_run hidden 2 120 80 "the draft hidden (two expansions fit in one verify)"
 fi
 pack
 chmod -R a+rX "$OUT"
