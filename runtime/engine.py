@@ -50,6 +50,7 @@ from runtime.metrics import Progress, Timeline, device_name, summarize
 from runtime.oracle import AcceptanceOracle, OracleOutcome, oracle_belief, resolve_bonus
 from runtime.parallel import ParallelContext
 from runtime.target_worker import TargetWorker
+from runtime.tree_cache import in_place
 from runtime.unix_channel import make_channel
 from simulator.checks import chained_autoregressive
 
@@ -252,7 +253,11 @@ class Engine:
                     worker.start(prompt)
 
     def _propose(self, rid: int, it: int) -> DraftProposal:
-        """Refill (+ serial modes' extra expansions), then select the top-bs subtree."""
+        """Refill (+ serial modes' extra expansions), then select the top-bs subtree. A re-root's KV compaction
+        runs first (its own span) when a forward follows here, else after the send (`_draft_loop`)."""
+        serial = self.mode in ("chain", "serial_tree") and self.shape.d > 0
+        if len(self.draft.tree) < self.shape.rows or serial:
+            self._compact(it, deferred=False)
         while len(self.draft.tree) < self.shape.rows and self._expand(it, "refill"):
             pass
         if self.mode in ("chain", "serial_tree"):
@@ -273,7 +278,7 @@ class Engine:
 
     def _verify(self, prop: DraftProposal, emitter: Emitter, gen: torch.Generator | None,
                 oracle: AcceptanceOracle | None) -> VerifiedPath:
-        """Target group: forward, verdict on the leader (broadcast to TP peers), keep the accepted KV."""
+        """Target group: forward, verdict on the leader (broadcast to TP peers); the KV keep is `_keep`'s."""
         start = self.tl.now()
         self.target.forward(prop)
         vp = None
@@ -294,16 +299,18 @@ class Engine:
     def _keep(self, vp: VerifiedPath) -> None:
         """Target group: keep the root and accepted nodes' KV of the last verify (a no-op launch-wise for a
         chain or autoregressive step, whose accepted nodes already sit in place)."""
-        start = self.tl.now()
+        start, ctx = self.tl.now(), self.target.prefix_len
         self.target.keep(vp.node_indices)
         self.tl.add("step.keep", start, self.tl.now() - start, iteration=vp.iteration,
-                    tokens=len(vp.node_indices), ctx_len=self.target.prefix_len)
+                    tokens=len(vp.node_indices), ctx_len=ctx, extra={"moved": not in_place(vp.node_indices)})
 
-    def _compact(self, it: int) -> None:
-        """Draft: the deferred KV compaction of the last re-root, if no expansion has run it yet."""
+    def _compact(self, it: int, deferred: bool = True) -> None:
+        """Draft: the KV compaction of the last re-root, if still pending: after the send (`deferred`), or before
+        the forwards of a refill or serial expansions."""
         start = self.tl.now()
         if self.draft.compact():
-            self.tl.add("step.compact", start, self.tl.now() - start, iteration=it - 1, ctx_len=self.draft.prefix_len)
+            self.tl.add("step.compact", start, self.tl.now() - start, iteration=it - 1, ctx_len=self.draft.prefix_len,
+                        extra={"deferred": deferred})
 
     def _advance(self, prop: DraftProposal, vp: VerifiedPath, oracle: AcceptanceOracle | None,
                  outcome: OracleOutcome | None = None) -> None:

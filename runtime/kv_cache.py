@@ -70,9 +70,11 @@ class KVCache:
     def keep(self, src_slots: torch.Tensor, dst_start: int) -> None:
         """In place: copy slots `src_slots` of every layer to [dst_start, dst_start + n).
 
-        One gather over all layers and one copy: advanced indexing materialises the gathered entries before
-        they are written, so overlapping source and destination ranges are safe (e.g. compacting accepted
-        tree nodes to just after the prefix).
+        One gather over all layers and one copy. Off CUDA, advanced indexing materialises the gathered entries
+        before they are written, so any overlap of sources and destinations is safe. On CUDA, one
+        `kernels.kv_compact` launch: any overlap up to `kernels.kv_compact.ROW_BLOCK` (64) rows, beyond that only
+        forward compaction (sources ascending, src_slots[i] >= dst_start + i), which is what re-rooting and a
+        target's keep produce (`runtime.tree_cache.keep_slots` checks it).
 
         Args:
             src_slots: LongTensor [n] of slots to keep, in their new order.

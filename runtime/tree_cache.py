@@ -74,10 +74,15 @@ def keep_accepted(cache: KVCache, prefix_len: int, path: tuple[int, ...] | list[
 
 def keep_slots(cache: KVCache, prefix_len: int, slots: tuple[int, ...] | list[int]) -> None:
     """In place: move tree slots `slots` (in order) to [prefix_len, prefix_len + len(slots)), one gather over
-    every layer; nothing is launched when they already sit there (see `in_place`)."""
-    if not in_place(slots):
-        src = prefix_len + torch.tensor(list(slots), dtype=torch.long, device=cache.device)
-        cache.keep(src, prefix_len)
+    every layer; nothing is launched when they already sit there (see `in_place`). Slots must be ascending
+    (tree slots of a root-down path, then of its surviving subtree): the forward compaction `KVCache.keep`
+    supports for any count on CUDA."""
+    if in_place(slots):
+        return
+    if any(b <= a for a, b in zip(slots, slots[1:])) or slots[0] < 0:
+        raise ValueError(f"keep_slots: tree slots must be ascending and >= 0 (forward compaction), got {list(slots)}")
+    src = torch.tensor([prefix_len + s for s in slots], dtype=torch.long, device=cache.device)
+    cache.keep(src, prefix_len)
 
 
 def in_place(slots: tuple[int, ...] | list[int]) -> bool:

@@ -98,11 +98,12 @@ def verify_proposals(sim: Simulation) -> Generator[Any, Any, None]:
             ranks, nodes = walk(children_of(proposal), uniforms, emitted)
             accepted = len(nodes) - 1
             tf = cost.forward_s(n, ctx + n)
-            tk = cost.compaction_s(accepted + 1)  # the KV keep, after the send
+            tk = sim.keep_s if sim.keep_s is not None else cost.compaction_s(accepted + 1)  # the KV keep
             tv = tf + tk
+            before = tk if sim.colocated else 0.0  # a separate draft group takes the path before the keep
             if record:
                 events.append(("step.verify", "target", t1, tv, req, it, n, ctx))
-            yield env.timeout(tf + host)  # the verify, then taking the proposal + sending the path (host)
+            yield env.timeout(tf + host + before)  # the verify, then taking the proposal + sending the path (host)
             emit = min(accepted + 1, max_new - emitted)
             emitted += emit
             ctx += accepted + 1
@@ -110,7 +111,8 @@ def verify_proposals(sim: Simulation) -> Generator[Any, Any, None]:
             rows.append([req, it, t0, t1 + tv + host, tv, 0.0, 0.0, message_s, t1 - t0, 0.0, accepted,
                          accepted + 1, None])
             put(VerifiedPath(req, it, (proposal.token_ids[0], *ranks), nodes, stop))
-            yield env.timeout(tk)
+            if tk - before:
+                yield env.timeout(tk - before)
             tally.verify_s += tv
             tally.target_busy_s += tv + host
             hist[accepted + 1] = hist.get(accepted + 1, 0) + 1
@@ -129,6 +131,14 @@ def _send(sim: Simulation, sid: int, req: int, it: int) -> None:
         sim.tuner.sent(new_request=it == 0)
     tokens, parents = sim.trees.select(sid, sim.bs)
     sim.draft_outbox.put(DraftProposal(req, it, tokens, parents))
+
+
+def _compaction_s(sim: Simulation, kept_tokens: int, deferred: bool) -> float:
+    """A re-root's KV compaction on the draft: the fitted host cost of a deferred one (after the proposal's
+    send, the runtime's `step.compact`) where the profile has it, else the compaction operator."""
+    if deferred and sim.compact_s is not None:
+        return sim.compact_s
+    return sim.draft_cost.compaction_s(kept_tokens)
 
 
 def _expand_s(sim: Simulation, n: int, ctx: int, expanded: int) -> float:
@@ -208,14 +218,15 @@ def grow_tree_async(sim: Simulation) -> Generator[Any, Any, None]:
             sid, hit, kept = reroot(sid, ranks)
             e0 = num_expanded(sid)
             sid, n = refill(sid, bs)
-            tc = sim.draft_cost.compaction_s(kept + len(ranks))
+            late = n == 0 and not sim.colocated  # no refill: the proposal leaves before the compaction
+            tc = _compaction_s(sim, kept + len(ranks), late)
             tr = sim.tree_op_s + tc
             tx = _expand_s(sim, n, ctx, e0)
             if record:
                 events.append(("step.reroot", "draft", env.now, tr, req, it, kept, ctx))
                 if n:
                     events.append(("step.expand", "draft", env.now + tr, tx, req, it, n * w, ctx))
-            late = 0.0 if n else tc  # no refill: the proposal leaves before the compaction
+            late = tc if late else 0.0
             yield env.timeout(tr - late + tx)
             row[EXPAND] = te + tx
             row[REROOT] = tr
@@ -246,7 +257,7 @@ def grow_tree_serial(sim: Simulation) -> Generator[Any, Any, None]:
             events.append(("step.prefill", "draft", env.now, pf, req, -1, ctx, 0))
         yield env.timeout(pf)
         tally.draft_busy_s += pf
-        sid, it, tr, tc = 0, 0, sim.tree_op_s, 0.0  # first round: a fresh tree, only the selection bookkeeping
+        sid, it, tr, tc, deferred = 0, 0, sim.tree_op_s, 0.0, False  # first round: a fresh tree, selection only
         while True:  # as the runtime's Engine._propose: refill to bs nodes, then d more (chain: none more)
             e0 = trees.num_expanded(sid)
             sid, n2 = trees.refill(sid, bs)
@@ -256,7 +267,7 @@ def grow_tree_serial(sim: Simulation) -> Generator[Any, Any, None]:
                 if it > 0:
                     events.append(("step.reroot", "draft", env.now, tr, req, it - 1, 0, ctx))
                 events.append(("step.expand", "draft", env.now + tr, tx, req, it, (n + n2) * w, ctx))
-            late = 0.0 if n + n2 else tc  # no expansion: the proposal leaves before the KV compaction
+            late = tc if n + n2 == 0 and deferred else 0.0  # no expansion: the proposal leaves before the compaction
             yield env.timeout(tr - late + tx)
             tally.draft_busy_s += tr + tx
             tally.draft_forwards += n + n2
@@ -277,7 +288,10 @@ def grow_tree_serial(sim: Simulation) -> Generator[Any, Any, None]:
             ranks = msg.token_ids[1:]
             ctx += len(ranks)
             sid, hit, kept = trees.reroot(sid, ranks)
-            tc = sim.draft_cost.compaction_s(kept + len(ranks))
+            # deferred (after the send) only when the next proposal needs no forward: refilled trees of >= bs
+            # nodes without serial expansions, and not colocated
+            deferred = extra == 0 and not sim.colocated and trees.size(sid) >= bs
+            tc = _compaction_s(sim, kept + len(ranks), deferred)
             tr = sim.tree_op_s + tc
             if count_hits:
                 row[HIT] = hit

@@ -75,15 +75,22 @@ RUNTIME_COSTS: dict[str, str] = {
     "tp_step_extra_s": "per target forward of a TP > 1 target beyond the operator model (the leader's verdict and "
                        "the peers' wait for it; its broadcast is the profiled message); absent: step_extra_s",
     "ar_step_extra_s": "per chained autoregressive step (greedy, CUDA graphs, one-GPU target: the runtime queues "
-                       "step i + 1 before reading token i) beyond the operator model; absent: 0",
+                       "step i + 1 before reading token i) beyond the operator model; may be negative (down to "
+                       "-1 ms): the fitted step overhead holds host time that chaining hides; absent: 0",
+    "keep_s": "target host time of the KV keep after a verify, mean over all verifies (most keep nothing in "
+              "place); charged after the verified path is sent; absent: the compaction operator",
+    "compact_s": "draft host time of a re-root's deferred KV compaction (after the proposal is sent), mean over "
+                 "those compactions; absent: the compaction operator",
     "expand_extra_s": "per draft forward (one expansion of w leaves) beyond the operator model: constant part",
     "expand_extra_per_row_s": "per draft forward beyond the operator model: part per expanded leaf (w)",
     "verify_message_s": "target host time per verify in draft modes: take the proposal, send the verified path",
     "draft_round_s": "draft host time per round: take the verified path, re-root (the runtime's step.reroot span), "
-                     "select, send the proposal (the KV compaction is the profiled operator's, after the send "
-                     "when no refill is needed)",
+                     "select, send the proposal (the KV compaction follows the send when no refill is needed: "
+                     "compact_s; before a refill: the compaction operator)",
 }
 """The optional `runtime` block: host costs of the runtime's loop (simulator/runtime_fit.py fits them)."""
+SIGNED_RUNTIME_COSTS: dict[str, float] = {"ar_step_extra_s": -1.0e-3}
+"""Runtime costs that correct the operator model and may be negative, with their lowest allowed value."""
 
 
 def gemm_features(weight_bytes: float, flops: float) -> tuple[float, ...]:
@@ -252,8 +259,9 @@ def _runtime(where: str, entry: Any) -> dict[str, float]:
     for key, v in entry.items():
         if key not in RUNTIME_COSTS:
             raise _fail(where, f"runtime.{key}", f"unknown key; allowed: {list(RUNTIME_COSTS)}")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise _fail(where, f"runtime.{key}", f"must be a finite number of seconds >= 0, got {v!r}")
+        low = SIGNED_RUNTIME_COSTS.get(key, 0.0)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < low:
+            raise _fail(where, f"runtime.{key}", f"must be a finite number of seconds >= {low:g}, got {v!r}")
         out[key] = float(v)
     return out
 

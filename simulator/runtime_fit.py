@@ -7,9 +7,12 @@ fitted here from the spans a runtime run writes (`traces.jsonl`, conf/trace.py),
 simulator/profile.py RUNTIME_COSTS:
 
     step_extra_s      median over target `step.verify` spans of  span - forward_s(tokens, ctx + tokens)
-    ar_step_extra_s   the same over chained autoregressive runs (simulator.checks.chained_autoregressive),
-                      whose spans are the per-token time with the host off the GPU's path
+    ar_step_extra_s   the same over chained autoregressive runs (verify spans marked `chained`), whose spans
+                      are the per-token time with the host off the GPU's path; kept when negative (down to
+                      -1 ms: the operator model's step overhead holds host time that chaining hides)
     tp_step_extra_s   the same over runs of a TP > 1 target (the other two: one-GPU targets)
+    keep_s            mean target `step.keep` span (the KV keep after a verify, most moving nothing)
+    compact_s         mean draft `step.compact` span of the deferred compactions (after the proposal's send)
     expand_extra_s    a + b * w through the fit runs' medians of  span - forward_s(w, ctx + w)  over draft
       (+ _per_row_s)  `step.expand` spans (the host work of one expansion grows with its w leaves: building
                       w x topk tree nodes; least squares over runs, b >= 0; one distinct w: b = 0)
@@ -27,6 +30,7 @@ The runs fitted here must not be the runs a validation compares against (bench/v
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,8 +41,7 @@ import numpy as np
 from conf.rundir import config_from_dict, read_run
 from conf.trace import TRACE_FILE, TraceRecord, read_traces
 from simulator.calibrate import median_or_none
-from simulator.checks import chained_autoregressive
-from simulator.profile import RUNTIME_COSTS, Profile
+from simulator.profile import RUNTIME_COSTS, SIGNED_RUNTIME_COSTS, Profile
 
 SKIP_ITERATIONS = 1
 """Spans of iterations below this (prefill, first refill) are left out: they are not the steady loop."""
@@ -55,6 +58,14 @@ def _leader_spans(records: Sequence[TraceRecord]) -> dict[tuple[str, str], list[
         if r.group in leaders and r.rank == leaders[r.group] and r.iteration >= SKIP_ITERATIONS:
             out[(r.group, r.name)].append(r)
     return out
+
+
+def _extra(r: TraceRecord) -> dict[str, Any]:
+    try:
+        out = json.loads(r.extra) if r.extra else {}
+    except ValueError:
+        return {}
+    return out if isinstance(out, dict) else {}
 
 
 def run_components(run_dir: str | Path, profile: Profile) -> dict[str, Any]:
@@ -75,10 +86,16 @@ def run_components(run_dir: str | Path, profile: Profile) -> dict[str, Any]:
     width = 1 if config.spec.mode == "chain" else config.spec.w
     draft_group = "target" if colocated else "draft"
     out: dict[str, Any] = {"run": run_dir.name, "mode": config.spec.mode, "w": width}
-    key = ("ar_step_residual_s" if chained_autoregressive(config)
+    verifies = spans.get(("target", "step.verify"), [])
+    chained = any(_extra(r).get("chained") for r in verifies)  # the runtime's own mark (runs since d325190)
+    key = ("ar_step_residual_s" if chained
            else "tp_step_residual_s" if config.parallel.target_gpus > 1 else "step_residual_s")
-    out[key] = median_or_none([r.duration_s - costs.target.forward_s(r.tokens, r.ctx + r.tokens)
-                               for r in spans.get(("target", "step.verify"), [])])
+    out[key] = median_or_none([r.duration_s - costs.target.forward_s(r.tokens, r.ctx + r.tokens) for r in verifies])
+    keeps = [r.duration_s for r in spans.get(("target", "step.keep"), [])]
+    out["keep_s"] = float(np.mean(keeps)) if keeps else None
+    compacts = [r.duration_s for r in spans.get((draft_group, "step.compact"), [])
+                if _extra(r).get("deferred", True)]  # runs of 539cd1f: every compact span was deferred
+    out["compact_s"] = float(np.mean(compacts)) if compacts else None
     if costs.draft is not None:
         out["expand_residual_s"] = median_or_none([r.duration_s - costs.draft.forward_s(r.tokens, r.ctx + r.tokens)
                                             for r in spans.get((draft_group, "step.expand"), [])
@@ -117,7 +134,8 @@ def fit_runtime_costs(run_dirs: Sequence[str | Path], profile: Profile) -> tuple
     """(RUNTIME_COSTS seconds, report) from measured runtime run dirs and the operator profile.
 
     A cost no fit run measures is left out (the simulator then keeps its `sim` knob for it); negative
-    medians (the operator model over-predicts) clip to 0, and the report keeps the signed value.
+    medians (the operator model over-predicts) clip to 0 (ar_step_extra_s: to -1 ms, SIGNED_RUNTIME_COSTS), and
+    the report keeps the signed value.
     """
     if not run_dirs:
         raise ValueError("runs: give at least one runtime run dir to fit the runtime costs on")
@@ -126,7 +144,8 @@ def fit_runtime_costs(run_dirs: Sequence[str | Path], profile: Profile) -> tuple
     recv = min(recv_lows) if recv_lows else None
     raw: dict[str, float | None] = {"step_extra_s": _pooled(rows, "step_residual_s"),
                                     "ar_step_extra_s": _pooled(rows, "ar_step_residual_s"),
-                                    "tp_step_extra_s": _pooled(rows, "tp_step_residual_s")}
+                                    "tp_step_extra_s": _pooled(rows, "tp_step_residual_s"),
+                                    "keep_s": _pooled(rows, "keep_s"), "compact_s": _pooled(rows, "compact_s")}
     raw["expand_extra_s"], raw["expand_extra_per_row_s"] = _line_in_w(
         [(r["w"], r["expand_residual_s"]) for r in rows if r.get("expand_residual_s") is not None])
     t_send, d_send = _pooled(rows, "target_send_s"), _pooled(rows, "draft_send_s")
@@ -135,7 +154,7 @@ def fit_runtime_costs(run_dirs: Sequence[str | Path], profile: Profile) -> tuple
         raw["verify_message_s"] = t_send + recv
     if None not in (reroot, select, d_send, recv):
         raw["draft_round_s"] = reroot + select + d_send + recv
-    costs = {k: max(0.0, v) for k, v in raw.items() if v is not None}
+    costs = {k: max(SIGNED_RUNTIME_COSTS.get(k, 0.0), v) for k, v in raw.items() if v is not None}
     assert set(costs) <= set(RUNTIME_COSTS)
     report = {"runs": [str(d) for d in run_dirs], "per_run": rows, "signed": raw, "recv_host_s": recv,
               "method": "median over fit runs of per-run medians; receive host cost = lowest per-run "

@@ -90,6 +90,10 @@ class Costs:
     """analytic | profile:<file> (with the operators that fell back to the prior)."""
     verify_host_s: float = 0.0
     """Target host time per verify for taking the proposal and sending the path (profile `runtime`)."""
+    keep_s: float | None = None
+    """Target host time of the KV keep after a verify (profile `runtime`); None: the compaction operator."""
+    compact_s: float | None = None
+    """Draft host time of a re-root's deferred KV compaction (profile `runtime`); None: the compaction operator."""
 
 
 def proposal_nodes(config: ExperimentConfig) -> int:
@@ -151,7 +155,8 @@ def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Cos
         prior = [op for op, src in ops.sources.items() if src == "analytic"]
         source = (f"profile:{config.sim.profile or profile.path}" + (" + runtime" if host else "")
                   + (f" (analytic: {', '.join(prior)})" if prior else ""))
-    return Costs(target, draft, proposal_s, verified_s, tree_op_s, source, verify_host_s)
+    return Costs(target, draft, proposal_s, verified_s, tree_op_s, source, verify_host_s,
+                 host.get("keep_s"), host.get("compact_s"))
 
 
 def d_ratio(config: ExperimentConfig, costs: Costs) -> float:
@@ -186,6 +191,10 @@ class Simulation:
         self.target_cost, self.draft_cost = costs.target, costs.draft
         self.proposal_s, self.verified_s, self.tree_op_s = costs.proposal_s, costs.verified_s, costs.tree_op_s
         self.verify_host_s = costs.verify_host_s
+        self.keep_s, self.compact_s = costs.keep_s, costs.compact_s
+        # Colocated (no draft group): the runtime keeps, re-roots and compacts on the target's ranks, one after
+        # another, so nothing the runtime does after a send overlaps the other side's work.
+        self.colocated = config.parallel.draft_gpus == 0
         self.acceptance = load_acceptance(config.acceptance, self.topk)
         self.trees = TreeStates(self.acceptance.belief(self.topk), self.topk, self.w, spec.max_tree_nodes)
         if self.mode == "autoregressive":

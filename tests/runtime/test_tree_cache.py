@@ -20,7 +20,7 @@ from runtime.attention import AttnMeta, ReferenceAttention
 from runtime.draft_worker import DraftWorker
 from runtime.kv_cache import KVCache
 from runtime.tree import DraftTree, proposal_inputs
-from runtime.tree_cache import apply_reroot, keep_accepted, step_meta
+from runtime.tree_cache import apply_reroot, keep_accepted, keep_slots, step_meta
 
 ATTN = ReferenceAttention()
 MAX_LEN = 32
@@ -270,3 +270,16 @@ def test_deferred_compaction_runs_before_the_next_expansion_and_in_order():
     _assert_same(lazy.cache.kv, eager.cache.kv)
     assert [(n.token, n.parent, n.slot) for n in lazy.tree.nodes] == [(n.token, n.parent, n.slot)
                                                                        for n in eager.tree.nodes]
+
+
+def test_keep_slots_takes_only_forward_compaction():
+    """Slots must be ascending (what re-rooting and a target's keep produce): the only overlap pattern the CUDA
+    kernel supports for any count; anything else is refused before a launch."""
+    cache = KVCache(1, 16, 1, 2)
+    cache.kv.copy_(torch.arange(cache.kv.numel(), dtype=torch.float32).view_as(cache.kv))
+    before = cache.kv.clone()
+    keep_slots(cache, 4, (0, 2, 3))
+    _assert_moved(cache.kv, before, [4, 6, 7], 4)
+    for bad in ((2, 1), (0, 3, 3), (-1, 2)):
+        with pytest.raises(ValueError, match="ascending"):
+            keep_slots(cache, 4, bad)

@@ -18,9 +18,11 @@ BASE = ("model=llama3-8b_llama3.2-1b", "parallel=1x1", "kernels=triton", "sim=an
 PRIOR = Profile("prior", {"gpu": "h200"}, {}, {})  # no operator fits: the analytic prior everywhere
 
 
-def _span(name: str, group: str, rank: int, it: int, dur: float, tokens: int = 0, ctx: int = 0) -> TraceRecord:
+def _span(name: str, group: str, rank: int, it: int, dur: float, tokens: int = 0, ctx: int = 0,
+          **extra) -> TraceRecord:
     return TraceRecord(name=name, shapes="", tp=1, ctx=ctx, device="sim", start_s=0.0, duration_s=dur,
-                       run_id="t", group=group, rank=rank, iteration=it, tokens=tokens)
+                       run_id="t", group=group, rank=rank, iteration=it, tokens=tokens,
+                       extra=json.dumps(extra) if extra else "")
 
 
 def _recorded_run(tmp_path, mode: str = "async_tree"):
@@ -44,7 +46,10 @@ def test_fit_recovers_known_host_costs(tmp_path):
         recs += [_span("step.reroot", "draft", 1, it, 3.0e-4), _span("step.select", "draft", 1, it, 2.0e-5),
                  _span("comm.send", "target", 0, it, 1.0e-4), _span("comm.send", "draft", 1, it, 1.5e-4),
                  _span("comm.recv", "target", 0, it, 4.0e-3),  # the target always waits
-                 _span("comm.recv", "draft", 1, it, 5.0e-5 if it <= 20 else 3.0e-3)]  # waits 80% of rounds
+                 _span("comm.recv", "draft", 1, it, 5.0e-5 if it <= 20 else 3.0e-3),  # waits 80% of rounds
+                 _span("step.keep", "target", 0, it, 2.0e-4 if it % 4 == 0 else 1.0e-5),  # 1 in 4 moves KV
+                 _span("step.compact", "draft", 1, it, 1.5e-4, deferred=True),
+                 _span("step.compact", "draft", 1, it, 9.0e-4, deferred=False)]  # before a refill: not fitted
         recs.append(_span("step.verify", "target", 2, it, 1.0))  # a TP peer: ignored
     recs += [_span("step.verify", "target", 0, 0, 1.0), _span("step.expand", "draft", 1, 0, 1.0, 8, 600)]
     write_traces(run_dir / TRACE_FILE, recs)
@@ -54,6 +59,8 @@ def test_fit_recovers_known_host_costs(tmp_path):
     assert fitted["verify_message_s"] == pytest.approx(1.0e-4 + 5.0e-5, rel=1e-6)
     assert fitted["draft_round_s"] == pytest.approx(3.0e-4 + 2.0e-5 + 1.5e-4 + 5.0e-5, rel=1e-6)
     assert report["recv_host_s"] == pytest.approx(5.0e-5) and report["runs"] == [str(run_dir)]
+    assert fitted["keep_s"] == pytest.approx((25 * 2.0e-4 + 75 * 1.0e-5) / 100, rel=1e-6)  # a mean: no-ops count
+    assert fitted["compact_s"] == pytest.approx(1.5e-4, rel=1e-6)
 
 
 def test_fit_needs_runs_and_traces(tmp_path):
@@ -72,6 +79,7 @@ def test_runtime_block_round_trips_and_bad_values_name_the_field(tmp_path):
     assert load_profile(tmp_path / "p.json").runtime == {"step_extra_s": 1e-3, "draft_round_s": 2e-3}
     data = json.loads((tmp_path / "p.json").read_text())
     for bad, field in (({"step_extra": 1.0}, "runtime.step_extra"), ({"step_extra_s": -1.0}, "runtime.step_extra_s"),
+                       ({"ar_step_extra_s": -0.01}, "runtime.ar_step_extra_s"),
                        ([], "runtime")):
         with pytest.raises(ProfileError, match=field):
             parse_profile({**data, "runtime": bad}, "p.json")
@@ -125,18 +133,33 @@ def test_chained_autoregressive_steps_take_their_own_host_cost(tmp_path):
 
     run_sim(chained, tmp_path / "ar", verbose=False)
     costs = build_costs(chained, profile=PRIOR)
-    recs = [_span("step.verify", "target", 0, it, costs.target.forward_s(1, 600 + it + 1) + 4.0e-5, 1, 600 + it)
-            for it in range(1, 60)]
-    write_traces(tmp_path / "ar" / TRACE_FILE, recs)
+    def ar_spans(extra_s: float, **mark) -> list[TraceRecord]:
+        return [_span("step.verify", "target", 0, it, costs.target.forward_s(1, 600 + it + 1) + extra_s, 1,
+                      600 + it, **mark) for it in range(1, 60)]
+
+    write_traces(tmp_path / "ar" / TRACE_FILE, ar_spans(4.0e-5, chained=True))
     got, _ = fit_runtime_costs([tmp_path / "ar"], PRIOR)
     assert got["ar_step_extra_s"] == pytest.approx(4.0e-5, rel=1e-6) and "step_extra_s" not in got
+    # the runtime's mark decides, not the config: an older unchained run of the same config is a plain step
+    write_traces(tmp_path / "ar" / TRACE_FILE, ar_spans(4.0e-5))
+    got, _ = fit_runtime_costs([tmp_path / "ar"], PRIOR)
+    assert got["step_extra_s"] == pytest.approx(4.0e-5, rel=1e-6) and "ar_step_extra_s" not in got
+    # a chained step faster than the operator model keeps its negative correction (down to -1 ms)
+    for extra_s, want in ((-2.8e-4, -2.8e-4), (-3.0e-3, -1.0e-3)):
+        write_traces(tmp_path / "ar" / TRACE_FILE, ar_spans(extra_s, chained=True))
+        got, _ = fit_runtime_costs([tmp_path / "ar"], PRIOR)
+        assert got["ar_step_extra_s"] == pytest.approx(want, rel=1e-6)
+    negative = Profile("p", {"gpu": "h200"}, {}, {}, {"ar_step_extra_s": -2.8e-4})
+    assert build_costs(chained, profile=negative).target.forward_s(1, 700) - plain.target.forward_s(1, 700) == \
+        pytest.approx(-2.8e-4)
+    write_traces(tmp_path / "ar" / TRACE_FILE, ar_spans(4.0e-5, chained=True))
 
     run_sim(tp2, tmp_path / "tp2", verbose=False)
     costs = build_costs(tp2, profile=PRIOR)
     write_traces(tmp_path / "tp2" / TRACE_FILE, [
         _span("step.verify", "target", 0, it, costs.target.forward_s(1, 600 + it + 1) + 6.0e-4, 1, 600 + it)
         for it in range(1, 60)])
-    got, _ = fit_runtime_costs([tmp_path / "tp2", tmp_path / "ar"], PRIOR)
+    got, _ = fit_runtime_costs([tmp_path / "tp2", tmp_path / "ar"], PRIOR)  # ar: chained spans again
     assert got["tp_step_extra_s"] == pytest.approx(6.0e-4, rel=1e-6)
     assert got["ar_step_extra_s"] == pytest.approx(4.0e-5, rel=1e-6) and "step_extra_s" not in got
 
@@ -305,3 +328,35 @@ def test_a_tp2_target_verify_carries_its_verdict_broadcast():
     prefill = tp2.target.prefill_s(64)
     tp2.target.broadcast_s = expected
     assert tp2.target.prefill_s(64) == pytest.approx(prefill)  # no broadcast after a prefill
+
+
+def test_keep_is_charged_after_the_send_unless_colocated():
+    """keep_s (the target's KV keep): with a draft group it follows the send of the verified path, so the draft's
+    round hides it; colocated, the runtime keeps before the draft re-roots, so every verify pays it in full."""
+    def wall(config, keep_s: float) -> tuple[float, int]:
+        prof = Profile("p", {"gpu": "h200"}, {}, {}, {"keep_s": keep_s, "draft_round_s": 2.0e-3})
+        tally = Simulation(config, build_costs(config, profile=prof)).run().tally
+        return tally.wall_s, tally.verifies
+
+    colocated = cfg(*BASE, "spec=serial_tree", "parallel=1x0")
+    (w0, n0), (w1, n1) = wall(colocated, 0.0), wall(colocated, 1.0e-3)
+    assert n0 == n1 and w1 - w0 == pytest.approx(1.0e-3 * n0, rel=1e-6)
+    split = cfg(*BASE, "spec=serial_tree")  # 1 + 1 GPUs: the draft's 2 ms round covers each 1 ms keep
+    (w0, n0), (w1, n1) = wall(split, 0.0), wall(split, 1.0e-3)
+    assert n0 == n1 > 1 and w1 - w0 == pytest.approx(1.0e-3, rel=1e-6)  # only the last one, which nothing follows
+
+
+def test_deferred_compaction_takes_the_fitted_cost_after_the_send():
+    """compact_s replaces the compaction operator for the compactions that follow the proposal's send (no
+    refill): the draft is busier by it, while the proposal leaves before it."""
+    config = cfg(*BASE, "spec=async_tree", "spec.d=1")
+    base = {"draft_round_s": 1.0e-4}
+    runs = {}
+    for c in (0.0, 5.0e-4):
+        prof = Profile("p", {"gpu": "h200"}, {}, {}, {**base, "compact_s": c})
+        sim = Simulation(config, build_costs(config, profile=prof)).run()
+        runs[c] = sim
+    lo, hi = runs[0.0].tally, runs[5.0e-4].tally
+    assert lo.reroots == hi.reroots > 0
+    deferred = (hi.draft_busy_s - lo.draft_busy_s) / 5.0e-4
+    assert 0 < deferred <= hi.reroots  # only the re-roots that needed no refill pay it
