@@ -19,8 +19,10 @@ from typing import Any
 class DepthTuner:
     """d for async_tree: fixed, or auto from measured times; decided on the draft leader, shared in its group.
 
-    A round runs from one proposal's send to the next: `sent` -> `shared_d` -> d overlapped expansions ->
-    `received` -> re-root and refill (more `expanded` calls) -> `sent` of the next round.
+    A round runs from one proposal's send to the next: `sent` -> (the last re-root's deferred KV compaction) ->
+    `shared_d` -> d overlapped expansions -> `received` -> re-root and refill (more `expanded` calls) -> `sent`
+    of the next round. The measured t_expand does not include the compaction; the r / r + 1 trial's
+    tokens-per-second does.
 
     Auto:
     - the first `SKIP` rounds of the run are not measured: their verify and expansion times include one-off
