@@ -103,8 +103,7 @@ class Engine:
             if self.oracle_on and spec.oracle_belief == "table":
                 self.draft.belief = oracle_belief(cfg.acceptance, self.shape.topk)
         # Greedy autoregressive decoding on one GPU with graphs: step i + 1 is queued before token i is read.
-        self.chained = (chained_autoregressive(cfg) and ctx.group_size == 1 and self.target is not None
-                        and self.target.can_chain)
+        self.chained = chained_autoregressive(cfg) and self.target is not None and self.target.can_chain
         if self.chained:  # double-buffered token read-back (runtime/graphs.py, chained steps)
             self._token_host = [torch.empty(1, dtype=torch.long, pin_memory=True) for _ in range(2)]
             self._token_ready = [torch.cuda.Event() for _ in range(2)]

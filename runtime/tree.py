@@ -67,11 +67,6 @@ class StepInputs:
     num_real: int  # rows holding real nodes
 
 
-def pack_topk(top_lp: torch.Tensor, top_tok: torch.Tensor) -> torch.Tensor:
-    """[2, rows, k] float64: top-k log-probs, then token ids (exact in float64: ids < 2**53), for one host copy."""
-    return torch.stack((top_lp.to(torch.float64), top_tok.to(torch.float64)))
-
-
 def ancestor_mask(parents: list[int], rows: int) -> torch.Tensor:
     """[rows, rows] bool: row i sees column j iff node j is node i or one of its ancestors.
 
@@ -258,16 +253,9 @@ class DraftTree:
                              f"{n} expanded nodes with equal k")
         if n == 0:
             return
-        self.grow_packed(expanded, pack_topk(top_lp[:n], top_tok[:n]), belief)
-
-    def grow_packed(self, expanded: list[int], packed: torch.Tensor, belief: list[list[float]] | None = None) -> None:
-        """`grow_topk` from `pack_topk`'s [2, >= len(expanded), k] float64 tensor (any device: one host copy)."""
-        n = len(expanded)
-        if packed.dim() != 3 or packed.shape[0] != 2 or packed.shape[1] < n:
-            raise ValueError(f"packed top-k {tuple(packed.shape)} does not cover {n} expanded nodes as [2, rows, k]")
-        if n == 0:
-            return
-        lp_rows, tok_rows = packed.cpu().tolist()
+        # One device -> host copy: token ids (< 2**24 for any vocabulary here) ride along as float64 exactly.
+        both = torch.stack((top_lp[:n].to(torch.float64), top_tok[:n].to(torch.float64))).cpu()
+        lp_rows, tok_rows = both.tolist()
         nodes, frontier, push = self.nodes, self._frontier, heapq.heappush
         for i, lps, toks in zip(expanded, lp_rows, tok_rows):
             parent = nodes[i]

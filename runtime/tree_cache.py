@@ -20,7 +20,8 @@ nodes had depth k below the old root, which is exactly their new prefix slot off
 Target, after a verify of proposal nodes 0..n-1 written at tree slots 0..n-1: keep the root and the
 accepted nodes (`path`, in proposal indices) and drop the rest; the bonus token becomes the next root.
 
-Nothing is recomputed. The caller owns `prefix_len`; these helpers return the new value.
+Nothing is recomputed. The caller owns `prefix_len`: `keep_accepted` returns the new value; after a re-root it is
+prefix_len + `Reroot.num_promoted` (DraftWorker.advance, which defers the gather to DraftWorker.compact).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import torch
 
 from runtime.attention import AttnMeta
 from runtime.kv_cache import KVCache
-from runtime.tree import Reroot, StepInputs
+from runtime.tree import StepInputs
 
 
 def prefill(model: torch.nn.Module, cache: KVCache, attn: object, prompt: list[int],
@@ -51,16 +52,6 @@ def step_meta(inp: StepInputs, prefix_len: int, device: torch.device | str) -> A
         positions=inp.positions.to(device),
         tree_mask=inp.tree_mask.to(device),
     )
-
-
-def apply_reroot(cache: KVCache, prefix_len: int, reroot: Reroot) -> int:
-    """In place: compact the draft cache after a re-root; returns the new prefix length.
-
-    Promoted path nodes move to [prefix_len, prefix_len + num_promoted), survivors follow in their new
-    tree slots 0, 1, ... of the new tree region. One gather over every layer.
-    """
-    keep_slots(cache, prefix_len, reroot.keep_slots)
-    return prefix_len + reroot.num_promoted
 
 
 def keep_accepted(cache: KVCache, prefix_len: int, path: tuple[int, ...] | list[int]) -> int:

@@ -218,15 +218,15 @@ def grow_tree_async(sim: Simulation) -> Generator[Any, Any, None]:
             sid, hit, kept = reroot(sid, ranks)
             e0 = num_expanded(sid)
             sid, n = refill(sid, bs)
-            late = n == 0 and not sim.colocated  # no refill: the proposal leaves before the compaction
-            tc = _compaction_s(sim, kept + len(ranks), late)
+            deferred = n == 0 and not sim.colocated  # no refill: the proposal leaves before the compaction
+            tc = _compaction_s(sim, kept + len(ranks), deferred)
             tr = sim.tree_op_s + tc
             tx = _expand_s(sim, n, ctx, e0)
             if record:
                 events.append(("step.reroot", "draft", env.now, tr, req, it, kept, ctx))
                 if n:
                     events.append(("step.expand", "draft", env.now + tr, tx, req, it, n * w, ctx))
-            late = tc if late else 0.0
+            late = tc if deferred else 0.0
             yield env.timeout(tr - late + tx)
             row[EXPAND] = te + tx
             row[REROOT] = tr

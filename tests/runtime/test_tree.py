@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.tree import DraftTree, ancestor_mask, pack_topk, proposal_inputs
+from runtime.tree import DraftTree, ancestor_mask, proposal_inputs
 
 PREFIX = 5
 
@@ -249,7 +249,7 @@ def _snapshot(tree: DraftTree) -> tuple:
 def test_grow_topk_builds_the_same_tree_as_grow(seed, steps, w, topk, ties, int32):
     gen = torch.Generator().manual_seed(seed)
     vocab, max_len = 7, 64
-    a, b, c = DraftTree(0), DraftTree(0), DraftTree(0)
+    a, b = DraftTree(0), DraftTree(0)
     for _ in range(steps):
         if not a.can_expand(w, max_len):
             break
@@ -264,10 +264,7 @@ def test_grow_topk_builds_the_same_tree_as_grow(seed, steps, w, topk, ties, int3
         top_lp, top_tok = torch.topk(logprobs, min(topk, vocab), dim=-1)  # all rows, padding included
         b.grow_topk(nodes_b, top_lp, top_tok.int() if int32 else top_tok)
         assert _snapshot(a) == _snapshot(b)
-        nodes_c, _ = c.plan_expansion(w, PREFIX, max_len)  # the draft worker's path: one packed tensor, all rows
-        c.grow_packed(nodes_c, pack_topk(top_lp, top_tok.int() if int32 else top_tok))
-        assert _snapshot(c) == _snapshot(a)
-    assert all(type(n.token) is int for n in b.nodes + c.nodes)
+    assert all(type(n.token) is int for n in b.nodes)
 
 
 def test_grow_topk_clamps_positive_logprobs_and_reads_only_real_rows():
@@ -285,6 +282,3 @@ def test_grow_topk_rejects_too_few_rows():
     nodes, _ = tree.plan_expansion(2, PREFIX, 4)
     with pytest.raises(ValueError):
         tree.grow_topk(nodes, torch.zeros(0, 2), torch.zeros(0, 2, dtype=torch.long))
-    for bad in (torch.zeros(2, 0, 2), torch.zeros(3, 2, 2), torch.zeros(2, 2)):
-        with pytest.raises(ValueError, match="packed top-k"):
-            tree.grow_packed(nodes, bad)

@@ -20,7 +20,7 @@ from runtime.attention import AttnMeta, ReferenceAttention
 from runtime.draft_worker import DraftWorker
 from runtime.kv_cache import KVCache
 from runtime.tree import DraftTree, proposal_inputs
-from runtime.tree_cache import apply_reroot, keep_accepted, keep_slots, step_meta
+from runtime.tree_cache import keep_accepted, keep_slots, step_meta
 
 ATTN = ReferenceAttention()
 MAX_LEN = 32
@@ -93,7 +93,8 @@ def test_draft_reroot_hit_equals_plain_decoding(one_by_one):
     rr = tree.reroot(path, tree.nodes[landing].token)
     assert rr.hit
     before = cache.kv.clone()
-    new_prefix = apply_reroot(cache, prefix, rr)
+    keep_slots(cache, prefix, rr.keep_slots)  # what DraftWorker.compact runs for a re-root
+    new_prefix = prefix + rr.num_promoted
     assert new_prefix == prefix + len(path)
     _assert_moved(cache.kv, before, [prefix + s for s in rr.keep_slots], prefix)
     verified = PROMPT + [tree.nodes[i].token for i in path[1:]]
@@ -178,7 +179,6 @@ def test_target_keeps_root_and_accepted(accept):
 def test_in_place_keeps_launch_no_copy(monkeypatch):
     """Keeping tree slots 0..n-1 (autoregressive roots, accepted chain prefixes) moves nothing: no copy runs;
     any other order still copies."""
-    from runtime.tree import Reroot
     from runtime.tree_cache import in_place
 
     assert in_place([0]) and in_place((0, 1, 2)) and in_place([]) and not in_place([0, 2]) and not in_place([1])
@@ -187,9 +187,10 @@ def test_in_place_keeps_launch_no_copy(monkeypatch):
     monkeypatch.setattr(KVCache, "keep", lambda self, src, dst: calls.append((src.tolist(), dst)))
     assert keep_accepted(cache, 5, (0, 1, 2)) == 8 and calls == []
     assert keep_accepted(cache, 5, (0, 2)) == 7 and calls == [([5, 7], 5)]
-    tree = DraftTree(3)
-    assert apply_reroot(cache, 5, Reroot(tree, True, (0, 1, 2), 2, ())) == 7 and len(calls) == 1
-    assert apply_reroot(cache, 5, Reroot(tree, True, (0, 2, 3), 2, ())) == 7 and calls[-1] == ([5, 7, 8], 5)
+    keep_slots(cache, 5, (0, 1, 2))  # a re-root whose kept slots already sit in place
+    assert len(calls) == 1
+    keep_slots(cache, 5, (0, 2, 3))
+    assert calls[-1] == ([5, 7, 8], 5)
 
 
 class _EagerGraph:
