@@ -267,7 +267,7 @@ def grow_tree_serial(sim: Simulation) -> Generator[Any, Any, None]:
                 if it > 0:
                     events.append(("step.reroot", "draft", env.now, tr, req, it - 1, 0, ctx))
                 events.append(("step.expand", "draft", env.now + tr, tx, req, it, (n + n2) * w, ctx))
-            late = tc if n + n2 == 0 and deferred else 0.0  # no expansion: the proposal leaves before the compaction
+            late = tc if deferred else 0.0  # no forward this round: the proposal leaves before the compaction
             yield env.timeout(tr - late + tx)
             tally.draft_busy_s += tr + tx
             tally.draft_forwards += n + n2
