@@ -240,11 +240,19 @@ class KernelsConfig(_Frozen):
     """Capture verify and expand steps in CUDA graphs (GPU only)."""
     fused_allreduce: bool = False
     """Use the one-shot GEMM + all-reduce for row-parallel linears (GPU, TP > 1)."""
+    skinny: bool = False
+    """Decode-sized steps run their projections through the Triton skinny GEMM, the o and down ones as split-K
+    partials summed inside the next add + RMSNorm (`Transformer.use_fused_kernels`; needs backend triton)."""
+    pdl: bool = False
+    """Programmatic dependent launch for the Triton kernels (kernels/pdl.py; takes effect on sm90+ GPUs)."""
 
     def validate(self) -> None:
-        """Check the backend name."""
+        """Check the backend name and what needs the Triton backend."""
         _require(self.backend in ("reference", "triton"), "kernels.backend",
                  f"{self.backend!r} is not one of reference, triton")
+        for name in ("skinny", "pdl"):
+            _require(not getattr(self, name) or self.backend == "triton", f"kernels.{name}",
+                     f"needs kernels.backend=triton, got {self.backend!r}")
 
 
 @dataclass

@@ -18,14 +18,17 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.pdl import pdl_options, pdl_start
+
 
 @triton.jit
 def _swiglu_kernel(
     X, Wg, Wu, Out, M, I, K,
     stride_xm, stride_wgi, stride_wui, stride_om,
     BLOCK_M: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_K: tl.constexpr,
-    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, USE_PDL: tl.constexpr,
 ):
+    pdl_start(USE_PDL)
     pid_i = tl.program_id(0)  # fastest axis: neighbouring programs stream neighbouring weight rows
     pid_m = tl.program_id(1)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -86,6 +89,6 @@ def swiglu(
         x.stride(0), w_gate.stride(0), w_up.stride(0), out.stride(0),
         BLOCK_M=bm, BLOCK_I=bi, BLOCK_K=bk,
         UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or x.dtype == torch.float32) else "tf32",
-        num_warps=4, num_stages=4,
+        num_warps=4, num_stages=4, **pdl_options(x.device),
     )
     return out

@@ -19,13 +19,16 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.pdl import pdl_options, pdl_start
+
 
 @triton.jit
 def _add_rmsnorm_kernel(
     X, R, W, Normed, NewRes, N, eps,
     stride_x, stride_r, stride_n, stride_nr,
-    HAS_RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr,
 ):
+    pdl_start(USE_PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     ok = cols < N
@@ -74,7 +77,7 @@ def add_rmsnorm(
         x, residual if residual is not None else x, weight, normed, new_res, n, float(eps),
         x.stride(0), residual.stride(0) if residual is not None else 0, normed.stride(0), new_res.stride(0),
         HAS_RESIDUAL=residual is not None, BLOCK_N=block_n,
-        num_warps=min(16, max(1, block_n // 512)),
+        num_warps=min(16, max(1, block_n // 512)), **pdl_options(x.device),
     )
     return normed, new_res
 
@@ -83,8 +86,9 @@ def add_rmsnorm(
 def _add_rmsnorm_partials_kernel(
     P, R, W, Normed, NewRes, N, eps,
     stride_ps, stride_pm, stride_r, stride_n, stride_nr,
-    SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr,
+    SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr,
 ):
+    pdl_start(USE_PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
     ok = cols < N
@@ -148,5 +152,6 @@ def add_rmsnorm_partials(
         partials.stride(0), partials.stride(1), residual.stride(0), normed.stride(0), new_res.stride(0),
         SPLIT_K=s, BLOCK_N=block_n,
         num_warps=min(16, max(1, block_n // 512)),  # as add_rmsnorm: the same row reduction, bit for bit
+        **pdl_options(residual.device),
     )
     return normed, new_res

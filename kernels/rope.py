@@ -54,6 +54,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.pdl import pdl_options, pdl_start
+
 TILE_ELEMS = 4096  # heads x D elements per program
 
 
@@ -62,8 +64,9 @@ def _rope_kv_write_kernel(
     QKV, Pos, InvFreq, Q, K, V, Slots,
     num_heads, num_kv_heads, half,
     stride_qkv, stride_pos, stride_slot, stride_q0, stride_q1, stride_k0, stride_k1, stride_v0, stride_v1,
-    BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, USE_PDL: tl.constexpr,
 ):
+    pdl_start(USE_PDL)
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)  # head index in the q|k|v row
     i = tl.arange(0, BLOCK_HALF)  # column inside one half of a head
@@ -182,6 +185,6 @@ def rope_kv_write(
         num_heads, num_kv_heads, half,
         qkv.stride(0), positions.stride(0), write_slots.stride(0), q_out.stride(0), q_out.stride(1),
         k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
-        BLOCK_H=block_h, BLOCK_HALF=block_half, num_warps=4,
+        BLOCK_H=block_h, BLOCK_HALF=block_half, num_warps=4, **pdl_options(qkv.device),
     )
     return q_out

@@ -38,6 +38,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.pdl import pdl_options, pdl_start
+
 MAX_M = 64  # one M tile per program; larger batches are compute-bound enough for cuBLAS
 DEFAULT_SM_COUNT = 132  # H200; used off CUDA (the CPU interpreter)
 SPLIT_ALIGN = 16  # split-K chunks are a multiple of 16 elements, so every chunk start stays 32-B aligned
@@ -63,8 +65,9 @@ def _skinny_kernel(
     X, W, Out, M, N, K, K_CHUNK,
     stride_xm, stride_wn, stride_os, stride_om,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, USE_PDL: tl.constexpr,
 ):
+    pdl_start(USE_PDL)
     pid_n = tl.program_id(0)  # fastest axis: neighbouring programs stream neighbouring weight rows
     pid_s = tl.program_id(1)  # K split
     rm = tl.arange(0, BLOCK_M)
@@ -98,7 +101,9 @@ def _skinny_kernel(
 @triton.jit
 def _reduce_partials_kernel(
     P, Out, N, stride_ps, stride_pm, stride_om, SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    pdl_start(USE_PDL)
     pid_n = tl.program_id(0)
     row = tl.program_id(1)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -204,7 +209,7 @@ def _launch_partials(x: torch.Tensor, w: torch.Tensor, dst: torch.Tensor, cfg: d
         x.stride(0), w.stride(0), dst.stride(0) if dst.dim() == 3 else 0, dst.stride(-2),
         BLOCK_M=m_bucket(m), BLOCK_N=cfg["block_n"], BLOCK_K=bk, EVEN_K=k % (sk * bk) == 0,
         UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or x.dtype == torch.float32) else "tf32",
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **pdl_options(x.device),
     )
 
 
@@ -220,7 +225,7 @@ def _check_buffer(t: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype | 
 def skinny_linear_partials(
     x: torch.Tensor,
     w: torch.Tensor,
-    split_k: int,
+    split_k: int | None = None,
     *,
     out: torch.Tensor | None = None,
     block_n: int | None = None,
@@ -231,14 +236,16 @@ def skinny_linear_partials(
     """Split-K partials of x @ w.T: [split_k, M, N] float32, partial s over K chunk s (module docstring).
 
     Their sum (in split order) is the product; ``kernels.norm.add_rmsnorm_partials`` consumes them. ``out``
-    is an optional [split_k, M, N] float32 buffer; the other keywords override the tile configuration.
+    is an optional [split_k, M, N] float32 buffer; the other keywords override the tile configuration
+    (``split_k=None``: the configured one, ``CONFIGS`` or the heuristic, as ``skinny_linear`` picks it).
     """
     fn = "skinny_linear_partials"
     m, n, k = _check_operands(x, w, fn)
-    if not isinstance(split_k, int) or split_k < 1:
+    if split_k is not None and (not isinstance(split_k, int) or split_k < 1):
         raise ValueError(f"{fn}: split_k must be a positive int, got {split_k!r}")
     cfg = _resolve(x, m, n, k, fn, split_k=split_k, block_n=block_n, block_k=block_k, num_warps=num_warps,
                    num_stages=num_stages)
+    split_k = cfg["split_k"]
     if out is None:
         out = torch.empty(split_k, m, n, dtype=torch.float32, device=x.device)
     else:
@@ -295,6 +302,6 @@ def skinny_linear(
     block = min(1024, triton.next_power_of_2(n))
     _reduce_partials_kernel[(triton.cdiv(n, block), m)](
         partials, out, n, partials.stride(0), partials.stride(1), out.stride(0),
-        SPLIT_K=sk, BLOCK_N=block, num_warps=4,
+        SPLIT_K=sk, BLOCK_N=block, num_warps=4, **pdl_options(x.device),
     )
     return out

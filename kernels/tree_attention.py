@@ -51,6 +51,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.pdl import pdl_options, pdl_start
+
 LOG2E = 1.4426950408889634  # 1 / ln(2): softmax runs on exp2
 TARGET_PROGRAMS_PER_SM = 2  # split-KV aims for this many programs per SM
 MAX_SPLITS = 64
@@ -110,7 +112,9 @@ def _tree_attention_kernel(
     stride_qt, stride_qh, stride_kc, stride_kh, stride_vc, stride_vh, stride_ot, stride_oh, stride_mt,
     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
     SPLIT: tl.constexpr, PREFIX_IN_TENSOR: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    pdl_start(USE_PDL)
     pid_m = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -322,7 +326,7 @@ def tree_attention(
         out.stride(0), out.stride(1), mask.stride(0),
         GROUP=group, BLOCK_M=bm, BLOCK_N=bn, HEAD_DIM=d, SPLIT=splits > 1, PREFIX_IN_TENSOR=prefix_in_tensor,
         UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or q.dtype == torch.float32) else "tf32",
-        num_warps=num_warps or (4 if bm < 64 else 8), num_stages=stages,
+        num_warps=num_warps or (4 if bm < 64 else 8), num_stages=stages, **pdl_options(q.device),
     )
     return out
 

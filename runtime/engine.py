@@ -90,6 +90,10 @@ class Engine:
             raise ValueError(f"kernels.cuda_graphs: needs CUDA devices, this rank runs on {ctx.device}; "
                              f"use kernels=triton or kernels=reference")
         attn = make_attention_backend(cfg.kernels.backend)
+        if cfg.kernels.backend == "triton":
+            from kernels.pdl import set_pdl
+
+            set_pdl(cfg.kernels.pdl)  # process-wide: every Triton launch of this rank (no-op before sm90, on CPU)
         seq, graphs = cfg.workload.max_seq_len_tokens, cfg.kernels.cuda_graphs
         self.target = self.draft = None
         if ctx.role == "target":
@@ -116,7 +120,8 @@ class Engine:
 
     def _model(self, mcfg: Any) -> Any:
         """The model of `mcfg` on this rank, set to the configured kernels (fused Triton ones or torch)."""
-        return self._build_model(mcfg).use_fused_kernels(self.cfg.kernels.backend == "triton")
+        kcfg = self.cfg.kernels
+        return self._build_model(mcfg).use_fused_kernels(kcfg.backend == "triton", skinny=kcfg.skinny)
 
     def _build_model(self, mcfg: Any) -> Any:
         """Build (load or seed) the model's shard on this rank; benchmarks override this to cache models."""

@@ -59,6 +59,18 @@ def rope_cos_sin(inv_freq: torch.Tensor, positions: torch.Tensor, dtype: torch.d
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
+SKINNY_MAX_ROWS = 64
+"""The skinny path (`kernels.skinny`) serves decode-sized steps (kernels.skinny_linear MAX_M); prefill: cuBLAS."""
+
+
+def _skinny(x: torch.Tensor, weight: torch.Tensor, *, partials: bool = False,
+            out: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ weight.T by the Triton skinny GEMM; `partials`: float32 split-K partials [S, T, N] at the tuned split."""
+    from kernels import skinny_linear, skinny_linear_partials
+
+    return skinny_linear_partials(x, weight) if partials else skinny_linear(x, weight, out=out)
+
+
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate x [T, H, D] by cos/sin [T, D] in the rotate-half convention."""
     half = x.shape[-1] // 2
@@ -95,6 +107,7 @@ class Attention(nn.Module):
         # Fused q | k | v projection: one GEMM; rows [q_size | kv_size | kv_size].
         self.wqkv = nn.Linear(shape.hidden_size, shape.q_size + 2 * shape.kv_size, bias=shape.qkv_bias, dtype=dtype)
         self.wo = nn.Linear(shape.q_size, shape.hidden_size, bias=False, dtype=dtype)
+        self.skinny = False  # Transformer.use_fused_kernels: Triton skinny GEMMs for T <= SKINNY_MAX_ROWS
 
     def forward(
         self,
@@ -104,14 +117,18 @@ class Attention(nn.Module):
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
         attn: AttentionBackend,
+        partials: bool = False,
     ) -> torch.Tensor:
         """x [T, hidden] -> [T, hidden] (a partial sum under TP: the all-reduce is the transform's).
 
         `rope`: the (cos, sin) tables [T, head_dim] (torch path), or the inv_freq vector [head_dim / 2]
         (fused path: one `kernels.rope_kv_write` launch rotates q and k and writes k/v into the cache).
+        `partials` (skinny path, no TP): return the o projection as float32 split-K partials [S, T, hidden]
+        for `kernels.add_rmsnorm_partials` instead.
         """
         t, d = x.shape[0], self.head_dim
-        qkv = self.wqkv(x)
+        skinny = self.skinny and t <= SKINNY_MAX_ROWS
+        qkv = self.wqkv(x) if not skinny or self.wqkv.bias is not None else _skinny(x, self.wqkv.weight)
         if isinstance(rope, torch.Tensor):
             from kernels import rope_kv_write
 
@@ -124,8 +141,10 @@ class Attention(nn.Module):
             k = apply_rope(k.view(t, self.num_kv_heads, d), cos, sin)  # [T, Hkv, D]
             k_cache.index_copy_(0, meta.write_slots, k.to(k_cache.dtype))
             v_cache.index_copy_(0, meta.write_slots, v.view(t, self.num_kv_heads, d).to(v_cache.dtype))
-        out = attn(q, k_cache, v_cache, meta, self.scale)  # [T, Hq, D]
-        return self.wo(out.reshape(t, self.num_heads * d))
+        out = attn(q, k_cache, v_cache, meta, self.scale).reshape(t, self.num_heads * d)  # [T, Hq * D]
+        if partials:
+            return _skinny(out, self.wo.weight, partials=True)
+        return self.wo(out)
 
 
 class MLP(nn.Module):
@@ -142,13 +161,19 @@ class MLP(nn.Module):
         self.w2 = nn.Linear(shape.intermediate_size, shape.hidden_size, bias=False, dtype=dtype)
         self.fused = False  # Transformer.use_fused_kernels: one Triton GEMM + SiLU * up for small T
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x [T, hidden] -> [T, hidden] (a partial sum under TP)."""
+    def forward(self, x: torch.Tensor, partials: bool = False) -> torch.Tensor:
+        """x [T, hidden] -> [T, hidden] (a partial sum under TP).
+
+        `partials` (skinny path, no TP): the down projection as float32 split-K partials [S, T, hidden].
+        """
         if self.fused and x.shape[0] <= self.FUSED_MAX_ROWS:
             from kernels import swiglu
 
             w_gate, w_up = self.w13.weight.chunk(2, dim=0)
-            return self.w2(swiglu(x, w_gate, w_up))
+            mid = swiglu(x, w_gate, w_up)
+            return _skinny(mid, self.w2.weight, partials=True) if partials else self.w2(mid)
+        if partials:
+            raise ValueError(f"MLP: partials need the fused path and T <= {self.FUSED_MAX_ROWS}, got T={x.shape[0]}")
         gate, up = self.w13(x).chunk(2, dim=-1)
         return self.w2(F.silu(gate) * up)
 
@@ -190,19 +215,29 @@ class Transformer(nn.Module):
         # Computed on the CPU even under a meta-device context; moved with the model. [head_dim / 2]
         self.register_buffer("inv_freq", rope_inv_freq(shape), persistent=False)
         self.fused_kernels = False
+        self.skinny = False
         self.tie_weights()
 
-    def use_fused_kernels(self, enabled: bool = True) -> Transformer:
+    def use_fused_kernels(self, enabled: bool = True, skinny: bool = False) -> Transformer:
         """Run decode steps through the fused Triton kernels (GPU runtime with `kernels.backend=triton`).
 
         Per layer: add + RMSNorm in one kernel (twice), RoPE + K/V cache write in one kernel, the SwiGLU
         GEMM with its activation for T <= MLP.FUSED_MAX_ROWS; about 10 launches per layer instead of ~40.
+        `skinny` (`kernels.skinny`, needs `enabled`): steps of T <= SKINNY_MAX_ROWS also run the QKV and LM-head
+        projections through `kernels.skinny_linear` (the LM head straight into float32 logits), and, without
+        TP, the o and down projections as split-K partials summed inside the next add + RMSNorm
+        (`kernels.add_rmsnorm_partials`): 8 launches per layer, all Triton (so all can use `kernels.pdl`).
+        Under TP the o and down projections stay cuBLAS (their outputs are all-reduced by the TP hooks).
         Numerics: the fused kernels compute in fp32 and round once, so bf16 logits differ slightly from
         the torch path (not bit-identical); every forward of a run takes the same path.
         """
+        if skinny and not enabled:
+            raise ValueError("kernels.skinny: needs the fused Triton path (kernels.backend=triton)")
         self.fused_kernels = enabled
+        self.skinny = skinny
         for layer in self.layers:
             layer.mlp.fused = enabled
+            layer.attn.skinny = skinny
         return self
 
     def tie_weights(self) -> None:
@@ -238,15 +273,24 @@ class Transformer(nn.Module):
         where norm' is the next layer's attention norm (the final norm after the last layer).
         Module calls go through `__call__`, so the TP transform's all-reduce hooks still apply.
         """
-        from kernels import add_rmsnorm
+        from kernels import add_rmsnorm, add_rmsnorm_partials
 
         eps, n = self.shape.rms_eps, len(self.layers)
+        skinny = self.skinny and x.shape[0] <= SKINNY_MAX_ROWS
         h, res = add_rmsnorm(x, None, self.layers[0].attn_norm.weight, eps)
         for i, layer in enumerate(self.layers):
             k_cache, v_cache = cache.layer(i)
+            nxt = self.layers[i + 1].attn_norm.weight if i + 1 < n else self.norm.weight
+            # Partials skip the module outputs, so only where no TP all-reduce hook needs them.
+            if skinny and not (layer.attn._forward_hooks or layer.mlp._forward_hooks):
+                a = layer.attn(h, self.inv_freq, meta, k_cache, v_cache, attn, partials=True)
+                h, res = add_rmsnorm_partials(a, res, layer.mlp_norm.weight, eps)
+                h, res = add_rmsnorm_partials(layer.mlp(h, partials=True), res, nxt, eps)
+                continue
             a = layer.attn(h, self.inv_freq, meta, k_cache, v_cache, attn)
             h, res = add_rmsnorm(a, res, layer.mlp_norm.weight, eps)
-            m = layer.mlp(h)
-            nxt = self.layers[i + 1].attn_norm.weight if i + 1 < n else self.norm.weight
-            h, res = add_rmsnorm(m, res, nxt, eps)
+            h, res = add_rmsnorm(layer.mlp(h), res, nxt, eps)
+        if skinny and type(self.lm_head) is nn.Linear:
+            return _skinny(h, self.lm_head.weight, out=torch.empty(h.shape[0], self.shape.vocab_size,
+                                                                    dtype=torch.float32, device=h.device))
         return self.lm_head(h).float()

@@ -67,6 +67,9 @@ def test_config_is_immutable_after_validation():
         (["acceptance.positional=[[0.7,0.5]]"], r"acceptance\.positional\[0\]: probabilities sum to 1\.2000 > 1"),
         (["acceptance.positional=[[1.5]]"], r"acceptance\.positional\[0\]\[0\]: 1\.5 is outside \[0, 1\]"),
         (["kernels.backend=cuda"], r"kernels\.backend: 'cuda' is not one of reference, triton"),
+        (["kernels=reference", "kernels.skinny=true"],
+         r"kernels\.skinny: needs kernels\.backend=triton, got 'reference'"),
+        (["kernels=reference", "kernels.pdl=true"], r"kernels\.pdl: needs kernels\.backend=triton, got 'reference'"),
         (["model.draft.preset=qwen2-0.5b"], r"model\.draft\.preset: draft vocabulary \(151646 tokens\) differs"),
     ],
 )

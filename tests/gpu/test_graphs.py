@@ -54,11 +54,13 @@ def prompts(vocab: int, n: int = 3, seed: int = 0) -> list[list[int]]:
 
 
 def cfg_for(mode: str, target: str, draft: str, dtype: str, *, target_gpus: int = 1, draft_gpus: int = 0,
-            checkpoint: str | None = None, draft_seed: int = 1, **spec) -> ExperimentConfig:
+            checkpoint: str | None = None, draft_seed: int = 1, skinny: bool = False, pdl: bool = False,
+            **spec) -> ExperimentConfig:
     """kernels=graphs on CUDA; the draft is `draft` (the target itself with draft_seed == 1: self-speculation)."""
     return make_cfg(mode, target, draft, target_gpus=target_gpus, draft_gpus=draft_gpus, draft_seed=draft_seed,
                     max_new=MAX_NEW, capacity=CAPACITY, backend="triton", device="cuda", dtype=dtype,
-                    cuda_graphs=True, checkpoint=checkpoint, timeout_s=120, **{**MODES[mode], **spec})
+                    cuda_graphs=True, checkpoint=checkpoint, timeout_s=120, skinny=skinny, pdl=pdl,
+                    **{**MODES[mode], **spec})
 
 
 @functools.cache
@@ -88,15 +90,23 @@ def assert_lossless(cfg: ExperimentConfig, prompt_seed: int = 0) -> dict:
 
 
 # ---- the graph itself ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("dtype,tol", [("float32", 2e-4), ("bfloat16", 0.15)])
-def test_step_graph_replays_match_eager_forwards(dtype, tol):
-    """Verify-shaped graph (8 rows, a tree mask) at three prefix lengths = the eager fused forward."""
+@pytest.mark.parametrize("dtype,tol,skinny,use_pdl", [("float32", 2e-4, False, False), ("bfloat16", 0.15, False, False),
+                                                     ("float32", 2e-4, True, True), ("bfloat16", 0.15, True, True),
+                                                     ("bfloat16", 0.15, False, True)])
+def test_step_graph_replays_match_eager_forwards(dtype, tol, skinny, use_pdl):
+    """Verify-shaped graph (8 rows, a tree mask) at three prefix lengths = the eager fused forward (cuBLAS
+    projections, no PDL), also when the graph was captured with the skinny GEMMs and/or PDL launches."""
+    from kernels.pdl import launch_pdl, pdl
+
     shape = MODEL_PRESETS["tiny-llama"]
-    model = build_model(shape, dtype, "cuda", seed=3).use_fused_kernels()
+    model = build_model(shape, dtype, "cuda", seed=3).use_fused_kernels(skinny=skinny)
     attn = make_attention_backend("triton")
     layers, heads, head_dim = model.cache_spec()
     cache = KVCache(layers, 200, heads, head_dim, model.dtype, "cuda")
-    graph = StepGraph(model, cache, attn, 8, 8)
+    with pdl(use_pdl):
+        assert launch_pdl(torch.device("cuda")) == (use_pdl and torch.cuda.get_device_capability()[0] >= 9)
+        graph = StepGraph(model, cache, attn, 8, 8)
+    model.use_fused_kernels()  # the eager reference: the base fused path
     g = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, shape.vocab_size, (150,), generator=g)
     model(prompt.cuda(), AttnMeta.causal(0, 150, "cuda"), cache, attn)
@@ -178,6 +188,12 @@ def split_of(mode: str) -> dict:
 def test_modes_lossless_with_graphs_self_speculation(mode, dtype):
     """Draft = the target (high acceptance: re-root hits, long accepted paths)."""
     assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", dtype))
+
+
+@pytest.mark.parametrize("mode", COLOCATED)
+def test_modes_lossless_with_skinny_gemms_and_pdl(mode):
+    """kernels.skinny + kernels.pdl (every projection a Triton GEMM, every Triton kernel launched dependent)."""
+    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", skinny=True, pdl=True))
 
 
 @pytest.mark.parametrize("mode", ["chain", "serial_tree"])

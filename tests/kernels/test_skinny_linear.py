@@ -126,6 +126,9 @@ def test_configs_table_then_keywords_override_the_heuristic(monkeypatch):
     out = skinny_linear(x, w, workspace=torch.empty(10), split_k=1)  # the keyword wins: no workspace used
     assert_close(out, skinny_linear_ref(x, w), torch.float32, "split_k=1 keyword")
     assert_close(skinny_linear(x, w), skinny_linear_ref(x, w), torch.float32, "tuned config")
+    partials = skinny_linear_partials(x, w)  # split_k=None: the table's split, as skinny_linear picks it
+    assert partials.shape == (2, 3, 96)
+    assert_close(partials.sum(0), skinny_linear_ref(x, w), torch.float32, "configured split partials")
 
 
 BAD = [  # (message the ValueError must match: it names the argument, call on x [4,64], w [32,64], ...)
@@ -143,7 +146,7 @@ BAD = [  # (message the ValueError must match: it names the argument, call on x 
     ("num_warps must be a positive int", lambda x, w, p, res, nw: skinny_linear(x, w, num_warps=-4)),
     ("out must be \\[2, 4, 32\\] torch.float32",
      lambda x, w, p, res, nw: skinny_linear_partials(x, w, 2, out=p.half())),
-    ("split_k must be a positive int, got None", lambda x, w, p, res, nw: skinny_linear_partials(x, w, None)),
+    ("split_k must be a positive int, got 0", lambda x, w, p, res, nw: skinny_linear_partials(x, w, 0)),
     ("partials must be float32", lambda x, w, p, res, nw: add_rmsnorm_partials(p.half(), res, nw, EPS)),
     ("partials must be float32 \\[S", lambda x, w, p, res, nw: add_rmsnorm_partials(p[0], res, nw, EPS)),
     ("residual must be", lambda x, w, p, res, nw: add_rmsnorm_partials(p, res[:3], nw, EPS)),

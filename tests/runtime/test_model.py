@@ -157,13 +157,39 @@ def test_random_init_is_seeded_and_bf16_runs():
     assert logits.dtype == torch.float32 and torch.isfinite(logits).all()
 
 
-@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-qwen2", "tiny-llama-draft"])
-def test_fused_kernel_path_matches_torch_path(preset, tmp_path):
+@pytest.mark.parametrize("preset,skinny,hooked", [("tiny-llama", False, False), ("tiny-qwen2", False, False),
+                                                  ("tiny-llama-draft", False, False), ("tiny-llama", True, False),
+                                                  ("tiny-qwen2", True, False), ("tiny-llama", True, True)])
+def test_fused_kernel_path_matches_torch_path(preset, skinny, hooked, monkeypatch):
     """`use_fused_kernels` (add + RMSNorm, RoPE + KV write, SwiGLU; Triton's interpreter on CPU) computes the
-    torch path's logits and cache in fp32: a prefill, then a tree step, then a single-token step."""
+    torch path's logits and cache in fp32: a prefill, then a tree step, then a single-token step.
+
+    `skinny`: every step (<= 64 rows) projects by the skinny GEMM, o and down as split-K partials summed in the
+    norms; qwen2's QKV bias keeps its QKV on torch. `hooked`:
+    forward hooks on the attention and MLP (as the TP transform's all-reduce) make o and down torch GEMMs."""
     pytest.importorskip("kernels")
     shape = MODEL_PRESETS[preset]
-    models = [build_model(shape, torch.float32, "cpu", seed=9).use_fused_kernels(f) for f in (False, True)]
+    models = [build_model(shape, torch.float32, "cpu", seed=9).use_fused_kernels(f, skinny=f and skinny)
+              for f in (False, True)]
+    calls = {"partials": 0, "hooks": 0}
+    if skinny:
+        import kernels
+
+        real = kernels.add_rmsnorm_partials
+
+        def counted(*args, **kw):
+            calls["partials"] += 1
+            return real(*args, **kw)
+
+        monkeypatch.setattr(kernels, "add_rmsnorm_partials", counted)
+    if hooked:
+        def hook(_module, _args, output):
+            calls["hooks"] += 1
+            return output
+
+        for layer in models[1].layers:
+            layer.attn.register_forward_hook(hook)
+            layer.mlp.register_forward_hook(hook)
     attn = make_attention_backend("triton")
     ids = torch.randint(0, shape.vocab_size, (30,), generator=torch.Generator().manual_seed(2))
     # tree: parents [-1, 0, 0, 1, 2]
@@ -180,3 +206,5 @@ def test_fused_kernel_path_matches_torch_path(preset, tmp_path):
     for (k0, v0), (k1, v1) in zip((caches[0].layer(i) for i in range(shape.num_layers)),
                                   (caches[1].layer(i) for i in range(shape.num_layers))):
         assert torch.allclose(k0[:29], k1[:29], atol=1e-5) and torch.allclose(v0[:29], v1[:29], atol=1e-5)
+    assert calls["partials"] == (2 * 3 * shape.num_layers if skinny and not hooked else 0)
+    assert calls["hooks"] == (2 * 3 * shape.num_layers if hooked else 0)

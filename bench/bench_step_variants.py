@@ -1,0 +1,167 @@
+"""One decode step as a CUDA graph under kernel variants, side by side: base, PDL, skinny GEMMs, both.
+
+    python bench/bench_step_variants.py --out bench/results/step_variants_<date>.json      # GPU (sm90+)
+
+For each (model, rows) case the same model, cache and inputs are captured once per variant
+(`runtime.graphs.StepGraph`, as the runtime replays verify / expand steps), then timed round-robin: every
+round replays each variant's graph `--inner` times between two CUDA events, `--rounds` rounds, medians per
+replay. Checks next to the times: each variant's fp32 logits against the base variant's (max |diff|, share of
+rows with the same argmax), and the byte floor (weights + K/V of the context, over 4.29 TB/s).
+
+Variants (`kernels.skinny`, `kernels.pdl` of the runtime): base = the fused path of kernels=graphs (cuBLAS
+projections, split-K reduces, separate norms); pdl = programmatic dependent launch for every Triton kernel;
+skinny = Triton skinny GEMMs with the o / down split-K partials summed in the norms; skinny_pdl = both.
+Random bf16 weights (never zeros). Plain argparse: runs on the GPU machine without Hydra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench.profile_step import byte_floor_s  # noqa: E402
+from conf.presets import model_preset  # noqa: E402
+from conf.rundir import atomic_write_json, git_sha  # noqa: E402
+from kernels.pdl import pdl  # noqa: E402
+from runtime.attention import AttnMeta, make_attention_backend  # noqa: E402
+from runtime.graphs import StepGraph  # noqa: E402
+from runtime.kv_cache import KVCache  # noqa: E402
+from runtime.loader import build_model  # noqa: E402
+from runtime.tree import ancestor_mask  # noqa: E402
+
+VARIANTS = {"base": (False, False), "pdl": (False, True), "skinny": (True, False), "skinny_pdl": (True, True)}
+"""name -> (skinny, pdl)."""
+
+
+def tree_inputs(rows: int, ctx: int, vocab: int, gen: torch.Generator) -> tuple:
+    """A binary tree of `rows` nodes after `ctx` cached tokens: ids, positions, tree slots, mask."""
+    parents = [-1] + [(i - 1) // 2 for i in range(1, rows)]
+    depth = [0] * rows
+    for i in range(1, rows):
+        depth[i] = depth[parents[i]] + 1
+    ids = torch.randint(0, vocab, (rows,), generator=gen)
+    return ids, torch.tensor([ctx + d for d in depth]), torch.arange(rows), ancestor_mask(parents, rows)
+
+
+def run_preset(preset: str, cases: list[tuple[int, int]], ctx: int, cap: int, variants: list[str], rounds: int,
+               inner: int) -> list[dict]:
+    """Capture and time each (rows, tree_len) case of one model under every variant; one record per case."""
+    device = torch.device("cuda")
+    model = build_model(model_preset(preset), "bfloat16", device, seed=0)
+    layers, heads, head_dim = model.cache_spec()
+    cache = KVCache(layers, cap, heads, head_dim, model.dtype, device)
+    attn = make_attention_backend("triton")
+    graphs: dict[tuple[int, str], StepGraph] = {}
+    with torch.no_grad():
+        for rows, tree_len in cases:
+            for name in variants:
+                skinny, use_pdl = VARIANTS[name]
+                with pdl(use_pdl):
+                    model.use_fused_kernels(True, skinny=skinny)
+                    graphs[rows, name] = StepGraph(model, cache, attn, rows, tree_len)
+        # After every capture (captures write slots [0, rows)): a real context of ctx random tokens, so the
+        # attention reads non-zero K/V. A step writes K/V at ctx + tree slots only: every replay sees this cache.
+        model.use_fused_kernels(True)
+        gen = torch.Generator().manual_seed(0)
+        prompt = torch.randint(0, model.shape.vocab_size, (ctx,), generator=gen).to(device)
+        for start in range(0, ctx, 512):
+            n = min(512, ctx - start)
+            model(prompt[start:start + n], AttnMeta.causal(start, n, device), cache, attn)
+    records = []
+    for rows, tree_len in cases:
+        ids, pos, slots, mask = tree_inputs(rows, ctx, model.shape.vocab_size, gen)
+        full_mask = torch.zeros(rows, tree_len, dtype=torch.bool)
+        full_mask[:, :rows] = mask
+        logits = {name: graphs[rows, name].replay(ids, pos, slots, ctx, full_mask).float().clone()
+                  for name in variants}
+        torch.cuda.synchronize()
+        times: dict[str, list[float]] = {name: [] for name in variants}
+        for _ in range(rounds):
+            for name in variants:
+                g = graphs[rows, name].graph
+                g.replay()  # one untimed replay: the variant's own kernels warm, as in a run of steps
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                for _ in range(inner):
+                    g.replay()
+                b.record()
+                b.synchronize()
+                times[name].append(a.elapsed_time(b) * 1e-3 / inner)
+        floor = byte_floor_s(model, ctx, rows)
+        base = logits[variants[0]]
+        rec = {"preset": preset, "rows": rows, "tree_len": tree_len, "ctx": ctx, "cap": cap, "floor_s": floor,
+               "variants": {}}
+        for name in variants:
+            med = statistics.median(times[name])
+            rec["variants"][name] = {
+                "replay_s": med, "over_floor": med / floor, "replay_s_all": times[name],
+                "max_abs_diff_vs_base": (logits[name] - base).abs().max().item(),
+                "argmax_agree_vs_base": (logits[name].argmax(-1) == base.argmax(-1)).float().mean().item(),
+            }
+        records.append(rec)
+        print(f"{preset} rows {rows}: " + ", ".join(f"{v} {rec['variants'][v]['replay_s'] * 1e3:.3f} ms"
+                                                   for v in variants), flush=True)
+    del graphs, model, cache
+    torch.cuda.empty_cache()
+    return records
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Command line: see the module docstring."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cases", default="llama3-8b:1:1,llama3-8b:8:8,llama3-8b:16:16,llama3.2-1b:16:64",
+                   help="comma-separated preset:rows:tree_len")
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--ctx", type=int, default=1024)
+    p.add_argument("--cap", type=int, default=2048, help="KV cache slots (the runtime's max_seq_len_tokens)")
+    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--inner", type=int, default=10)
+    p.add_argument("--out", type=Path, default=None)
+    a = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("bench_step_variants: needs a CUDA GPU")
+    variants = a.variants.split(",")
+    for v in variants:
+        if v not in VARIANTS:
+            raise SystemExit(f"--variants: {v!r} is not one of {', '.join(VARIANTS)}")
+    cases: dict[str, list[tuple[int, int]]] = {}
+    for spec in a.cases.split(","):
+        try:
+            preset, rows, tree_len = spec.split(":")
+            cases.setdefault(preset, []).append((int(rows), int(tree_len)))
+        except ValueError:
+            raise SystemExit(f"--cases: {spec!r} is not preset:rows:tree_len") from None
+    results = [rec for preset, pcs in cases.items()
+               for rec in run_preset(preset, pcs, a.ctx, a.cap, variants, a.rounds, a.inner)]
+    record = {"benchmark": "step_variants", "git_sha": git_sha(), "device": torch.cuda.get_device_name(),
+              "date": datetime.date.today().isoformat(), "torch": torch.__version__,
+              "triton": __import__("triton").__version__,
+              "config": {"ctx": a.ctx, "cap": a.cap, "rounds": a.rounds, "inner": a.inner, "variants": variants,
+                         "cases": a.cases},
+              "results": results}
+    if a.out is not None:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(a.out, record)
+    head = " | ".join(f"{v} ms (x floor)" for v in variants)
+    print(f"| model | rows | floor (ms) | {head} | max diff | argmax |")
+    print("|---" * (4 + len(variants)) + "|")
+    for r in results:
+        cells = [f"{r['variants'][v]['replay_s'] * 1e3:.3f} ({r['variants'][v]['over_floor']:.2f})" for v in variants]
+        diff = max(r["variants"][v]["max_abs_diff_vs_base"] for v in variants)
+        agree = min(r["variants"][v]["argmax_agree_vs_base"] for v in variants)
+        print(f"| {r['preset']} | {r['rows']} | {r['floor_s'] * 1e3:.3f} | " + " | ".join(cells)
+              + f" | {diff:.3g} | {agree:.2f} |")
+    return record
+
+
+if __name__ == "__main__":
+    main()
