@@ -8,9 +8,11 @@ round replays each variant's graph `--inner` times between two CUDA events, `--r
 replay. Checks next to the times: each variant's fp32 logits against the base variant's (max |diff|, share of
 rows with the same argmax), and the byte floor (weights + K/V of the context, over 4.29 TB/s).
 
-Variants (`kernels.skinny`, `kernels.pdl` of the runtime): base = the fused path of kernels=graphs (cuBLAS
-projections, split-K reduces, separate norms); pdl = programmatic dependent launch for every Triton kernel;
-skinny = Triton skinny GEMMs with the o / down split-K partials summed in the norms; skinny_pdl = both.
+Variants (`kernels.skinny`, `kernels.pdl` of the runtime; VARIANTS): base = the fused path of kernels=graphs
+(cuBLAS projections, split-K reduces, separate norms); pdl* = programmatic dependent launch of the Triton kernels
+with a trigger per kernel role (kernels/pdl.py: weight-streaming GEMMs vs the small kernels; early = release the
+next kernel at the start, late = as the blocks exit, off = ordinary launch); skinny* = Triton skinny GEMMs with
+the o / down split-K partials summed in the norms.
 Random bf16 weights (never zeros). Plain argparse: runs on the GPU machine without Hydra.
 """
 
@@ -38,8 +40,20 @@ from runtime.kv_cache import KVCache  # noqa: E402
 from runtime.loader import build_model  # noqa: E402
 from runtime.tree import ancestor_mask  # noqa: E402
 
-VARIANTS = {"base": (False, False), "pdl": (False, True), "skinny": (True, False), "skinny_pdl": (True, True)}
-"""name -> (skinny, pdl)."""
+_EARLY = {"gemm": "early", "small": "early"}
+VARIANTS: dict[str, tuple[bool, dict[str, str] | None]] = {
+    "base": (False, None),
+    "pdl": (False, _EARLY),
+    "pdl_late": (False, {"gemm": "late", "small": "late"}),
+    "skinny": (True, None),
+    "skinny_pdl": (True, _EARLY),
+    "skinny_pdl_late": (True, {"gemm": "late", "small": "late"}),
+    "skinny_pdl_small": (True, {"gemm": "off", "small": "early"}),
+    "skinny_pdl_small_late": (True, {"gemm": "off", "small": "late"}),
+    "skinny_pdl_gemm_late": (True, {"gemm": "late", "small": "early"}),
+    "skinny_pdl_small_late_gemm_early": (True, {"gemm": "early", "small": "late"}),
+}
+"""name -> (kernels.skinny, the PDL trigger per kernel role or None for ordinary launches: kernels/pdl.py)."""
 
 
 def tree_inputs(rows: int, ctx: int, vocab: int, gen: torch.Generator) -> tuple:
@@ -64,8 +78,8 @@ def run_preset(preset: str, cases: list[tuple[int, int]], ctx: int, cap: int, va
     with torch.no_grad():
         for rows, tree_len in cases:
             for name in variants:
-                skinny, use_pdl = VARIANTS[name]
-                with pdl(use_pdl):
+                skinny, policy = VARIANTS[name]
+                with pdl(policy is not None, **(policy or {})):
                     model.use_fused_kernels(True, skinny=skinny)
                     graphs[rows, name] = StepGraph(model, cache, attn, rows, tree_len)
         # After every capture (captures write slots [0, rows)): a real context of ctx random tokens, so the
@@ -145,21 +159,24 @@ def main(argv: list[str] | None = None) -> dict:
     record = {"benchmark": "step_variants", "git_sha": git_sha(), "device": torch.cuda.get_device_name(),
               "date": datetime.date.today().isoformat(), "torch": torch.__version__,
               "triton": __import__("triton").__version__,
-              "config": {"ctx": a.ctx, "cap": a.cap, "rounds": a.rounds, "inner": a.inner, "variants": variants,
+              "config": {"ctx": a.ctx, "cap": a.cap, "rounds": a.rounds, "inner": a.inner,
+                         "variants": {v: {"skinny": VARIANTS[v][0], "pdl": VARIANTS[v][1]} for v in variants},
                          "cases": a.cases},
               "results": results}
     if a.out is not None:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(a.out, record)
-    head = " | ".join(f"{v} ms (x floor)" for v in variants)
-    print(f"| model | rows | floor (ms) | {head} | max diff | argmax |")
-    print("|---" * (4 + len(variants)) + "|")
+    cols = [f"{r['preset']} rows {r['rows']}" for r in results]
+    print("| variant | " + " | ".join(f"{c}: ms (x floor)" for c in cols) + " |")
+    print("|---" * (1 + len(cols)) + "|")
+    for v in variants:
+        cells = [f"{r['variants'][v]['replay_s'] * 1e3:.3f} ({r['variants'][v]['over_floor']:.2f})" for r in results]
+        print(f"| {v} | " + " | ".join(cells) + " |")
     for r in results:
-        cells = [f"{r['variants'][v]['replay_s'] * 1e3:.3f} ({r['variants'][v]['over_floor']:.2f})" for v in variants]
         diff = max(r["variants"][v]["max_abs_diff_vs_base"] for v in variants)
         agree = min(r["variants"][v]["argmax_agree_vs_base"] for v in variants)
-        print(f"| {r['preset']} | {r['rows']} | {r['floor_s'] * 1e3:.3f} | " + " | ".join(cells)
-              + f" | {diff:.3g} | {agree:.2f} |")
+        print(f"{r['preset']} rows {r['rows']}: floor {r['floor_s'] * 1e3:.3f} ms; logits vs {variants[0]}: "
+              f"max |diff| {diff:.3g}, argmax agreement >= {agree:.2f}")
     return record
 
 

@@ -89,6 +89,6 @@ def swiglu(
         x.stride(0), w_gate.stride(0), w_up.stride(0), out.stride(0),
         BLOCK_M=bm, BLOCK_I=bi, BLOCK_K=bk,
         UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or x.dtype == torch.float32) else "tf32",
-        num_warps=4, num_stages=4, **pdl_options(x.device),
+        num_warps=4, num_stages=4, **pdl_options(x.device, "gemm"),
     )
     return out

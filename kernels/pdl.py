@@ -30,35 +30,53 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-_enabled = False
+TRIGGERS = {"off": 0, "early": 1, "late": 2}
+"""How a kernel of one role is launched: off = ordinary launch; early = PDL, releasing the next kernel right after
+its own wait; late = PDL without an explicit release (the next kernel launches as this one's blocks exit)."""
+ROLES = ("gemm", "small")
+"""gemm: the weight-streaming kernels (skinny GEMM, SwiGLU), whose bandwidth needs their blocks spread over every
+SM; small: the rest (norms, RoPE + KV write, tree attention, the split-K reduce)."""
+DEFAULT_POLICY = {"gemm": "early", "small": "early"}
+"""What `set_pdl(True)` (`kernels.pdl=true`) uses."""
+
+_policy = {"gemm": "off", "small": "off"}
 _capable: dict[int, bool] = {}
 
 
-def set_pdl(enabled: bool) -> None:
-    """Turn programmatic dependent launch on or off for every later launch in this process."""
-    global _enabled
-    _enabled = bool(enabled)
+def set_pdl(enabled: bool, **policy: str) -> None:
+    """Turn programmatic dependent launch on (DEFAULT_POLICY, or `gemm=`/`small=` triggers) or off, process-wide."""
+    global _policy
+    for role, trigger in policy.items():
+        if role not in ROLES or trigger not in TRIGGERS:
+            raise ValueError(f"kernels.pdl: {role}={trigger!r}; roles {ROLES}, triggers {tuple(TRIGGERS)}")
+    _policy = {**DEFAULT_POLICY, **policy} if enabled else {role: "off" for role in ROLES}
 
 
 def pdl_enabled() -> bool:
-    """Whether the process-wide switch is on (the device may still not support it: see ``launch_pdl``)."""
-    return _enabled
+    """Whether any role launches with PDL (the device may still not support it: see ``launch_pdl``)."""
+    return any(t != "off" for t in _policy.values())
+
+
+def pdl_policy() -> dict[str, str]:
+    """The trigger per role now in force."""
+    return dict(_policy)
 
 
 @contextlib.contextmanager
-def pdl(enabled: bool) -> Iterator[None]:
-    """Set the switch inside a block (benchmarks, tests), restoring the previous value after it."""
-    before = _enabled
-    set_pdl(enabled)
+def pdl(enabled: bool, **policy: str) -> Iterator[None]:
+    """Set the switch inside a block (benchmarks, tests), restoring the previous policy after it."""
+    global _policy
+    before = dict(_policy)
+    set_pdl(enabled, **policy)
     try:
         yield
     finally:
-        set_pdl(before)
+        _policy = before
 
 
-def launch_pdl(device: torch.device) -> bool:
-    """True when kernels launched on `device` now should use PDL: the switch is on and the GPU is sm90+."""
-    if not _enabled or device.type != "cuda":
+def launch_pdl(device: torch.device, role: str = "small") -> bool:
+    """True when a `role` kernel launched on `device` now uses PDL: its trigger is on and the GPU is sm90+."""
+    if _policy[role] == "off" or device.type != "cuda":
         return False
     idx = device.index if device.index is not None else torch.cuda.current_device()
     if idx not in _capable:
@@ -66,16 +84,17 @@ def launch_pdl(device: torch.device) -> bool:
     return _capable[idx]
 
 
-def pdl_options(device: torch.device) -> dict:
-    """Launch keywords for a kernel with a ``USE_PDL`` constexpr: both set, or USE_PDL=False alone."""
-    if launch_pdl(device):
-        return {"USE_PDL": True, "launch_pdl": True}
-    return {"USE_PDL": False}
+def pdl_options(device: torch.device, role: str = "small") -> dict:
+    """Launch keywords for a kernel with a ``USE_PDL`` constexpr (0 ordinary, 1 early release, 2 late)."""
+    if launch_pdl(device, role):
+        return {"USE_PDL": TRIGGERS[_policy[role]], "launch_pdl": True}
+    return {"USE_PDL": 0}
 
 
 @triton.jit
 def pdl_start(USE_PDL: tl.constexpr):
-    """A kernel's first statement: with USE_PDL, wait for the previous grid, then release the next one."""
-    if USE_PDL:
+    """A kernel's first statement: with USE_PDL, wait for the previous grid; with USE_PDL == 1 also release the next."""
+    if USE_PDL > 0:
         gdc_wait()
-        gdc_launch_dependents()
+        if USE_PDL == 1:
+            gdc_launch_dependents()

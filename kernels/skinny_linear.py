@@ -209,7 +209,7 @@ def _launch_partials(x: torch.Tensor, w: torch.Tensor, dst: torch.Tensor, cfg: d
         x.stride(0), w.stride(0), dst.stride(0) if dst.dim() == 3 else 0, dst.stride(-2),
         BLOCK_M=m_bucket(m), BLOCK_N=cfg["block_n"], BLOCK_K=bk, EVEN_K=k % (sk * bk) == 0,
         UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or x.dtype == torch.float32) else "tf32",
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **pdl_options(x.device),
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **pdl_options(x.device, "gemm"),
     )
 
 

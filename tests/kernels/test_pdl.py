@@ -6,26 +6,35 @@ That PDL launches compute what ordinary ones do is a GPU test (tests/gpu/test_gr
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from kernels import add_rmsnorm
-from kernels.pdl import launch_pdl, pdl, pdl_enabled, pdl_options, set_pdl
+from kernels.pdl import DEFAULT_POLICY, launch_pdl, pdl, pdl_enabled, pdl_options, pdl_policy, set_pdl
 from kernels.reference import add_rmsnorm_ref
 
 
-def test_switch_and_context_restore():
-    assert not pdl_enabled()  # off by default
+def test_switch_policy_and_context_restore():
+    assert not pdl_enabled() and pdl_policy() == {"gemm": "off", "small": "off"}  # off by default
     with pdl(True):
-        assert pdl_enabled()
-        with pdl(False):
-            assert not pdl_enabled()
-        assert pdl_enabled()
+        assert pdl_enabled() and pdl_policy() == DEFAULT_POLICY
+        with pdl(True, gemm="off", small="late"):
+            assert pdl_policy() == {"gemm": "off", "small": "late"}
+            with pdl(False):
+                assert not pdl_enabled()
+            assert pdl_policy() == {"gemm": "off", "small": "late"}
+        assert pdl_policy() == DEFAULT_POLICY
     assert not pdl_enabled()
-    set_pdl(True)
+    set_pdl(True, small="late")
     try:
-        assert pdl_enabled()
+        assert pdl_policy() == {**DEFAULT_POLICY, "small": "late"}
     finally:
         set_pdl(False)
+    with pytest.raises(ValueError, match="kernels.pdl: gemm='sometimes'"):
+        set_pdl(True, gemm="sometimes")
+    with pytest.raises(ValueError, match="kernels.pdl: norm='early'"):
+        set_pdl(True, norm="early")
+    assert not pdl_enabled()  # a refused policy changes nothing
 
 
 def test_cpu_launches_never_use_pdl():
@@ -33,7 +42,7 @@ def test_cpu_launches_never_use_pdl():
     cpu = torch.device("cpu")
     with pdl(True):
         assert not launch_pdl(cpu)
-        assert pdl_options(cpu) == {"USE_PDL": False}
+        assert pdl_options(cpu) == {"USE_PDL": 0} and pdl_options(cpu, "gemm") == {"USE_PDL": 0}
         x, r = torch.randn(3, 64), torch.randn(3, 64)
         w = torch.rand(64) + 0.5
         normed, new_res = add_rmsnorm(x, r, w, 1e-5)  # a kernel with USE_PDL runs as before
