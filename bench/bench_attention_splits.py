@@ -1,5 +1,6 @@
 """Tree attention as the CUDA-graph runtime calls it: split count sized from the cache, prefix length in a
-device tensor; sweep of `min_blocks_per_split` (kernels/tree_attention.py MIN_BLOCKS_PER_SPLIT).
+device tensor; sweep of the key tile and the keys per split (kernels/tree_attention.py: `block_n`,
+MIN_BLOCKS_PER_SPLIT, `num_stages`, `num_warps`), TILES below; the first entry is the kernel's own heuristic.
 
     python bench/bench_attention_splits.py [--device cuda|cpu] [--out bench/results]
 
@@ -30,7 +31,14 @@ if str(REPO_ROOT) not in sys.path:
 from conf.presets import GPU_PRESETS  # noqa: E402
 from conf.rundir import atomic_write_json, git_sha  # noqa: E402
 
-MIN_BLOCKS = (1, 2, 4, 8)
+TILES = ({}, {"min_blocks": 1}, {"min_blocks": 2}, {"min_blocks": 8},
+         {"block_n": 128, "min_blocks": 1, "num_stages": 2}, {"block_n": 128, "min_blocks": 2, "num_stages": 2},
+         {"block_n": 128, "min_blocks": 1, "num_stages": 2, "num_warps": 8},
+         {"block_n": 256, "min_blocks": 1, "num_stages": 1}, {"block_n": 256, "min_blocks": 1, "num_stages": 1,
+                                                               "num_warps": 8},
+         {"block_n": 256, "min_blocks": 2, "num_stages": 2, "num_warps": 8})
+"""Tile variants: {} is the heuristic (block_n 64, MIN_BLOCKS_PER_SPLIT, 3 stages); keys per split = block_n x
+min_blocks. On CPU only min_blocks varies (16-key blocks)."""
 SHAPES = {"llama3-8b": (32, 8, 128), "llama3.2-1b": (32, 8, 64)}
 TREE_LEN = {"llama3-8b": None, "llama3.2-1b": 256}  # None: a T x T verify mask; else the draft's region
 CAP = 2048 + 256
@@ -55,7 +63,7 @@ def _inputs(torch, hq: int, hkv: int, d: int, rows: int, tree_len: int, cap: int
 
 
 def run(device: str) -> dict:
-    """Every (shape, rows, ctx, min_blocks) case: CUDA timings, or CPU correctness only."""
+    """Every (shape, rows, ctx, tile) case: CUDA timings, or CPU correctness only."""
     import torch
 
     from kernels.reference import tree_attention_ref
@@ -80,19 +88,21 @@ def run(device: str) -> dict:
             (L2_BYTES // (2 * k.numel() * k.element_size()) + 1) if cuda else 0)]
         tune = {} if cuda else {"num_splits": 8, "block_n": 16}  # CPU: a split layout min_blocks changes
         rest = (prefix, mask, 1 / math.sqrt(d))
-        for mb in MIN_BLOCKS:
+        for tile in (TILES if cuda else [{"min_blocks": mb} for mb in (1, 2, 4, 8)]):
             out = torch.empty_like(q)
             turn = [0]
+            kw = {**tune, **{k: v for k, v in tile.items() if k != "min_blocks"}}
+            mb = tile.get("min_blocks")
 
-            def call(q=q, out=out, mb=mb, turn=turn, copies=copies, rest=rest, tune=tune):
+            def call(q=q, out=out, mb=mb, kw=kw, turn=turn, copies=copies, rest=rest):
                 kc, vc = copies[turn[0] % len(copies)]
                 turn[0] += 1
-                tree_attention(q, kc, vc, *rest, out=out, min_blocks_per_split=mb, **tune)
+                tree_attention(q, kc, vc, *rest, out=out, min_blocks_per_split=mb, **kw)
 
             call()
             err = (out.float() - ref).abs().max().item() / ref.abs().max().item()
-            row = {"shape": name, "rows": rows, "tree_len": tree_len, "ctx": ctx, "cap": cap, "min_blocks": mb,
-                   "rel_err": err}
+            row = {"shape": name, "rows": rows, "tree_len": tree_len, "ctx": ctx, "cap": cap,
+                   "tile": tile or "heuristic", "rel_err": err}
             if cuda:
                 import triton
 
@@ -115,18 +125,19 @@ def main(argv: list[str] | None = None) -> dict:
     today = datetime.date.today().isoformat()
     result = {"benchmark": "tree_attention_min_blocks_per_split", "date": today, "git_sha": git_sha(),
               "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu (interpreter: correctness only)",
-              "config": {"min_blocks": list(MIN_BLOCKS), "cap": CAP, "timing": "do_bench_cudagraph median",
+              "config": {"tiles": list(TILES), "cap": CAP, "timing": "do_bench_cudagraph median",
                          "l2_rotation": True},
               **run(device)}
     a.out.mkdir(parents=True, exist_ok=True)
     path = a.out / f"attention_splits_{'gpu' if device == 'cuda' else 'cpu'}_{today}.json"
     atomic_write_json(path, result)
-    print("| shape | rows | ctx | min blocks | us | floor us | rel err |")
+    print("| shape | rows | ctx | tile | us | floor us | rel err |")
     print("|---|---|---|---|---|---|---|")
     for r in result["rows"]:
         us = f"{r['us']:.1f}" if "us" in r else "-"
         fl = f"{r['floor_us']:.1f}" if "floor_us" in r else "-"
-        print(f"| {r['shape']} | {r['rows']} | {r['ctx']} | {r['min_blocks']} | {us} | {fl} | {r['rel_err']:.1e} |")
+        tile = r["tile"] if isinstance(r["tile"], str) else ",".join(f"{k}={v}" for k, v in r["tile"].items())
+        print(f"| {r['shape']} | {r['rows']} | {r['ctx']} | {tile} | {us} | {fl} | {r['rel_err']:.1e} |")
     print(json.dumps({"json": str(path), "device": result["device"]}))
     return result
 
