@@ -36,7 +36,7 @@ TILES = ({}, {"min_blocks": 1}, {"min_blocks": 2}, {"min_blocks": 8},
          {"block_n": 128, "min_blocks": 1, "num_stages": 2, "num_warps": 8},
          {"block_n": 256, "min_blocks": 1, "num_stages": 1}, {"block_n": 256, "min_blocks": 1, "num_stages": 1,
                                                                "num_warps": 8},
-         {"block_n": 256, "min_blocks": 2, "num_stages": 2, "num_warps": 8})
+         {"block_n": 256, "min_blocks": 2, "num_stages": 1, "num_warps": 8})
 """Tile variants: {} is the heuristic (block_n 64, MIN_BLOCKS_PER_SPLIT, 3 stages); keys per split = block_n x
 min_blocks. On CPU only min_blocks varies (16-key blocks)."""
 SHAPES = {"llama3-8b": (32, 8, 128), "llama3.2-1b": (32, 8, 64)}
