@@ -31,13 +31,13 @@ if str(REPO_ROOT) not in sys.path:
 from conf.presets import GPU_PRESETS  # noqa: E402
 from conf.rundir import atomic_write_json, git_sha  # noqa: E402
 
-TILES = ({}, {"min_blocks": 1}, {"min_blocks": 2}, {"min_blocks": 8},
+TILES = ({}, *({"block_n": 64, "min_blocks": mb, "num_stages": 3} for mb in (1, 2, 4, 8)),
          {"block_n": 128, "min_blocks": 1, "num_stages": 2}, {"block_n": 128, "min_blocks": 2, "num_stages": 2},
          {"block_n": 128, "min_blocks": 1, "num_stages": 2, "num_warps": 8},
          {"block_n": 256, "min_blocks": 1, "num_stages": 1}, {"block_n": 256, "min_blocks": 1, "num_stages": 1,
                                                                "num_warps": 8},
          {"block_n": 256, "min_blocks": 2, "num_stages": 1, "num_warps": 8})
-"""Tile variants: {} is the heuristic (block_n 64, MIN_BLOCKS_PER_SPLIT, 3 stages); keys per split = block_n x
+"""Tile variants: {} is the heuristic (kernels/tree_attention.py KEYS_PER_SPLIT); keys per split = block_n x
 min_blocks. On CPU only min_blocks varies (16-key blocks)."""
 SHAPES = {"llama3-8b": (32, 8, 128), "llama3.2-1b": (32, 8, 64)}
 TREE_LEN = {"llama3-8b": None, "llama3.2-1b": 256}  # None: a T x T verify mask; else the draft's region

@@ -7,13 +7,15 @@ Triton's ``launch_pdl``) the next kernel may be launched while the previous one 
 ``griddepcontrol.wait`` until the previous grid has completed and its memory is visible. So a kernel
 launched this way must not touch global memory before that wait.
 
-Every kernel here that takes ``USE_PDL`` does, when it is true, at its very start::
+Every kernel here that takes ``USE_PDL`` does, when it is > 0, at its very start::
 
     gdc_wait()               # the previous kernel has completed; its writes are visible
-    gdc_launch_dependents()  # the next kernel may launch now (its blocks then wait in gdc_wait)
+    gdc_launch_dependents()  # (USE_PDL == 1, "early") the next kernel may launch now
 
 Waiting first, then releasing, keeps the overlap one kernel deep: a kernel's blocks are never resident behind
-more than one unfinished kernel. A kernel without the attribute (cuBLAS, torch ops) keeps full stream order,
+more than one unfinished kernel. Without the release ("late") the next kernel launches as this one's blocks
+exit: it still skips the launch gap, and its blocks find the SMs nearly free. The trigger is chosen per kernel
+role (DEFAULT_POLICY; measured). A kernel without the attribute (cuBLAS, torch ops) keeps full stream order,
 before and after, so mixing is safe. CUDA graphs capture the programmatic edges (CUDA >= 12.3).
 
 The switch is process-wide (``set_pdl``; the runtime sets it from ``kernels.pdl``), off by default, and only
@@ -36,8 +38,13 @@ its own wait; late = PDL without an explicit release (the next kernel launches a
 ROLES = ("gemm", "small")
 """gemm: the weight-streaming kernels (skinny GEMM, SwiGLU), whose bandwidth needs their blocks spread over every
 SM; small: the rest (norms, RoPE + KV write, tree attention, the split-K reduce)."""
-DEFAULT_POLICY = {"gemm": "early", "small": "early"}
-"""What `set_pdl(True)` (`kernels.pdl=true`) uses."""
+DEFAULT_POLICY = {"gemm": "late", "small": "late"}
+"""What `set_pdl(True)` (`kernels.pdl=true`) uses: the best of bench/bench_step_variants.py on the H200
+(2026-11-30, bench/results/step_variants_2026-11-30_15085c8.json, CUDA-graph replay, skinny path): late/late
+Llama-3-8B rows 1 / 8 / 16: 4.531 / 4.720 / 4.862 ms, against 4.574 / 4.753 / 4.908 without PDL and
+4.741 / 4.830 / 5.151 with early/early (an early release lets a GEMM's blocks take the SMs while the previous kernel
+still holds some of them: its blocks pile up two per SM and its weight stream slows); 1B rows 16 1.154 ms.
+With cuBLAS projections (no skinny path) early/early was the better one (4.600 vs 4.674 ms at rows 1)."""
 
 _policy = {"gemm": "off", "small": "off"}
 _capable: dict[int, bool] = {}
