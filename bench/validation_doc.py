@@ -70,7 +70,12 @@ LIMITS = """\
   profiled NCCL hop with its host copies, ~0.1 ms). Its all-reduces are the ones profiled inside CUDA graphs
   (~12 us per call; since 2026-11-30 the default `allreduce_mode=graph`: the eager fit, ~40 us, made graph
   runs fall back to a ~4 us analytic prior and under-predict TP-2 steps by ~0.5 ms). A TP > 1 target's own
-  host residual can be fitted as `tp_step_extra_s` when a TP > 1 run is among the fit runs (none here).
+  host residual is `tp_step_extra_s`, fitted when a TP > 1 run is among the fit runs (item 5); without one a TP > 1
+  step takes the one-GPU `step_extra_s`.
+- Since git 23cfdda a one-GPU target runs its projections through the skinny GEMMs with PDL launches
+  (`kernels=graphs`), while the operator profile times cuBLAS-shaped GEMMs and kernels one by one: the fitted
+  `step_extra_s` (and `ar_step_extra_s`) may be negative (down to -1 ms) to correct the sum; a TP > 1 target
+  keeps cuBLAS for its all-reduced projections, hence its own `tp_step_extra_s`.
 - The profile's additive form (operators + a + b x kernels) approximates max(host, device) by a sum, and one
   `step_overhead` line serves target verifies and draft expansions alike (the fit report,
   `operators.step_overhead.by_kind` / `by_preset`, shows how well it fits each).

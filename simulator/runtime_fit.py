@@ -134,7 +134,8 @@ def fit_runtime_costs(run_dirs: Sequence[str | Path], profile: Profile) -> tuple
     """(RUNTIME_COSTS seconds, report) from measured runtime run dirs and the operator profile.
 
     A cost no fit run measures is left out (the simulator then keeps its `sim` knob for it); negative
-    medians (the operator model over-predicts) clip to 0 (ar_step_extra_s: to -1 ms, SIGNED_RUNTIME_COSTS), and
+    medians (the operator model over-predicts) clip to 0 (step_extra_s, ar_step_extra_s: to -1 ms,
+    SIGNED_RUNTIME_COSTS: the fused one-GPU step with skinny GEMMs and PDL beats the sum of its profiled operators), and
     the report keeps the signed value.
     """
     if not run_dirs:
