@@ -213,6 +213,17 @@ def compaction_time_s(gpu: GpuSpec, shape: ModelShape, tp: int, kept_tokens: int
     return launch_s + 2.0 * kept_tokens * kv_bytes_per_token_per_rank(shape, tp) / gpu.hbm_bytes_per_s
 
 
+NEGATIVE_EXTRA_CAP = 0.25
+"""A negative runtime correction (profile `runtime`, fitted where the runtime's fused graph steps beat the sum of
+their profiled operators: ~0.5 ms of a ~5.5 ms Llama-3-8B verify, ~0.17 ms of a 1B expansion) removes at most this
+share of a step's operator time: fitted on 8B/1B runs, it must not erase a small model's step."""
+
+
+def _with_extra(model_s: float, extra_s: float) -> float:
+    """A step's operator time plus its runtime correction (a negative one capped by NEGATIVE_EXTRA_CAP)."""
+    return model_s + max(extra_s, -NEGATIVE_EXTRA_CAP * model_s)
+
+
 class GroupCost:
     """The cost model bound to one group (model shape, precision, TP): fast, cached step costs.
 
@@ -247,7 +258,7 @@ class GroupCost:
     def forward_s(self, tokens: int, kv_len: int) -> float:
         """Seconds of a decode step (a verify or an expansion) of `tokens` queries over `kv_len` keys."""
         a, b = self._line(tokens)
-        return a + b * kv_len + self.extra_s + self.extra_per_token_s * tokens + self.broadcast_s
+        return _with_extra(a + b * kv_len, self.extra_s + self.extra_per_token_s * tokens) + self.broadcast_s
 
     def prefill_s(self, prompt_tokens: int) -> float:
         """Prompt prefill: all prompt tokens at once, causal (on average half the prompt attended); 0 if empty.
@@ -255,7 +266,7 @@ class GroupCost:
         if prompt_tokens <= 0:
             return 0.0
         a, b = self._line(prompt_tokens)
-        return a + b * math.ceil(prompt_tokens / 2) + self.extra_s
+        return _with_extra(a + b * math.ceil(prompt_tokens / 2), self.extra_s)
 
     def compaction_s(self, kept_tokens: int) -> float:
         """KV compaction of `kept_tokens` tokens on this group."""

@@ -362,3 +362,19 @@ def test_deferred_compaction_takes_the_fitted_cost_after_the_send():
     assert lo.reroots == hi.reroots > 0
     deferred = (hi.draft_busy_s - lo.draft_busy_s) / 5.0e-4
     assert 0 < deferred <= hi.reroots  # only the re-roots that needed no refill pay it
+
+
+def test_negative_runtime_correction_is_capped_at_a_share_of_the_step():
+    """A fitted negative correction (a fused 8B step beating its operators' sum) never removes more than
+    NEGATIVE_EXTRA_CAP of a step: a small model's step keeps >= 75% of its operator time."""
+    from simulator.cost_model import NEGATIVE_EXTRA_CAP
+
+    config = cfg(*BASE, "spec=autoregressive", "model=smollm2")
+    plain = build_costs(config, profile=PRIOR).target
+    mild = build_costs(config, profile=Profile("p", {"gpu": "h200"}, {}, {}, {"step_extra_s": -1e-6})).target
+    huge = build_costs(config, profile=Profile("p", {"gpu": "h200"}, {}, {}, {"step_extra_s": -1e-3})).target
+    base = plain.forward_s(8, 500)
+    assert base > 0 and NEGATIVE_EXTRA_CAP * base < 1e-3  # the 135M step: -1 ms would erase it
+    assert mild.forward_s(8, 500) == pytest.approx(base - 1e-6)
+    assert huge.forward_s(8, 500) == pytest.approx((1 - NEGATIVE_EXTRA_CAP) * base)
+    assert huge.prefill_s(64) == pytest.approx((1 - NEGATIVE_EXTRA_CAP) * plain.prefill_s(64))
