@@ -99,7 +99,7 @@ class Engine:
         if ctx.role == "target":
             self.target = TargetWorker(self._model(cfg.model.target), attn, rows=self.shape.rows, max_seq_len=seq,
                                        temperature=spec.temperature, backend=cfg.kernels.backend,
-                                       cuda_graphs=graphs)
+                                       cuda_graphs=graphs, graph_events=cfg.trace.graph_events)
         if self.mode != "autoregressive" and (ctx.role == "draft" or self.colocated):
             self.draft = DraftWorker(self._model(cfg.model.draft), attn, w=self.shape.w, topk=self.shape.topk,
                                      max_tree_nodes=spec.max_tree_nodes, max_seq_len=seq,
@@ -295,9 +295,12 @@ class Engine:
             vp = self.channel.broadcast_in_group(vp)
             if not self.ctx.is_leader:  # mirror the leader's output: autoregressive steps feed its last token
                 emitter.emit(list(vp.token_ids[1:]))
+        extra = {"request": prop.request_id, "accepted": vp.num_accepted, "emitted": vp.num_accepted + 1}
+        device_s = self.target.last_device_s()
+        if device_s is not None:  # trace.graph_events: the replay's device time inside this span
+            extra["device_s"] = device_s
         self.tl.add("step.verify", start, self.tl.now() - start, iteration=prop.iteration, tokens=self.shape.rows,
-                    ctx_len=self.target.prefix_len,
-                    extra={"request": prop.request_id, "accepted": vp.num_accepted, "emitted": vp.num_accepted + 1})
+                    ctx_len=self.target.prefix_len, extra=extra)
         return vp
 
     def _keep(self, vp: VerifiedPath) -> None:

@@ -29,8 +29,11 @@ class TargetWorker:
     """The target model and its KV cache for one request at a time."""
 
     def __init__(self, model: Transformer, attn: AttentionBackend, *, rows: int, max_seq_len: int,
-                 temperature: float, backend: str, cuda_graphs: bool = False) -> None:
-        """Allocate the cache: `max_seq_len` prefix slots plus `rows` verify slots; capture the verify step."""
+                 temperature: float, backend: str, cuda_graphs: bool = False, graph_events: bool = False) -> None:
+        """Allocate the cache: `max_seq_len` prefix slots plus `rows` verify slots; capture the verify step.
+
+        `graph_events` (`trace.graph_events`, CUDA graphs only): CUDA events around every verify's input copies and
+        graph replay, read back (no extra sync) by `last_device_s` once the verdict has synchronised."""
         self.model, self.attn = model, attn
         self.rows, self.temperature, self.backend = rows, temperature, backend
         self.device = model.norm.weight.device
@@ -44,6 +47,9 @@ class TargetWorker:
         # autoregressive target's graph also hands its token to the next step on the device (`chain_step`).
         chain = rows == 1 and temperature == 0
         self.graph = StepGraph(model, self.cache, attn, rows, rows, chain=chain) if cuda_graphs else None
+        self._events = ((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                        if graph_events and self.graph is not None else None)
+        self._timed = False
 
     @torch.no_grad()
     def start(self, prompt: list[int]) -> None:
@@ -55,8 +61,13 @@ class TargetWorker:
         """The verify forward: writes the proposal's KV at the tree slots, keeps its logits for `decide`."""
         inp = proposal_inputs(list(proposal.token_ids), list(proposal.parent_indices), self.prefix_len, self.rows)
         if self.graph is not None:  # [rows, vocab]: the graph's output buffer, valid until the next verify
+            if self._events is not None:
+                self._events[0].record()
             self._logits = self.graph.replay(inp.token_ids, inp.positions, inp.tree_slots, self.prefix_len,
                                              inp.tree_mask)
+            if self._events is not None:
+                self._events[1].record()
+            self._timed = self._events is not None
         else:
             self._logits = self.model(inp.token_ids.to(self.device), step_meta(inp, self.prefix_len, self.device),
                                       self.cache, self.attn)  # [rows, vocab]
@@ -71,6 +82,14 @@ class TargetWorker:
             return Verdict(outcome.path, placeholder)
         return verify_proposal(logits, inp.token_ids.to(self.device), inp.parents.to(self.device), inp.num_real,
                                self.temperature, generator, self.backend)
+
+    def last_device_s(self) -> float | None:
+        """Device seconds of the last verify's input copies + graph replay (`graph_events`), else None. Call after
+        its verdict (which synchronised); it waits for the replay otherwise."""
+        if not self._timed:
+            return None
+        self._events[1].synchronize()
+        return self._events[0].elapsed_time(self._events[1]) * 1e-3
 
     @property
     def can_chain(self) -> bool:

@@ -250,3 +250,24 @@ def test_kv_cache_keep_on_cuda_matches_the_indexing_path(dtype):
         cpu.keep(torch.tensor(src), dst)
         gpu.keep(torch.tensor(src), dst)
         assert torch.equal(gpu.kv.cpu(), cpu.kv), (src, dst)
+
+
+def test_graph_events_time_the_verify_replay():
+    """trace.graph_events: the verify's device time (input copies + replay) is read after the verdict, and lies
+    inside the host-timed verify."""
+    import time
+
+    from conf.messages import DraftProposal
+    from runtime.target_worker import TargetWorker
+
+    model = build_model(MODEL_PRESETS["tiny-llama"], "bfloat16", "cuda", seed=3).use_fused_kernels(skinny=True)
+    worker = TargetWorker(model, make_attention_backend("triton"), rows=4, max_seq_len=64, temperature=0.0,
+                          backend="triton", cuda_graphs=True, graph_events=True)
+    worker.start(list(range(10, 30)))
+    assert worker.last_device_s() is None  # no verify yet
+    t0 = time.perf_counter()
+    worker.forward(DraftProposal(0, 0, (5, 6, 7, 8), (-1, 0, 0, 1)))
+    worker.decide(None)
+    wall = time.perf_counter() - t0
+    device_s = worker.last_device_s()
+    assert device_s is not None and 0 < device_s <= wall

@@ -208,3 +208,17 @@ def test_fused_kernel_path_matches_torch_path(preset, skinny, hooked, monkeypatc
         assert torch.allclose(k0[:29], k1[:29], atol=1e-5) and torch.allclose(v0[:29], v1[:29], atol=1e-5)
     assert calls["partials"] == (2 * 3 * shape.num_layers if skinny and not hooked else 0)
     assert calls["hooks"] == (2 * 3 * shape.num_layers if hooked else 0)
+
+
+def test_graph_events_need_graphs():
+    """Without CUDA graphs (CPU) `trace.graph_events` records nothing: last_device_s stays None."""
+    from conf.messages import DraftProposal
+    from runtime.target_worker import TargetWorker
+
+    model = build_model(MODEL_PRESETS["tiny-llama"], torch.float32, "cpu", seed=1)
+    worker = TargetWorker(model, make_attention_backend("reference"), rows=2, max_seq_len=32, temperature=0.0,
+                          backend="reference", graph_events=True)
+    worker.start([1, 2, 3])
+    worker.forward(DraftProposal(0, 0, (4, 5), (-1, 0)))
+    worker.decide(None)
+    assert worker.last_device_s() is None
