@@ -37,8 +37,10 @@ TILES = ({}, *({"block_n": 64, "min_blocks": mb, "num_stages": 3} for mb in (1, 
          {"block_n": 256, "min_blocks": 1, "num_stages": 1}, {"block_n": 256, "min_blocks": 1, "num_stages": 1,
                                                                "num_warps": 8},
          {"block_n": 256, "min_blocks": 2, "num_stages": 1, "num_warps": 8})
-"""Tile variants: {} is the heuristic (kernels/tree_attention.py KEYS_PER_SPLIT); keys per split = block_n x
-min_blocks. On CPU only min_blocks varies (16-key blocks)."""
+"""Tile variants on CUDA: {} is the heuristic (kernels/tree_attention.py KEYS_PER_SPLIT); keys per split =
+block_n x min_blocks."""
+CPU_TILES = tuple({"min_blocks": mb} for mb in (1, 2, 4, 8))
+"""On CPU (the interpreter, correctness only): the 16-key tile at four split sizes."""
 SHAPES = {"llama3-8b": (32, 8, 128), "llama3.2-1b": (32, 8, 64)}
 TREE_LEN = {"llama3-8b": None, "llama3.2-1b": 256}  # None: a T x T verify mask; else the draft's region
 CAP = 2048 + 256
@@ -88,7 +90,7 @@ def run(device: str) -> dict:
             (L2_BYTES // (2 * k.numel() * k.element_size()) + 1) if cuda else 0)]
         tune = {} if cuda else {"num_splits": 8, "block_n": 16}  # CPU: a split layout min_blocks changes
         rest = (prefix, mask, 1 / math.sqrt(d))
-        for tile in (TILES if cuda else [{"min_blocks": mb} for mb in (1, 2, 4, 8)]):
+        for tile in (TILES if cuda else CPU_TILES):
             out = torch.empty_like(q)
             turn = [0]
             kw = {**tune, **{k: v for k, v in tile.items() if k != "min_blocks"}}
@@ -123,9 +125,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     device = "cuda" if a.device == "cuda" or (a.device == "auto" and torch.cuda.is_available()) else "cpu"
     today = datetime.date.today().isoformat()
-    result = {"benchmark": "tree_attention_min_blocks_per_split", "date": today, "git_sha": git_sha(),
+    result = {"benchmark": "tree_attention_tiles", "date": today, "git_sha": git_sha(),
               "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu (interpreter: correctness only)",
-              "config": {"tiles": list(TILES), "cap": CAP, "timing": "do_bench_cudagraph median",
+              "config": {"tiles": list(TILES if device == "cuda" else CPU_TILES),
+                         "cap": CAP, "timing": "do_bench_cudagraph median",
                          "l2_rotation": True},
               **run(device)}
     a.out.mkdir(parents=True, exist_ok=True)

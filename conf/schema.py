@@ -372,8 +372,9 @@ class TraceConfig(_Frozen):
     per_operator: bool = False
     """Time every operator (synchronises the device: for profiling, not for speed runs)."""
     graph_events: bool = False
-    """CUDA events around every verify's graph replay: its device time as `device_s` in the step.verify span's extra
-    (read after the verdict's own sync; CUDA graphs only). Tells host gaps from device time inside a verify."""
+    """CUDA events around every graph-replayed verify (not chained autoregressive steps): its device time as
+    `device_s` in the leader's step.verify span extra (read after the verdict's own sync; needs
+    kernels.cuda_graphs). Tells host gaps from device time inside a verify."""
 
 
 @dataclass

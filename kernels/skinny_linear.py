@@ -24,7 +24,9 @@ Measured (H200, 2026-11-30, bench/results/skinny_2026-11-30.json, weights rotate
 shape is 0.91-1.10x cuBLAS (8B qkv 18.6-18.9 us vs 18.8-19.6; o 15.0-15.5 vs 15.5-16.6; down 0.96x; the 1B
 shapes 0.91-1.02x): at 8-30 us per call both are bound by launch ramp and tail, not by the grid. Partials +
 ``add_rmsnorm_partials`` (split 2) save 1-2 us per o / down projection and its norm (~0.1 ms per 8B step).
-So the runtime does not use this kernel (its projections stay cuBLAS); it is here for such experiments.
+Alone it is no faster than cuBLAS; in the runtime's step it is (``kernels.skinny``, with programmatic dependent
+launch: ``kernels/pdl.py``): the reduce launches go and every projection can be launched dependent, -0.20 ms per
+8B step at 1 row (bench/bench_step_variants.py, H200 2026-11-30).
 
 Configuration: ``CONFIGS[(N, K, m_bucket(M))]`` (filled from bench/bench_skinny.py on the H200) overrides
 the heuristic in ``pick_config``; explicit keywords override both. Capturable in CUDA graphs: no host

@@ -39,8 +39,8 @@ ceiling), T=64 82 us; 1K context 15-35 us (launch + combine latency dominate). A
 mask: 10x faster at 16K/T=8, 1.2x at 1K/T=64; against eager matmul+softmax 4-9x.
 Known cost: the combine is one program per tile reading the partials in sequence (latency-bound, several
 us at 16+ splits). It reads only the splits that own prefix blocks plus the last one, and a split takes at least
-KEYS_PER_SPLIT keys (H200, 2026-11-30: 8B rows 8 ctx 2000 21.9 -> 13.2 us, floor 1.9 us); a hierarchical
-or multi-program combine is the next step.
+MIN_BLOCKS_PER_SPLIT blocks, or is one KEYS_PER_SPLIT-key block (H200, 2026-11-30: 8B rows 8 ctx 2000
+21.9 -> 13.2 us, floor 1.9 us); a hierarchical or multi-program combine is the next step.
 """
 
 from __future__ import annotations
@@ -57,15 +57,16 @@ LOG2E = 1.4426950408889634  # 1 / ln(2): softmax runs on exp2
 TARGET_PROGRAMS_PER_SM = 2  # split-KV aims for this many programs per SM
 MAX_SPLITS = 64
 KEYS_PER_SPLIT = 256
-"""Prefix keys a split takes at least (the rest of the splits stay empty and are not merged): fewer, longer
-splits trade parallelism for a shorter serial merge; in blocks, MIN_BLOCKS_PER_SPLIT = KEYS_PER_SPLIT // block_n.
-On CUDA the default tile is one 256-key block per split (one stage, 8 warps; head dims <= 128, <= 64 rows per
-program): a split's keys load at once instead of in four dependent 64-key steps. H200 2026-11-30
+"""The wide tile (CUDA, head dims <= 128, <= 64 rows per program, no tile override): one block of this many prefix
+keys per split (one stage, 8 warps), loaded at once instead of in four dependent 64-key steps. H200 2026-11-30
 (bench/results/attention_splits_gpu_2026-11-30_tiles.json), summed over ctx 512/1024/2000, us: 8B rows 1 29.8 ->
 28.0, rows 8 37.6 -> 33.3, rows 16 48.9 -> 45.6; 1B rows 1 28.2 -> 25.9, rows 8 34.8 -> 31.5, rows 16 38.8 -> 39.2.
-Elsewhere (CPU, wider heads, bigger row blocks) the 64-key tile, pipelined over 3 stages."""
-MIN_BLOCKS_PER_SPLIT = KEYS_PER_SPLIT // 64
-"""At the 64-key tile. bench/bench_attention_splits.py swept it on the GPU:
+Elsewhere (CPU, wider heads, bigger row blocks, an explicit block_n or num_stages) the 64-key (32 for head
+dims > 128) tile, pipelined over 3 stages, with MIN_BLOCKS_PER_SPLIT."""
+MIN_BLOCKS_PER_SPLIT = 4
+"""Prefix blocks a split takes at least outside the wide tile (the rest of the splits stay empty and are not
+merged): fewer, longer splits trade parallelism for a shorter serial merge. bench/bench_attention_splits.py swept
+it on the GPU at the 64-key tile:
 H200 2026-11-30 (bench/results/attention_splits_gpu_2026-11-30.json), Llama-3-8B shapes, ctx 512/1024/2000
 summed, us: rows 8: 1 -> 47.3, 2 -> 39.3, 4 -> 37.7, 8 -> 48.6; rows 16: 70.6, 57.9, 49.1, 53.8; rows 1: 37.6,
 30.3, 30.2, 38.5. 4 is the best on the sum at every row count (2 wins at ctx <= 1024 by <= 1.3 us)."""
@@ -274,7 +275,8 @@ def tree_attention(
         out: optional [T, Hq, D] output buffer of q's dtype.
         num_splits, block_n, block_m, num_warps, num_stages: tuning overrides (tests, benchmarks);
             None picks the heuristic.
-        min_blocks_per_split: prefix blocks a split takes at least (None: KEYS_PER_SPLIT // block_n).
+        min_blocks_per_split: prefix blocks a split takes at least (None: 1 for the wide tile, else
+            MIN_BLOCKS_PER_SPLIT).
 
     Returns:
         out [T, Hq, D] in q's dtype.
@@ -306,7 +308,7 @@ def tree_attention(
     n_rows = t * group
     bm = block_m or min(128 if n_rows >= 128 else 64, max(16, triton.next_power_of_2(n_rows)))
     wide = q.is_cuda and d <= 128 and bm <= 64 and not (block_n or num_stages)  # one 256-key block per split
-    bn = block_n or (256 if wide else 64 if d <= 128 else 32)
+    bn = block_n or (KEYS_PER_SPLIT if wide else 64 if d <= 128 else 32)
     stages = num_stages or (1 if wide else 3)
     if not (block_n or num_stages):  # shrink the pipeline until q + K/V stages fit in shared memory
         bn, stages = _fit_shared_memory(bm, bn, d, q.element_size(), stages)
@@ -329,7 +331,8 @@ def tree_attention(
     grid = (m_blocks, hkv, splits)
     _tree_attention_kernel[grid](
         q, k_cache, v_cache, out, mask, prefix_len, ws_acc, ws_m, ws_l, counter,
-        n_rows, tree_len, splits, max(1, min_blocks_per_split or KEYS_PER_SPLIT // bn), float(scale) * LOG2E,
+        n_rows, tree_len, splits, max(1, min_blocks_per_split or (1 if wide else MIN_BLOCKS_PER_SPLIT)),
+        float(scale) * LOG2E,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
         out.stride(0), out.stride(1), mask.stride(0),
         GROUP=group, BLOCK_M=bm, BLOCK_N=bn, HEAD_DIM=d, SPLIT=splits > 1, PREFIX_IN_TENSOR=prefix_in_tensor,

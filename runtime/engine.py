@@ -31,6 +31,7 @@ import io
 import json
 import os
 import pstats
+import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -90,7 +91,7 @@ class Engine:
             raise ValueError(f"kernels.cuda_graphs: needs CUDA devices, this rank runs on {ctx.device}; "
                              f"use kernels=triton or kernels=reference")
         attn = make_attention_backend(cfg.kernels.backend)
-        if cfg.kernels.backend == "triton":
+        if cfg.kernels.backend == "triton" or "kernels.pdl" in sys.modules:  # (a reference run imports no Triton)
             from kernels.pdl import set_pdl
 
             set_pdl(cfg.kernels.pdl)  # process-wide: every Triton launch of this rank (no-op before sm90, on CPU)
@@ -295,11 +296,13 @@ class Engine:
             vp = self.channel.broadcast_in_group(vp)
             if not self.ctx.is_leader:  # mirror the leader's output: autoregressive steps feed its last token
                 emitter.emit(list(vp.token_ids[1:]))
+        duration = self.tl.now() - start
         extra = {"request": prop.request_id, "accepted": vp.num_accepted, "emitted": vp.num_accepted + 1}
-        device_s = self.target.last_device_s()
-        if device_s is not None:  # trace.graph_events: the replay's device time inside this span
-            extra["device_s"] = device_s
-        self.tl.add("step.verify", start, self.tl.now() - start, iteration=prop.iteration, tokens=self.shape.rows,
+        if self.ctx.is_leader:  # trace.graph_events: the replay's device time inside this span (the verdict synced)
+            device_s = self.target.last_device_s()
+            if device_s is not None:
+                extra["device_s"] = device_s
+        self.tl.add("step.verify", start, duration, iteration=prop.iteration, tokens=self.shape.rows,
                     ctx_len=self.target.prefix_len, extra=extra)
         return vp
 
@@ -373,6 +376,9 @@ def check_runtime_support(cfg: ExperimentConfig) -> None:
                          "use spec.d=auto or a positive integer")
     if cfg.kernels.cuda_graphs and cfg.kernels.backend != "triton":
         raise ValueError(f"kernels.cuda_graphs: needs kernels.backend=triton, got {cfg.kernels.backend!r}")
+    if cfg.trace.graph_events and not cfg.kernels.cuda_graphs:
+        raise ValueError("trace.graph_events: times CUDA-graph replays; needs kernels.cuda_graphs=true "
+                         "(kernels=graphs)")
 
 
 # ---- run entry and metrics -------------------------------------------------------------------------------

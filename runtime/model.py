@@ -229,7 +229,9 @@ class Transformer(nn.Module):
         (`kernels.add_rmsnorm_partials`): 8 launches per layer, all Triton (so all can use `kernels.pdl`).
         Under TP the o and down projections stay cuBLAS (their outputs are all-reduced by the TP hooks).
         Numerics: the fused kernels compute in fp32 and round once, so bf16 logits differ slightly from
-        the torch path (not bit-identical); every forward of a run takes the same path.
+        the torch path (not bit-identical). Every decode step (<= 64 rows) of a run takes the same path; with
+        `skinny` its logits are the LM head's float32 accumulators, a longer prefill's are bf16-rounded cuBLAS
+        ones (the runtime's prefills only fill the cache: their logits are not read).
         """
         if skinny and not enabled:
             raise ValueError("kernels.skinny: needs the fused Triton path (kernels.backend=triton)")

@@ -215,8 +215,8 @@ def compaction_time_s(gpu: GpuSpec, shape: ModelShape, tp: int, kept_tokens: int
 
 NEGATIVE_EXTRA_CAP = 0.25
 """A negative runtime correction (profile `runtime`, fitted where the runtime's fused graph steps beat the sum of
-their profiled operators: ~0.5 ms of a ~5.5 ms Llama-3-8B verify, ~0.17 ms of a 1B expansion) removes at most this
-share of a step's operator time: fitted on 8B/1B runs, it must not erase a small model's step."""
+their profiled operators: ~0.5 ms of a ~5.5 ms Llama-3-8B verify) removes at most this share of a decode step's
+operator time: fitted on 8B runs, it must not erase a small model's step. Prefills never take a negative one."""
 
 
 def _with_extra(model_s: float, extra_s: float) -> float:
@@ -262,11 +262,12 @@ class GroupCost:
 
     def prefill_s(self, prompt_tokens: int) -> float:
         """Prompt prefill: all prompt tokens at once, causal (on average half the prompt attended); 0 if empty.
-        One step: the constant host extra applies, the per-row one (tree bookkeeping per leaf) does not."""
+        One step: the constant host extra applies if positive (a negative one is the fused decode graph's saving,
+        which an eager cuBLAS prefill does not have); the per-row one (tree bookkeeping per leaf) does not."""
         if prompt_tokens <= 0:
             return 0.0
         a, b = self._line(prompt_tokens)
-        return _with_extra(a + b * math.ceil(prompt_tokens / 2), self.extra_s)
+        return a + b * math.ceil(prompt_tokens / 2) + max(self.extra_s, 0.0)
 
     def compaction_s(self, kept_tokens: int) -> float:
         """KV compaction of `kept_tokens` tokens on this group."""

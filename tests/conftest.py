@@ -56,3 +56,20 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.fixture(autouse=True)
+def _pdl_policy_restored():
+    """The PDL switch (kernels/pdl.py) is process-wide and an in-process Engine sets it from its config: every test
+    starts and ends with the policy it found, so no test depends on the order of others."""
+    import sys
+
+    pdl = sys.modules.get("kernels.pdl")
+    before = pdl.pdl_policy() if pdl is not None else None
+    yield
+    pdl = sys.modules.get("kernels.pdl")
+    if pdl is not None:
+        if before is None:
+            pdl.set_pdl(False)
+        else:
+            pdl.set_pdl(any(t != "off" for t in before.values()), **before)

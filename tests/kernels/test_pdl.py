@@ -15,7 +15,8 @@ from kernels.reference import add_rmsnorm_ref
 
 
 def test_switch_policy_and_context_restore():
-    assert not pdl_enabled() and pdl_policy() == {"gemm": "off", "small": "off"}  # off by default
+    set_pdl(False)  # the default; tests/conftest.py restores whatever policy the test found
+    assert not pdl_enabled() and pdl_policy() == {"gemm": "off", "small": "off"}
     with pdl(True):
         assert pdl_enabled() and pdl_policy() == DEFAULT_POLICY
         with pdl(True, gemm="off", small="late"):

@@ -171,17 +171,20 @@ def test_fused_kernel_path_matches_torch_path(preset, skinny, hooked, monkeypatc
     shape = MODEL_PRESETS[preset]
     models = [build_model(shape, torch.float32, "cpu", seed=9).use_fused_kernels(f, skinny=f and skinny)
               for f in (False, True)]
-    calls = {"partials": 0, "hooks": 0}
+    calls = {"partials": 0, "hooks": 0, "skinny_linear": 0}
     if skinny:
         import kernels
 
-        real = kernels.add_rmsnorm_partials
+        def counting(name):
+            real = getattr(kernels, name)
 
-        def counted(*args, **kw):
-            calls["partials"] += 1
-            return real(*args, **kw)
+            def counted(*args, **kw):
+                calls[name if name != "add_rmsnorm_partials" else "partials"] += 1
+                return real(*args, **kw)
+            return counted
 
-        monkeypatch.setattr(kernels, "add_rmsnorm_partials", counted)
+        for name in ("add_rmsnorm_partials", "skinny_linear"):
+            monkeypatch.setattr(kernels, name, counting(name))
     if hooked:
         def hook(_module, _args, output):
             calls["hooks"] += 1
@@ -207,6 +210,9 @@ def test_fused_kernel_path_matches_torch_path(preset, skinny, hooked, monkeypatc
                                   (caches[1].layer(i) for i in range(shape.num_layers))):
         assert torch.allclose(k0[:29], k1[:29], atol=1e-5) and torch.allclose(v0[:29], v1[:29], atol=1e-5)
     assert calls["partials"] == (2 * 3 * shape.num_layers if skinny and not hooked else 0)
+    # per step: every layer's QKV (not with qwen2's bias) and the LM head
+    qkv = 0 if shape.qkv_bias else shape.num_layers
+    assert calls["skinny_linear"] == (3 * (qkv + 1) if skinny else 0)
     assert calls["hooks"] == (2 * 3 * shape.num_layers if hooked else 0)
 
 
@@ -222,3 +228,35 @@ def test_graph_events_need_graphs():
     worker.forward(DraftProposal(0, 0, (4, 5), (-1, 0)))
     worker.decide(None)
     assert worker.last_device_s() is None
+    # and the engine refuses the option without graphs, naming it
+    import dataclasses
+
+    from conf.schema import TraceConfig
+    from runtime.engine import check_runtime_support
+    from tests.runtime.test_engine import make_cfg
+
+    cfg = make_cfg("serial_tree")
+    check_runtime_support(cfg)
+    with pytest.raises(ValueError, match="trace.graph_events: .*kernels.cuda_graphs"):
+        check_runtime_support(dataclasses.replace(cfg, trace=TraceConfig(graph_events=True)))
+
+
+def test_skinny_path_leaves_long_prefills_to_torch_gemms(monkeypatch):
+    """kernels.skinny serves steps of <= SKINNY_MAX_ROWS rows: a 70-row prefill takes the fused path's torch
+    GEMMs (no skinny launch) and equals the torch path."""
+    pytest.importorskip("kernels")
+    import kernels
+    from runtime.model import SKINNY_MAX_ROWS
+
+    shape = MODEL_PRESETS["tiny-llama"]
+    plain = build_model(shape, torch.float32, "cpu", seed=4)
+    skinny = build_model(shape, torch.float32, "cpu", seed=4).use_fused_kernels(skinny=True)
+    launches = []
+    for name in ("skinny_linear", "skinny_linear_partials"):
+        monkeypatch.setattr(kernels, name, lambda *a, _n=name, **k: launches.append(_n))
+    n = SKINNY_MAX_ROWS + 6
+    ids = torch.randint(0, shape.vocab_size, (n,), generator=torch.Generator().manual_seed(1))
+    attn = make_attention_backend("triton")
+    want = plain(ids, AttnMeta.causal(0, n), new_cache(plain, n + 4), attn)
+    got = skinny(ids, AttnMeta.causal(0, n), new_cache(skinny, n + 4), attn)
+    assert launches == [] and (got - want).abs().max().item() <= 2e-5

@@ -366,7 +366,8 @@ def test_deferred_compaction_takes_the_fitted_cost_after_the_send():
 
 def test_negative_runtime_correction_is_capped_at_a_share_of_the_step():
     """A fitted negative correction (a fused 8B step beating its operators' sum) never removes more than
-    NEGATIVE_EXTRA_CAP of a step: a small model's step keeps >= 75% of its operator time."""
+    NEGATIVE_EXTRA_CAP of a decode step (a small model's keeps >= 75% of its operator time), and none of a prefill;
+    a TP > 1 target without its own fit does not take it."""
     from simulator.cost_model import NEGATIVE_EXTRA_CAP
 
     config = cfg(*BASE, "spec=autoregressive", "model=smollm2")
@@ -377,4 +378,7 @@ def test_negative_runtime_correction_is_capped_at_a_share_of_the_step():
     assert base > 0 and NEGATIVE_EXTRA_CAP * base < 1e-3  # the 135M step: -1 ms would erase it
     assert mild.forward_s(8, 500) == pytest.approx(base - 1e-6)
     assert huge.forward_s(8, 500) == pytest.approx((1 - NEGATIVE_EXTRA_CAP) * base)
-    assert huge.prefill_s(64) == pytest.approx((1 - NEGATIVE_EXTRA_CAP) * plain.prefill_s(64))
+    assert huge.prefill_s(64) == pytest.approx(plain.prefill_s(64))  # an eager prefill keeps its operator time
+    tp = cfg(*BASE, "spec=autoregressive", "parallel=2x0")
+    fitted = build_costs(tp, profile=Profile("p", {"gpu": "h200"}, {}, {}, {"step_extra_s": -5e-4})).target
+    assert fitted.forward_s(8, 500) == pytest.approx(build_costs(tp, profile=PRIOR).target.forward_s(8, 500))
