@@ -26,8 +26,6 @@ draft probability; the r-th child in the proposal is the draft's rank-r child.
 
 from __future__ import annotations
 
-import csv
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,17 +45,13 @@ class OracleOutcome:
 
 
 def load_positional(cfg: AcceptanceConfig) -> list[list[float]]:
-    """The positional table (from `cfg.file` if given), scaled by `cfg.scale`, rows renormalised to <= 1."""
-    table = cfg.positional
-    if cfg.file is not None:
-        data = json.loads(Path(cfg.file).read_text())
-        table = data["positional"] if isinstance(data, dict) else data
-    rows = []
-    for row in table:
-        scaled = [float(p) * cfg.scale for p in row]
-        total = sum(scaled)
-        rows.append([p / total for p in scaled] if total > 1.0 else scaled)
-    return rows
+    """The positional table (from `cfg.file` if given), scaled by `cfg.scale`, rows renormalised to <= 1: the
+    simulator's reading of it (simulator/acceptance.py, torch-free), so both validate it alike."""
+    from simulator.acceptance import PositionalAcceptance, load_acceptance
+
+    acc = load_acceptance(cfg, topk=1)
+    assert isinstance(acc, PositionalAcceptance)
+    return acc.table
 
 
 def oracle_belief(cfg: AcceptanceConfig, topk: int) -> list[list[float]]:
@@ -70,17 +64,14 @@ def oracle_belief(cfg: AcceptanceConfig, topk: int) -> list[list[float]]:
 
 
 def load_replay(path: str | Path) -> list[tuple[int, bool]]:
-    """(accepted, hit) per iteration of a recorded run: its iterations.csv, or a JSON list of objects."""
-    path = Path(path)
-    if path.suffix == ".csv":
-        with path.open() as f:
-            rows = list(csv.DictReader(f))
-    else:
-        rows = json.loads(path.read_text())
-    records = [(int(r["accepted"]), str(r.get("hit", "")).strip().lower() in ("1", "true")) for r in rows]
-    if not records:
+    """(accepted, hit) per iteration of a recorded run (its iterations.csv, or JSON), read as the simulator reads
+    it (`simulator.acceptance.read_replay`: errors name the file and row); an unrecorded hit counts as a miss."""
+    from simulator.acceptance import read_replay
+
+    verifies, _ = read_replay(str(path))
+    if not verifies:
         raise ValueError(f"acceptance.file: {path} holds no iterations to replay")
-    return records
+    return [(accepted, bool(hit)) for accepted, hit in verifies]
 
 
 def _children(parents: tuple[int, ...] | list[int]) -> list[list[int]]:

@@ -334,13 +334,20 @@ def _parse_replay(data: Any, where: str) -> tuple[list[tuple[int, bool | None]],
     return out, ranks
 
 
+def read_replay(path: str) -> tuple[list[tuple[int, bool | None]], list[tuple[int, ...] | None]]:
+    """(accepted, hit) per verify of a recorded run (its iterations.csv, or JSON: a list of verifies or
+    {"verifies": [...]}) and each verify's draft ranks or None; errors name the file and the row or entry.
+    The runtime's replay oracle reads the same (runtime/oracle.py)."""
+    raw = read_replay_csv(path) if str(path).endswith(".csv") else _read_json(path, "acceptance.file")
+    return _parse_replay(raw, str(path))
+
+
 def load_acceptance(cfg: AcceptanceConfig, topk: int) -> PositionalAcceptance | ReplayAcceptance:
     """The acceptance model the config names (file before inline table); errors name file and field."""
     if cfg.kind == "replay":
         if cfg.file is None:
             raise ValueError("acceptance.file: kind=replay needs a recorded run file")
-        raw = read_replay_csv(cfg.file) if cfg.file.endswith(".csv") else _read_json(cfg.file, "acceptance.file")
-        verifies, ranks = _parse_replay(raw, str(cfg.file))
+        verifies, ranks = read_replay(cfg.file)
         return ReplayAcceptance(verifies, beyond=topk, belief=cfg.replay_belief,
                                 table=[list(row) for row in cfg.positional], ranks=ranks, scale=cfg.scale)
     table: Any = cfg.positional

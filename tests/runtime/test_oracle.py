@@ -63,6 +63,14 @@ def test_replay_of_a_recorded_run(tmp_path):
     got = [oracle.walk(CHAIN) for _ in range(4)]
     assert [o.path for o in got] == [(0, 1, 2), (0,), (0, 1, 2, 3, 4), (0, 1, 2)]  # 7 capped at the depth
     assert [o.bonus_rank for o in got] == [0, NO_RANK, 0, 0]
+    bad = tmp_path / "bad.csv"  # read as the simulator reads it: errors name the file and the row
+    bad.write_text("request,iteration,accepted,emitted,hit\n0,0,2,3,1\n0,1,x,1,0\n")
+    with pytest.raises(ValueError, match=r"bad\.csv: row 3: accepted"):
+        _oracle(kind="replay", file=str(bad))
+    empty = tmp_path / "empty.json"
+    empty.write_text("[]")
+    with pytest.raises(ValueError, match="holds no iterations"):
+        _oracle(kind="replay", file=str(empty))
 
 
 def test_resolve_bonus():
