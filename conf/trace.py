@@ -56,6 +56,18 @@ class TraceRecord:
         """Plain dict, the on-disk form."""
         return asdict(self)
 
+    def extra_fields(self, where: str = "trace record") -> dict[str, Any]:
+        """`extra` parsed: a JSON object ({} when empty); anything else is an error naming `where`."""
+        if not self.extra:
+            return {}
+        try:
+            out = json.loads(self.extra)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}: extra is not a JSON object ({e})") from e
+        if not isinstance(out, dict):
+            raise ValueError(f"{where}: extra must be a JSON object, got {type(out).__name__}")
+        return out
+
     @staticmethod
     def from_dict(d: dict[str, Any], where: str = "trace record") -> TraceRecord:
         """Parse and type-check one record; errors name the missing or unknown field."""

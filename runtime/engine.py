@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import cProfile
 import io
-import json
 import os
 import pstats
 import sys
@@ -417,7 +416,7 @@ def run_rank(ctx: ParallelContext, cfg: ExperimentConfig, prompts: list[list[int
     leaders = {0} if ctx.peer_leader_rank is None else {0, ctx.num_target}
     rows = iteration_rows(records, leaders, engine.colocated)
     generated = sum(len(o) for o in outputs if o is not None)
-    d_used = [json.loads(r.extra)["d"] for r in records if r.name == "step.reroot"]
+    d_used = [r.extra_fields()["d"] for r in records if r.name == "step.reroot"]
     metrics = summarize(cfg, rows, generated, wall_s, gpu=device_name(ctx.device), num_requests=len(prompts),
                         d_used=d_used[-1] if d_used else None,
                         **({"oracle_belief": cfg.spec.oracle_belief} if engine.oracle_on else {}),
@@ -469,9 +468,9 @@ def iteration_rows(records: list[TraceRecord], leaders: set[int], colocated: boo
     for rec in iterations:
         it = rec.iteration
         verify = by[("step.verify", it)]
-        info = json.loads(verify[0].extra) if verify else {}
+        info = verify[0].extra_fields() if verify else {}
         reroot = by[("step.reroot", it)]
-        rinfo = json.loads(reroot[0].extra) if reroot else None
+        rinfo = reroot[0].extra_fields() if reroot else None
         verify_s = total("step.verify", it) + total("step.keep", it)
         rows.append({
             "request": info.get("request", -1), "iteration": it, "start_s": rec.start_s,

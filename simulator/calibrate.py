@@ -189,14 +189,10 @@ def read_trace_file(path: str | Path, into: TraceSet | None = None) -> TraceSet:
             rec = TraceRecord.from_dict(d, where=where)
         except ValueError as e:
             raise TraceFileError(str(e)) from e
-        extra: dict[str, Any] = {}
-        if rec.extra:
-            try:
-                extra = json.loads(rec.extra)
-            except json.JSONDecodeError as e:
-                raise TraceFileError(f"{where}: extra is not a JSON object ({e})") from e
-            if not isinstance(extra, dict):
-                raise TraceFileError(f"{where}: extra must be a JSON object, got {type(extra).__name__}")
+        try:
+            extra = rec.extra_fields(where)
+        except ValueError as e:
+            raise TraceFileError(str(e)) from e
         got = _sample(rec, extra, where)
         if got is None:
             ts.ignored[rec.name] += 1

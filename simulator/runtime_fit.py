@@ -30,7 +30,6 @@ The runs fitted here must not be the runs a validation compares against (bench/v
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -60,12 +59,6 @@ def _leader_spans(records: Sequence[TraceRecord]) -> dict[tuple[str, str], list[
     return out
 
 
-def _extra(r: TraceRecord) -> dict[str, Any]:
-    try:
-        out = json.loads(r.extra) if r.extra else {}
-    except ValueError:
-        return {}
-    return out if isinstance(out, dict) else {}
 
 
 def run_components(run_dir: str | Path, profile: Profile) -> dict[str, Any]:
@@ -87,14 +80,16 @@ def run_components(run_dir: str | Path, profile: Profile) -> dict[str, Any]:
     draft_group = "target" if colocated else "draft"
     out: dict[str, Any] = {"run": run_dir.name, "mode": config.spec.mode, "w": width}
     verifies = spans.get(("target", "step.verify"), [])
-    chained = any(_extra(r).get("chained") for r in verifies)  # the runtime's own mark (runs since d325190)
+    # the runtime's own mark (runs since d325190)
+    chained = any(r.extra_fields(f"{path}: {r.name}").get("chained") for r in verifies)
     key = ("ar_step_residual_s" if chained
            else "tp_step_residual_s" if config.parallel.target_gpus > 1 else "step_residual_s")
     out[key] = median_or_none([r.duration_s - costs.target.forward_s(r.tokens, r.ctx + r.tokens) for r in verifies])
     keeps = [r.duration_s for r in spans.get(("target", "step.keep"), [])]
     out["keep_s"] = float(np.mean(keeps)) if keeps else None
+    # (runs of 539cd1f have no `deferred` mark: every compact span there was deferred)
     compacts = [r.duration_s for r in spans.get((draft_group, "step.compact"), [])
-                if _extra(r).get("deferred", True)]  # runs of 539cd1f: every compact span was deferred
+                if r.extra_fields(f"{path}: {r.name}").get("deferred", True)]
     out["compact_s"] = float(np.mean(compacts)) if compacts else None
     if costs.draft is not None:
         out["expand_residual_s"] = median_or_none([r.duration_s - costs.draft.forward_s(r.tokens, r.ctx + r.tokens)

@@ -72,6 +72,19 @@ def test_fit_needs_runs_and_traces(tmp_path):
         fit_runtime_costs([run_dir], PRIOR)
 
 
+def test_a_corrupt_extra_names_the_trace_file(tmp_path):
+    """Trace `extra` is read as calibrate.py reads it (TraceRecord.extra_fields): a JSON object or an error."""
+    _, run_dir = _recorded_run(tmp_path, "autoregressive")
+    path = run_dir / TRACE_FILE
+    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    for rec in recs:
+        if rec["name"] == "step.verify":
+            rec["extra"] = "[1, 2]"
+    path.write_text("".join(json.dumps(rec) + "\n" for rec in recs))
+    with pytest.raises(ValueError, match=rf"{TRACE_FILE}: step.verify: extra must be a JSON object, got list"):
+        fit_runtime_costs([run_dir], PRIOR)
+
+
 def test_runtime_block_round_trips_and_bad_values_name_the_field(tmp_path):
     prof = Profile("p", {"gpu": "h200"}, {}, load_profile("profiles/h200.json").operators,
                    {"step_extra_s": 1e-3, "draft_round_s": 2e-3})
