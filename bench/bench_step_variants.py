@@ -141,8 +141,6 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--inner", type=int, default=10)
     p.add_argument("--out", type=Path, default=None)
     a = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        raise SystemExit("bench_step_variants: needs a CUDA GPU")
     variants = a.variants.split(",")
     for v in variants:
         if v not in VARIANTS:
@@ -154,6 +152,14 @@ def main(argv: list[str] | None = None) -> dict:
             cases.setdefault(preset, []).append((int(rows), int(tree_len)))
         except ValueError:
             raise SystemExit(f"--cases: {spec!r} is not preset:rows:tree_len") from None
+        try:
+            model_preset(preset)
+        except (KeyError, ValueError) as e:
+            raise SystemExit(f"--cases: {spec!r}: {e}") from None
+        if not 1 <= int(rows) <= min(int(tree_len), 64):
+            raise SystemExit(f"--cases: {spec!r}: needs 1 <= rows <= tree_len and rows <= 64 (a decode step)")
+    if not torch.cuda.is_available():
+        raise SystemExit("bench_step_variants: needs a CUDA GPU (the steps are CUDA graphs)")
     results = [rec for preset, pcs in cases.items()
                for rec in run_preset(preset, pcs, a.ctx, a.cap, variants, a.rounds, a.inner)]
     record = {"benchmark": "step_variants", "git_sha": git_sha(), "device": torch.cuda.get_device_name(),
