@@ -284,10 +284,12 @@ class Engine:
                 oracle: AcceptanceOracle | None) -> VerifiedPath:
         """Target group: forward, verdict on the leader (broadcast to TP peers); the KV keep is `_keep`'s."""
         start = self.tl.now()
+        t0 = time.perf_counter()
         self.target.forward(prop)
         vp = None
         if self.ctx.is_leader:
             verdict = self.target.decide(gen, oracle)
+            decided = time.perf_counter() - t0
             tokens = tuple(prop.token_ids[k] for k in verdict.path) + (verdict.bonus,)
             stop = emitter.emit(list(tokens[1:]))
             vp = VerifiedPath(prop.request_id, prop.iteration, tokens, verdict.path, stop)
@@ -299,8 +301,8 @@ class Engine:
         extra = {"request": prop.request_id, "accepted": vp.num_accepted, "emitted": vp.num_accepted + 1}
         if self.ctx.is_leader:  # trace.graph_events: the replay's device time inside this span (the verdict synced)
             device_s = self.target.last_device_s()
-            if device_s is not None:
-                extra["device_s"] = device_s
+            if device_s is not None:  # and the host's marks: replay queued, verdict decided (s after the start)
+                extra.update(device_s=device_s, launched_s=self.target.launched_at - t0, decided_s=decided)
         self.tl.add("step.verify", start, duration, iteration=prop.iteration, tokens=self.shape.rows,
                     ctx_len=self.target.prefix_len, extra=extra)
         return vp

@@ -12,6 +12,8 @@ receives the leader's). Stop rules, messages and timing are the engine's.
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from conf.messages import DraftProposal
@@ -50,6 +52,7 @@ class TargetWorker:
         self._events = ((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                         if graph_events and self.graph is not None else None)
         self._timed = False
+        self.launched_at = 0.0  # time.perf_counter() when the last timed replay was queued
 
     @torch.no_grad()
     def start(self, prompt: list[int]) -> None:
@@ -67,6 +70,7 @@ class TargetWorker:
                                              inp.tree_mask)
             if self._events is not None:
                 self._events[1].record()
+                self.launched_at = time.perf_counter()  # host: the replay is queued
             self._timed = self._events is not None
         else:
             self._logits = self.model(inp.token_ids.to(self.device), step_meta(inp, self.prefix_len, self.device),

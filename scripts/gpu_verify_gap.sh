@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One short device call (2 x H200): where a verify span's time goes. Runs workload a's async pick (bs 8 w 16 d 3,
 # 256 new tokens) with trace.graph_events=true and prints, per mode, the median step.verify span next to the
-# median device time of its input copies + graph replay (CUDA events), i.e. the host gap inside a verify.
+# median device time of its input copies + graph replay (CUDA events), i.e. the host gap inside a verify, and the
+# host's marks inside the span: replay queued (launched), verdict known (decided).
 #   bash scripts/gpu_verify_gap.sh "$OUT"       -> OUT/verify_gap.json, OUT/verify_gap.log
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_verify_gap.sh OUTDIR}
@@ -29,8 +30,10 @@ for mode in ("async_tree", "serial_tree"):
     span = [r.duration_s for r in recs[5:]]
     extras = [json.loads(r.extra) if r.extra else {} for r in recs[5:]]
     dev = [x["device_s"] for x in extras if "device_s" in x]
+    med = lambda key: statistics.median(x[key] for x in extras) * 1e3 if all(key in x for x in extras) else None
     res[mode] = {"verifies": len(span), "span_ms": statistics.median(span) * 1e3,
-                 "device_ms": statistics.median(dev) * 1e3 if dev else None}
+                 "device_ms": statistics.median(dev) * 1e3 if dev else None,
+                 "launched_ms": med("launched_s"), "decided_ms": med("decided_s")}
     print(mode, res[mode])
 atomic_write_json(Path(sys.argv[1]) / "verify_gap.json", res)
 PY

@@ -271,3 +271,4 @@ def test_graph_events_time_the_verify_replay():
     wall = time.perf_counter() - t0
     device_s = worker.last_device_s()
     assert device_s is not None and 0 < device_s <= wall
+    assert t0 < worker.launched_at < t0 + wall  # the host mark: replay queued
