@@ -142,6 +142,8 @@ class Profiler:
     steps_mode: str = "eager"
     """How the steps section ran the workers: graphs (runtime/graphs.py, when graph timing and the Triton
     backend apply) | eager."""
+    steps_kernels: dict | None = None
+    """The graph-mode steps' `kernels.skinny` / `kernels.pdl` (conf/kernels/graphs.yaml), None for eager steps."""
 
     def graph_steps(self, backend: str) -> bool:
         """Whether whole runtime steps are measured as the `kernels=graphs` runtime runs them (CUDA graphs)."""
@@ -470,6 +472,7 @@ def write_outputs(p: Profiler, meta: dict[str, Any]) -> None:
     runtime = ("CUDA-graph steps (runtime.graphs), fused Triton kernels" if p.steps_mode == "graphs"
                else meta.get("runtime", "pytorch eager (no CUDA graphs)"))
     atomic_write_json(p.out.with_suffix(".meta.json"), {**meta, "runtime": runtime, "steps_mode": p.steps_mode,
+                                                         "steps_kernels": p.steps_kernels,
                                                          "attention_impl": p.attention_backend,
                                                          "record_counts": counts, "errors": p.errors})
 

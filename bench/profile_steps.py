@@ -5,13 +5,16 @@ keep) at each verify width, and `DraftWorker` expansions at each draft width wit
 bookkeeping between rounds (select the top-bs subtree, re-root on a hit). Host-inclusive timing (median of
 STEP_REPS after STEP_WARMUP, device synchronised around each call). With graph timing on CUDA and the Triton
 backend, the models take the fused path and the workers replay CUDA-graph steps, as the `kernels=graphs`
-runtime does (`Profiler.steps_mode` = graphs); otherwise the steps run eagerly.
+runtime does (`Profiler.steps_mode` = graphs), with that config's skinny GEMMs and PDL launches
+(conf/kernels/graphs.yaml; `Profiler.steps_kernels`); otherwise the steps run eagerly.
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -29,6 +32,15 @@ STEP_CTX = (200, 970)
 MAX_TREE_NODES = 64  # draft tree region in the step measurements
 TOPK = 8
 ROUND_EXPANSIONS, ROUND_BS = 2, 8  # expand steps per round (d) and verify width of the timed bookkeeping
+
+
+def graphs_kernels() -> dict[str, bool]:
+    """`kernels.skinny` and `kernels.pdl` of conf/kernels/graphs.yaml: the runtime the graph-mode steps stand for."""
+    import yaml
+
+    path = Path(__file__).resolve().parent.parent / "conf" / "kernels" / "graphs.yaml"
+    data = yaml.safe_load(path.read_text()) or {}
+    return {key: bool(data.get(key, False)) for key in ("skinny", "pdl")}
 
 
 def _step_prompt(vocab: int, ctx: int, gen: torch.Generator) -> list[int]:
@@ -129,27 +141,45 @@ def run_steps(p: Profiler) -> None:
             print(f"  steps: budget reached before {preset}", flush=True)
             return
         try:
-            # as the runtime's Engine builds it: the fused Triton path with the Triton backend
+            # as the runtime's Engine builds it: the fused Triton path with the Triton backend, and in graph mode
+            # the kernels=graphs config's skinny GEMMs and PDL launches
+            kernels = graphs_kernels() if p.graph_steps(backend) else {"skinny": False, "pdl": False}
             model = build_model(MODEL_PRESETS[preset], p.dtype, p.device, seed=0).use_fused_kernels(
-                backend == "triton")
+                backend == "triton", skinny=kernels["skinny"])
             if p.graph_steps(backend):
-                p.steps_mode = "graphs"
+                p.steps_mode, p.steps_kernels = "graphs", kernels
         except Exception as exc:
             p.error("steps", f"build {preset}", exc)
             continue
-        for ctx in p.opt("step_ctx", STEP_CTX):
-            for rows in rows_list:
-                if p.time_left():
-                    try:
-                        _verify_steps(p, model, attn, backend, preset, rows, ctx, gen)
-                    except Exception as exc:
-                        p.error("steps", f"{preset} verify rows {rows} ctx {ctx}", exc)
-            for w in w_list:
-                if p.time_left():
-                    try:
-                        _expand_steps(p, model, attn, backend, preset, w, ctx, gen)
-                    except Exception as exc:
-                        p.error("steps", f"{preset} expand w {w} ctx {ctx}", exc)
+        with _pdl_launches(kernels["pdl"]):
+            _preset_steps(p, model, attn, backend, preset, rows_list, w_list, gen)
         del model
         if p.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def _pdl_launches(enabled: bool) -> contextlib.AbstractContextManager:
+    """PDL launches inside the block (kernels/pdl.py) when `enabled`; nothing (no Triton import) otherwise."""
+    if not enabled:
+        return contextlib.nullcontext()
+    from kernels.pdl import pdl
+
+    return pdl(True)
+
+
+def _preset_steps(p: Profiler, model: Any, attn: Any, backend: str, preset: str, rows_list: tuple[int, ...],
+                  w_list: tuple[int, ...], gen: torch.Generator) -> None:
+    """One model's verify and expand steps at every STEP_CTX prefix length."""
+    for ctx in p.opt("step_ctx", STEP_CTX):
+        for rows in rows_list:
+            if p.time_left():
+                try:
+                    _verify_steps(p, model, attn, backend, preset, rows, ctx, gen)
+                except Exception as exc:
+                    p.error("steps", f"{preset} verify rows {rows} ctx {ctx}", exc)
+        for w in w_list:
+            if p.time_left():
+                try:
+                    _expand_steps(p, model, attn, backend, preset, w, ctx, gen)
+                except Exception as exc:
+                    p.error("steps", f"{preset} expand w {w} ctx {ctx}", exc)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import torch
 
@@ -43,3 +44,16 @@ def test_quick_cpu_sweep_writes_records_and_meta(tmp_path):
     assert all(r["duration_s"] > 0 for r in records)
     meta = json.loads(out.with_suffix(".meta.json").read_text())
     assert meta["op_timing"] == "host" and meta["steps_mode"] == "eager" and meta["errors"] == []
+    assert meta["steps_kernels"] is None  # eager steps: no skinny GEMMs, no PDL
+
+
+def test_graph_steps_run_the_kernels_graphs_config():
+    """Graph-mode steps stand for the kernels=graphs runtime: its skinny / pdl switches, read from the YAML."""
+    import yaml
+
+    from bench.profile_steps import graphs_kernels
+    from conf.schema import KernelsConfig
+
+    data = yaml.safe_load(Path("conf/kernels/graphs.yaml").read_text())
+    assert graphs_kernels() == {"skinny": data["skinny"], "pdl": data["pdl"]}
+    assert set(graphs_kernels()) <= {f for f in KernelsConfig.__dataclass_fields__}
