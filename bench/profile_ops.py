@@ -12,7 +12,8 @@ each gets a share of `--budget-s`, unused time rolls over; the trace is rewritte
 | section    | records                                   | what                                                       |
 |------------|-------------------------------------------|------------------------------------------------------------|
 | launch     | op.step_overhead kind launch|graph_replay | host cost of a tiny eager launch, of a 1-kernel graph replay|
-| gemm       | op.gemm                                   | F.linear (cuBLAS) of every weight matrix of the presets    |
+| gemm       | op.gemm                                   | every weight matrix of the presets, by the runtime's kernel|
+|            |                                           | (`runtime_gemm`: cuBLAS, skinny, SwiGLU; extra `impl`)     |
 |            |                                           | (qkv, o, gate_up, down, lm_head) at TP shards 1..8, M in   |
 |            |                                           | {1, 4, 8, 16, 32, 64} (+ 256, 1024 at TP 1-2 for prefill)  |
 | attention  | op.attention                              | the runtime's attention backend (triton tree attention if  |
@@ -224,6 +225,55 @@ def layer_matrices(shape: ModelShape, tp: int) -> list[tuple[str, int, int]]:
             ("lm_head", h, _shard(shape.vocab_size, tp))]
 
 
+def graphs_kernels() -> dict[str, bool]:
+    """`kernels.skinny` and `kernels.pdl` of conf/kernels/graphs.yaml: the runtime graph-timed operators and steps
+    stand for."""
+    import yaml
+
+    path = Path(__file__).resolve().parent.parent / "conf" / "kernels" / "graphs.yaml"
+    data = yaml.safe_load(path.read_text()) or {}
+    return {key: bool(data.get(key, False)) for key in ("skinny", "pdl")}
+
+
+FUSED_MAX_ROWS = 64
+"""Rows up to which the runtime's fused path runs the Triton GEMMs (runtime/model.py MLP.FUSED_MAX_ROWS,
+SKINNY_MAX_ROWS); above, cuBLAS."""
+
+
+def runtime_gemm(matrix: str, tp: int, m: int, skinny: bool) -> str:
+    """The kernel the fused-path runtime runs for one rank's `matrix` at `m` rows: swiglu (gate_up, the fused
+    SwiGLU), skinny (qkv; the LM head at TP 1), skinny_partials (o and down at TP 1: split-K partials the next
+    norm sums), or cublas (F.linear: prefill-sized m, and what `kernels.skinny=false` or TP keeps on cuBLAS)."""
+    if m > FUSED_MAX_ROWS:
+        return "cublas"
+    if matrix == "gate_up":
+        return "swiglu"
+    if not skinny:
+        return "cublas"
+    if matrix == "qkv":
+        return "skinny"
+    if matrix in ("o", "down") and tp == 1:
+        return "skinny_partials"
+    if matrix == "lm_head" and tp == 1:
+        return "skinny"
+    return "cublas"
+
+
+def gemm_call(impl: str, x: torch.Tensor) -> Any:
+    """w -> the `impl` kernel's product with x (runtime_gemm's names), for timing with `rotating`."""
+    if impl == "cublas":
+        return lambda w: F.linear(x, w)
+    from kernels import skinny_linear, skinny_linear_partials, swiglu
+
+    if impl == "swiglu":
+        return lambda w: swiglu(x, *w.chunk(2, dim=0))
+    if impl == "skinny":
+        return lambda w: skinny_linear(x, w)
+    if impl == "skinny_partials":
+        return lambda w: skinny_linear_partials(x, w)
+    raise ValueError(f"gemm_call: unknown impl {impl!r}")
+
+
 def _tp_degrees(shape: ModelShape) -> list[int]:
     out = []
     for tp in TP_ORDER:
@@ -278,9 +328,11 @@ def gemm_plan(p: Profiler) -> list[tuple[str, int, str, int, int, tuple[int, ...
 
 
 def section_gemm(p: Profiler) -> None:
-    """One rank's weight GEMMs (y = x W^T, F.linear as nn.Linear runs it) per preset, TP shard and M."""
+    """One rank's weight GEMMs (y = x W^T) per preset, TP shard and M, by the kernel the runtime runs: under graph
+    timing (the kernels=graphs runtime) `runtime_gemm`'s choice, else F.linear as nn.Linear runs it."""
     gen = torch.Generator(device=p.device).manual_seed(1)
     elt = torch.tensor([], dtype=p.dtype).element_size()
+    skinny = graphs_kernels()["skinny"]
     for preset, tp, mat, k, n, ms in gemm_plan(p):
         if not p.time_left():
             print(f"  gemm: budget reached at {preset} tp{tp} {mat}", flush=True)
@@ -290,10 +342,11 @@ def section_gemm(p: Profiler) -> None:
             ws = [w] + [w.clone() for _ in range(p.copies(k * n * elt) - 1)]
             for m in ms:
                 x = torch.randn(m, k, device=p.device, dtype=p.dtype, generator=gen)
-                s = p.kernel_s(rotating(lambda w, x=x: F.linear(x, w), ws))
+                impl = runtime_gemm(mat, tp, m, skinny) if p.graph_timing else "cublas"
+                s = p.kernel_s(rotating(gemm_call(impl, x), ws))
                 p.emit("op.gemm", s, shapes=shapes_str((m, k), (n, k)), tp=tp, tokens=m, preset=preset, matrix=mat,
                        m=m, k=k, n=n, weight_bytes=float(k * n * elt), flops=2.0 * m * k * n,
-                       dtype=str(p.dtype).removeprefix("torch."))
+                       dtype=str(p.dtype).removeprefix("torch."), impl=impl)
             del w, ws
         except Exception as exc:  # one shape failing (e.g. memory) must not end the section
             p.error("gemm", f"{preset} tp{tp} {mat} {k}x{n}", exc)

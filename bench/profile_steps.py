@@ -14,12 +14,18 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from bench.profile_ops import STEP_REPS, STEP_WARMUP, Profiler, _random_parents, choose_attention_backend
+from bench.profile_ops import (
+    STEP_REPS,
+    STEP_WARMUP,
+    Profiler,
+    _random_parents,
+    choose_attention_backend,
+    graphs_kernels,
+)
 from conf.presets import MODEL_PRESETS
 
 # (preset, verify rows, expand widths): the validation pair's shapes plus other presets for the step fit.
@@ -32,15 +38,6 @@ STEP_CTX = (200, 970)
 MAX_TREE_NODES = 64  # draft tree region in the step measurements
 TOPK = 8
 ROUND_EXPANSIONS, ROUND_BS = 2, 8  # expand steps per round (d) and verify width of the timed bookkeeping
-
-
-def graphs_kernels() -> dict[str, bool]:
-    """`kernels.skinny` and `kernels.pdl` of conf/kernels/graphs.yaml: the runtime the graph-mode steps stand for."""
-    import yaml
-
-    path = Path(__file__).resolve().parent.parent / "conf" / "kernels" / "graphs.yaml"
-    data = yaml.safe_load(path.read_text()) or {}
-    return {key: bool(data.get(key, False)) for key in ("skinny", "pdl")}
 
 
 def _step_prompt(vocab: int, ctx: int, gen: torch.Generator) -> list[int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from bench import profile_ops as P
@@ -57,3 +58,28 @@ def test_graph_steps_run_the_kernels_graphs_config():
     data = yaml.safe_load(Path("conf/kernels/graphs.yaml").read_text())
     assert graphs_kernels() == {"skinny": data["skinny"], "pdl": data["pdl"]}
     assert set(graphs_kernels()) <= {f for f in KernelsConfig.__dataclass_fields__}
+
+
+def test_gemm_operators_are_the_runtimes_kernels():
+    """Graph-timed GEMMs run what the fused-path runtime runs per matrix, TP and rows; each call computes the
+    product (SwiGLU: silu(gate) * up; partials: summed over the splits)."""
+    choice = {(mat, tp, m, sk): P.runtime_gemm(mat, tp, m, sk)
+              for mat in ("qkv", "o", "gate_up", "down", "lm_head") for tp in (1, 2) for m in (8, 256)
+              for sk in (False, True)}
+    assert {k: v for k, v in choice.items() if k[2] == 256} == {k: "cublas" for k in choice if k[2] == 256}
+    assert all(choice[("gate_up", tp, 8, sk)] == "swiglu" for tp in (1, 2) for sk in (False, True))
+    assert choice[("qkv", 2, 8, True)] == "skinny" and choice[("qkv", 1, 8, False)] == "cublas"
+    assert choice[("o", 1, 8, True)] == choice[("down", 1, 8, True)] == "skinny_partials"
+    assert choice[("o", 2, 8, True)] == choice[("lm_head", 2, 8, True)] == "cublas"  # all-reduced / vocab-parallel
+    assert choice[("lm_head", 1, 8, True)] == "skinny"
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(3, 32, generator=g), torch.randn(48, 32, generator=g)
+    want = x @ w.T
+    for impl in ("cublas", "skinny"):
+        torch.testing.assert_close(P.gemm_call(impl, x)(w), want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(P.gemm_call("skinny_partials", x)(w).sum(0), want, rtol=1e-4, atol=1e-4)
+    gate, up = want[:, :24], want[:, 24:]
+    torch.testing.assert_close(P.gemm_call("swiglu", x)(w), torch.nn.functional.silu(gate) * up, rtol=1e-4,
+                               atol=1e-4)
+    with pytest.raises(ValueError, match="unknown impl 'tensorcore'"):
+        P.gemm_call("tensorcore", x)
