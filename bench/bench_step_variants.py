@@ -52,6 +52,7 @@ VARIANTS: dict[str, tuple[bool, dict[str, str] | None]] = {
     "skinny_pdl_small_late": (True, {"gemm": "off", "small": "late"}),
     "skinny_pdl_gemm_late": (True, {"gemm": "late", "small": "early"}),
     "skinny_pdl_small_late_gemm_early": (True, {"gemm": "early", "small": "late"}),
+    "skinny_pdl_late_prefetch": (True, {"gemm": "late_prefetch", "small": "late"}),
 }
 """name -> (kernels.skinny, the PDL trigger per kernel role or None for ordinary launches: kernels/pdl.py)."""
 

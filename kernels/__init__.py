@@ -10,6 +10,7 @@ from kernels.fused_mlp import swiglu
 from kernels.gemm_allreduce import gemm_allreduce, prepare_gemm_allreduce
 from kernels.kv_compact import kv_compact
 from kernels.norm import add_rmsnorm, add_rmsnorm_partials
+from kernels.qkv_rope import qkv_rope_kv_write
 from kernels.rope import rope_kv_write
 from kernels.skinny_linear import skinny_linear, skinny_linear_partials
 from kernels.tree_attention import tree_attention
@@ -22,6 +23,7 @@ __all__ = [
     "greedy_verify",
     "kv_compact",
     "prepare_gemm_allreduce",
+    "qkv_rope_kv_write",
     "rope_kv_write",
     "skinny_linear",
     "skinny_linear_partials",

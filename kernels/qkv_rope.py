@@ -1,0 +1,263 @@
+"""Fused decode-step QKV projection + RoPE + KV-cache write: ``skinny_linear`` and ``rope_kv_write`` in one launch.
+
+NOT wired into the runtime, and NOT yet run on a GPU: it is tested only under the Triton CPU interpreter
+(tests/kernels/test_qkv_rope.py). Its speed on the H200 is unmeasured (see Roofline).
+
+Contract (reference: ``rope_kv_write_ref(skinny_linear_ref(x, w_qkv), ...)`` in ``kernels.reference``)::
+
+    qkv_rope_kv_write(x [T, K], w_qkv [(Hq + 2 Hkv) * D, K], positions [T], inv_freq [D/2],
+                      k_cache [cap, Hkv, D], v_cache [cap, Hkv, D], write_slots [T], Hq, Hkv) -> q [T, Hq, D]
+    == rope_kv_write(skinny_linear(x, w_qkv), positions, inv_freq, k_cache, v_cache, write_slots, Hq, Hkv)
+
+    qkv[t, n]                  = sum_k x[t, k] * w_qkv[n, k]  float32 accumulation, rounded once to x.dtype
+    angle[t, i]                = float32(positions[t]) * inv_freq[i]                 (i < D/2, float32)
+    rope(y)[:D/2]              = y[:D/2] * cos(angle) - y[D/2:] * sin(angle)         (rotate-half, HF Llama)
+    rope(y)[D/2:]              = y[D/2:] * cos(angle) + y[:D/2] * sin(angle)
+    q[t, h]                    = rope(qkv[t, q head h])   rounded once to x.dtype (or q_out's dtype)
+    k_cache[write_slots[t], h] = rope(qkv[t, k head h])   rounded once to k_cache.dtype
+    v_cache[write_slots[t], h] = qkv[t, v head h]         cast to v_cache.dtype
+
+T <= 64 (``skinny_linear.MAX_M``: decode steps and verification trees); larger batches belong to cuBLAS.
+
+What is fused. The two-kernel path launches the weight-streaming GEMM (``kernels.skinny_linear``), which writes
+qkv [T, (Hq + 2 Hkv) * D] to memory, then ``kernels.rope_kv_write``, which reads it back, rotates q and k and
+scatters k and v into the caches. Here the GEMM's epilogue does the RoPE and the cache writes from registers:
+one launch (and one launch boundary, with or without PDL) per layer instead of two, and no qkv round trip
+(24 KiB per token for Llama-3-8B: negligible in bytes, so the launch boundary is the whole point).
+
+Numerics. The product accumulates in float32 (``tl.dot``) and is rounded once to x.dtype before RoPE, exactly
+where the two-kernel path rounds it when it stores qkv; RoPE then runs in float32 from those rounded values
+with float32 cos/sin, the same expressions in the same order as ``kernels/rope.py``, and each output is
+rounded once to its destination. So the result equals the two-kernel path whenever the two GEMMs round qkv
+to the same value, which they do unless their float32 sums differ in order: the tile shapes differ (BLOCK_N
+here is D/2 per accumulator), and the order of the terms inside one ``tl.dot`` is the hardware's (the BLAS
+library's under the interpreter). Guaranteed: within one x.dtype ulp of qkv, then the same RoPE; the tests
+check the caches and q against the two-kernel path with the project's 2-eps tolerances, and v (which is qkv
+itself) bitwise or within 1 ulp. Dropping this rounding would be slightly more accurate but would no longer
+reproduce the two-kernel path, so it is kept. Under ``TRITON_INTERPRET=1`` bf16 operands are upcast to
+float32 right after the loads (bf16 arithmetic is wrong in the interpreter) and float32 -> bf16 casts
+truncate instead of rounding to nearest (the interpreter's quirk, shared by both paths there).
+
+Work split. Program h (grid (Hq + 2 Hkv,), one program per head, no split-K) streams the D weight rows of head
+h, [h*D, (h+1)*D), over the whole of K, as two [BLOCK_K, D/2] tiles (rows h*D + i and h*D + D/2 + i) into two
+[BLOCK_M, D/2] float32 accumulators, so the epilogue pairs column i with i + D/2 without shuffles (BLOCK_M =
+next_pow2(T) >= 16 for tl.dot; D/2 is masked up to a power of two >= 16). x [T, K] is re-read from L2 by every
+program. Head h < Hq is rotated and stored to q; h < Hq + Hkv is rotated and stored at
+k_cache[write_slots[t], h - Hq]; the rest is stored raw at v_cache[write_slots[t], h - Hq - Hkv]. BLOCK_K is
+256 (128 from T > 16 on), halved while ``num_stages`` pipelined x and w tiles exceed ``skinny_linear.SMEM_BUDGET``.
+
+Roofline (H200, bf16, 4.29 TB/s copy ceiling). Llama-3-8B qkv weight [6144, 4096] is 50.3 MB -> 11.7 us at
+the ceiling (skinny_linear measured 18.6-18.9 us for it). But one program per head gives 48 programs (Hq 32 +
+2 * Hkv 8; fewer per tensor-parallel shard) for 132 SMs, where skinny_linear sizes its grid to >= ~2 programs
+per SM: only 48 SMs stream weights, each 1 MB, and the ceiling holds only if one SM can pull ~89 GB/s
+(4.29 TB/s / 48). Whether the saved launch outweighs the narrower grid is a trade-off to be measured later on
+the H200; it has NOT been measured yet. (If it loses, the next step is split-K over K with a float32
+workspace and the RoPE epilogue in the reduce, or several programs per head.)
+
+``write_slots`` must be distinct and in [0, cap) (not checked: that would need a host sync); duplicates leave one
+of the writers, unspecified which. ``q_out`` must not overlap x, w_qkv or the caches (every program reads all
+of x). CUDA graphs: capturable; the launch configuration depends only on shapes (T, K, heads, D), positions
+and slots are read on device, nothing syncs with the host, and nothing is allocated when ``q_out`` is given.
+PDL: ``pdl_start(USE_PDL)`` is the first statement; launched with the "gemm" role's trigger.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.pdl import pdl_options, pdl_start
+from kernels.skinny_linear import MAX_M, SMEM_BUDGET, m_bucket
+
+FN = "qkv_rope_kv_write"
+MIN_DOT = 16  # tl.dot needs every tile dim >= 16
+
+
+@triton.jit
+def _qkv_rope_kv_write_kernel(
+    X, W, Pos, InvFreq, Q, Kc, Vc, Slots,
+    T, K, num_heads, num_kv_heads, half,
+    stride_xm, stride_wn, stride_pos, stride_slot,
+    stride_q0, stride_q1, stride_k0, stride_k1, stride_v0, stride_v1,
+    BLOCK_M: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, USE_PDL: tl.constexpr,
+):
+    pdl_start(USE_PDL)
+    h = tl.program_id(0)  # head index in the q|k|v row; neighbouring programs stream neighbouring weight rows
+    rm = tl.arange(0, BLOCK_M)
+    i = tl.arange(0, BLOCK_HALF)  # column inside one half of the head
+    rk = tl.arange(0, BLOCK_K)
+    m_ok = rm < T
+    i_ok = i < half
+    row1 = (h * 2 * half + i).to(tl.int64)  # weight rows of the head's first half; the second is + half
+
+    x_ptrs = X + rm[:, None] * stride_xm + rk[None, :]
+    w1_ptrs = W + row1[None, :] * stride_wn + rk[:, None]  # [BLOCK_K, BLOCK_HALF] view of w
+    w2_ptrs = w1_ptrs + half * stride_wn
+    acc1 = tl.zeros([BLOCK_M, BLOCK_HALF], dtype=tl.float32)
+    acc2 = tl.zeros([BLOCK_M, BLOCK_HALF], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        if EVEN_K:
+            x = tl.load(x_ptrs, mask=m_ok[:, None], other=0.0)
+            w1 = tl.load(w1_ptrs, mask=i_ok[None, :], other=0.0)
+            w2 = tl.load(w2_ptrs, mask=i_ok[None, :], other=0.0)
+        else:
+            k_ok = (k0 + rk) < K
+            x = tl.load(x_ptrs, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
+            w1 = tl.load(w1_ptrs, mask=i_ok[None, :] & k_ok[:, None], other=0.0)
+            w2 = tl.load(w2_ptrs, mask=i_ok[None, :] & k_ok[:, None], other=0.0)
+        if UPCAST:
+            x = x.to(tl.float32)
+            w1 = w1.to(tl.float32)
+            w2 = w2.to(tl.float32)
+        acc1 = tl.dot(x, w1, acc1, input_precision=DOT_PRECISION)
+        acc2 = tl.dot(x, w2, acc2, input_precision=DOT_PRECISION)
+        x_ptrs += BLOCK_K
+        w1_ptrs += BLOCK_K
+        w2_ptrs += BLOCK_K
+
+    # The two-kernel path stores qkv in x's dtype and RoPE reads it back: round here the same way.
+    y1 = acc1.to(X.dtype.element_ty).to(tl.float32)
+    y2 = acc2.to(X.dtype.element_ty).to(tl.float32)
+    ok = m_ok[:, None] & i_ok[None, :]
+    slot = tl.load(Slots + rm * stride_slot, mask=m_ok, other=0).to(tl.int64)
+    n_qk = num_heads + num_kv_heads
+    if h < n_qk:
+        pos = tl.load(Pos + rm * stride_pos, mask=m_ok, other=0).to(tl.float32)
+        angle = pos[:, None] * tl.load(InvFreq + i, mask=i_ok, other=0.0).to(tl.float32)[None, :]
+        cos = tl.cos(angle)
+        sin = tl.sin(angle)
+        r1 = y1 * cos - y2 * sin
+        r2 = y2 * cos + y1 * sin
+        if h < num_heads:
+            q_ptr = Q + rm[:, None].to(tl.int64) * stride_q0 + h * stride_q1 + i[None, :]
+            tl.store(q_ptr, r1.to(Q.dtype.element_ty), mask=ok)
+            tl.store(q_ptr + half, r2.to(Q.dtype.element_ty), mask=ok)
+        else:
+            k_ptr = Kc + slot[:, None] * stride_k0 + (h - num_heads) * stride_k1 + i[None, :]
+            tl.store(k_ptr, r1.to(Kc.dtype.element_ty), mask=ok)
+            tl.store(k_ptr + half, r2.to(Kc.dtype.element_ty), mask=ok)
+    else:
+        v_ptr = Vc + slot[:, None] * stride_v0 + (h - n_qk) * stride_v1 + i[None, :]
+        tl.store(v_ptr, y1.to(Vc.dtype.element_ty), mask=ok)
+        tl.store(v_ptr + half, y2.to(Vc.dtype.element_ty), mask=ok)
+
+
+def _check_index(name: str, x: torch.Tensor, t: int) -> None:
+    if x.dim() != 1 or x.shape[0] != t or x.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"{FN}: {name} must be a [T={t}] int32/int64 tensor, got {tuple(x.shape)} {x.dtype}")
+
+
+def _block_k(t: int, k: int, block_half: int, elem_bytes: int, num_stages: int) -> int:
+    """256 (128 for T > 16), at most next_pow2(K), halved while the pipelined tiles exceed SMEM_BUDGET."""
+    bm = m_bucket(t)
+    bk = min(256 if bm <= 16 else 128, max(MIN_DOT, triton.next_power_of_2(k)))
+    while bk > 32 and num_stages * (bm + 2 * block_half) * bk * elem_bytes > SMEM_BUDGET:
+        bk //= 2
+    return bk
+
+
+def qkv_rope_kv_write(
+    x: torch.Tensor,
+    w_qkv: torch.Tensor,
+    positions: torch.Tensor,
+    inv_freq: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    write_slots: torch.Tensor,
+    num_heads: int,
+    num_kv_heads: int,
+    *,
+    q_out: torch.Tensor | None = None,
+    block_k: int | None = None,
+    num_warps: int = 4,
+    num_stages: int = 4,
+) -> torch.Tensor:
+    """x @ w_qkv.T, RoPE on q and k, k and v written to the caches at ``write_slots``; returns q (module docstring).
+
+    Args:
+        x: [T, K] activations (fp32, fp16 or bf16), T <= 64, last dim contiguous.
+        w_qkv: [(Hq + 2 Hkv) * D, K] (nn.Linear layout: q rows, then k rows, then v rows), x's dtype and device,
+            last dim contiguous.
+        positions: [T] int32/int64 token positions.
+        inv_freq: [D/2] float32 inverse frequencies (``runtime.model.rope_inv_freq``), contiguous.
+        k_cache, v_cache: [cap, Hkv, D], last dim contiguous; any float dtype (the stores cast).
+        write_slots: [T] int32/int64 distinct cache slots in [0, cap).
+        num_heads, num_kv_heads: Hq and Hkv (of this tensor-parallel shard).
+        q_out: optional float [T, Hq, D] buffer with a contiguous last dim (not overlapping the inputs).
+        block_k, num_warps, num_stages: tile configuration overrides (block_k: a power of two >= 16; default
+            from T, K, D and the shared-memory budget). Untuned: nothing has run on a GPU yet.
+
+    Returns:
+        q [T, Hq, D]: ``q_out`` if given, else a new contiguous tensor of x's dtype.
+    """
+    if x.dim() != 2:
+        raise ValueError(f"{FN}: x must be 2-d [T, K], got {tuple(x.shape)}")
+    t, k = x.shape
+    if t > MAX_M:
+        raise ValueError(f"{FN}: x has T={t} rows, more than MAX_M={MAX_M} (use the two-kernel path with cuBLAS)")
+    if not x.dtype.is_floating_point:
+        raise ValueError(f"{FN}: x must be floating point, got {x.dtype}")
+    if x.stride(-1) != 1:
+        raise ValueError(f"{FN}: x needs a contiguous last dim")
+    if num_heads < 1 or num_kv_heads < 1:
+        raise ValueError(f"{FN}: num_heads={num_heads} and num_kv_heads={num_kv_heads} must be >= 1")
+    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if cache.dim() != 3 or cache.shape[1] != num_kv_heads:
+            raise ValueError(f"{FN}: {name} must be [cap, Hkv={num_kv_heads}, D], got {tuple(cache.shape)}")
+        if cache.stride(-1) != 1:
+            raise ValueError(f"{FN}: {name} needs a contiguous last dim")
+        if not cache.dtype.is_floating_point:
+            raise ValueError(f"{FN}: {name} must be floating point, got {cache.dtype}")
+    d = k_cache.shape[2]
+    if v_cache.shape[2] != d:
+        raise ValueError(f"{FN}: v_cache head dim {v_cache.shape[2]} != k_cache head dim {d}")
+    if d % 2:
+        raise ValueError(f"{FN}: head dim D={d} (from k_cache) must be even")
+    n = (num_heads + 2 * num_kv_heads) * d
+    if w_qkv.dim() != 2 or tuple(w_qkv.shape) != (n, k):
+        raise ValueError(f"{FN}: w_qkv must be [(Hq + 2 Hkv) * D, K] = [({num_heads} + 2 * {num_kv_heads}) * {d}, "
+                         f"{k}] = [{n}, {k}], got {tuple(w_qkv.shape)}")
+    if w_qkv.dtype != x.dtype:
+        raise ValueError(f"{FN}: w_qkv dtype {w_qkv.dtype} must match x's {x.dtype}")
+    if w_qkv.stride(-1) != 1:
+        raise ValueError(f"{FN}: w_qkv needs a contiguous last dim")
+    _check_index("positions", positions, t)
+    _check_index("write_slots", write_slots, t)
+    if inv_freq.shape != (d // 2,) or inv_freq.dtype != torch.float32 or inv_freq.stride(0) != 1:
+        raise ValueError(f"{FN}: inv_freq must be a contiguous [D/2={d // 2}] float32 tensor, "
+                         f"got {tuple(inv_freq.shape)} {inv_freq.dtype}")
+    for name, other in (("w_qkv", w_qkv), ("positions", positions), ("inv_freq", inv_freq), ("k_cache", k_cache),
+                        ("v_cache", v_cache), ("write_slots", write_slots)):
+        if other.device != x.device:
+            raise ValueError(f"{FN}: {name} is on {other.device}, x on {x.device}")
+    if q_out is None:
+        q_out = torch.empty(t, num_heads, d, dtype=x.dtype, device=x.device)
+    elif (q_out.shape != (t, num_heads, d) or q_out.stride(-1) != 1 or not q_out.dtype.is_floating_point
+          or q_out.device != x.device):
+        raise ValueError(f"{FN}: q_out must be a float [T={t}, Hq={num_heads}, D={d}] tensor on {x.device} with a "
+                         f"contiguous last dim, got {tuple(q_out.shape)} {q_out.dtype} on {q_out.device}")
+    for name, v in (("num_warps", num_warps), ("num_stages", num_stages)):
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"{FN}: {name} must be a positive int, got {v!r}")
+    half = d // 2
+    block_half = max(MIN_DOT, triton.next_power_of_2(half))
+    if block_k is None:
+        block_k = _block_k(t, k, block_half, x.element_size(), num_stages)
+    elif not isinstance(block_k, int) or block_k < MIN_DOT or block_k & (block_k - 1):
+        raise ValueError(f"{FN}: block_k must be a power of two >= {MIN_DOT}, got {block_k!r}")
+    if t == 0:
+        return q_out
+
+    upcast = x.device.type == "cpu"
+    _qkv_rope_kv_write_kernel[(num_heads + 2 * num_kv_heads,)](
+        x, w_qkv, positions, inv_freq, q_out, k_cache, v_cache, write_slots,
+        t, k, num_heads, num_kv_heads, half,
+        x.stride(0), w_qkv.stride(0), positions.stride(0), write_slots.stride(0),
+        q_out.stride(0), q_out.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
+        BLOCK_M=m_bucket(t), BLOCK_HALF=block_half, BLOCK_K=block_k, EVEN_K=k % block_k == 0,
+        UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or x.dtype == torch.float32) else "tf32",
+        num_warps=num_warps, num_stages=num_stages, **pdl_options(x.device, "gemm"),
+    )
+    return q_out
