@@ -53,8 +53,11 @@ VARIANTS: dict[str, tuple[bool, dict[str, str] | None]] = {
     "skinny_pdl_gemm_late": (True, {"gemm": "late", "small": "early"}),
     "skinny_pdl_small_late_gemm_early": (True, {"gemm": "early", "small": "late"}),
     "skinny_pdl_late_prefetch": (True, {"gemm": "late_prefetch", "small": "late"}),
+    "skinny_pdl_late_qkvrope": (True, {"gemm": "late", "small": "late"}),
 }
 """name -> (kernels.skinny, the PDL trigger per kernel role or None for ordinary launches: kernels/pdl.py)."""
+QKV_ROPE_VARIANTS = frozenset({"skinny_pdl_late_qkvrope"})
+"""Variants whose QKV GEMM also does RoPE + the KV write (`kernels.qkv_rope_kv_write`; not a runtime config yet)."""
 
 
 def tree_inputs(rows: int, ctx: int, vocab: int, gen: torch.Generator) -> tuple:
@@ -81,7 +84,7 @@ def run_preset(preset: str, cases: list[tuple[int, int]], ctx: int, cap: int, va
             for name in variants:
                 skinny, policy = VARIANTS[name]
                 with pdl(policy is not None, **(policy or {})):
-                    model.use_fused_kernels(True, skinny=skinny)
+                    model.use_fused_kernels(True, skinny=skinny, qkv_rope=name in QKV_ROPE_VARIANTS)
                     graphs[rows, name] = StepGraph(model, cache, attn, rows, tree_len)
         # After every capture (captures write slots [0, rows)): a real context of ctx random tokens, so the
         # attention reads non-zero K/V. A step writes K/V at ctx + tree slots only: every replay sees this cache.

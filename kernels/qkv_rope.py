@@ -1,7 +1,9 @@
 """Fused decode-step QKV projection + RoPE + KV-cache write: ``skinny_linear`` and ``rope_kv_write`` in one launch.
 
-NOT wired into the runtime, and NOT yet run on a GPU: it is tested only under the Triton CPU interpreter
-(tests/kernels/test_qkv_rope.py). Its speed on the H200 is unmeasured (see Roofline).
+NOT yet run on a GPU and not a runtime config: it is tested only under the Triton CPU interpreter
+(tests/kernels/test_qkv_rope.py, tests/runtime/test_model.py) and reachable only as an experiment
+(``Transformer.use_fused_kernels(skinny=True, qkv_rope=True)``, bench/bench_step_variants.py variant
+skinny_pdl_late_qkvrope). Its speed on the H200 is unmeasured (see Roofline).
 
 Contract (reference: ``rope_kv_write_ref(skinny_linear_ref(x, w_qkv), ...)`` in ``kernels.reference``)::
 

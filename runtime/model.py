@@ -108,6 +108,7 @@ class Attention(nn.Module):
         self.wqkv = nn.Linear(shape.hidden_size, shape.q_size + 2 * shape.kv_size, bias=shape.qkv_bias, dtype=dtype)
         self.wo = nn.Linear(shape.q_size, shape.hidden_size, bias=False, dtype=dtype)
         self.skinny = False  # Transformer.use_fused_kernels: Triton skinny GEMMs for T <= SKINNY_MAX_ROWS
+        self.qkv_rope = False  # ... and the QKV GEMM with RoPE + KV write in its epilogue (experiment, bench only)
 
     def forward(
         self,
@@ -128,13 +129,19 @@ class Attention(nn.Module):
         """
         t, d = x.shape[0], self.head_dim
         skinny = self.skinny and t <= SKINNY_MAX_ROWS
-        qkv = self.wqkv(x) if not skinny or self.wqkv.bias is not None else _skinny(x, self.wqkv.weight)
-        if isinstance(rope, torch.Tensor):
+        if skinny and self.qkv_rope and self.wqkv.bias is None and isinstance(rope, torch.Tensor):
+            from kernels import qkv_rope_kv_write
+
+            q = qkv_rope_kv_write(x, self.wqkv.weight, meta.positions, rope, k_cache, v_cache, meta.write_slots,
+                                  self.num_heads, self.num_kv_heads)
+        elif isinstance(rope, torch.Tensor):
+            qkv = self.wqkv(x) if not skinny or self.wqkv.bias is not None else _skinny(x, self.wqkv.weight)
             from kernels import rope_kv_write
 
             q = rope_kv_write(qkv, meta.positions, rope, k_cache, v_cache, meta.write_slots, self.num_heads,
                               self.num_kv_heads)
         else:
+            qkv = self.wqkv(x)
             cos, sin = rope
             q, k, v = qkv.split([self.num_heads * d, self.num_kv_heads * d, self.num_kv_heads * d], dim=-1)
             q = apply_rope(q.view(t, self.num_heads, d), cos, sin)  # [T, Hq, D]
@@ -218,7 +225,7 @@ class Transformer(nn.Module):
         self.skinny = False
         self.tie_weights()
 
-    def use_fused_kernels(self, enabled: bool = True, skinny: bool = False) -> Transformer:
+    def use_fused_kernels(self, enabled: bool = True, skinny: bool = False, qkv_rope: bool = False) -> Transformer:
         """Run decode steps through the fused Triton kernels (GPU runtime with `kernels.backend=triton`).
 
         Per layer: add + RMSNorm in one kernel (twice), RoPE + K/V cache write in one kernel, the SwiGLU
@@ -228,6 +235,9 @@ class Transformer(nn.Module):
         TP, the o and down projections as split-K partials summed inside the next add + RMSNorm
         (`kernels.add_rmsnorm_partials`): 8 launches per layer, all Triton (so all can use `kernels.pdl`).
         Under TP the o and down projections stay cuBLAS (their outputs are all-reduced by the TP hooks).
+        `qkv_rope` (needs `skinny`; an experiment for bench/bench_step_variants.py, no config switch yet): the QKV
+        GEMM does RoPE and the K/V cache write in its epilogue (`kernels.qkv_rope_kv_write`), one launch fewer per
+        layer.
         Numerics: the fused kernels compute in fp32 and round once, so bf16 logits differ slightly from
         the torch path (not bit-identical). Every decode step (<= 64 rows) of a run takes the same path; with
         `skinny` its logits are the LM head's float32 accumulators, a longer prefill's are bf16-rounded cuBLAS
@@ -235,11 +245,14 @@ class Transformer(nn.Module):
         """
         if skinny and not enabled:
             raise ValueError("kernels.skinny: needs the fused Triton path (kernels.backend=triton)")
+        if qkv_rope and not skinny:
+            raise ValueError("use_fused_kernels: qkv_rope needs skinny (it replaces the skinny QKV GEMM + RoPE)")
         self.fused_kernels = enabled
         self.skinny = skinny
         for layer in self.layers:
             layer.mlp.fused = enabled
             layer.attn.skinny = skinny
+            layer.attn.qkv_rope = qkv_rope
         return self
 
     def tie_weights(self) -> None:

@@ -260,3 +260,27 @@ def test_skinny_path_leaves_long_prefills_to_torch_gemms(monkeypatch):
     want = plain(ids, AttnMeta.causal(0, n), new_cache(plain, n + 4), attn)
     got = skinny(ids, AttnMeta.causal(0, n), new_cache(skinny, n + 4), attn)
     assert launches == [] and (got - want).abs().max().item() <= 2e-5
+
+
+def test_qkv_rope_experiment_matches_the_torch_path(monkeypatch):
+    """use_fused_kernels(skinny=True, qkv_rope=True): every step's QKV GEMM does RoPE + the KV write itself
+    (kernels.qkv_rope_kv_write, one launch per layer) and the logits and cache equal the torch path."""
+    pytest.importorskip("kernels")
+    import kernels
+
+    shape = MODEL_PRESETS["tiny-llama"]
+    plain = build_model(shape, torch.float32, "cpu", seed=6)
+    fused = build_model(shape, torch.float32, "cpu", seed=6).use_fused_kernels(skinny=True, qkv_rope=True)
+    calls = []
+    real = kernels.qkv_rope_kv_write
+    monkeypatch.setattr(kernels, "qkv_rope_kv_write", lambda *a, **k: calls.append(1) or real(*a, **k))
+    ids = torch.randint(0, shape.vocab_size, (20,), generator=torch.Generator().manual_seed(3))
+    caches = [new_cache(plain, 24), new_cache(fused, 24)]
+    attn = make_attention_backend("triton")
+    for tokens, meta in ((ids[:16], AttnMeta.causal(0, 16)), (ids[16:], AttnMeta.causal(16, 4))):
+        want, got = (m(tokens, meta, c, attn) for m, c in zip((plain, fused), caches))
+        assert (got - want).abs().max().item() <= 2e-5
+    assert len(calls) == 2 * shape.num_layers
+    assert torch.allclose(caches[0].kv[:, :, :20], caches[1].kv[:, :, :20], atol=1e-5)
+    with pytest.raises(ValueError, match="qkv_rope needs skinny"):
+        plain.use_fused_kernels(qkv_rope=True)
