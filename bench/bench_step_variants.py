@@ -79,13 +79,18 @@ def run_preset(preset: str, cases: list[tuple[int, int]], ctx: int, cap: int, va
     cache = KVCache(layers, cap, heads, head_dim, model.dtype, device)
     attn = make_attention_backend("triton")
     graphs: dict[tuple[int, str], StepGraph] = {}
+    failed: dict[tuple[int, str], str] = {}
     with torch.no_grad():
         for rows, tree_len in cases:
             for name in variants:
                 skinny, policy = VARIANTS[name]
-                with pdl(policy is not None, **(policy or {})):
-                    model.use_fused_kernels(True, skinny=skinny, qkv_rope=name in QKV_ROPE_VARIANTS)
-                    graphs[rows, name] = StepGraph(model, cache, attn, rows, tree_len)
+                try:  # an experiment that does not build or capture is reported, not fatal to the others
+                    with pdl(policy is not None, **(policy or {})):
+                        model.use_fused_kernels(True, skinny=skinny, qkv_rope=name in QKV_ROPE_VARIANTS)
+                        graphs[rows, name] = StepGraph(model, cache, attn, rows, tree_len)
+                except Exception as exc:  # noqa: BLE001 (recorded with its type and message)
+                    failed[rows, name] = f"{type(exc).__name__}: {exc}"[:500]
+                    print(f"{preset} rows {rows} {name}: FAILED {failed[rows, name][:200]}", flush=True)
         # After every capture (captures write slots [0, rows)): a real context of ctx random tokens, so the
         # attention reads non-zero K/V. A step writes K/V at ctx + tree slots only: every replay sees this cache.
         model.use_fused_kernels(True)
@@ -96,15 +101,20 @@ def run_preset(preset: str, cases: list[tuple[int, int]], ctx: int, cap: int, va
             model(prompt[start:start + n], AttnMeta.causal(start, n, device), cache, attn)
     records = []
     for rows, tree_len in cases:
+        ran = [name for name in variants if (rows, name) in graphs]
+        if not ran:
+            records.append({"preset": preset, "rows": rows, "tree_len": tree_len, "ctx": ctx, "cap": cap,
+                            "variants": {}, "failed": {n: failed[rows, n] for n in variants}})
+            continue
         ids, pos, slots, mask = tree_inputs(rows, ctx, model.shape.vocab_size, gen)
         full_mask = torch.zeros(rows, tree_len, dtype=torch.bool)
         full_mask[:, :rows] = mask
         logits = {name: graphs[rows, name].replay(ids, pos, slots, ctx, full_mask).float().clone()
-                  for name in variants}
+                  for name in ran}
         torch.cuda.synchronize()
-        times: dict[str, list[float]] = {name: [] for name in variants}
+        times: dict[str, list[float]] = {name: [] for name in ran}
         for _ in range(rounds):
-            for name in variants:
+            for name in ran:
                 g = graphs[rows, name].graph
                 g.replay()  # one untimed replay: the variant's own kernels warm, as in a run of steps
                 a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -115,10 +125,11 @@ def run_preset(preset: str, cases: list[tuple[int, int]], ctx: int, cap: int, va
                 b.synchronize()
                 times[name].append(a.elapsed_time(b) * 1e-3 / inner)
         floor = byte_floor_s(model, ctx, rows)
-        base = logits[variants[0]]
+        base = logits[ran[0]]  # the first variant that ran (base, unless it failed)
         rec = {"preset": preset, "rows": rows, "tree_len": tree_len, "ctx": ctx, "cap": cap, "floor_s": floor,
-               "variants": {}}
-        for name in variants:
+               "logits_vs": ran[0], "variants": {},
+               "failed": {n: failed[rows, n] for n in variants if (rows, n) in failed}}
+        for name in ran:
             med = statistics.median(times[name])
             rec["variants"][name] = {
                 "replay_s": med, "over_floor": med / floor, "replay_s_all": times[name],
@@ -127,10 +138,31 @@ def run_preset(preset: str, cases: list[tuple[int, int]], ctx: int, cap: int, va
             }
         records.append(rec)
         print(f"{preset} rows {rows}: " + ", ".join(f"{v} {rec['variants'][v]['replay_s'] * 1e3:.3f} ms"
-                                                   for v in variants), flush=True)
+                                                   for v in ran), flush=True)
     del graphs, model, cache
     torch.cuda.empty_cache()
     return records
+
+
+def table(results: list[dict], variants: list[str]) -> str:
+    """Markdown: one row per variant, one column per case (ms and x floor; "failed" where it did not run), then
+    per case the floor and the logits' agreement with the first variant that ran."""
+    cols = [f"{r['preset']} rows {r['rows']}" for r in results]
+    lines = ["| variant | " + " | ".join(f"{c}: ms (x floor)" for c in cols) + " |", "|---" * (1 + len(cols)) + "|"]
+    for v in variants:
+        cells = [f"{r['variants'][v]['replay_s'] * 1e3:.3f} ({r['variants'][v]['over_floor']:.2f})"
+                 if v in r["variants"] else "failed" for r in results]
+        lines.append(f"| {v} | " + " | ".join(cells) + " |")
+    for r in results:
+        ran = list(r["variants"])
+        if not ran:
+            lines.append(f"{r['preset']} rows {r['rows']}: every variant failed")
+            continue
+        diff = max(r["variants"][v]["max_abs_diff_vs_base"] for v in ran)
+        agree = min(r["variants"][v]["argmax_agree_vs_base"] for v in ran)
+        lines.append(f"{r['preset']} rows {r['rows']}: floor {r['floor_s'] * 1e3:.3f} ms; logits vs {r['logits_vs']}: "
+                     f"max |diff| {diff:.3g}, argmax agreement >= {agree:.2f}")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -176,17 +208,7 @@ def main(argv: list[str] | None = None) -> dict:
     if a.out is not None:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(a.out, record)
-    cols = [f"{r['preset']} rows {r['rows']}" for r in results]
-    print("| variant | " + " | ".join(f"{c}: ms (x floor)" for c in cols) + " |")
-    print("|---" * (1 + len(cols)) + "|")
-    for v in variants:
-        cells = [f"{r['variants'][v]['replay_s'] * 1e3:.3f} ({r['variants'][v]['over_floor']:.2f})" for r in results]
-        print(f"| {v} | " + " | ".join(cells) + " |")
-    for r in results:
-        diff = max(r["variants"][v]["max_abs_diff_vs_base"] for v in variants)
-        agree = min(r["variants"][v]["argmax_agree_vs_base"] for v in variants)
-        print(f"{r['preset']} rows {r['rows']}: floor {r['floor_s'] * 1e3:.3f} ms; logits vs {variants[0]}: "
-              f"max |diff| {diff:.3g}, argmax agreement >= {agree:.2f}")
+    print(table(results, variants))
     return record
 
 

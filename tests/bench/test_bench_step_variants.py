@@ -31,3 +31,16 @@ def test_variants_are_the_runtime_switches_and_cpu_is_refused(monkeypatch):
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
         main(["--cases", "tiny-llama:4:4"])
+
+
+def test_table_marks_failed_variants():
+    """A variant that did not capture shows as failed; logits compare against the first one that ran."""
+    from bench.bench_step_variants import table
+
+    ok = {"replay_s": 4.5e-3, "over_floor": 1.2, "max_abs_diff_vs_base": 0.0, "argmax_agree_vs_base": 1.0}
+    results = [{"preset": "llama3-8b", "rows": 8, "floor_s": 3.775e-3, "logits_vs": "base",
+                "variants": {"base": ok}, "failed": {"skinny": "CompilationError: x"}},
+               {"preset": "llama3-8b", "rows": 1, "variants": {}, "failed": {"base": "e", "skinny": "e"}}]
+    out = table(results, ["base", "skinny"])
+    assert "| base | 4.500 (1.20) | failed |" in out and "| skinny | failed | failed |" in out
+    assert "rows 8: floor 3.775 ms; logits vs base" in out and "rows 1: every variant failed" in out
