@@ -168,15 +168,10 @@ def _preset_steps(p: Profiler, model: Any, attn: Any, backend: str, preset: str,
                   w_list: tuple[int, ...], gen: torch.Generator) -> None:
     """One model's verify and expand steps at every STEP_CTX prefix length."""
     for ctx in p.opt("step_ctx", STEP_CTX):
-        for rows in rows_list:
-            if p.time_left():
-                try:
-                    _verify_steps(p, model, attn, backend, preset, rows, ctx, gen)
-                except Exception as exc:
-                    p.error("steps", f"{preset} verify rows {rows} ctx {ctx}", exc)
-        for w in w_list:
-            if p.time_left():
-                try:
-                    _expand_steps(p, model, attn, backend, preset, w, ctx, gen)
-                except Exception as exc:
-                    p.error("steps", f"{preset} expand w {w} ctx {ctx}", exc)
+        for what, fn, widths in (("verify rows", _verify_steps, rows_list), ("expand w", _expand_steps, w_list)):
+            for width in widths:
+                if p.time_left():
+                    try:
+                        fn(p, model, attn, backend, preset, width, ctx, gen)
+                    except Exception as exc:  # one shape failing must not end the section
+                        p.error("steps", f"{preset} {what} {width} ctx {ctx}", exc)

@@ -73,6 +73,7 @@ import triton
 import triton.language as tl
 
 from kernels.pdl import pdl_options, pdl_start
+from kernels.rope import check_rope_operands
 from kernels.skinny_linear import MAX_M, SMEM_BUDGET, m_bucket
 
 FN = "qkv_rope_kv_write"
@@ -149,11 +150,6 @@ def _qkv_rope_kv_write_kernel(
         tl.store(v_ptr + half, y2.to(Vc.dtype.element_ty), mask=ok)
 
 
-def _check_index(name: str, x: torch.Tensor, t: int) -> None:
-    if x.dim() != 1 or x.shape[0] != t or x.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"{FN}: {name} must be a [T={t}] int32/int64 tensor, got {tuple(x.shape)} {x.dtype}")
-
-
 def _block_k(t: int, k: int, block_half: int, elem_bytes: int, num_stages: int) -> int:
     """256 (128 for T > 16), at most next_pow2(K), halved while the pipelined tiles exceed SMEM_BUDGET."""
     bm = m_bucket(t)
@@ -206,20 +202,8 @@ def qkv_rope_kv_write(
         raise ValueError(f"{FN}: x must be floating point, got {x.dtype}")
     if x.stride(-1) != 1:
         raise ValueError(f"{FN}: x needs a contiguous last dim")
-    if num_heads < 1 or num_kv_heads < 1:
-        raise ValueError(f"{FN}: num_heads={num_heads} and num_kv_heads={num_kv_heads} must be >= 1")
-    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
-        if cache.dim() != 3 or cache.shape[1] != num_kv_heads:
-            raise ValueError(f"{FN}: {name} must be [cap, Hkv={num_kv_heads}, D], got {tuple(cache.shape)}")
-        if cache.stride(-1) != 1:
-            raise ValueError(f"{FN}: {name} needs a contiguous last dim")
-        if not cache.dtype.is_floating_point:
-            raise ValueError(f"{FN}: {name} must be floating point, got {cache.dtype}")
-    d = k_cache.shape[2]
-    if v_cache.shape[2] != d:
-        raise ValueError(f"{FN}: v_cache head dim {v_cache.shape[2]} != k_cache head dim {d}")
-    if d % 2:
-        raise ValueError(f"{FN}: head dim D={d} (from k_cache) must be even")
+    d = check_rope_operands(FN, t, x.device, positions, inv_freq, k_cache, v_cache, write_slots, num_heads,
+                            num_kv_heads)
     n = (num_heads + 2 * num_kv_heads) * d
     if w_qkv.dim() != 2 or tuple(w_qkv.shape) != (n, k):
         raise ValueError(f"{FN}: w_qkv must be [(Hq + 2 Hkv) * D, K] = [({num_heads} + 2 * {num_kv_heads}) * {d}, "
@@ -228,15 +212,8 @@ def qkv_rope_kv_write(
         raise ValueError(f"{FN}: w_qkv dtype {w_qkv.dtype} must match x's {x.dtype}")
     if w_qkv.stride(-1) != 1:
         raise ValueError(f"{FN}: w_qkv needs a contiguous last dim")
-    _check_index("positions", positions, t)
-    _check_index("write_slots", write_slots, t)
-    if inv_freq.shape != (d // 2,) or inv_freq.dtype != torch.float32 or inv_freq.stride(0) != 1:
-        raise ValueError(f"{FN}: inv_freq must be a contiguous [D/2={d // 2}] float32 tensor, "
-                         f"got {tuple(inv_freq.shape)} {inv_freq.dtype}")
-    for name, other in (("w_qkv", w_qkv), ("positions", positions), ("inv_freq", inv_freq), ("k_cache", k_cache),
-                        ("v_cache", v_cache), ("write_slots", write_slots)):
-        if other.device != x.device:
-            raise ValueError(f"{FN}: {name} is on {other.device}, x on {x.device}")
+    if w_qkv.device != x.device:
+        raise ValueError(f"{FN}: w_qkv is on {w_qkv.device}, x on {x.device}")
     if q_out is None:
         q_out = torch.empty(t, num_heads, d, dtype=x.dtype, device=x.device)
     elif (q_out.shape != (t, num_heads, d) or q_out.stride(-1) != 1 or not q_out.dtype.is_floating_point

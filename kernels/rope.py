@@ -103,10 +103,36 @@ def _rope_kv_write_kernel(
     tl.store(v_ptr + half, x2.to(V.dtype.element_ty), mask=is_v)
 
 
-def _check_index(name: str, x: torch.Tensor, t: int) -> None:
-    if x.dim() != 1 or x.shape[0] != t or x.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"rope_kv_write: {name} must be a [T={t}] int32/int64 tensor, "
-                         f"got {tuple(x.shape)} {x.dtype}")
+def check_rope_operands(fn: str, t: int, device: torch.device, positions: torch.Tensor, inv_freq: torch.Tensor,
+                        k_cache: torch.Tensor, v_cache: torch.Tensor, write_slots: torch.Tensor, num_heads: int,
+                        num_kv_heads: int) -> int:
+    """Check the RoPE + KV-write operands of `fn` for T = `t` rows on `device`; returns the head dim D. Errors
+    name `fn` and the argument (shared by rope_kv_write and kernels.qkv_rope.qkv_rope_kv_write)."""
+    if num_heads < 1 or num_kv_heads < 1:
+        raise ValueError(f"{fn}: num_heads={num_heads} and num_kv_heads={num_kv_heads} must be >= 1")
+    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if cache.dim() != 3 or cache.shape[1] != num_kv_heads:
+            raise ValueError(f"{fn}: {name} must be [cap, Hkv={num_kv_heads}, D], got {tuple(cache.shape)}")
+        if cache.stride(-1) != 1:
+            raise ValueError(f"{fn}: {name} needs a contiguous last dim")
+        if not cache.dtype.is_floating_point:
+            raise ValueError(f"{fn}: {name} must be floating point, got {cache.dtype}")
+    d = k_cache.shape[2]
+    if v_cache.shape[2] != d:
+        raise ValueError(f"{fn}: v_cache head dim {v_cache.shape[2]} != k_cache head dim {d}")
+    if d % 2:
+        raise ValueError(f"{fn}: head dim D={d} (from k_cache) must be even")
+    for name, idx in (("positions", positions), ("write_slots", write_slots)):
+        if idx.dim() != 1 or idx.shape[0] != t or idx.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"{fn}: {name} must be a [T={t}] int32/int64 tensor, got {tuple(idx.shape)} {idx.dtype}")
+    if inv_freq.shape != (d // 2,) or inv_freq.dtype != torch.float32 or inv_freq.stride(0) != 1:
+        raise ValueError(f"{fn}: inv_freq must be a contiguous [D/2={d // 2}] float32 tensor, "
+                         f"got {tuple(inv_freq.shape)} {inv_freq.dtype}")
+    for name, other in (("positions", positions), ("inv_freq", inv_freq), ("k_cache", k_cache),
+                        ("v_cache", v_cache), ("write_slots", write_slots)):
+        if other.device != device:
+            raise ValueError(f"{fn}: {name} is on {other.device}, the input on {device}")
+    return d
 
 
 def rope_kv_write(
@@ -138,19 +164,9 @@ def rope_kv_write(
     """
     if qkv.dim() != 2:
         raise ValueError(f"rope_kv_write: qkv must be 2-d [T, (Hq + 2 Hkv) * D], got {tuple(qkv.shape)}")
-    if num_heads < 1 or num_kv_heads < 1:
-        raise ValueError(f"rope_kv_write: num_heads={num_heads} and num_kv_heads={num_kv_heads} must be >= 1")
-    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
-        if cache.dim() != 3 or cache.shape[1] != num_kv_heads:
-            raise ValueError(f"rope_kv_write: {name} must be [cap, Hkv={num_kv_heads}, D], got {tuple(cache.shape)}")
-        if cache.stride(-1) != 1:
-            raise ValueError(f"rope_kv_write: {name} needs a contiguous last dim")
     t, width = qkv.shape
-    d = k_cache.shape[2]
-    if v_cache.shape[2] != d:
-        raise ValueError(f"rope_kv_write: v_cache head dim {v_cache.shape[2]} != k_cache head dim {d}")
-    if d % 2:
-        raise ValueError(f"rope_kv_write: head dim D={d} (from k_cache) must be even")
+    d = check_rope_operands("rope_kv_write", t, qkv.device, positions, inv_freq, k_cache, v_cache, write_slots,
+                            num_heads, num_kv_heads)
     if width != (num_heads + 2 * num_kv_heads) * d:
         raise ValueError(f"rope_kv_write: qkv width {width} != (Hq + 2 Hkv) * D = "
                          f"({num_heads} + 2 * {num_kv_heads}) * {d} = {(num_heads + 2 * num_kv_heads) * d}")
@@ -158,15 +174,6 @@ def rope_kv_write(
         raise ValueError("rope_kv_write: qkv needs a contiguous last dim")
     if not qkv.dtype.is_floating_point:
         raise ValueError(f"rope_kv_write: qkv must be floating point, got {qkv.dtype}")
-    _check_index("positions", positions, t)
-    _check_index("write_slots", write_slots, t)
-    if inv_freq.shape != (d // 2,) or inv_freq.dtype != torch.float32 or inv_freq.stride(0) != 1:
-        raise ValueError(f"rope_kv_write: inv_freq must be a contiguous [D/2={d // 2}] float32 tensor, "
-                         f"got {tuple(inv_freq.shape)} {inv_freq.dtype}")
-    for name, other in (("positions", positions), ("inv_freq", inv_freq), ("k_cache", k_cache),
-                        ("v_cache", v_cache), ("write_slots", write_slots)):
-        if other.device != qkv.device:
-            raise ValueError(f"rope_kv_write: {name} is on {other.device}, qkv on {qkv.device}")
     if q_out is None:
         q_out = torch.empty(t, num_heads, d, dtype=qkv.dtype, device=qkv.device)
     elif q_out.shape != (t, num_heads, d) or q_out.stride(-1) != 1 or not q_out.dtype.is_floating_point:
