@@ -11,8 +11,11 @@ rows with the same argmax), and the byte floor (weights + K/V of the context, ov
 Variants (`kernels.skinny`, `kernels.pdl` of the runtime; VARIANTS): base = the fused path of kernels=graphs
 (cuBLAS projections, split-K reduces, separate norms); pdl* = programmatic dependent launch of the Triton kernels
 with a trigger per kernel role (kernels/pdl.py: weight-streaming GEMMs vs the small kernels; early = release the
-next kernel at the start, late = as the blocks exit, off = ordinary launch); skinny* = Triton skinny GEMMs with
-the o / down split-K partials summed in the norms.
+next kernel at the start, late = as the blocks exit, off = ordinary launch; late_prefetch = late, the GEMMs
+loading their first weight tile before the wait); skinny* = Triton skinny GEMMs with the o / down split-K partials
+summed in the norms; *_qkvrope = the QKV GEMM also doing RoPE + the KV write (`kernels.qkv_rope_kv_write`). The
+prefetch and qkvrope variants are experiments (not yet measured when added); a variant that fails to build or
+capture is recorded as failed and the others still run.
 Random bf16 weights (never zeros). Plain argparse: runs on the GPU machine without Hydra.
 """
 
@@ -202,7 +205,8 @@ def main(argv: list[str] | None = None) -> dict:
               "date": datetime.date.today().isoformat(), "torch": torch.__version__,
               "triton": __import__("triton").__version__,
               "config": {"ctx": a.ctx, "cap": a.cap, "rounds": a.rounds, "inner": a.inner,
-                         "variants": {v: {"skinny": VARIANTS[v][0], "pdl": VARIANTS[v][1]} for v in variants},
+                         "variants": {v: {"skinny": VARIANTS[v][0], "pdl": VARIANTS[v][1],
+                                          "qkv_rope": v in QKV_ROPE_VARIANTS} for v in variants},
                          "cases": a.cases},
               "results": results}
     if a.out is not None:

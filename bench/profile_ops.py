@@ -240,22 +240,23 @@ FUSED_MAX_ROWS = 64
 SKINNY_MAX_ROWS); above, cuBLAS."""
 
 
-def runtime_gemm(matrix: str, tp: int, m: int, skinny: bool) -> str:
-    """The kernel the fused-path runtime runs for one rank's `matrix` at `m` rows: swiglu (gate_up, the fused
-    SwiGLU), skinny (qkv; the LM head at TP 1), skinny_partials (o and down at TP 1: split-K partials the next
-    norm sums), or cublas (F.linear: prefill-sized m, and what `kernels.skinny=false` or TP keeps on cuBLAS)."""
+def runtime_gemm(matrix: str, tp: int, m: int, skinny: bool, qkv_bias: bool = False) -> str:
+    """The kernel the fused-path runtime runs for one rank's `matrix` at `m` rows (runtime/model.py): swiglu
+    (gate_up, the fused SwiGLU), skinny (qkv without a bias), skinny_fp32 (the LM head at TP 1: float32 logits),
+    skinny_partials (o and down at TP 1: split-K partials the next norm sums), or cublas (F.linear: prefill-sized
+    m, a biased qkv, and what `kernels.skinny=false` or TP keeps on cuBLAS)."""
     if m > FUSED_MAX_ROWS:
         return "cublas"
     if matrix == "gate_up":
         return "swiglu"
     if not skinny:
         return "cublas"
-    if matrix == "qkv":
+    if matrix == "qkv" and not qkv_bias:
         return "skinny"
     if matrix in ("o", "down") and tp == 1:
         return "skinny_partials"
     if matrix == "lm_head" and tp == 1:
-        return "skinny"
+        return "skinny_fp32"
     return "cublas"
 
 
@@ -269,6 +270,15 @@ def gemm_call(impl: str, x: torch.Tensor) -> Any:
         return lambda w: swiglu(x, *w.chunk(2, dim=0))
     if impl == "skinny":
         return lambda w: skinny_linear(x, w)
+    if impl == "skinny_fp32":  # the LM head's float32 logits, one buffer per N
+        outs: dict[int, torch.Tensor] = {}
+
+        def lm_head(w: torch.Tensor) -> torch.Tensor:
+            out = outs.get(w.shape[0])
+            if out is None:
+                out = outs[w.shape[0]] = torch.empty(x.shape[0], w.shape[0], dtype=torch.float32, device=x.device)
+            return skinny_linear(x, w, out=out)
+        return lm_head
     if impl == "skinny_partials":
         return lambda w: skinny_linear_partials(x, w)
     raise ValueError(f"gemm_call: unknown impl {impl!r}")
@@ -309,9 +319,11 @@ def section_launch(p: Profiler) -> None:
         p.emit("op.step_overhead", p.host_s(graph.replay, warmup=3, reps=20), kind="graph_replay", launches=1)
 
 
-def gemm_plan(p: Profiler) -> list[tuple[str, int, str, int, int, tuple[int, ...]]]:
-    """(preset, tp, matrix, k, n, Ms) in sweep order: degree by degree over all presets; (k, n, M) deduplicated."""
-    seen: set[tuple[int, int, int]] = set()
+def gemm_plan(p: Profiler) -> list[tuple[str, int, str, int, int, tuple[tuple[int, str], ...]]]:
+    """(preset, tp, matrix, k, n, ((M, impl), ...)) in sweep order: degree by degree over all presets; impl is the
+    runtime's kernel under graph timing (`runtime_gemm`), else cublas; (k, n, M, impl) deduplicated."""
+    skinny = graphs_kernels()["skinny"] if p.graph_timing else False
+    seen: set[tuple[int, int, int, str]] = set()
     plan = []
     presets = [MODEL_PRESETS[n] for n in p.opt("gemm_presets", GEMM_PRESETS)]
     for tp in TP_ORDER:
@@ -320,10 +332,12 @@ def gemm_plan(p: Profiler) -> list[tuple[str, int, str, int, int, tuple[int, ...
                 continue
             for mat, k, n in layer_matrices(shape, tp):
                 ms = tuple(p.opt("gemm_m", GEMM_M)) + (tuple(p.opt("prefill_m", PREFILL_M)) if tp <= 2 else ())
-                ms = tuple(m for m in ms if (k, n, m) not in seen)
-                seen.update((k, n, m) for m in ms)
-                if ms:
-                    plan.append((shape.name, tp, mat, k, n, ms))
+                runs = tuple((m, runtime_gemm(mat, tp, m, skinny, shape.qkv_bias) if p.graph_timing else "cublas")
+                             for m in ms)
+                runs = tuple(r for r in runs if (k, n, *r) not in seen)
+                seen.update((k, n, *r) for r in runs)
+                if runs:
+                    plan.append((shape.name, tp, mat, k, n, runs))
     return plan
 
 
@@ -332,17 +346,15 @@ def section_gemm(p: Profiler) -> None:
     timing (the kernels=graphs runtime) `runtime_gemm`'s choice, else F.linear as nn.Linear runs it."""
     gen = torch.Generator(device=p.device).manual_seed(1)
     elt = torch.tensor([], dtype=p.dtype).element_size()
-    skinny = graphs_kernels()["skinny"]
-    for preset, tp, mat, k, n, ms in gemm_plan(p):
+    for preset, tp, mat, k, n, runs in gemm_plan(p):
         if not p.time_left():
             print(f"  gemm: budget reached at {preset} tp{tp} {mat}", flush=True)
             return
         try:
             w = torch.randn(n, k, device=p.device, dtype=p.dtype, generator=gen) * k**-0.5
             ws = [w] + [w.clone() for _ in range(p.copies(k * n * elt) - 1)]
-            for m in ms:
+            for m, impl in runs:
                 x = torch.randn(m, k, device=p.device, dtype=p.dtype, generator=gen)
-                impl = runtime_gemm(mat, tp, m, skinny) if p.graph_timing else "cublas"
                 s = p.kernel_s(rotating(gemm_call(impl, x), ws))
                 p.emit("op.gemm", s, shapes=shapes_str((m, k), (n, k)), tp=tp, tokens=m, preset=preset, matrix=mat,
                        m=m, k=k, n=n, weight_bytes=float(k * n * elt), flops=2.0 * m * k * n,

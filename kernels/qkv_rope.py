@@ -33,14 +33,15 @@ with float32 cos/sin, the same expressions in the same order as ``kernels/rope.p
 rounded once to its destination. So the result equals the two-kernel path whenever the two GEMMs round qkv
 to the same value, which they do unless their float32 sums differ in order: the tile shapes differ (BLOCK_N
 here is D/2 per accumulator), and the order of the terms inside one ``tl.dot`` is the hardware's (the BLAS
-library's under the interpreter). Which one: under the CPU interpreter the two paths are BITWISE equal (both
-sum the same BLOCK_K chunks in the same order; the tests assert torch.equal for q and both caches in fp32, fp16
-and bf16). On a GPU (not run yet) bitwise equality is not guaranteed: qkv is within one x.dtype ulp of the
-two-kernel path's for fp16/bf16 (a few float32 ulps for fp32 x), followed by the identical RoPE. Dropping the
-rounding would be slightly more accurate but would no longer reproduce the two-kernel path, so it is kept.
-Under ``TRITON_INTERPRET=1`` bf16 operands are upcast to float32 right after the loads (bf16 arithmetic is
-wrong in the interpreter) and float32 -> bf16 casts truncate instead of rounding to
-nearest (the interpreter's quirk, shared by both paths there).
+library's under the interpreter). Which one: under the CPU interpreter the two paths are BITWISE equal when the
+tiles match (D/2 = skinny_linear's BLOCK_N of 16, i.e. head dims 16 and 32: the tests assert torch.equal for q
+and both caches in fp32, fp16 and bf16); with other head dims (e.g. 128) the matmul tiles differ and the results
+agree to float32 rounding of qkv (about 1e-6 in fp32; tested with tolerances). On a GPU (not run yet) bitwise
+equality is not guaranteed: qkv is within one x.dtype ulp of the two-kernel path's for fp16/bf16 (a few
+float32 ulps for fp32 x), followed by the identical RoPE. Dropping the rounding would be slightly more accurate
+but would no longer reproduce the two-kernel path, so it is kept. Under ``TRITON_INTERPRET=1`` bf16 operands are
+upcast to float32 right after the loads (bf16 arithmetic is wrong in the interpreter) and float32 -> bf16 casts
+truncate instead of rounding to nearest (the interpreter's quirk, shared by both paths there).
 
 Work split. Program h (grid (Hq + 2 Hkv,), one program per head, no split-K) streams the D weight rows of head
 h, [h*D, (h+1)*D), over the whole of K, as two [BLOCK_K, D/2] tiles (rows h*D + i and h*D + D/2 + i) into two

@@ -45,8 +45,9 @@ class OracleOutcome:
 
 
 def load_positional(cfg: AcceptanceConfig) -> list[list[float]]:
-    """The positional table (from `cfg.file` if given), scaled by `cfg.scale`, rows renormalised to <= 1: the
-    simulator's reading of it (simulator/acceptance.py, torch-free), so both validate it alike."""
+    """The positional table (from `cfg.file` if given: {"positional": rows} or the rows), scaled by `cfg.scale`,
+    rows renormalised to <= 1 after the scale: the simulator's reading of it (simulator/acceptance.py, torch-free),
+    so both validate it alike (a file's own rows must each sum to <= 1, as the config's inline table)."""
     from simulator.acceptance import PositionalAcceptance, load_acceptance
 
     acc = load_acceptance(cfg, topk=1)
@@ -65,7 +66,9 @@ def oracle_belief(cfg: AcceptanceConfig, topk: int) -> list[list[float]]:
 
 def load_replay(path: str | Path) -> list[tuple[int, bool]]:
     """(accepted, hit) per iteration of a recorded run (its iterations.csv, or JSON), read as the simulator reads
-    it (`simulator.acceptance.read_replay`: errors name the file and row); an unrecorded hit counts as a miss."""
+    it (`simulator.acceptance.read_replay`: errors name the file and row); an unrecorded hit counts as a miss.
+    JSON entries need an integer `accepted` and a boolean or null `hit` (no "2" / "true" strings, as before
+    2026-11-30)."""
     from simulator.acceptance import read_replay
 
     verifies, _ = read_replay(str(path))

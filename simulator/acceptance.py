@@ -353,7 +353,11 @@ def load_acceptance(cfg: AcceptanceConfig, topk: int) -> PositionalAcceptance | 
     table: Any = cfg.positional
     if cfg.file is not None:
         data = _read_json(cfg.file, "acceptance.file")
-        if not isinstance(data, dict) or "positional" not in data:
-            raise ValueError(f"{cfg.file}: positional: missing (expected {{\"positional\": [[...]]}})")
-        table = _check_table(data["positional"], f"{cfg.file}: positional")
+        if isinstance(data, list):  # a bare table of rows
+            table = _check_table(data, f"{cfg.file}")
+        elif isinstance(data, dict) and "positional" in data:
+            table = _check_table(data["positional"], f"{cfg.file}: positional")
+        else:
+            raise ValueError(f"{cfg.file}: positional: missing (expected {{\"positional\": [[...]]}} "
+                             "or a list of rows)")
     return PositionalAcceptance([list(row) for row in table], cfg.scale)

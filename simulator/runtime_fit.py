@@ -59,8 +59,6 @@ def _leader_spans(records: Sequence[TraceRecord]) -> dict[tuple[str, str], list[
     return out
 
 
-
-
 def run_components(run_dir: str | Path, profile: Profile) -> dict[str, Any]:
     """Per-run medians of the residuals and host spans of one measured run dir (see the module docstring)."""
     from simulator.simulation import build_costs

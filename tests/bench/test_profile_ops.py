@@ -71,15 +71,35 @@ def test_gemm_operators_are_the_runtimes_kernels():
     assert choice[("qkv", 2, 8, True)] == "skinny" and choice[("qkv", 1, 8, False)] == "cublas"
     assert choice[("o", 1, 8, True)] == choice[("down", 1, 8, True)] == "skinny_partials"
     assert choice[("o", 2, 8, True)] == choice[("lm_head", 2, 8, True)] == "cublas"  # all-reduced / vocab-parallel
-    assert choice[("lm_head", 1, 8, True)] == "skinny"
+    assert choice[("lm_head", 1, 8, True)] == "skinny_fp32"
+    assert P.runtime_gemm("qkv", 1, 8, True, qkv_bias=True) == "cublas"  # a biased QKV stays on nn.Linear
     g = torch.Generator().manual_seed(0)
     x, w = torch.randn(3, 32, generator=g), torch.randn(48, 32, generator=g)
     want = x @ w.T
-    for impl in ("cublas", "skinny"):
-        torch.testing.assert_close(P.gemm_call(impl, x)(w), want, rtol=1e-4, atol=1e-4)
+    for impl in ("cublas", "skinny", "skinny_fp32"):
+        torch.testing.assert_close(P.gemm_call(impl, x)(w).float(), want, rtol=1e-4, atol=1e-4)
+    assert P.gemm_call("skinny_fp32", x.half())(w.half()).dtype == torch.float32
     torch.testing.assert_close(P.gemm_call("skinny_partials", x)(w).sum(0), want, rtol=1e-4, atol=1e-4)
     gate, up = want[:, :24], want[:, 24:]
     torch.testing.assert_close(P.gemm_call("swiglu", x)(w), torch.nn.functional.silu(gate) * up, rtol=1e-4,
                                atol=1e-4)
     with pytest.raises(ValueError, match="unknown impl 'tensorcore'"):
         P.gemm_call("tensorcore", x)
+
+
+def test_gemm_plan_keeps_each_kernel_of_a_shape(monkeypatch):
+    """Under graph timing a (k, n, M) is timed once per kernel the runtime runs on it (two presets sharing a
+    shape with different kernels both keep it); a biased QKV is planned on cuBLAS."""
+    p = P.Profiler(device=torch.device("cpu"), dtype=torch.float32, out=Path("/dev/null"), quick=False,
+                   device_name="cpu", run_id="t")
+    monkeypatch.setattr(P.Profiler, "graph_timing", property(lambda self: True))
+    plan = P.gemm_plan(p)
+    runs = {(k, n, m, impl) for _, _, _, k, n, rs in plan for m, impl in rs}
+    assert len(runs) == sum(len(rs) for *_, rs in plan)  # deduplicated on (k, n, M, impl)
+    by_shape: dict = {}
+    for _, _, _, k, n, rs in plan:
+        for m, impl in rs:
+            by_shape.setdefault((k, n, m), set()).add(impl)
+    assert any(len(impls) > 1 for impls in by_shape.values())  # e.g. 1B TP 2 gate_up vs 70B TP 4 o
+    qwen = [rs for preset, _, mat, *_, rs in plan if preset == "qwen2-72b" and mat == "qkv"]
+    assert qwen and all(impl == "cublas" for rs in qwen for _, impl in rs)

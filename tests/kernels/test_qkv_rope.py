@@ -2,8 +2,9 @@
 (Triton interpreter on CPU; bf16 is upcast after the loads there, so bf16 covers loads, stores and rounding).
 
 Under the interpreter both paths sum each BLOCK_K chunk with numpy in the same chunk order and round qkv to
-x.dtype at the same point, so the fused kernel reproduces the two-kernel path bitwise; on a GPU the float32
-summation order inside tl.dot may differ between the two tile shapes (module docstring: within 1 ulp of qkv).
+x.dtype at the same point, so for head dims 16 and 32 (tiles of the same width) the fused kernel reproduces the
+two-kernel path bitwise; for D = 128 the tiles differ and the test uses tolerances, as on a GPU, where the float32
+summation order inside tl.dot may differ (module docstring: within 1 ulp of qkv).
 """
 
 from __future__ import annotations
@@ -174,3 +175,24 @@ def test_bad_inputs_raise(case):
     field = {"x_rows": "x has T=65", "w_qkv_dtype": "w_qkv dtype", "v_cache": "v_cache head dim"}.get(case, case)
     with pytest.raises(ValueError, match=field):
         qkv_rope_kv_write(**_bad(case))
+
+
+@pytest.mark.parametrize("t", [33, 64])
+def test_llama_head_dim_and_wide_row_blocks(t):
+    """D = 128 (Llama heads: tiles wider than skinny_linear's, so not bitwise) and 33 / 64 rows (row blocks of
+    64): the two-kernel path and the references to float32 rounding; caches written only at the slots."""
+    k, hq, hkv, d = 64, 2, 1, 128
+    x, w, pos, slots, k_cache, v_cache = _inputs(t, k, hq, hkv, d, torch.float32, seed=t)
+    inv_freq = _inv_freq(d)
+    kc, vc = k_cache.clone(), v_cache.clone()
+    q = qkv_rope_kv_write(x, w, pos, inv_freq, kc, vc, slots, hq, hkv)
+    k2, v2 = k_cache.clone(), v_cache.clone()
+    q2 = rope_kv_write(skinny_linear(x, w), pos, inv_freq, k2, v2, slots, hq, hkv)
+    for got, want, what in ((q, q2, "q"), (kc, k2, "k_cache"), (vc, v2, "v_cache")):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=what)
+    kr, vr = k_cache.clone(), v_cache.clone()
+    q_ref = rope_kv_write_ref(skinny_linear_ref(x, w), pos, inv_freq, kr, vr, slots, hq, hkv)
+    assert_close(q, q_ref, torch.float32, "q vs reference")
+    assert_close(kc, kr, torch.float32, "k_cache vs reference")
+    for cache, what in ((kc, "k_cache"), (vc, "v_cache")):
+        _check_untouched(cache, slots, what)

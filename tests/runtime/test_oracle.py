@@ -77,3 +77,13 @@ def test_resolve_bonus():
     assert resolve_bonus([11, 12, 13], 1, fallback=99) == 12  # the draft holds the drawn rank: a hit
     assert resolve_bonus([11, 12], 5, fallback=99) == 99  # rank beyond the draft's children: a miss
     assert resolve_bonus([0, 1, 99], NO_RANK, fallback=99) == 2  # fallback is a child: first free id
+
+
+def test_positional_file_may_be_a_bare_table(tmp_path):
+    """A positional file holds {"positional": rows} or the rows themselves; a bad row names the file."""
+    f = tmp_path / "rows.json"
+    f.write_text(json.dumps([[0.5, 0.2], [0.3]]))
+    assert load_positional(AcceptanceConfig(file=str(f))) == [[0.5, 0.2], [0.3]]
+    f.write_text(json.dumps([[0.9, 0.4]]))
+    with pytest.raises(ValueError, match=r"rows\.json\[0\]"):
+        load_positional(AcceptanceConfig(file=str(f)))
