@@ -261,8 +261,6 @@ def skinny_linear_partials(
     """
     fn = "skinny_linear_partials"
     m, n, k = _check_operands(x, w, fn)
-    if split_k is not None and (not isinstance(split_k, int) or split_k < 1):
-        raise ValueError(f"{fn}: split_k must be a positive int, got {split_k!r}")
     cfg = _resolve(x, m, n, k, fn, split_k=split_k, block_n=block_n, block_k=block_k, num_warps=num_warps,
                    num_stages=num_stages)
     split_k = cfg["split_k"]
