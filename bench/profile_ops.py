@@ -13,7 +13,7 @@ each gets a share of `--budget-s`, unused time rolls over; the trace is rewritte
 |------------|-------------------------------------------|------------------------------------------------------------|
 | launch     | op.step_overhead kind launch|graph_replay | host cost of a tiny eager launch, of a 1-kernel graph replay|
 | gemm       | op.gemm                                   | every weight matrix of the presets, by the runtime's kernel|
-|            |                                           | (`runtime_gemm`: cuBLAS, skinny, SwiGLU; extra `impl`)     |
+|            |                                           | (bench/runtime_kernels.py: cuBLAS, skinny, SwiGLU; `impl`) |
 |            |                                           | (qkv, o, gate_up, down, lm_head) at TP shards 1..8, M in   |
 |            |                                           | {1, 4, 8, 16, 32, 64} (+ 256, 1024 at TP 1-2 for prefill)  |
 | attention  | op.attention                              | the runtime's attention backend (triton tree attention if  |
@@ -73,8 +73,8 @@ for _k, _v in NCCL_ENV.items():
     os.environ.setdefault(_k, _v)
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
+from bench.runtime_kernels import gemm_call, graphs_kernels, runtime_gemm  # noqa: E402
 from conf.presets import MODEL_PRESETS, ModelShape, check_tp  # noqa: E402
 from conf.trace import TraceRecord, shapes_str, write_traces  # noqa: E402
 from runtime.tree import ancestor_mask  # noqa: E402
@@ -223,65 +223,6 @@ def layer_matrices(shape: ModelShape, tp: int) -> list[tuple[str, int, int]]:
     inter, h = _shard(shape.intermediate_size, tp), shape.hidden_size
     return [("qkv", h, q + 2 * kv), ("o", q, h), ("gate_up", h, 2 * inter), ("down", inter, h),
             ("lm_head", h, _shard(shape.vocab_size, tp))]
-
-
-def graphs_kernels() -> dict[str, bool]:
-    """`kernels.skinny` and `kernels.pdl` of conf/kernels/graphs.yaml: the runtime graph-timed operators and steps
-    stand for."""
-    import yaml
-
-    path = Path(__file__).resolve().parent.parent / "conf" / "kernels" / "graphs.yaml"
-    data = yaml.safe_load(path.read_text()) or {}
-    return {key: bool(data.get(key, False)) for key in ("skinny", "pdl")}
-
-
-FUSED_MAX_ROWS = 64
-"""Rows up to which the runtime's fused path runs the Triton GEMMs (runtime/model.py MLP.FUSED_MAX_ROWS,
-SKINNY_MAX_ROWS); above, cuBLAS."""
-
-
-def runtime_gemm(matrix: str, tp: int, m: int, skinny: bool, qkv_bias: bool = False) -> str:
-    """The kernel the fused-path runtime runs for one rank's `matrix` at `m` rows (runtime/model.py): swiglu
-    (gate_up, the fused SwiGLU), skinny (qkv without a bias), skinny_fp32 (the LM head at TP 1: float32 logits),
-    skinny_partials (o and down at TP 1: split-K partials the next norm sums), or cublas (F.linear: prefill-sized
-    m, a biased qkv, and what `kernels.skinny=false` or TP keeps on cuBLAS)."""
-    if m > FUSED_MAX_ROWS:
-        return "cublas"
-    if matrix == "gate_up":
-        return "swiglu"
-    if not skinny:
-        return "cublas"
-    if matrix == "qkv" and not qkv_bias:
-        return "skinny"
-    if matrix in ("o", "down") and tp == 1:
-        return "skinny_partials"
-    if matrix == "lm_head" and tp == 1:
-        return "skinny_fp32"
-    return "cublas"
-
-
-def gemm_call(impl: str, x: torch.Tensor) -> Any:
-    """w -> the `impl` kernel's product with x (runtime_gemm's names), for timing with `rotating`."""
-    if impl == "cublas":
-        return lambda w: F.linear(x, w)
-    from kernels import skinny_linear, skinny_linear_partials, swiglu
-
-    if impl == "swiglu":
-        return lambda w: swiglu(x, *w.chunk(2, dim=0))
-    if impl == "skinny":
-        return lambda w: skinny_linear(x, w)
-    if impl == "skinny_fp32":  # the LM head's float32 logits, one buffer per N
-        outs: dict[int, torch.Tensor] = {}
-
-        def lm_head(w: torch.Tensor) -> torch.Tensor:
-            out = outs.get(w.shape[0])
-            if out is None:
-                out = outs[w.shape[0]] = torch.empty(x.shape[0], w.shape[0], dtype=torch.float32, device=x.device)
-            return skinny_linear(x, w, out=out)
-        return lm_head
-    if impl == "skinny_partials":
-        return lambda w: skinny_linear_partials(x, w)
-    raise ValueError(f"gemm_call: unknown impl {impl!r}")
 
 
 def _tp_degrees(shape: ModelShape) -> list[int]:

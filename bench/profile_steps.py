@@ -18,14 +18,8 @@ from typing import Any
 
 import torch
 
-from bench.profile_ops import (
-    STEP_REPS,
-    STEP_WARMUP,
-    Profiler,
-    _random_parents,
-    choose_attention_backend,
-    graphs_kernels,
-)
+from bench.profile_ops import STEP_REPS, STEP_WARMUP, Profiler, _random_parents, choose_attention_backend
+from bench.runtime_kernels import graphs_kernels
 from conf.presets import MODEL_PRESETS
 
 # (preset, verify rows, expand widths): the validation pair's shapes plus other presets for the step fit.

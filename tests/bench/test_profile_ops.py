@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from bench import profile_ops as P
+from bench import runtime_kernels as R
 
 
 def test_rotating_cycles_through_the_operands():
@@ -52,7 +53,7 @@ def test_graph_steps_run_the_kernels_graphs_config():
     """Graph-mode steps stand for the kernels=graphs runtime: its skinny / pdl switches, read from the YAML."""
     import yaml
 
-    from bench.profile_steps import graphs_kernels
+    from bench.runtime_kernels import graphs_kernels
     from conf.schema import KernelsConfig
 
     data = yaml.safe_load(Path("conf/kernels/graphs.yaml").read_text())
@@ -63,7 +64,7 @@ def test_graph_steps_run_the_kernels_graphs_config():
 def test_gemm_operators_are_the_runtimes_kernels():
     """Graph-timed GEMMs run what the fused-path runtime runs per matrix, TP and rows; each call computes the
     product (SwiGLU: silu(gate) * up; partials: summed over the splits)."""
-    choice = {(mat, tp, m, sk): P.runtime_gemm(mat, tp, m, sk)
+    choice = {(mat, tp, m, sk): R.runtime_gemm(mat, tp, m, sk)
               for mat in ("qkv", "o", "gate_up", "down", "lm_head") for tp in (1, 2) for m in (8, 256)
               for sk in (False, True)}
     assert {k: v for k, v in choice.items() if k[2] == 256} == {k: "cublas" for k in choice if k[2] == 256}
@@ -72,19 +73,19 @@ def test_gemm_operators_are_the_runtimes_kernels():
     assert choice[("o", 1, 8, True)] == choice[("down", 1, 8, True)] == "skinny_partials"
     assert choice[("o", 2, 8, True)] == choice[("lm_head", 2, 8, True)] == "cublas"  # all-reduced / vocab-parallel
     assert choice[("lm_head", 1, 8, True)] == "skinny_fp32"
-    assert P.runtime_gemm("qkv", 1, 8, True, qkv_bias=True) == "cublas"  # a biased QKV stays on nn.Linear
+    assert R.runtime_gemm("qkv", 1, 8, True, qkv_bias=True) == "cublas"  # a biased QKV stays on nn.Linear
     g = torch.Generator().manual_seed(0)
     x, w = torch.randn(3, 32, generator=g), torch.randn(48, 32, generator=g)
     want = x @ w.T
     for impl in ("cublas", "skinny", "skinny_fp32"):
-        torch.testing.assert_close(P.gemm_call(impl, x)(w).float(), want, rtol=1e-4, atol=1e-4)
-    assert P.gemm_call("skinny_fp32", x.half())(w.half()).dtype == torch.float32
-    torch.testing.assert_close(P.gemm_call("skinny_partials", x)(w).sum(0), want, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(R.gemm_call(impl, x)(w).float(), want, rtol=1e-4, atol=1e-4)
+    assert R.gemm_call("skinny_fp32", x.half())(w.half()).dtype == torch.float32
+    torch.testing.assert_close(R.gemm_call("skinny_partials", x)(w).sum(0), want, rtol=1e-4, atol=1e-4)
     gate, up = want[:, :24], want[:, 24:]
-    torch.testing.assert_close(P.gemm_call("swiglu", x)(w), torch.nn.functional.silu(gate) * up, rtol=1e-4,
+    torch.testing.assert_close(R.gemm_call("swiglu", x)(w), torch.nn.functional.silu(gate) * up, rtol=1e-4,
                                atol=1e-4)
     with pytest.raises(ValueError, match="unknown impl 'tensorcore'"):
-        P.gemm_call("tensorcore", x)
+        R.gemm_call("tensorcore", x)
 
 
 def test_gemm_plan_keeps_each_kernel_of_a_shape(monkeypatch):
