@@ -68,8 +68,5 @@ def _pdl_policy_restored():
     before = pdl.pdl_policy() if pdl is not None else None
     yield
     pdl = sys.modules.get("kernels.pdl")
-    if pdl is not None:
-        if before is None:
-            pdl.set_pdl(False)
-        else:
-            pdl.set_pdl(any(t != "off" for t in before.values()), **before)
+    if pdl is not None:  # set_pdl(True, **policy) sets any policy exactly, all-off included
+        pdl.set_pdl(before is not None, **(before or {}))
