@@ -245,11 +245,16 @@ class KernelsConfig(_Frozen):
     partials summed inside the next add + RMSNorm (`Transformer.use_fused_kernels`; needs backend triton)."""
     pdl: bool = False
     """Programmatic dependent launch for the Triton kernels (kernels/pdl.py; takes effect on sm90+ GPUs)."""
+    input_staging: str = "pageable"
+    """How a CUDA-graph step's inputs are copied (runtime/graphs.py): pageable (each copy waits for the stream) |
+    pinned (preallocated pinned buffers, copies that do not block the host)."""
 
     def validate(self) -> None:
         """Check the backend name and what needs the Triton backend."""
         _require(self.backend in ("reference", "triton"), "kernels.backend",
                  f"{self.backend!r} is not one of reference, triton")
+        _require(self.input_staging in ("pageable", "pinned"), "kernels.input_staging",
+                 f"{self.input_staging!r} is not one of pageable, pinned")
         for name in ("skinny", "pdl"):
             _require(not getattr(self, name) or self.backend == "triton", f"kernels.{name}",
                      f"needs kernels.backend=triton, got {self.backend!r}")

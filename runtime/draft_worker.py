@@ -34,7 +34,7 @@ class DraftWorker:
     """The draft model, its KV cache and the current request's tree."""
 
     def __init__(self, model: Transformer, attn: AttentionBackend, *, w: int, topk: int, max_tree_nodes: int,
-                 max_seq_len: int, temperature: float, cuda_graphs: bool = False) -> None:
+                 max_seq_len: int, temperature: float, cuda_graphs: bool = False, staging: str = "pageable") -> None:
         """Allocate the cache: `max_seq_len` prefix slots plus the `max_tree_nodes` tree region.
 
         `cuda_graphs`: capture the expansion step (w rows over the whole tree region, log-softmax and top-k
@@ -59,9 +59,10 @@ class DraftWorker:
         self.graph = self.pending_graph = None
         self.belief: list[list[float]] | None = None  # oracle runs, spec.oracle_belief=table (runtime/oracle.py)
         if cuda_graphs:
-            self.graph = StepGraph(model, self.cache, attn, w, max_tree_nodes, head=self._top_children)
+            self.graph = StepGraph(model, self.cache, attn, w, max_tree_nodes, head=self._top_children,
+                                   staging=staging)
             self.pending_graph = StepGraph(model, self.cache, attn, w + 1, max_tree_nodes + 1,
-                                           head=self._pending_children)
+                                           head=self._pending_children, staging=staging)
 
     @property
     def stats(self) -> TreeStats:

@@ -99,11 +99,13 @@ class Engine:
         if ctx.role == "target":
             self.target = TargetWorker(self._model(cfg.model.target), attn, rows=self.shape.rows, max_seq_len=seq,
                                        temperature=spec.temperature, backend=cfg.kernels.backend,
-                                       cuda_graphs=graphs, graph_events=cfg.trace.graph_events)
+                                       cuda_graphs=graphs, graph_events=cfg.trace.graph_events,
+                                       staging=cfg.kernels.input_staging)
         if self.mode != "autoregressive" and (ctx.role == "draft" or self.colocated):
             self.draft = DraftWorker(self._model(cfg.model.draft), attn, w=self.shape.w, topk=self.shape.topk,
                                      max_tree_nodes=spec.max_tree_nodes, max_seq_len=seq,
-                                     temperature=spec.temperature, cuda_graphs=graphs)
+                                     temperature=spec.temperature, cuda_graphs=graphs,
+                                     staging=cfg.kernels.input_staging)
             if self.oracle_on and spec.oracle_belief == "table":
                 self.draft.belief = oracle_belief(cfg.acceptance, self.shape.topk)
         # Greedy autoregressive decoding on one GPU with graphs: step i + 1 is queued before token i is read.
@@ -300,9 +302,12 @@ class Engine:
         duration = self.tl.now() - start
         extra = {"request": prop.request_id, "accepted": vp.num_accepted, "emitted": vp.num_accepted + 1}
         if self.ctx.is_leader:  # trace.graph_events: the replay's device time inside this span (the verdict synced)
-            device_s = self.target.last_device_s()
-            if device_s is not None:  # and the host's marks: replay queued, verdict decided (s after the start)
-                extra.update(device_s=device_s, launched_s=self.target.launched_at - t0, decided_s=decided)
+            split = self.target.last_device_split()
+            if split is not None:  # its parts, and the host's marks (s after the start): inputs built, copied,
+                marks = self.target.host_marks  # replay queued, verdict decided
+                extra.update(device_s=split["copies_s"] + split["replay_s"],
+                             **{f"gpu_{k}": v for k, v in split.items()},
+                             **{f"{k}_s": marks[k] - t0 for k in ("inputs", "copied", "launched")}, decided_s=decided)
         self.tl.add("step.verify", start, duration, iteration=prop.iteration, tokens=self.shape.rows,
                     ctx_len=self.target.prefix_len, extra=extra)
         return vp

@@ -36,6 +36,9 @@ import torch
 from runtime.attention import AttentionBackend, AttnMeta
 from runtime.kv_cache import KVCache
 
+STAGING = ("pageable", "pinned")
+"""`kernels.input_staging` values: how a replay's inputs reach the graph's buffers (`StepGraph`)."""
+
 
 class StepGraph:
     """A model forward over `rows` tokens with a [rows, tree_len] tree mask, captured once, replayed per step."""
@@ -43,12 +46,18 @@ class StepGraph:
     WARMUP = 2
 
     def __init__(self, model: torch.nn.Module, cache: KVCache, attn: AttentionBackend, rows: int, tree_len: int,
-                 *, head: Callable[[torch.Tensor], Any] | None = None, pool: Any = None, chain: bool = False) -> None:
+                 *, head: Callable[[torch.Tensor], Any] | None = None, pool: Any = None, chain: bool = False,
+                 staging: str = "pageable") -> None:
         """Capture `head(model(...))` (or the fp32 logits [rows, vocab] without a head) on `cache`'s device.
 
         `chain`: also capture the greedy hand-over to the next autoregressive step (rows = 1, no head): see the
         module docstring and `replay_chained`.
+        `staging` (`kernels.input_staging`): how `load` copies the inputs: `pageable` (copies from the host
+        tensors, each waiting for the stream) or `pinned` (into preallocated pinned buffers, then copies that do
+        not block the host; an event guards the buffers' reuse).
         """
+        if staging not in STAGING:
+            raise ValueError(f"kernels.input_staging: {staging!r} is not one of {', '.join(STAGING)}")
         device = cache.device
         if device.type != "cuda":
             raise ValueError(f"kernels.cuda_graphs: CUDA graphs need a CUDA device, the model is on {device}")
@@ -70,6 +79,11 @@ class StepGraph:
         self._mask = torch.zeros(rows, tree_len, dtype=torch.bool, device=device)
         self._slots.copy_(torch.arange(rows))  # capture-time writes land in slots [0, rows), before any prefill
         self._mask[:, :rows] = torch.eye(rows, dtype=torch.bool)
+        self._host_packed = self._host_mask = self._copied = None
+        if staging == "pinned":
+            self._host_packed = torch.empty(1 + 3 * rows, dtype=torch.long, pin_memory=True)
+            self._host_mask = torch.empty(rows, tree_len, dtype=torch.bool, pin_memory=True)
+            self._copied = torch.cuda.Event()
 
         def step() -> Any:
             meta = AttnMeta(positions=self._positions, write_slots=self._prefix + self._slots,
@@ -98,13 +112,29 @@ class StepGraph:
 
         The outputs are overwritten by the next replay: read them (or copy) before that.
         """
+        self.load(token_ids, positions, tree_slots, prefix_len, tree_mask)
+        return self.launch()
+
+    def load(self, token_ids: torch.Tensor, positions: torch.Tensor, tree_slots: torch.Tensor, prefix_len: int,
+             tree_mask: torch.Tensor) -> None:
+        """`replay`'s first half: copy the step's inputs into the graph's buffers (two host -> device copies)."""
         if token_ids.shape != (self.rows,) or tree_mask.shape != (self.rows, self.tree_len):
             raise ValueError(f"StepGraph.replay: captured for {self.rows} rows x {self.tree_len} tree slots, got "
                              f"token_ids {tuple(token_ids.shape)}, tree_mask {tuple(tree_mask.shape)}")
-        host = torch.cat([torch.tensor([prefix_len], dtype=torch.long), token_ids.long(), positions.long(),
-                          tree_slots.long()])
-        self._packed.copy_(host)
-        self._mask.copy_(tree_mask)
+        parts = [torch.tensor([prefix_len], dtype=torch.long), token_ids.long(), positions.long(), tree_slots.long()]
+        if self._host_packed is None:  # pageable: each copy waits for the stream
+            self._packed.copy_(torch.cat(parts))
+            self._mask.copy_(tree_mask)
+            return
+        self._copied.synchronize()  # the previous step's copies have read the staging buffers
+        torch.cat(parts, out=self._host_packed)
+        self._host_mask.copy_(tree_mask)
+        self._packed.copy_(self._host_packed, non_blocking=True)
+        self._mask.copy_(self._host_mask, non_blocking=True)
+        self._copied.record()
+
+    def launch(self) -> Any:
+        """`replay`'s second half: queue the graph on the inputs `load` copied; returns its static outputs."""
         self.graph.replay()
         return self.out
 

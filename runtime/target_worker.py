@@ -31,11 +31,13 @@ class TargetWorker:
     """The target model and its KV cache for one request at a time."""
 
     def __init__(self, model: Transformer, attn: AttentionBackend, *, rows: int, max_seq_len: int,
-                 temperature: float, backend: str, cuda_graphs: bool = False, graph_events: bool = False) -> None:
+                 temperature: float, backend: str, cuda_graphs: bool = False, graph_events: bool = False,
+                 staging: str = "pageable") -> None:
         """Allocate the cache: `max_seq_len` prefix slots plus `rows` verify slots; capture the verify step.
 
         `graph_events` (`trace.graph_events`, CUDA graphs only): CUDA events around every verify's input copies and
-        graph replay, read back (no extra sync) by `last_device_s` once the verdict has synchronised."""
+        graph replay, read back (no extra sync) by `last_device_s` once the verdict has synchronised.
+        `staging` (`kernels.input_staging`): how the graph's inputs are copied (runtime/graphs.py)."""
         self.model, self.attn = model, attn
         self.rows, self.temperature, self.backend = rows, temperature, backend
         self.device = model.norm.weight.device
@@ -48,11 +50,14 @@ class TargetWorker:
         # One CUDA graph of the verify forward at `rows` (runtime/graphs.py); None = eager forwards. A greedy
         # autoregressive target's graph also hands its token to the next step on the device (`chain_step`).
         chain = rows == 1 and temperature == 0
-        self.graph = StepGraph(model, self.cache, attn, rows, rows, chain=chain) if cuda_graphs else None
-        self._events = ((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        self.graph = (StepGraph(model, self.cache, attn, rows, rows, chain=chain, staging=staging)
+                      if cuda_graphs else None)
+        # trace.graph_events: CUDA events at the verify's start, before / after its input copies and after the
+        # replay; host marks (time.perf_counter()) once its inputs are built, copied and the replay queued.
+        self._events = ({k: torch.cuda.Event(enable_timing=True) for k in ("begin", "load", "copied", "end")}
                         if graph_events and self.graph is not None else None)
         self._timed = False
-        self.launched_at = 0.0  # time.perf_counter() when the last timed replay was queued
+        self.host_marks: dict[str, float] = {}  # "inputs", "copied", "launched" of the last timed verify
 
     @torch.no_grad()
     def start(self, prompt: list[int]) -> None:
@@ -62,16 +67,23 @@ class TargetWorker:
     @torch.no_grad()
     def forward(self, proposal: DraftProposal) -> None:
         """The verify forward: writes the proposal's KV at the tree slots, keeps its logits for `decide`."""
+        ev = self._events
+        if ev is not None:
+            ev["begin"].record()
         inp = proposal_inputs(list(proposal.token_ids), list(proposal.parent_indices), self.prefix_len, self.rows)
-        if self.graph is not None:  # [rows, vocab]: the graph's output buffer, valid until the next verify
-            if self._events is not None:
-                self._events[0].record()
+        if self.graph is not None and ev is not None:  # timed: the same replay, marked between its steps
+            marks = {"inputs": time.perf_counter()}
+            ev["load"].record()
+            self.graph.load(inp.token_ids, inp.positions, inp.tree_slots, self.prefix_len, inp.tree_mask)
+            marks["copied"] = time.perf_counter()
+            ev["copied"].record()
+            self._logits = self.graph.launch()
+            ev["end"].record()
+            marks["launched"] = time.perf_counter()
+            self.host_marks, self._timed = marks, True
+        elif self.graph is not None:  # [rows, vocab]: the graph's output buffer, valid until the next verify
             self._logits = self.graph.replay(inp.token_ids, inp.positions, inp.tree_slots, self.prefix_len,
                                              inp.tree_mask)
-            if self._events is not None:
-                self._events[1].record()
-                self.launched_at = time.perf_counter()  # host: the replay is queued
-            self._timed = self._events is not None
         else:
             self._logits = self.model(inp.token_ids.to(self.device), step_meta(inp, self.prefix_len, self.device),
                                       self.cache, self.attn)  # [rows, vocab]
@@ -90,10 +102,20 @@ class TargetWorker:
     def last_device_s(self) -> float | None:
         """Device seconds of the last verify's input copies + graph replay (`graph_events`), else None. Call after
         its verdict (which synchronised); it waits for the replay otherwise."""
+        split = self.last_device_split()
+        return None if split is None else split["copies_s"] + split["replay_s"]
+
+    def last_device_split(self) -> dict[str, float] | None:
+        """The last timed verify on the device (`graph_events`), else None: `inputs_s` from its start to its input
+        copies (the host building the inputs, or earlier work still queued), `copies_s`, `replay_s` (from the
+        copies' end to the graph's end: the graph's launch latency included)."""
         if not self._timed:
             return None
-        self._events[1].synchronize()
-        return self._events[0].elapsed_time(self._events[1]) * 1e-3
+        ev = self._events
+        ev["end"].synchronize()
+        span = lambda a, b: ev[a].elapsed_time(ev[b]) * 1e-3  # noqa: E731
+        return {"inputs_s": span("begin", "load"), "copies_s": span("load", "copied"),
+                "replay_s": span("copied", "end")}
 
     @property
     def can_chain(self) -> bool:

@@ -55,13 +55,13 @@ def prompts(vocab: int, n: int = 3, seed: int = 0) -> list[list[int]]:
 
 def cfg_for(mode: str, target: str, draft: str, dtype: str, *, target_gpus: int = 1, draft_gpus: int = 0,
             checkpoint: str | None = None, draft_seed: int = 1, skinny: bool = True, pdl: bool = True,
-            **spec) -> ExperimentConfig:
+            input_staging: str = "pageable", **spec) -> ExperimentConfig:
     """kernels=graphs on CUDA (skinny GEMMs and PDL, as conf/kernels/graphs.yaml); the draft is `draft` (the
     target itself with draft_seed == 1: self-speculation)."""
     return make_cfg(mode, target, draft, target_gpus=target_gpus, draft_gpus=draft_gpus, draft_seed=draft_seed,
                     max_new=MAX_NEW, capacity=CAPACITY, backend="triton", device="cuda", dtype=dtype,
                     cuda_graphs=True, checkpoint=checkpoint, timeout_s=120, skinny=skinny, pdl=pdl,
-                    **{**MODES[mode], **spec})
+                    input_staging=input_staging, **{**MODES[mode], **spec})
 
 
 @functools.cache
@@ -123,6 +123,35 @@ def test_step_graph_replays_match_eager_forwards(dtype, tol, skinny, use_pdl):
         want = model(ids.cuda(), meta, cache, attn)
         err = (got - want).abs().max().item() / want.abs().max().item()
         assert err <= tol, f"prefix {prefix}: relative error {err:.2e}"
+
+
+@torch.no_grad()
+def test_pinned_input_staging_replays_like_pageable():
+    """kernels.input_staging=pinned: the same graph fed through pinned buffers and copies that do not block the
+    host gives bitwise the logits of pageable staging, step after step (each step's inputs differ, and the
+    buffers are refilled while nothing waits on the previous replay)."""
+    shape = MODEL_PRESETS["tiny-llama"]
+    model = build_model(shape, "bfloat16", "cuda", seed=3).use_fused_kernels(skinny=True)
+    attn = make_attention_backend("triton")
+    layers, heads, head_dim = model.cache_spec()
+    caches = {s: KVCache(layers, 200, heads, head_dim, model.dtype, "cuda") for s in ("pageable", "pinned")}
+    graphs = {s: StepGraph(model, caches[s], attn, 8, 8, staging=s) for s in caches}
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, shape.vocab_size, (150,), generator=g).cuda()
+    for cache in caches.values():
+        model(prompt, AttnMeta.causal(0, 150, "cuda"), cache, attn)
+    parents = [-1, 0, 0, 1, 1, 2, 3, 3]
+    mask, depth = ancestor_mask(parents, 8), [0, 1, 1, 2, 2, 2, 3, 3]
+    outs = {s: [] for s in caches}
+    for prefix in (20, 77, 141, 150):
+        ids = torch.randint(0, shape.vocab_size, (8,), generator=g)
+        pos = torch.tensor([prefix + d for d in depth])
+        for s, graph in graphs.items():  # no sync between steps: the staging event guards the buffers
+            outs[s].append(graph.replay(ids, pos, torch.arange(8), prefix, mask).clone())
+    for k, (a, b) in enumerate(zip(outs["pageable"], outs["pinned"])):
+        assert torch.equal(a, b), f"step {k}: pinned staging differs"
+    with pytest.raises(ValueError, match="kernels.input_staging: 'mapped' is not one of pageable, pinned"):
+        StepGraph(model, caches["pinned"], attn, 8, 8, staging="mapped")
 
 
 @torch.no_grad()
@@ -231,9 +260,11 @@ def test_split_lossless_with_graphs(mode, split, draft, dtype):
 @TWO_GPUS
 @pytest.mark.parametrize("mode", ["async_tree", "serial_tree", "chain"])
 def test_unix_leader_channel_lossless_on_gpus(mode):
-    """parallel.leader_channel=unix on 1 + 1 GPUs (the leaders talk over a Unix-domain socket, no NCCL hop)."""
+    """parallel.leader_channel=unix on 1 + 1 GPUs (the leaders talk over a Unix-domain socket, no NCCL hop); the
+    async run also stages every graph's inputs in pinned buffers (kernels.input_staging=pinned)."""
+    staging = "pinned" if mode == "async_tree" else "pageable"
     assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", target_gpus=1, draft_gpus=1,
-                            draft_seed=1, leader_channel="unix"))
+                            draft_seed=1, leader_channel="unix", input_staging=staging))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -271,4 +302,8 @@ def test_graph_events_time_the_verify_replay():
     wall = time.perf_counter() - t0
     device_s = worker.last_device_s()
     assert device_s is not None and 0 < device_s <= wall
-    assert t0 < worker.launched_at < t0 + wall  # the host mark: replay queued
+    marks = worker.host_marks  # the host's marks, in order: inputs built, copied, replay queued
+    assert t0 < marks["inputs"] <= marks["copied"] <= marks["launched"] < t0 + wall
+    split = worker.last_device_split()
+    assert set(split) == {"inputs_s", "copies_s", "replay_s"} and all(v >= 0 for v in split.values())
+    assert split["copies_s"] + split["replay_s"] == pytest.approx(device_s)

@@ -227,7 +227,7 @@ def test_graph_events_need_graphs():
     worker.start([1, 2, 3])
     worker.forward(DraftProposal(0, 0, (4, 5), (-1, 0)))
     worker.decide(None)
-    assert worker.last_device_s() is None
+    assert worker.last_device_s() is None and worker.last_device_split() is None and worker.host_marks == {}
     # and the engine refuses the option without graphs, naming it
     import dataclasses
 
