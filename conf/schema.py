@@ -379,8 +379,9 @@ class TraceConfig(_Frozen):
     graph_events: bool = False
     """CUDA events around every graph-replayed verify (not chained autoregressive steps): its device time as
     `device_s` in the leader's step.verify span extra (read after the verdict's own sync; needs
-    kernels.cuda_graphs), with the host's marks `launched_s` (replay queued) and `decided_s` (verdict known),
-    seconds after the span's start. Tells host gaps from device time inside a verify."""
+    kernels.cuda_graphs), split into `gpu_inputs_s` (span start -> input copies on the device), `gpu_copies_s`,
+    `gpu_replay_s`, with the host's marks `inputs_s` (inputs built), `copied_s`, `launched_s` (replay queued)
+    and `decided_s` (verdict known), seconds after the span's start. Tells host gaps from device time."""
 
 
 @dataclass
