@@ -92,8 +92,8 @@ class DraftWorker:
             inp = with_pending(inp, self.pending, self.prefix_len)
         graph = self.graph if not shift else self.pending_graph if shift == 1 else None
         if graph is not None:
-            top_lp, top_tok = graph.replay(inp.token_ids, inp.positions, inp.tree_slots, self.prefix_len,
-                                           inp.tree_mask)
+            graph.load_inputs(inp, self.prefix_len)
+            top_lp, top_tok = graph.launch()
         else:
             logits = self.model(inp.token_ids.to(self.device), step_meta(inp, self.prefix_len, self.device),
                                 self.cache, self.attn)  # [shift + w, vocab]
@@ -185,16 +185,21 @@ def with_pending(inp: StepInputs, pending: tuple[int, ...], prefix_len: int) -> 
         pending row i:  sees pending rows 0..i             position prefix_len + i
         tree row:       sees every pending row + its mask  position unchanged
     """
-    n, (rows, max_len) = len(pending), inp.tree_mask.shape
-    mask = torch.zeros(n + rows, n + max_len, dtype=torch.bool)
-    mask[:n, :n] = torch.ones(n, n, dtype=torch.bool).tril()
-    mask[n:, :n] = True
-    mask[n:, n:] = inp.tree_mask
+    n, rows, max_len = len(pending), inp.rows, inp.max_len
+    cols = n + max_len
+    flat = bytearray((n + rows) * cols)
+    for i in range(n):  # pending row i: pending rows 0..i
+        flat[i * cols:i * cols + i + 1] = b"\x01" * (i + 1)
+    for r in range(rows):  # tree row: every pending row, then its own mask
+        base = (n + r) * cols
+        flat[base:base + n] = b"\x01" * n
+        flat[base + n:base + cols] = inp.mask_flat[r * max_len:(r + 1) * max_len]
     return StepInputs(
-        token_ids=torch.cat([torch.tensor(pending, dtype=torch.long), inp.token_ids]),
-        positions=torch.cat([torch.arange(prefix_len, prefix_len + n), inp.positions]),
-        tree_slots=torch.cat([torch.arange(n), inp.tree_slots + n]),
-        tree_mask=mask,
-        parents=torch.cat([torch.full((n,), -1, dtype=torch.long), inp.parents]),
+        ids=list(pending) + inp.ids,
+        pos=list(range(prefix_len, prefix_len + n)) + inp.pos,
+        slots=list(range(n)) + [s + n for s in inp.slots],
+        mask_flat=flat,
+        max_len=cols,
+        parent_rows=[-1] * n + inp.parent_rows,
         num_real=inp.num_real,
     )

@@ -12,7 +12,8 @@ replays it for every step:
 Everything that varies between steps lives in device buffers the graph reads: the prefix length (a
 1-element tensor: `AttnMeta.prefix_len` as a tensor, which the Triton tree attention sizes from the cache
 capacity), token ids, RoPE positions, tree slots (write slot = prefix + tree slot, computed in the graph) and
-the [rows, tree_len] tree mask. One host->device copy of the packed integers and one of the mask per step.
+the [rows, tree_len] tree mask, written into one host staging buffer from the host lists of
+`runtime.tree.StepInputs` (`load_inputs`: no torch op on the host) and copied in one host->device copy per step.
 
 Chained autoregressive steps (`chain=True`, rows = 1, greedy): the captured step ends by writing its argmax
 into the token-id buffer and advancing the prefix length and the position by one, so `replay_chained()` runs
@@ -31,13 +32,76 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 
 from runtime.attention import AttentionBackend, AttnMeta
 from runtime.kv_cache import KVCache
+from runtime.tree import StepInputs
 
 STAGING = ("pageable", "pinned")
 """`kernels.input_staging` values: how a replay's inputs reach the graph's buffers (`StepGraph`)."""
+
+
+class StepBuffers:
+    """A step's inputs in one byte buffer on the device, staged in one host buffer of the same layout: int64
+    [prefix_len | token ids | positions | tree slots | parent rows], then the [rows, tree_len] bool mask. A load
+    writes the host buffer through numpy views (a list into a slice costs ~1 us; a torch op cost ~10-30 us of
+    host time on the H200 host, before every replay) and copies it in one host -> device copy.
+
+    `staging` (`kernels.input_staging`): `pageable`, an ordinary host buffer and a copy that waits for the
+    stream; `pinned`, a pinned buffer and a copy that does not block the host (an event guards its reuse).
+    The graph reads all but the parent rows, which a verify's verdict reads.
+    """
+
+    def __init__(self, rows: int, tree_len: int, device: torch.device | str, staging: str = "pageable") -> None:
+        if staging not in STAGING:
+            raise ValueError(f"kernels.input_staging: {staging!r} is not one of {', '.join(STAGING)}")
+        self.rows, self.tree_len = rows, tree_len
+        ints = 1 + 4 * rows
+        self.device_bytes = torch.zeros(8 * ints + rows * tree_len, dtype=torch.uint8, device=device)
+        self.packed = self.device_bytes[:8 * ints].view(torch.long)
+        self.prefix, self.ids = self.packed[:1], self.packed[1:1 + rows]
+        self.positions = self.packed[1 + rows:1 + 2 * rows]
+        self.slots = self.packed[1 + 2 * rows:1 + 3 * rows]
+        self.parents = self.packed[1 + 3 * rows:]
+        self.mask = self.device_bytes[8 * ints:].view(torch.bool).view(rows, tree_len)
+        self._pinned = staging == "pinned"
+        self._host = torch.zeros(self.device_bytes.numel(), dtype=torch.uint8, pin_memory=self._pinned)
+        host = self._host.numpy()
+        self._host_ints, self._host_mask = host[:8 * ints].view(np.int64), host[8 * ints:]
+        self._copied = torch.cuda.Event() if self._pinned else None
+
+    def load(self, token_ids: torch.Tensor, positions: torch.Tensor, tree_slots: torch.Tensor, prefix_len: int,
+             tree_mask: torch.Tensor) -> None:
+        """Load host tensors (parent rows -1)."""
+        if token_ids.shape != (self.rows,) or tree_mask.shape != (self.rows, self.tree_len):
+            raise ValueError(f"StepGraph.replay: captured for {self.rows} rows x {self.tree_len} tree slots, got "
+                             f"token_ids {tuple(token_ids.shape)}, tree_mask {tuple(tree_mask.shape)}")
+        self._stage(prefix_len, token_ids.numpy(), positions.numpy(), tree_slots.numpy(), -1,
+                    tree_mask.numpy().reshape(-1).view(np.uint8))
+
+    def load_inputs(self, inp: StepInputs, prefix_len: int) -> None:
+        """Load a `runtime.tree.StepInputs` from its host lists and mask bytes."""
+        if inp.rows != self.rows or inp.max_len != self.tree_len:
+            raise ValueError(f"StepGraph.load_inputs: captured for {self.rows} rows x {self.tree_len} tree slots, "
+                             f"got {inp.rows} rows x {inp.max_len}")
+        self._stage(prefix_len, inp.ids, inp.pos, inp.slots, inp.parent_rows,
+                    np.frombuffer(inp.mask_flat, dtype=np.uint8))
+
+    def _stage(self, prefix_len: int, ids: Any, positions: Any, slots: Any, parents: Any, mask: np.ndarray) -> None:
+        if self._pinned:
+            self._copied.synchronize()  # the previous step's copy has read the staging buffer
+        r, ints = self.rows, self._host_ints
+        ints[0] = prefix_len
+        ints[1:1 + r] = ids
+        ints[1 + r:1 + 2 * r] = positions
+        ints[1 + 2 * r:1 + 3 * r] = slots
+        ints[1 + 3 * r:] = parents
+        self._host_mask[:] = mask
+        self.device_bytes.copy_(self._host, non_blocking=self._pinned)
+        if self._pinned:
+            self._copied.record()
 
 
 class StepGraph:
@@ -52,9 +116,7 @@ class StepGraph:
 
         `chain`: also capture the greedy hand-over to the next autoregressive step (rows = 1, no head): see the
         module docstring and `replay_chained`.
-        `staging` (`kernels.input_staging`): how `load` copies the inputs: `pageable` (copies from the host
-        tensors, each waiting for the stream) or `pinned` (into preallocated pinned buffers, then copies that do
-        not block the host; an event guards the buffers' reuse).
+        `staging` (`kernels.input_staging`): how the inputs reach the device (`StepBuffers`).
         """
         if staging not in STAGING:
             raise ValueError(f"kernels.input_staging: {staging!r} is not one of {', '.join(STAGING)}")
@@ -70,20 +132,11 @@ class StepGraph:
             raise ValueError(f"StepGraph: chain=True needs rows 1 and no head (an autoregressive step), got rows "
                              f"{rows}, head {head}")
         self.rows, self.tree_len, self.chained = rows, tree_len, chain
-        # Packed int64 inputs: [prefix_len | token ids | positions | tree slots]; one copy per step.
-        self._packed = torch.zeros(1 + 3 * rows, dtype=torch.long, device=device)
-        self._prefix = self._packed[:1]
-        self._ids = self._packed[1:1 + rows]
-        self._positions = self._packed[1 + rows:1 + 2 * rows]
-        self._slots = self._packed[1 + 2 * rows:]
-        self._mask = torch.zeros(rows, tree_len, dtype=torch.bool, device=device)
+        self.inputs = buf = StepBuffers(rows, tree_len, device, staging)
+        self._packed, self._prefix, self._ids = buf.packed, buf.prefix, buf.ids
+        self._positions, self._slots, self._mask = buf.positions, buf.slots, buf.mask
         self._slots.copy_(torch.arange(rows))  # capture-time writes land in slots [0, rows), before any prefill
         self._mask[:, :rows] = torch.eye(rows, dtype=torch.bool)
-        self._host_packed = self._host_mask = self._copied = None
-        if staging == "pinned":
-            self._host_packed = torch.empty(1 + 3 * rows, dtype=torch.long, pin_memory=True)
-            self._host_mask = torch.empty(rows, tree_len, dtype=torch.bool, pin_memory=True)
-            self._copied = torch.cuda.Event()
 
         def step() -> Any:
             meta = AttnMeta(positions=self._positions, write_slots=self._prefix + self._slots,
@@ -117,21 +170,12 @@ class StepGraph:
 
     def load(self, token_ids: torch.Tensor, positions: torch.Tensor, tree_slots: torch.Tensor, prefix_len: int,
              tree_mask: torch.Tensor) -> None:
-        """`replay`'s first half: copy the step's inputs into the graph's buffers (two host -> device copies)."""
-        if token_ids.shape != (self.rows,) or tree_mask.shape != (self.rows, self.tree_len):
-            raise ValueError(f"StepGraph.replay: captured for {self.rows} rows x {self.tree_len} tree slots, got "
-                             f"token_ids {tuple(token_ids.shape)}, tree_mask {tuple(tree_mask.shape)}")
-        parts = [torch.tensor([prefix_len], dtype=torch.long), token_ids.long(), positions.long(), tree_slots.long()]
-        if self._host_packed is None:  # pageable: each copy waits for the stream
-            self._packed.copy_(torch.cat(parts))
-            self._mask.copy_(tree_mask)
-            return
-        self._copied.synchronize()  # the previous step's copies have read the staging buffers
-        torch.cat(parts, out=self._host_packed)
-        self._host_mask.copy_(tree_mask)
-        self._packed.copy_(self._host_packed, non_blocking=True)
-        self._mask.copy_(self._host_mask, non_blocking=True)
-        self._copied.record()
+        """`replay`'s first half: copy the step's inputs (host tensors) into the graph's buffers."""
+        self.inputs.load(token_ids, positions, tree_slots, prefix_len, tree_mask)
+
+    def load_inputs(self, inp: StepInputs, prefix_len: int) -> None:
+        """`load` of a `runtime.tree.StepInputs` from its host lists and mask bytes (no torch op on the host)."""
+        self.inputs.load_inputs(inp, prefix_len)
 
     def launch(self) -> Any:
         """`replay`'s second half: queue the graph on the inputs `load` copied; returns its static outputs."""
@@ -145,6 +189,17 @@ class StepGraph:
         if not self.chained:
             raise ValueError("StepGraph.replay_chained: this graph was captured without chain=True")
         self.graph.replay()
+        return self._ids
+
+    @property
+    def parents(self) -> torch.Tensor:
+        """[rows] int64 device buffer: the parent rows of the inputs last loaded by `load_inputs` (-1 after a
+        tensor `load`). Valid until the next load."""
+        return self.inputs.parents
+
+    @property
+    def token_ids(self) -> torch.Tensor:
+        """[rows] int64 device buffer: the token ids last loaded (a chained replay overwrites them)."""
         return self._ids
 
     @property

@@ -74,7 +74,7 @@ class TargetWorker:
         if self.graph is not None and ev is not None:  # timed: the same replay, marked between its steps
             marks = {"inputs": time.perf_counter()}
             ev["load"].record()
-            self.graph.load(inp.token_ids, inp.positions, inp.tree_slots, self.prefix_len, inp.tree_mask)
+            self.graph.load_inputs(inp, self.prefix_len)
             marks["copied"] = time.perf_counter()
             ev["copied"].record()
             self._logits = self.graph.launch()
@@ -82,8 +82,8 @@ class TargetWorker:
             marks["launched"] = time.perf_counter()
             self.host_marks, self._timed = marks, True
         elif self.graph is not None:  # [rows, vocab]: the graph's output buffer, valid until the next verify
-            self._logits = self.graph.replay(inp.token_ids, inp.positions, inp.tree_slots, self.prefix_len,
-                                             inp.tree_mask)
+            self.graph.load_inputs(inp, self.prefix_len)
+            self._logits = self.graph.launch()
         else:
             self._logits = self.model(inp.token_ids.to(self.device), step_meta(inp, self.prefix_len, self.device),
                                       self.cache, self.attn)  # [rows, vocab]
@@ -93,11 +93,14 @@ class TargetWorker:
         """The verdict on the last forward: drawn by the oracle if given, else greedy / sampled."""
         inp, logits = self._inputs, self._logits
         if oracle is not None:
-            outcome = oracle.walk(inp.parents[: inp.num_real].tolist())
+            outcome = oracle.walk(inp.parent_rows[: inp.num_real])
             placeholder = int(logits[outcome.path[-1]].argmax())  # the draft resolves the real token
             return Verdict(outcome.path, placeholder)
-        return verify_proposal(logits, inp.token_ids.to(self.device), inp.parents.to(self.device), inp.num_real,
-                               self.temperature, generator, self.backend)
+        if self.graph is not None and not self.graph.chained:  # the inputs the graph's copy put on the device (a
+            ids, parents = self.graph.token_ids, self.graph.parents  # chained graph overwrites its token ids)
+        else:
+            ids, parents = inp.token_ids.to(self.device), inp.parents.to(self.device)
+        return verify_proposal(logits, ids, parents, inp.num_real, self.temperature, generator, self.backend)
 
     def last_device_s(self) -> float | None:
         """Device seconds of the last verify's input copies + graph replay (`graph_events`), else None. Call after
@@ -135,8 +138,8 @@ class TargetWorker:
         if token is None:
             ids = self.graph.replay_chained()
         else:
-            inp = proposal_inputs([token], [-1], self.prefix_len, 1)
-            self.graph.replay(inp.token_ids, inp.positions, inp.tree_slots, self.prefix_len, inp.tree_mask)
+            self.graph.load_inputs(proposal_inputs([token], [-1], self.prefix_len, 1), self.prefix_len)
+            self.graph.launch()
             ids = self.graph.next_ids
         self.prefix_len += 1
         self._logits = self._inputs = None

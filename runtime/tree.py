@@ -17,6 +17,7 @@ This module is host-side bookkeeping plus the construction of the small padded t
 
 from __future__ import annotations
 
+import functools
 import heapq
 from dataclasses import dataclass, field
 
@@ -57,14 +58,56 @@ class StepInputs:
 
     Rows beyond `num_real` are padding: token 0, position `prefix_len`, they write a free tree slot and
     see only that slot (so their softmax is well defined); their outputs are ignored.
+
+    Held as host lists and mask bytes: a CUDA-graph step copies them into its staging buffer as they are
+    (`StepGraph.load_inputs`; each torch op here cost ~10-30 us of host time before every replay on the H200
+    host). The eager path reads them as tensors (`token_ids`, ..., built once on first access).
     """
 
-    token_ids: torch.Tensor  # [rows] int64
-    positions: torch.Tensor  # [rows] int64, prefix_len + depth
-    tree_slots: torch.Tensor  # [rows] int64, slot written, relative to the tree region start (prefix_len)
-    tree_mask: torch.Tensor  # [rows, max_len] bool, query i sees tree slot j iff tree_mask[i, j]
-    parents: torch.Tensor  # [rows] int64, row index of the parent within these rows; -1 root / padding
+    ids: list[int]  # [rows] token ids
+    pos: list[int]  # [rows] prefix_len + depth
+    slots: list[int]  # [rows] slot written, relative to the tree region start (prefix_len)
+    mask_flat: bytes | bytearray  # [rows * max_len] row-major 0/1: query i sees tree slot j
+    max_len: int  # mask columns (tree slots the step sees)
+    parent_rows: list[int]  # [rows] row index of the parent within these rows; -1 root / padding
     num_real: int  # rows holding real nodes
+
+    def __post_init__(self) -> None:
+        rows = len(self.ids)
+        if not len(self.pos) == len(self.slots) == len(self.parent_rows) == rows or \
+                len(self.mask_flat) != rows * self.max_len:
+            raise ValueError(f"StepInputs: {rows} ids, {len(self.pos)} positions, {len(self.slots)} slots, "
+                             f"{len(self.parent_rows)} parents and {len(self.mask_flat)} mask bytes do not make "
+                             f"{rows} rows x {self.max_len} columns")
+
+    @property
+    def rows(self) -> int:
+        return len(self.ids)
+
+    @functools.cached_property
+    def token_ids(self) -> torch.Tensor:
+        """[rows] int64."""
+        return torch.tensor(self.ids, dtype=torch.long)
+
+    @functools.cached_property
+    def positions(self) -> torch.Tensor:
+        """[rows] int64."""
+        return torch.tensor(self.pos, dtype=torch.long)
+
+    @functools.cached_property
+    def tree_slots(self) -> torch.Tensor:
+        """[rows] int64."""
+        return torch.tensor(self.slots, dtype=torch.long)
+
+    @functools.cached_property
+    def tree_mask(self) -> torch.Tensor:
+        """[rows, max_len] bool."""
+        return bool_mask(self.mask_flat, self.rows, self.max_len)
+
+    @functools.cached_property
+    def parents(self) -> torch.Tensor:
+        """[rows] int64."""
+        return torch.tensor(self.parent_rows, dtype=torch.long)
 
 
 def ancestor_mask(parents: list[int], rows: int) -> torch.Tensor:
@@ -77,24 +120,29 @@ def ancestor_mask(parents: list[int], rows: int) -> torch.Tensor:
         1 0 1 0
         1 1 0 1
     """
-    if len(parents) > rows:
-        raise ValueError(f"ancestor_mask: {len(parents)} nodes do not fit {rows} rows")
     if rows == 0:
         return torch.zeros(0, 0, dtype=torch.bool)
-    # Row i = row parents[i] plus column i, as bytes (this runs every verify).
+    return bool_mask(ancestor_bytes(parents, rows), rows, rows)
+
+
+def ancestor_bytes(parents: list[int], rows: int) -> bytearray:
+    """`ancestor_mask` as row-major 0/1 bytes (what a verify step copies to the device)."""
+    if len(parents) > rows:
+        raise ValueError(f"ancestor_mask: {len(parents)} nodes do not fit {rows} rows")
+    # Row i = row parents[i] plus column i (this runs every verify).
     flat = bytearray(rows * rows)
     for i in range(rows):
         p = parents[i] if i < len(parents) else -1
         if p >= 0:
             flat[i * rows:(i + 1) * rows] = flat[p * rows:(p + 1) * rows]
         flat[i * rows + i] = 1
-    return bool_mask(flat, rows, rows)
+    return flat
 
 
-def bool_mask(flat: bytearray, rows: int, cols: int) -> torch.Tensor:
+def bool_mask(flat: bytes | bytearray, rows: int, cols: int) -> torch.Tensor:
     """A [rows, cols] bool tensor (a copy) of row-major 0/1 bytes: masks are filled on the host as bytes, then
     converted with one tensor op instead of one indexed write per row."""
-    return torch.frombuffer(flat, dtype=torch.uint8).view(rows, cols).to(torch.bool)
+    return torch.frombuffer(bytearray(flat), dtype=torch.uint8).view(rows, cols).to(torch.bool)
 
 
 def proposal_inputs(token_ids: list[int], parents: list[int], prefix_len: int, rows: int) -> StepInputs:
@@ -108,13 +156,13 @@ def proposal_inputs(token_ids: list[int], parents: list[int], prefix_len: int, r
     depth = [0] * rows
     for i, p in enumerate(parents):
         depth[i] = 0 if p < 0 else depth[p] + 1
-    tokens = list(token_ids) + [0] * (rows - n)
     return StepInputs(
-        token_ids=torch.tensor(tokens, dtype=torch.long),
-        positions=torch.tensor([prefix_len + d for d in depth], dtype=torch.long),
-        tree_slots=torch.arange(rows, dtype=torch.long),
-        tree_mask=ancestor_mask(list(parents), rows),
-        parents=torch.tensor(list(parents) + [-1] * (rows - n), dtype=torch.long),
+        ids=list(token_ids) + [0] * (rows - n),
+        pos=[prefix_len + d for d in depth],
+        slots=list(range(rows)),
+        mask_flat=ancestor_bytes(list(parents), rows),
+        max_len=rows,
+        parent_rows=list(parents) + [-1] * (rows - n),
         num_real=n,
     )
 
@@ -215,16 +263,15 @@ class DraftTree:
                 node = self.nodes[node].parent
         for row, s in enumerate(pad, start=len(chosen)):
             flat[row * max_len + s] = 1
-        mask = bool_mask(flat, w, max_len)
         self.stats.expansions += 1
         self.stats.expanded_nodes += len(chosen)
         return chosen, StepInputs(
-            token_ids=torch.tensor([self.nodes[i].token for i in chosen] + [0] * len(pad), dtype=torch.long),
-            positions=torch.tensor([prefix_len + self.nodes[i].depth for i in chosen] + [prefix_len] * len(pad),
-                                   dtype=torch.long),
-            tree_slots=torch.tensor([self.nodes[i].slot for i in chosen] + pad, dtype=torch.long),
-            tree_mask=mask,
-            parents=torch.full((w,), -1, dtype=torch.long),
+            ids=[self.nodes[i].token for i in chosen] + [0] * len(pad),
+            pos=[prefix_len + self.nodes[i].depth for i in chosen] + [prefix_len] * len(pad),
+            slots=[self.nodes[i].slot for i in chosen] + pad,
+            mask_flat=flat,
+            max_len=max_len,
+            parent_rows=[-1] * w,
             num_real=len(chosen),
         )
 

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.tree import DraftTree, ancestor_mask, proposal_inputs
+from runtime.tree import DraftTree, StepInputs, ancestor_mask, proposal_inputs
 
 PREFIX = 5
 
@@ -282,3 +282,27 @@ def test_grow_topk_rejects_too_few_rows():
     nodes, _ = tree.plan_expansion(2, PREFIX, 4)
     with pytest.raises(ValueError):
         tree.grow_topk(nodes, torch.zeros(0, 2), torch.zeros(0, 2, dtype=torch.long))
+
+
+def test_with_pending_prepends_causal_rows_and_shifts_the_tree():
+    """Two pending tokens in front of a 2-row expansion over 3 tree slots: the pending rows are causal among
+    themselves, every tree row sees both of them and then its own mask, slots shift by 2."""
+    from runtime.draft_worker import with_pending
+
+    inp = StepInputs(ids=[7, 8], pos=[12, 13], slots=[0, 1], mask_flat=bytes([1, 0, 0, 1, 1, 0]), max_len=3,
+                     parent_rows=[-1, -1], num_real=2)
+    step = with_pending(inp, (5, 6), prefix_len=10)
+    assert step.ids == [5, 6, 7, 8] and step.pos == [10, 11, 12, 13] and step.slots == [0, 1, 2, 3]
+    assert step.parent_rows == [-1, -1, -1, -1] and step.num_real == 2 and step.max_len == 5
+    assert step.tree_mask.int().tolist() == [[1, 0, 0, 0, 0],
+                                             [1, 1, 0, 0, 0],
+                                             [1, 1, 1, 0, 0],
+                                             [1, 1, 1, 1, 0]]
+    assert step.token_ids.dtype == torch.long and step.token_ids.tolist() == [5, 6, 7, 8]
+
+
+def test_step_inputs_refuse_mismatched_lengths():
+    with pytest.raises(ValueError, match=r"StepInputs: 2 ids, 1 positions, 2 slots, 2 parents and 4 mask bytes do "
+                                         r"not make 2 rows x 2 columns"):
+        StepInputs(ids=[1, 2], pos=[0], slots=[0, 1], mask_flat=bytes(4), max_len=2, parent_rows=[-1, 0],
+                   num_real=2)

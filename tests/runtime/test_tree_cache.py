@@ -194,17 +194,23 @@ def test_in_place_keeps_launch_no_copy(monkeypatch):
 
 
 class _EagerGraph:
-    """Stands in for a StepGraph on CPU: checks the captured shape, runs the step eagerly, applies the head."""
+    """Stands in for a StepGraph on CPU (`load_inputs`, then `launch`): checks the captured shape, runs the step
+    eagerly, applies the head."""
 
     def __init__(self, worker: DraftWorker, rows: int, tree_len: int, head) -> None:
         self.worker, self.rows, self.tree_len, self.head, self.calls = worker, rows, tree_len, head, 0
+        self.loaded = None
 
-    def replay(self, token_ids, positions, tree_slots, prefix_len, tree_mask):
-        assert token_ids.shape == (self.rows,) and tree_mask.shape == (self.rows, self.tree_len)
+    def load_inputs(self, inp, prefix_len):
+        assert inp.rows == self.rows and inp.max_len == self.tree_len
+        self.loaded = (inp, prefix_len)
+
+    def launch(self):
+        (inp, prefix_len), self.loaded = self.loaded, None
         self.calls += 1
-        meta = AttnMeta(positions=positions, write_slots=prefix_len + tree_slots, prefix_len=prefix_len,
-                        tree_len=self.tree_len, tree_mask=tree_mask)
-        return self.head(self.worker.model(token_ids, meta, self.worker.cache, self.worker.attn))
+        meta = AttnMeta(positions=inp.positions, write_slots=prefix_len + inp.tree_slots, prefix_len=prefix_len,
+                        tree_len=self.tree_len, tree_mask=inp.tree_mask)
+        return self.head(self.worker.model(inp.token_ids, meta, self.worker.cache, self.worker.attn))
 
 
 @torch.no_grad()

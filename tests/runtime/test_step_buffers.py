@@ -1,0 +1,53 @@
+"""`runtime.graphs.StepBuffers` on CPU: the staged layout a CUDA-graph step reads (the graph itself: tests/gpu)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from runtime.draft_worker import with_pending
+from runtime.graphs import StepBuffers
+from runtime.tree import DraftTree, proposal_inputs
+
+
+def _assert_loaded(buf: StepBuffers, inp, prefix_len: int) -> None:
+    assert buf.prefix.tolist() == [prefix_len]
+    assert torch.equal(buf.ids, inp.token_ids) and torch.equal(buf.positions, inp.positions)
+    assert torch.equal(buf.slots, inp.tree_slots) and torch.equal(buf.parents, inp.parents)
+    assert torch.equal(buf.mask, inp.tree_mask)
+
+
+def test_step_buffers_hold_a_verify_proposal_and_the_next_one():
+    """A verify's inputs land in the views the graph reads (each load replaces the last one completely)."""
+    buf = StepBuffers(8, 8, "cpu")
+    for prefix, (tokens, parents) in [(100, ([5, 6, 7, 8, 9], [-1, 0, 0, 1, 3])), (103, ([4, 2], [-1, 0]))]:
+        inp = proposal_inputs(tokens, parents, prefix, 8)
+        buf.load_inputs(inp, prefix)
+        _assert_loaded(buf, inp, prefix)
+
+
+def test_step_buffers_hold_a_draft_expansion_with_a_pending_row():
+    """A draft expansion's [w, max_len] mask, and the (w + 1)-row step with a pending token in front."""
+    tree = DraftTree(3)
+    tree.grow_topk([0], torch.tensor([[-0.1, -0.5, -2.0]]), torch.tensor([[11, 12, 13]]))
+    nodes, inp = tree.plan_expansion(4, 40, 16)
+    buf = StepBuffers(4, 16, "cpu")
+    buf.load_inputs(inp, 40)
+    _assert_loaded(buf, inp, 40)
+    pending = with_pending(inp, (9,), 39)
+    buf = StepBuffers(5, 17, "cpu")
+    buf.load_inputs(pending, 39)
+    _assert_loaded(buf, pending, 39)
+
+
+def test_step_buffers_load_host_tensors_and_refuse_other_shapes():
+    buf = StepBuffers(2, 3, "cpu")
+    mask = torch.tensor([[1, 0, 0], [1, 1, 0]], dtype=torch.bool)
+    buf.load(torch.tensor([7, 8]), torch.tensor([20, 21]), torch.tensor([0, 1]), 20, mask)
+    assert buf.packed.tolist() == [20, 7, 8, 20, 21, 0, 1, -1, -1] and torch.equal(buf.mask, mask)
+    with pytest.raises(ValueError, match=r"captured for 2 rows x 3 tree slots, got token_ids \(3,\)"):
+        buf.load(torch.tensor([7, 8, 9]), torch.tensor([20, 21, 22]), torch.tensor([0, 1, 2]), 20, mask)
+    with pytest.raises(ValueError, match=r"StepGraph.load_inputs: captured for 2 rows x 3 tree slots, got 2 rows x 2"):
+        buf.load_inputs(proposal_inputs([1, 2], [-1, 0], 5, 2), 5)
+    with pytest.raises(ValueError, match="kernels.input_staging: 'mapped' is not one of pageable, pinned"):
+        StepBuffers(2, 3, "cpu", staging="mapped")
