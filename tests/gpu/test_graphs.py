@@ -169,11 +169,11 @@ def test_draft_pending_expansion_graph_matches_eager():
                              max_seq_len=128, temperature=0.0, cuda_graphs=graphs)
         replays: list[int] = []
         if graphs:  # count the pending graph's replays: an eager fallback must not pass this test
-            def counted(*args, _replay=worker.pending_graph.replay, _calls=replays):
+            def counted(_launch=worker.pending_graph.launch, _calls=replays):
                 _calls.append(1)
-                return _replay(*args)
+                return _launch()
 
-            worker.pending_graph.replay = counted
+            worker.pending_graph.launch = counted
         worker.start(prompt)
         assert worker.expand() and worker.expand()
         proposal = worker.propose(0, 0, bs=len(worker.tree))
