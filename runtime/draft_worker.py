@@ -26,7 +26,7 @@ from runtime.attention import AttentionBackend
 from runtime.graphs import StepGraph
 from runtime.kv_cache import KVCache
 from runtime.model import Transformer
-from runtime.tree import DraftTree, Reroot, StepInputs, TreeStats, pack_topk
+from runtime.tree import DraftTree, Reroot, StepInputs, TreeStats
 from runtime.tree_cache import keep_slots, prefill, step_meta
 
 
@@ -59,7 +59,7 @@ class DraftWorker:
         self.graph = self.pending_graph = None
         self.belief: list[list[float]] | None = None  # oracle runs, spec.oracle_belief=table (runtime/oracle.py)
         if cuda_graphs:
-            self.graph = StepGraph(model, self.cache, attn, w, max_tree_nodes, head=self._packed_children,
+            self.graph = StepGraph(model, self.cache, attn, w, max_tree_nodes, head=self._top_children,
                                    staging=staging)
             self.pending_graph = StepGraph(model, self.cache, attn, w + 1, max_tree_nodes + 1,
                                            head=self._pending_children, staging=staging)
@@ -91,16 +91,16 @@ class DraftWorker:
         if shift:
             inp = with_pending(inp, self.pending, self.prefix_len)
         graph = self.graph if not shift else self.pending_graph if shift == 1 else None
-        if graph is not None:  # its head packs the top-k on the device (`_packed_children`)
+        if graph is not None:
             graph.load_inputs(inp, self.prefix_len)
-            packed = graph.launch()
+            top_lp, top_tok = graph.launch()
         else:
             logits = self.model(inp.token_ids.to(self.device), step_meta(inp, self.prefix_len, self.device),
                                 self.cache, self.attn)  # [shift + w, vocab]
-            packed = self._packed_children(logits[shift:])
+            top_lp, top_tok = self._top_children(logits[shift:])
         self.prefix_len += shift
         self.pending = ()
-        self.tree.grow_packed(nodes, packed, self.belief)
+        self.tree.grow_topk(nodes, top_lp, top_tok, self.belief)
         return True
 
     def _top_children(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -110,13 +110,9 @@ class DraftWorker:
         top = torch.topk(torch.log_softmax(logits.float(), dim=-1), min(self.topk, logits.shape[-1]), dim=-1)
         return top.values, top.indices
 
-    def _packed_children(self, logits: torch.Tensor) -> torch.Tensor:
-        """The expansion graph's head: `_top_children` as `runtime.tree.pack_topk`'s [2, w, k] float64."""
-        return pack_topk(*self._top_children(logits))
-
-    def _pending_children(self, logits: torch.Tensor) -> torch.Tensor:
-        """The head of a step with one pending row in front: the packed top-k children of the w tree rows."""
-        return self._packed_children(logits[1:])
+    def _pending_children(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The head of a step with one pending row in front: top-k children of the w tree rows."""
+        return self._top_children(logits[1:])
 
     def refill(self, bs: int) -> int:
         """Expand until the tree has at least `bs` nodes (or cannot grow); returns expansions run."""

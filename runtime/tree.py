@@ -145,12 +145,6 @@ def bool_mask(flat: bytes | bytearray, rows: int, cols: int) -> torch.Tensor:
     return torch.frombuffer(bytearray(flat), dtype=torch.uint8).view(rows, cols).to(torch.bool)
 
 
-def pack_topk(top_lp: torch.Tensor, top_tok: torch.Tensor) -> torch.Tensor:
-    """[2, rows, k] float64 (log-probs, token ids) of top-k tensors [rows, k]: one device -> host copy reads both
-    (token ids < 2**24 for any vocabulary here ride along as float64 exactly)."""
-    return torch.stack((top_lp.to(torch.float64), top_tok.to(torch.float64)))
-
-
 def proposal_inputs(token_ids: list[int], parents: list[int], prefix_len: int, rows: int) -> StepInputs:
     """Verify-step inputs of a proposal (root first, parents before children), padded to `rows` (= bs).
 
@@ -306,20 +300,9 @@ class DraftTree:
                              f"{n} expanded nodes with equal k")
         if n == 0:
             return
-        lp_rows, tok_rows = pack_topk(top_lp[:n], top_tok[:n]).cpu().tolist()  # one device -> host copy
-        self._add_children(expanded, lp_rows, tok_rows, belief)
-
-    def grow_packed(self, expanded: list[int], packed: torch.Tensor, belief: list[list[float]] | None = None) -> None:
-        """`grow_topk` from `pack_topk`'s [2, >= len(expanded), k] tensor (a CUDA-graph head packs it on the
-        device, so an expansion ends with one host copy and no other torch op on the host)."""
-        n = len(expanded)
-        if packed.dim() != 3 or packed.shape[0] != 2 or packed.shape[1] < n:
-            raise ValueError(f"packed top-k {tuple(packed.shape)} is not [2, >= {n}, k]")
-        lp_rows, tok_rows = packed.cpu().tolist()
-        self._add_children(expanded, lp_rows[:n], tok_rows[:n], belief)
-
-    def _add_children(self, expanded: list[int], lp_rows: list[list[float]], tok_rows: list[list[float]],
-                      belief: list[list[float]] | None) -> None:
+        # One device -> host copy: token ids (< 2**24 for any vocabulary here) ride along as float64 exactly.
+        both = torch.stack((top_lp[:n].to(torch.float64), top_tok[:n].to(torch.float64))).cpu()
+        lp_rows, tok_rows = both.tolist()
         nodes, frontier, push = self.nodes, self._frontier, heapq.heappush
         for i, lps, toks in zip(expanded, lp_rows, tok_rows):
             parent = nodes[i]

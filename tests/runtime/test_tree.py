@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.tree import DraftTree, StepInputs, ancestor_mask, pack_topk, proposal_inputs
+from runtime.tree import DraftTree, StepInputs, ancestor_mask, proposal_inputs
 
 PREFIX = 5
 
@@ -282,25 +282,6 @@ def test_grow_topk_rejects_too_few_rows():
     nodes, _ = tree.plan_expansion(2, PREFIX, 4)
     with pytest.raises(ValueError):
         tree.grow_topk(nodes, torch.zeros(0, 2), torch.zeros(0, 2, dtype=torch.long))
-
-
-def test_grow_packed_matches_grow_topk_and_checks_its_shape():
-    """The graph head's packed [2, rows, k] top-k grows the tree grow_topk grows (padding rows ignored)."""
-    top_lp = torch.tensor([[-0.1, -1.0], [-0.5, -3.0], [5.0, 4.0]])  # row 2: padding
-    top_tok = torch.tensor([[3, 1], [7, 8], [99, 98]])
-    trees = []
-    for packed in (False, True):
-        tree = DraftTree(9)
-        tree.grow_topk(*tree.plan_expansion(1, PREFIX, 8)[:1], top_lp[:1], top_tok[:1])
-        nodes, _ = tree.plan_expansion(3, PREFIX, 8)  # the root's two children and one padding row
-        if packed:
-            tree.grow_packed(nodes, pack_topk(top_lp, top_tok))
-        else:
-            tree.grow_topk(nodes, top_lp, top_tok)
-        trees.append([(n.token, n.parent, n.depth, n.weight) for n in tree.nodes])
-    assert trees[0] == trees[1] and len(trees[0]) == 7
-    with pytest.raises(ValueError, match=r"packed top-k \(3, 2\) is not \[2, >= 2, k\]"):
-        DraftTree(9).grow_packed([0, 1], torch.zeros(3, 2))
 
 
 def test_with_pending_prepends_causal_rows_and_shifts_the_tree():

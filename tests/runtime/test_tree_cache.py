@@ -222,7 +222,7 @@ def test_pending_expansion_replays_the_pending_graph_and_matches_eager():
         worker = DraftWorker(_model("tiny-llama-draft", 2), ATTN, w=4, topk=3, max_tree_nodes=MAX_LEN,
                              max_seq_len=CAPACITY - MAX_LEN, temperature=0.0)
         if graphs:
-            worker.graph = _EagerGraph(worker, 4, MAX_LEN, worker._packed_children)
+            worker.graph = _EagerGraph(worker, 4, MAX_LEN, worker._top_children)
             worker.pending_graph = _EagerGraph(worker, 5, MAX_LEN + 1, worker._pending_children)
         worker.start(PROMPT)
         assert worker.expand() and worker.expand()
