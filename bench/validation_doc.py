@@ -73,9 +73,14 @@ LIMITS = """\
   host residual is `tp_step_extra_s`, fitted when a TP > 1 run is among the fit runs (item 5); without one a TP > 1
   step takes the one-GPU `step_extra_s`.
 - Since git 23cfdda a one-GPU target runs its projections through the skinny GEMMs with PDL launches
-  (`kernels=graphs`), while the operator profile times cuBLAS-shaped GEMMs and kernels one by one: the fitted
-  `step_extra_s` (and `ar_step_extra_s`) may be negative (down to -1 ms) to correct the sum; a TP > 1 target
-  keeps cuBLAS for its all-reduced projections, hence its own `tp_step_extra_s`.
+  (`kernels=graphs`). Since 68741c4 the operator profile times each GEMM with the kernel the runtime runs for
+  that matrix, TP degree and row count (bench/runtime_kernels.py) and whole steps with the `kernels=graphs`
+  switches, but still sums kernels timed one by one: the fitted `step_extra_s` (and `ar_step_extra_s`) may be
+  negative (down to -1 ms) to correct the sum (68741c4: -0.10 ms and -0.37 ms, from -0.51 / -0.76 ms with the
+  cuBLAS-shaped operators); a TP > 1 target keeps cuBLAS for its all-reduced projections, hence its own
+  `tp_step_extra_s`. Fitted on tp2_chain_g4 it is ~0, yet the held-out TP-2 autoregressive runs take ~0.36 ms
+  per step more than the model (over-predicted by 10-14% at 68741c4): a TP > 1 autoregressive step's host cost
+  is not modelled apart from a TP > 1 verify's.
 - The profile's additive form (operators + a + b x kernels) approximates max(host, device) by a sum, and one
   `step_overhead` line serves target verifies and draft expansions alike (the fit report,
   `operators.step_overhead.by_kind` / `by_preset`, shows how well it fits each).
