@@ -216,6 +216,26 @@ def test_fused_kernel_path_matches_torch_path(preset, skinny, hooked, monkeypatc
     assert calls["hooks"] == (2 * 3 * shape.num_layers if hooked else 0)
 
 
+def test_a_chained_one_row_graph_gives_the_verdict_from_its_own_argmax():
+    """A greedy one-row target (TP > 1 autoregressive decoding replays its chain=True graph without chaining): the
+    verdict is the argmax the graph already wrote (`next_ids`), the same as the greedy verify of its logits."""
+    from types import SimpleNamespace
+
+    from conf.messages import DraftProposal
+    from runtime.target_worker import TargetWorker
+    from runtime.verify import verify_proposal
+
+    model = build_model(MODEL_PRESETS["tiny-llama"], torch.float32, "cpu", seed=1)
+    worker = TargetWorker(model, make_attention_backend("reference"), rows=1, max_seq_len=32, temperature=0.0,
+                          backend="reference")
+    worker.start([1, 2, 3])
+    worker.forward(DraftProposal(0, 0, (4,), (-1,)))
+    logits = worker._logits
+    want = verify_proposal(logits, torch.tensor([4]), torch.tensor([-1]), 1, 0.0, None)
+    worker.graph = SimpleNamespace(chained=True, next_ids=logits.argmax(dim=-1))  # what the chain graph writes
+    assert worker.decide(None) == want and want.path == (0,)
+
+
 def test_graph_events_need_graphs():
     """Without CUDA graphs (CPU) `trace.graph_events` records nothing: last_device_s stays None."""
     from conf.messages import DraftProposal
