@@ -11,11 +11,11 @@ rows with the same argmax), and the byte floor (weights + K/V of the context, ov
 Variants (`kernels.skinny`, `kernels.pdl` of the runtime; VARIANTS): base = the fused path of kernels=graphs
 (cuBLAS projections, split-K reduces, separate norms); pdl* = programmatic dependent launch of the Triton kernels
 with a trigger per kernel role (kernels/pdl.py: weight-streaming GEMMs vs the small kernels; early = release the
-next kernel at the start, late = as the blocks exit, off = ordinary launch; late_prefetch = late, the GEMMs
-loading their first weight tile before the wait); skinny* = Triton skinny GEMMs with the o / down split-K partials
-summed in the norms; *_qkvrope = the QKV GEMM also doing RoPE + the KV write (`kernels.qkv_rope_kv_write`). The
-prefetch and qkvrope variants are experiments (not yet measured when added); a variant that fails to build or
-capture is recorded as failed and the others still run.
+next kernel at the start, late = as the blocks exit, off = ordinary launch); skinny* = Triton skinny GEMMs with
+the o / down split-K partials summed in the norms; *_qkvrope = the QKV GEMM also doing RoPE + the KV write
+(`kernels.qkv_rope_kv_write`, an experiment: measured at 0eab9f8, slower on the 8B step, faster on the 1B draft).
+A first-weight-tile prefetch before the PDL wait (late_prefetch) was measured at 0eab9f8 (0.12-0.13 ms slower per
+8B step) and removed. A variant that fails to build or capture is recorded as failed and the others still run.
 Random bf16 weights (never zeros). Plain argparse: runs on the GPU machine without Hydra.
 """
 
@@ -55,7 +55,6 @@ VARIANTS: dict[str, tuple[bool, dict[str, str] | None]] = {
     "skinny_pdl_small_late": (True, {"gemm": "off", "small": "late"}),
     "skinny_pdl_gemm_late": (True, {"gemm": "late", "small": "early"}),
     "skinny_pdl_small_late_gemm_early": (True, {"gemm": "early", "small": "late"}),
-    "skinny_pdl_late_prefetch": (True, {"gemm": "late_prefetch", "small": "late"}),
     "skinny_pdl_late_qkvrope": (True, {"gemm": "late", "small": "late"}),
 }
 """name -> (kernels.skinny, the PDL trigger per kernel role or None for ordinary launches: kernels/pdl.py)."""

@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.pdl import pdl_options, pdl_prefetch, pdl_start
+from kernels.pdl import pdl_options, pdl_start
 
 
 @triton.jit
@@ -26,10 +26,9 @@ def _swiglu_kernel(
     X, Wg, Wu, Out, M, I, K,
     stride_xm, stride_wgi, stride_wui, stride_om,
     BLOCK_M: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_K: tl.constexpr,
-    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH_W: tl.constexpr,
+    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, USE_PDL: tl.constexpr,
 ):
-    if not PREFETCH_W:
-        pdl_start(USE_PDL)
+    pdl_start(USE_PDL)
     pid_i = tl.program_id(0)  # fastest axis: neighbouring programs stream neighbouring weight rows
     pid_m = tl.program_id(1)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -39,21 +38,7 @@ def _swiglu_kernel(
     i_ok = ri < I
     acc_g = tl.zeros([BLOCK_M, BLOCK_I], dtype=tl.float32)
     acc_u = tl.zeros([BLOCK_M, BLOCK_I], dtype=tl.float32)
-    k_first = 0
-    if PREFETCH_W:  # the first weight tiles before the PDL wait: no earlier kernel writes weights
-        first_ok = rk < K
-        wg = tl.load(Wg + ri[None, :] * stride_wgi + rk[:, None], mask=i_ok[None, :] & first_ok[:, None], other=0.0)
-        wu = tl.load(Wu + ri[None, :] * stride_wui + rk[:, None], mask=i_ok[None, :] & first_ok[:, None], other=0.0)
-        pdl_start(USE_PDL)  # (the index arithmetic above touches no memory; x may be the last kernel's)
-        x = tl.load(X + rm[:, None] * stride_xm + rk[None, :], mask=m_ok[:, None] & first_ok[None, :], other=0.0)
-        if UPCAST:
-            x = x.to(tl.float32)
-            wg = wg.to(tl.float32)
-            wu = wu.to(tl.float32)
-        acc_g = tl.dot(x, wg, acc_g, input_precision=DOT_PRECISION)
-        acc_u = tl.dot(x, wu, acc_u, input_precision=DOT_PRECISION)
-        k_first = BLOCK_K
-    for k0 in range(k_first, K, BLOCK_K):
+    for k0 in range(0, K, BLOCK_K):
         kk = k0 + rk
         k_ok = kk < K
         x = tl.load(X + rm[:, None] * stride_xm + kk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
@@ -79,12 +64,10 @@ def swiglu(
     block_m: int | None = None,
     block_i: int | None = None,
     block_k: int | None = None,
-    prefetch: bool | None = None,
 ) -> torch.Tensor:
     """silu(x @ w_gate.T) * (x @ w_up.T) with x [M,K], w_gate/w_up [I,K]; returns [M,I] in x.dtype.
 
-    ``out`` is an optional [M, I] buffer; ``block_*`` override the tile heuristic (tests, benchmarks);
-    ``prefetch`` forces the first-weight-tile load before the PDL wait on or off (None: ``kernels.pdl.pdl_prefetch``).
+    ``out`` is an optional [M, I] buffer; ``block_*`` override the tile heuristic (tests, benchmarks).
     """
     m, k = x.shape
     i = w_gate.shape[0]
@@ -106,7 +89,6 @@ def swiglu(
         x.stride(0), w_gate.stride(0), w_up.stride(0), out.stride(0),
         BLOCK_M=bm, BLOCK_I=bi, BLOCK_K=bk,
         UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or x.dtype == torch.float32) else "tf32",
-        PREFETCH_W=pdl_prefetch(x.device) if prefetch is None else prefetch,
         num_warps=4, num_stages=4, **pdl_options(x.device, "gemm"),
     )
     return out

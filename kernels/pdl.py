@@ -32,12 +32,9 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-TRIGGERS = {"off": 0, "early": 1, "late": 2, "late_prefetch": 2}
+TRIGGERS = {"off": 0, "early": 1, "late": 2}
 """How a kernel of one role is launched: off = ordinary launch; early = PDL, releasing the next kernel right after
-its own wait; late = PDL without an explicit release (the next kernel launches as this one's blocks exit);
-late_prefetch = late, and a weight-streaming kernel loads its first weight tile before its wait (weights are never
-written by a previous kernel; `pdl_prefetch`). An experiment: not measured yet (bench/bench_step_variants.py
-variant skinny_pdl_late_prefetch)."""
+its own wait; late = PDL without an explicit release (the next kernel launches as this one's blocks exit)."""
 ROLES = ("gemm", "small")
 """gemm: the weight-streaming kernels (skinny GEMM, SwiGLU), whose bandwidth needs their blocks spread over every
 SM; small: the rest (norms, RoPE + KV write, tree attention, the split-K reduce)."""
@@ -99,11 +96,6 @@ def pdl_options(device: torch.device, role: str = "small") -> dict:
     if launch_pdl(device, role):
         return {"USE_PDL": TRIGGERS[_policy[role]], "launch_pdl": True}
     return {"USE_PDL": 0}
-
-
-def pdl_prefetch(device: torch.device, role: str = "gemm") -> bool:
-    """Whether a `role` kernel launched now loads its first weight tile before its PDL wait (late_prefetch)."""
-    return _policy[role] == "late_prefetch" and launch_pdl(device, role)
 
 
 @triton.jit

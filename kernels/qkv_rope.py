@@ -63,8 +63,7 @@ workspace and the RoPE epilogue in the reduce, or several programs per head.)
 of the writers, unspecified which. ``q_out`` must not overlap x, w_qkv or the caches (every program reads all
 of x). CUDA graphs: capturable; the launch configuration depends only on shapes (T, K, heads, D), positions
 and slots are read on device, nothing syncs with the host, and nothing is allocated when ``q_out`` is given.
-PDL: ``pdl_start(USE_PDL)`` is the first statement; launched with the "gemm" role's trigger (under
-"late_prefetch" it waits first like "late": no weight prefetch before the wait here).
+PDL: ``pdl_start(USE_PDL)`` is the first statement; launched with the "gemm" role's trigger.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.pdl import pdl_options, pdl_prefetch, pdl_start
+from kernels.pdl import pdl_options, pdl_start
 
 MAX_M = 64  # one M tile per program; larger batches are compute-bound enough for cuBLAS
 DEFAULT_SM_COUNT = 132  # H200; used off CUDA (the CPU interpreter)
@@ -67,10 +67,9 @@ def _skinny_kernel(
     X, W, Out, M, N, K, K_CHUNK,
     stride_xm, stride_wn, stride_os, stride_om,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, USE_PDL: tl.constexpr, PREFETCH_W: tl.constexpr,
+    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, USE_PDL: tl.constexpr,
 ):
-    if not PREFETCH_W:
-        pdl_start(USE_PDL)
+    pdl_start(USE_PDL)
     pid_n = tl.program_id(0)  # fastest axis: neighbouring programs stream neighbouring weight rows
     pid_s = tl.program_id(1)  # K split
     rm = tl.arange(0, BLOCK_M)
@@ -83,20 +82,7 @@ def _skinny_kernel(
     x_ptrs = X + rm[:, None] * stride_xm + (k_lo + rk)[None, :]
     w_ptrs = W + rn[None, :].to(tl.int64) * stride_wn + (k_lo + rk)[:, None]  # [BLOCK_K, BLOCK_N] view of w
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    k_first = k_lo
-    if PREFETCH_W:  # the first weight tile before the PDL wait: no earlier kernel writes weights
-        first_ok = (k_lo + rk) < k_hi
-        w = tl.load(w_ptrs, mask=n_ok[None, :] & first_ok[:, None], other=0.0)
-        pdl_start(USE_PDL)  # (the index arithmetic above touches no memory; x may be the last kernel's)
-        x = tl.load(x_ptrs, mask=m_ok[:, None] & first_ok[None, :], other=0.0)
-        if UPCAST:
-            x = x.to(tl.float32)
-            w = w.to(tl.float32)
-        acc = tl.dot(x, w, acc, input_precision=DOT_PRECISION)
-        x_ptrs += BLOCK_K
-        w_ptrs += BLOCK_K
-        k_first = k_lo + BLOCK_K
-    for k0 in range(k_first, k_hi, BLOCK_K):
+    for k0 in range(k_lo, k_hi, BLOCK_K):
         if EVEN_K:  # every chunk is a whole number of BLOCK_K tiles: no K mask, full-width vector loads
             x = tl.load(x_ptrs, mask=m_ok[:, None], other=0.0)
             w = tl.load(w_ptrs, mask=n_ok[None, :], other=0.0)
@@ -214,9 +200,8 @@ def _resolve(x: torch.Tensor, m: int, n: int, k: int, fn: str, **overrides: int 
 
 
 def _launch_partials(x: torch.Tensor, w: torch.Tensor, dst: torch.Tensor, cfg: dict[str, int], m: int, n: int,
-                     k: int, prefetch: bool | None = None) -> None:
-    """The GEMM kernel: dst is [M, N] (split_k 1) or [split_k, M, N] float32. `prefetch` (None: the PDL policy's,
-    `kernels.pdl.pdl_prefetch`) loads each program's first weight tile before its PDL wait."""
+                     k: int) -> None:
+    """The GEMM kernel: dst is [M, N] (split_k 1) or [split_k, M, N] float32."""
     sk, bk = cfg["split_k"], cfg["block_k"]
     chunk = split_chunk(k, sk) if sk > 1 else k
     upcast = x.device.type == "cpu"
@@ -226,7 +211,6 @@ def _launch_partials(x: torch.Tensor, w: torch.Tensor, dst: torch.Tensor, cfg: d
         x.stride(0), w.stride(0), dst.stride(0) if dst.dim() == 3 else 0, dst.stride(-2),
         BLOCK_M=m_bucket(m), BLOCK_N=cfg["block_n"], BLOCK_K=bk, EVEN_K=k % (sk * bk) == 0,
         UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or x.dtype == torch.float32) else "tf32",
-        PREFETCH_W=pdl_prefetch(x.device) if prefetch is None else prefetch,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **pdl_options(x.device, "gemm"),
     )
 
@@ -250,14 +234,12 @@ def skinny_linear_partials(
     block_k: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
-    prefetch: bool | None = None,
 ) -> torch.Tensor:
     """Split-K partials of x @ w.T: [split_k, M, N] float32, partial s over K chunk s (module docstring).
 
     Their sum (in split order) is the product; ``kernels.norm.add_rmsnorm_partials`` consumes them. ``out``
     is an optional [split_k, M, N] float32 buffer; the other keywords override the tile configuration
-    (``split_k=None``: the configured one, ``CONFIGS`` or the heuristic, as ``skinny_linear`` picks it);
-    ``prefetch`` forces the first-weight-tile prefetch on or off (None: ``kernels.pdl.pdl_prefetch``).
+    (``split_k=None``: the configured one, ``CONFIGS`` or the heuristic, as ``skinny_linear`` picks it).
     """
     fn = "skinny_linear_partials"
     m, n, k = _check_operands(x, w, fn)
@@ -269,7 +251,7 @@ def skinny_linear_partials(
     else:
         _check_buffer(out, (split_k, m, n), torch.float32, x.device, "out", fn)
     if m > 0 and n > 0:
-        _launch_partials(x, w, out, cfg, m, n, k, prefetch)
+        _launch_partials(x, w, out, cfg, m, n, k)
     return out
 
 
@@ -284,14 +266,12 @@ def skinny_linear(
     split_k: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
-    prefetch: bool | None = None,
 ) -> torch.Tensor:
     """x @ w.T with x [M, K] (M <= 64), w [N, K]; returns [M, N] in x.dtype (float32 accumulation).
 
     ``out``: optional [M, N] buffer (any float dtype: the result is rounded once to it). ``workspace``: for
     split_k > 1, a contiguous float32 tensor of >= split_k * M * N elements (its first ones are used);
-    without it one is allocated. The other keywords override ``CONFIGS`` and the heuristic; ``prefetch`` forces the
-    first-weight-tile prefetch on or off (None: ``kernels.pdl.pdl_prefetch``, i.e. PDL policy late_prefetch).
+    without it one is allocated. The other keywords override ``CONFIGS`` and the heuristic.
     """
     fn = "skinny_linear"
     m, n, k = _check_operands(x, w, fn)
@@ -307,7 +287,7 @@ def skinny_linear(
         return out
     sk = cfg["split_k"]
     if sk == 1:
-        _launch_partials(x, w, out, cfg, m, n, k, prefetch)
+        _launch_partials(x, w, out, cfg, m, n, k)
         return out
     need = sk * m * n
     if workspace is None:
@@ -318,7 +298,7 @@ def skinny_linear(
                          f"elements (split_k * M * N), got {list(workspace.shape)} {workspace.dtype} "
                          f"on {workspace.device}")
     partials = workspace.view(-1)[:need].view(sk, m, n)
-    _launch_partials(x, w, partials, cfg, m, n, k, prefetch)
+    _launch_partials(x, w, partials, cfg, m, n, k)
     block = min(1024, triton.next_power_of_2(n))
     _reduce_partials_kernel[(triton.cdiv(n, block), m)](
         partials, out, n, partials.stride(0), partials.stride(1), out.stride(0),

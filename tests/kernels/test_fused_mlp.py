@@ -45,13 +45,3 @@ def test_rejects_mismatched_weights():
     x, wg, wu = _inputs(2, 16, 8, torch.float32, seed=0)
     with pytest.raises(ValueError, match="weights"):
         swiglu(x, wg, wu[:, :8].contiguous())
-
-
-@pytest.mark.parametrize("shape", SHAPES, ids=[f"M{m}_K{k}_I{i}" for m, k, i in SHAPES])
-def test_first_tile_prefetch_changes_nothing(shape):
-    """PDL policy late_prefetch: the first gate/up weight tiles load before the wait, the K loop continues from
-    the second tile: the same products in the same order, bitwise (K <= one tile included)."""
-    m, k, i = shape
-    x, wg, wu = _inputs(m, k, i, torch.float16, seed=m + k + i)
-    plain = swiglu(x, wg, wu, block_k=32, prefetch=False)
-    assert torch.equal(swiglu(x, wg, wu, block_k=32, prefetch=True), plain)

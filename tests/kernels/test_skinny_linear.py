@@ -195,21 +195,3 @@ def test_gpu_bf16_and_graph_capture(n, k):
     torch.cuda.synchronize()
     assert_close(out, skinny_linear_ref(x, w), torch.bfloat16, "graph replay")
     assert torch.equal(fused[0], bufs[0]) and torch.equal(fused[1], bufs[1])
-
-
-@pytest.mark.parametrize("case", CASES + [(96, 64, 64, 64, 1)],
-                         ids=[f"N{c[0]}_K{c[1]}_sk{c[4]}" for c in CASES + [(96, 64, 64, 64, 1)]])
-def test_first_tile_prefetch_changes_nothing(case):
-    """PDL policy late_prefetch loads each program's first weight tile before its wait, then runs the rest of
-    the K loop: the same products in the same order, so the result is bitwise the plain kernel's (a chunk of one
-    tile included: the loop then runs no iteration)."""
-    from kernels.pdl import pdl, pdl_prefetch
-
-    n, k, bn, bk, sk = case
-    x, w = _inputs(5, n, k, torch.float16, seed=n + k + sk)
-    plain = skinny_linear(x, w, block_n=bn, block_k=bk, split_k=sk, prefetch=False)
-    assert torch.equal(skinny_linear(x, w, block_n=bn, block_k=bk, split_k=sk, prefetch=True), plain)
-    parts = skinny_linear_partials(x, w, sk, block_n=bn, block_k=bk, prefetch=True)
-    assert torch.equal(parts, skinny_linear_partials(x, w, sk, block_n=bn, block_k=bk, prefetch=False))
-    with pdl(True, gemm="late_prefetch"):
-        assert not pdl_prefetch(x.device)  # CPU: never (no PDL launch to hide it behind)
