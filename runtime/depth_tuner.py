@@ -33,9 +33,17 @@ class DepthTuner:
       r = floor(median t_verify / median t_expand) ([P] §3.1.3);
     - the candidates r and r + 1 are clamped to [1, `d_max`] (`d_max`: the overlapped expansions that can
       still fit into the tree; None = unbounded); if both clamp to one value it is taken at once, else `TRIAL`
-      rounds each at d = r and d = r + 1 measure tokens per second (emitted tokens over the time between
-      consecutive proposals; a round slower than `OUTLIER` x its candidate's median round is left out, as a
-      late compilation), and the faster is kept (ties: the smaller d);
+      rounds each at d = r and d = r + 1, alternating (r, r + 1, r, ...), measure tokens per second (tokens
+      over the time between consecutive proposals; a round slower than `OUTLIER` x its candidate's median
+      round is left out, as a late compilation), and the faster is kept (ties: the smaller d). A round's
+      tokens are the proposal's *expected* yield when the caller gives it (`sent(expected_tokens=...)`: 1 +
+      the summed acceptance probabilities of its nodes under the draft's own weights), else the emitted
+      tokens. Why (not in [P]): a few rounds' emitted tokens (1 to 5 a round) and their hits and misses vary
+      far more than the yield difference between d = r and r + 1. The measured workload-a runs at bs 8 w 8
+      (2026-11-30) tried d = 3 on four rounds that all missed and kept d = 4, which the simulator puts 7%
+      behind d = 3; blocks of 4 rounds per candidate with emitted tokens chose the best fixed d in 10 of 16
+      simulated seeds, alternating rounds with expected tokens in 16 of 16 (the experiment:
+      docs/LOG.md, fifth session of 2026-11-30);
     - drift: the median time of `WINDOW` rounds at the kept d right after the choice is the reference; when
       the median of the last `WINDOW` rounds later differs from it by more than a factor `DRIFT`, the tuning
       restarts from the warm-up, at most `RETUNES` times per run.
@@ -65,11 +73,12 @@ class DepthTuner:
         self.chosen: int | None = fixed
         self._expand_s: list[float] = []
         self._verify_s: list[float] = []
-        self._trials: dict[int, list[tuple[float, int]]] = {}  # d -> [(seconds, tokens) per round]
+        self._trials: dict[int, list[tuple[float, float]]] = {}  # d -> [(seconds, tokens) per round]
         self._candidates: list[int] = []
         self._sent_at: float | None = None
         self.round_d = 1 if fixed is None else fixed  # d of the current round
         self._round_tokens = 0
+        self._round_expected: float | None = None  # the current round's proposal's expected tokens, if given
         self._rounds = 0  # rounds started (proposals sent) in this run
         self._first_of_request = False  # the current round is a request's first
         self._watch: deque[float] = deque(maxlen=self.WINDOW)  # round times at the chosen d
@@ -85,12 +94,17 @@ class DepthTuner:
         if self._warming_up() and math.isfinite(seconds) and seconds > 0:
             self._expand_s.append(seconds)
 
-    def sent(self, new_request: bool = False) -> None:
-        """A proposal went out: closes the previous round (unless a new request started)."""
+    def sent(self, new_request: bool = False, expected_tokens: float | None = None) -> None:
+        """A proposal went out: closes the previous round (unless a new request started). `expected_tokens`: this
+        proposal's expected yield under the draft's weights (the trials' tokens; None: the emitted ones)."""
+        if expected_tokens is not None and not (math.isfinite(expected_tokens) and expected_tokens >= 1.0):
+            raise ValueError(f"DepthTuner.sent: expected_tokens must be a finite number >= 1 (the bonus token at "
+                             f"least), got {expected_tokens!r}")
         now = self.clock()
         if self._sent_at is not None and not new_request and self._round_tokens:
-            self._close_round(now - self._sent_at, self._round_tokens)
-        self._sent_at, self._round_tokens = now, 0
+            tokens = self._round_expected if self._round_expected is not None else self._round_tokens
+            self._close_round(now - self._sent_at, tokens)
+        self._sent_at, self._round_tokens, self._round_expected = now, 0, expected_tokens
         self._rounds += 1
         self._first_of_request = new_request
 
@@ -119,7 +133,7 @@ class DepthTuner:
     def _clamp(self, d: int) -> int:
         return max(1, d if self.d_max is None else min(d, self.d_max))
 
-    def _close_round(self, seconds: float, tokens: int) -> None:
+    def _close_round(self, seconds: float, tokens: float) -> None:
         """A measured round (at `round_d`) ended: feed the trial of its d, or the drift watch."""
         if self.fixed is not None:
             return
@@ -170,7 +184,7 @@ class DepthTuner:
                 return self._choose(candidates[0])
             self._candidates = candidates
             self._trials = {d: [] for d in candidates}
-        for d in self._candidates:
-            if len(self._trials[d]) < self.TRIAL:
-                return d
+        d = min(self._candidates, key=lambda c: len(self._trials[c]))  # alternate: the one with fewer rounds
+        if len(self._trials[d]) < self.TRIAL:
+            return d
         return self._choose(max(self._candidates, key=self._rate))

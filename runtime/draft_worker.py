@@ -127,6 +127,10 @@ class DraftWorker:
         tokens, parents = self.tree.proposal(self.selection)
         return DraftProposal(request_id, iteration, tuple(tokens), tuple(parents))
 
+    def expected_tokens(self) -> float:
+        """The last proposal's expected yield under the tree's weights (`DraftTree.expected_tokens`)."""
+        return self.tree.expected_tokens(self.selection)
+
     def verified_ranks(self, node_indices: tuple[int, ...], bonus: int) -> list[int]:
         """Draft ranks of a verified path (proposal indices, root first) and its bonus token, before `advance`:
         each accepted node's rank among its parent's children in the draft tree, then the bonus token's among

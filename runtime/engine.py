@@ -234,7 +234,7 @@ class Engine:
         while True:
             if self.ctx.is_leader:
                 self.channel.send(prop)
-            self.tuner.sent(new_request=first)
+            self.tuner.sent(new_request=first, expected_tokens=self.draft.expected_tokens())
             first = False
             self._compact(it)  # the last re-root's KV gather, after the send (a refill already ran it)
             # Oracle runs: draw this proposal's outcome now, while the target verifies (same seeded stream as

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import heapq
 import itertools
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -221,6 +222,12 @@ class DraftTree:
             for c in self.nodes[i].children:
                 heapq.heappush(heap, (-self.nodes[c].weight, c))
         return taken
+
+    def expected_tokens(self, selection: list[int]) -> float:
+        """Expected tokens of verifying `selection` (from `select`, root first) if the weights were the acceptance
+        log-probabilities: 1 for the bonus token (the root's weight is 0) + each node's exp(weight), the
+        probability that its whole path is accepted. The DepthTuner's trial yield (runtime/depth_tuner.py)."""
+        return sum(math.exp(self.nodes[i].weight) for i in selection)
 
     def proposal(self, selection: list[int]) -> tuple[list[int], list[int]]:
         """(token ids, parent indices within the selection) of a selection, as `DraftProposal` wants."""

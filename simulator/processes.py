@@ -128,7 +128,7 @@ def verify_proposals(sim: Simulation) -> Generator[Any, Any, None]:
 
 def _send(sim: Simulation, sid: int, req: int, it: int) -> None:
     if sim.tuner is not None:
-        sim.tuner.sent(new_request=it == 0)
+        sim.tuner.sent(new_request=it == 0, expected_tokens=sim.trees.expected_tokens(sid, sim.bs))
     tokens, parents = sim.trees.select(sid, sim.bs)
     sim.draft_outbox.put(DraftProposal(req, it, tokens, parents))
 

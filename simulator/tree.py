@@ -31,6 +31,7 @@ Not here: which rank is the true token (acceptance.py), costs (cost_model.py), t
 
 from __future__ import annotations
 
+import math
 from heapq import heappop, heappush
 
 Path = tuple[int, ...]
@@ -61,6 +62,7 @@ class TreeStates:
         self._expand_memo: dict[tuple[int, int], tuple[int, int]] = {}
         self._refill_memo: dict[tuple[int, int], tuple[int, int]] = {}
         self._select_memo: dict[tuple[int, int], tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        self._yield_memo: dict[tuple[int, int], float] = {}
         self._reroot_memo: dict[tuple[int, tuple[int, ...]], tuple[int, bool, int]] = {}
 
     # ---- interning -------------------------------------------------------------------------------
@@ -185,8 +187,10 @@ class TreeStates:
         index_of: dict[Path, int] = {}
         tokens: list[int] = []
         parents: list[int] = []
+        expected = 0.0  # sum of exp(weight) over the selected nodes, the root's 1 included
         while heap and len(tokens) < bs:
-            _, path = heappop(heap)
+            neg_logw, path = heappop(heap)
+            expected += math.exp(-neg_logw)
             index_of[path] = len(tokens)
             tokens.append(path[-1] if path else 0)
             parents.append(index_of[path[:-1]] if path else -1)
@@ -198,7 +202,16 @@ class TreeStates:
                 heappush(heap, (-self._logw[s], self._paths[s]))
         out = (tuple(tokens), tuple(parents))
         self._select_memo[key] = out
+        self._yield_memo[key] = expected
         return out
+
+    def expected_tokens(self, sid: int, bs: int) -> float:
+        """Expected tokens of verifying `select(sid, bs)` under the weights: 1 (the bonus) + the summed acceptance
+        probabilities exp(weight) of the selected non-root nodes (the runtime's `DraftTree.expected_tokens`)."""
+        key = (sid, bs)
+        if key not in self._yield_memo:
+            self.select(sid, bs)
+        return self._yield_memo[key]
 
     def reroot(self, sid: int, ranks: tuple[int, ...]) -> tuple[int, bool, int]:
         """Re-root `sid` along `ranks` = (accepted ranks..., bonus rank).

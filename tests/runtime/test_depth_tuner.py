@@ -21,19 +21,24 @@ class FakeClock:
 
 
 def drive(tuner: DepthTuner, clock: FakeClock, rounds: int, verify: Callable[[int, int], float],
-          expand: Callable[[int], float], tokens: int = 2, request_rounds: int | None = None) -> list[int]:
+          expand: Callable[[int], float], tokens: int | Callable[[int], int] = 2, request_rounds: int | None = None,
+          expected: Callable[[int], float] | None = None) -> list[int]:
     """The engine's `_draft_loop` order: send, d overlapped expansions during the verify, receive, one refill
-    expansion; `verify(round, d)` / `expand(round)` in seconds. Returns each round's d."""
+    expansion; `verify(round, d)` / `expand(round)` in seconds; `tokens(d)` emitted, `expected(d)` the proposal's
+    expected yield given to `sent` (a proposal sent after a round at d). Returns each round's d."""
     used = []
+    last_d = 1
     for k in range(rounds):
-        tuner.sent(new_request=k == 0 or (request_rounds is not None and k % request_rounds == 0))
+        tuner.sent(new_request=k == 0 or (request_rounds is not None and k % request_rounds == 0),
+                   expected_tokens=None if expected is None else expected(last_d))
         d = tuner.shared_d()
         used.append(d)
         e = expand(k)
         for _ in range(d):
             tuner.expanded(e)
         clock.t += max(verify(k, d), d * max(e, 0.0))
-        tuner.received(tokens)
+        tuner.received(tokens(d) if callable(tokens) else tokens)
+        last_d = d
         tuner.expanded(e)  # refill of the next proposal
         clock.t += max(e, 0.0)
     return used
@@ -143,3 +148,27 @@ def test_non_leader_collects_nothing():
         tuner.expanded(0.01)
         tuner.received(2)
     assert tuner._verify_s == [] and tuner._expand_s == [] and tuner.chosen is None
+
+
+def test_trials_alternate_the_two_candidates():
+    tuner, clock = make()
+    used = drive(tuner, clock, 40, lambda k, d: 0.0305, lambda k: 0.01)
+    trials = used[used.index(3):used.index(3) + 2 * DepthTuner.TRIAL]
+    assert trials == [3, 4] * DepthTuner.TRIAL
+
+
+def test_expected_tokens_decide_the_trials_over_emitted_ones():
+    """Rounds at d = 4 happen to emit more (luck: 4 vs 1 tokens), but the proposals' expected yields say d = 3
+    pays (equal yield, the longer round at d = 4): with expected tokens the tuner keeps 3, without it 4."""
+    lucky = lambda d: 4 if d == 4 else 1  # noqa: E731
+    for expected, want in ((lambda d: 2.5, 3), (None, 4)):
+        tuner, clock = make()
+        drive(tuner, clock, 40, lambda k, d: 0.0305, lambda k: 0.01, tokens=lucky, expected=expected)
+        assert tuner.chosen == want, expected
+
+
+@pytest.mark.parametrize("bad", [0.5, float("nan"), float("inf")])
+def test_expected_tokens_must_count_the_bonus_token(bad):
+    tuner, _ = make()
+    with pytest.raises(ValueError, match="expected_tokens must be a finite number >= 1"):
+        tuner.sent(expected_tokens=bad)

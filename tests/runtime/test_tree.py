@@ -306,3 +306,22 @@ def test_step_inputs_refuse_mismatched_lengths():
                                          r"not make 2 rows x 2 columns"):
         StepInputs(ids=[1, 2], pos=[0], slots=[0, 1], mask_flat=bytes(4), max_len=2, parent_rows=[-1, 0],
                    num_real=2)
+
+
+def test_expected_tokens_match_the_simulators_tree():
+    """DraftTree.expected_tokens of a selection = 1 + the selected nodes' path probabilities, the number the
+    simulator's tree gives for the same weights (simulator/tree.py TreeStates.expected_tokens)."""
+    import math as _m
+
+    from simulator.tree import EMPTY, TreeStates
+
+    p = [0.6, 0.3, 0.1]
+    tree = DraftTree(5)
+    lp = torch.tensor([[_m.log(x) for x in p]])
+    tree.grow_topk(tree.plan_expansion(1, PREFIX, 8)[0], lp, torch.tensor([[7, 8, 9]]))
+    nodes, _ = tree.plan_expansion(2, PREFIX, 8)  # the two best children
+    tree.grow_topk(nodes, lp.expand(2, 3), torch.tensor([[1, 2, 3], [4, 5, 6]]))
+    ts = TreeStates([[_m.log(x) for x in p]], topk=3, w=2, max_nodes=64)
+    sid, _ = ts.expand(EMPTY, 2)
+    for bs in (1, 4, 6):
+        assert tree.expected_tokens(tree.select(bs)) == pytest.approx(ts.expected_tokens(sid, bs))

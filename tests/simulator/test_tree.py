@@ -48,6 +48,15 @@ def test_selection_is_the_top_bs_subtree_in_best_first_order():
     assert parents == (-1, 0, 1, 0)
 
 
+def test_expected_tokens_sum_the_selected_paths_acceptance_probabilities():
+    """1 for the bonus (the root) + each selected node's path probability, as the runtime's
+    DraftTree.expected_tokens: () 1, (0) .6, (0,0) .36, (1) .3 for the top 4."""
+    ts = _states(w=2)
+    sid, _ = ts.expand(EMPTY, 2)
+    assert ts.expected_tokens(sid, 4) == pytest.approx(1 + 0.6 + 0.36 + 0.3)
+    assert ts.expected_tokens(EMPTY, 8) == pytest.approx(1.0)  # a fresh tree proposes the root alone
+
+
 def test_selection_never_includes_children_of_unexpanded_nodes():
     ts = _states(w=1)
     sid, _ = ts.expand(EMPTY, 1)  # only the root expanded: a star
