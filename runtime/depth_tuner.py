@@ -58,6 +58,10 @@ class DepthTuner:
     WINDOW = 8
     DRIFT = 2.0
     RETUNES = 1
+    ALTERNATE = True
+    """Trial rounds alternate the candidates (False: `TRIAL` rounds of r, then of r + 1, the earlier policy)."""
+    EXPECTED = True
+    """Trials count the proposals' expected tokens when given (False: the emitted ones, the earlier policy)."""
 
     def __init__(self, fixed: int | None, ctx: Any, d_max: int | None = None,
                  clock: Callable[[], float] = time.perf_counter,
@@ -102,7 +106,8 @@ class DepthTuner:
                              f"least), got {expected_tokens!r}")
         now = self.clock()
         if self._sent_at is not None and not new_request and self._round_tokens:
-            tokens = self._round_expected if self._round_expected is not None else self._round_tokens
+            use_expected = self.EXPECTED and self._round_expected is not None
+            tokens = self._round_expected if use_expected else self._round_tokens
             self._close_round(now - self._sent_at, tokens)
         self._sent_at, self._round_tokens, self._round_expected = now, 0, expected_tokens
         self._rounds += 1
@@ -184,7 +189,7 @@ class DepthTuner:
                 return self._choose(candidates[0])
             self._candidates = candidates
             self._trials = {d: [] for d in candidates}
-        d = min(self._candidates, key=lambda c: len(self._trials[c]))  # alternate: the one with fewer rounds
-        if len(self._trials[d]) < self.TRIAL:
-            return d
+        pending = [c for c in self._candidates if len(self._trials[c]) < self.TRIAL]
+        if pending:  # alternate: the candidate with fewer rounds so far; else each in turn
+            return min(pending, key=lambda c: len(self._trials[c])) if self.ALTERNATE else pending[0]
         return self._choose(max(self._candidates, key=self._rate))
