@@ -53,15 +53,20 @@ class DepthTuner:
 
     SKIP = 2
     WARMUP = 3
-    TRIAL = 4
+    TRIAL = 16
     OUTLIER = 4.0
     WINDOW = 8
     DRIFT = 2.0
     RETUNES = 1
-    ALTERNATE = True
-    """Trial rounds alternate the candidates (False: `TRIAL` rounds of r, then of r + 1, the earlier policy)."""
+    ALTERNATE = False
+    """Trial rounds alternate the candidates (False: `TRIAL` rounds of r, then of r + 1). Alternating mixes the
+    trees the two candidates grow, and with each round credited with the proposal it grew it gains nothing
+    (bench/bench_depth_tuner.py)."""
     EXPECTED = True
     """Trials count the proposals' expected tokens when given (False: the emitted ones, the earlier policy)."""
+    CREDIT_GROWN = True
+    """A round is credited with the proposal it grew (the next one sent); False: with the one it verified, the
+    earlier policy, one round off (a trial round's d shaped the next proposal, not the one being verified)."""
 
     def __init__(self, fixed: int | None, ctx: Any, d_max: int | None = None,
                  clock: Callable[[], float] = time.perf_counter,
@@ -82,7 +87,7 @@ class DepthTuner:
         self._sent_at: float | None = None
         self.round_d = 1 if fixed is None else fixed  # d of the current round
         self._round_tokens = 0
-        self._round_expected: float | None = None  # the current round's proposal's expected tokens, if given
+        self._pending: tuple[int, float] | None = None  # (d, seconds) of a round awaiting its emitted yield
         self._rounds = 0  # rounds started (proposals sent) in this run
         self._first_of_request = False  # the current round is a request's first
         self._watch: deque[float] = deque(maxlen=self.WINDOW)  # round times at the chosen d
@@ -100,16 +105,25 @@ class DepthTuner:
 
     def sent(self, new_request: bool = False, expected_tokens: float | None = None) -> None:
         """A proposal went out: closes the previous round (unless a new request started). `expected_tokens`: this
-        proposal's expected yield under the draft's weights (the trials' tokens; None: the emitted ones)."""
+        proposal's expected yield under the draft's weights. The previous round grew this proposal (its d
+        overlapped expansions and its refill), so the round's yield is this proposal's: its expected tokens here,
+        or (None, or `EXPECTED` off) the tokens it emits, credited at the next `received`."""
         if expected_tokens is not None and not (math.isfinite(expected_tokens) and expected_tokens >= 1.0):
             raise ValueError(f"DepthTuner.sent: expected_tokens must be a finite number >= 1 (the bonus token at "
                              f"least), got {expected_tokens!r}")
         now = self.clock()
+        if new_request:
+            self._pending = None  # the last round of the previous request grew nothing that is verified
         if self._sent_at is not None and not new_request and self._round_tokens:
-            use_expected = self.EXPECTED and self._round_expected is not None
-            tokens = self._round_expected if use_expected else self._round_tokens
-            self._close_round(now - self._sent_at, tokens)
-        self._sent_at, self._round_tokens, self._round_expected = now, 0, expected_tokens
+            seconds, d = now - self._sent_at, self.round_d
+            self._watch_round(seconds, d)
+            if not self.CREDIT_GROWN:  # the earlier policy: the tokens of the proposal the round verified
+                self._trial_round(d, seconds, self._round_tokens)
+            elif self.EXPECTED and expected_tokens is not None:
+                self._trial_round(d, seconds, expected_tokens)
+            else:
+                self._pending = (d, seconds)
+        self._sent_at, self._round_tokens = now, 0
         self._rounds += 1
         self._first_of_request = new_request
 
@@ -119,6 +133,10 @@ class DepthTuner:
             took = self.clock() - self._sent_at
             if math.isfinite(took):
                 self._verify_s.append(took)
+        if self._pending is not None:  # the round that grew this proposal: its yield, emitted
+            d, seconds = self._pending
+            self._pending = None
+            self._trial_round(d, seconds, emitted)
         self._round_tokens = emitted
 
     def shared_d(self) -> int:
@@ -138,14 +156,15 @@ class DepthTuner:
     def _clamp(self, d: int) -> int:
         return max(1, d if self.d_max is None else min(d, self.d_max))
 
-    def _close_round(self, seconds: float, tokens: float) -> None:
-        """A measured round (at `round_d`) ended: feed the trial of its d, or the drift watch."""
-        if self.fixed is not None:
-            return
-        trial = self._trials.get(self.round_d)
-        if self.chosen is None and trial is not None:
+    def _trial_round(self, d: int, seconds: float, tokens: float) -> None:
+        """A trial round at `d` took `seconds` and grew a proposal worth `tokens`: feed its candidate's trial."""
+        trial = self._trials.get(d)
+        if self.fixed is None and self.chosen is None and trial is not None:
             trial.append((seconds, tokens))
-        elif self.chosen is not None and self.round_d == self.chosen and self._retunes_left > 0:
+
+    def _watch_round(self, seconds: float, d: int) -> None:
+        """A round at the chosen d ended: the drift watch."""
+        if self.fixed is None and self.chosen is not None and d == self.chosen and self._retunes_left > 0:
             self._watch.append(seconds)
             if len(self._watch) < self.WINDOW:
                 return
@@ -161,6 +180,7 @@ class DepthTuner:
         self._retunes_left -= 1
         self.chosen, self._candidates, self._trials = None, [], {}
         self._expand_s, self._verify_s = [], []
+        self._pending = None
         self._watch.clear()
         self._reference = None
 
@@ -189,7 +209,13 @@ class DepthTuner:
                 return self._choose(candidates[0])
             self._candidates = candidates
             self._trials = {d: [] for d in candidates}
-        pending = [c for c in self._candidates if len(self._trials[c]) < self.TRIAL]
-        if pending:  # alternate: the candidate with fewer rounds so far; else each in turn
-            return min(pending, key=lambda c: len(self._trials[c])) if self.ALTERNATE else pending[0]
+        def rounds(c: int) -> int:  # trial rounds run at c, one awaiting its emitted yield included
+            return len(self._trials[c]) + (self._pending is not None and self._pending[0] == c)
+
+        todo = [c for c in self._candidates if rounds(c) < self.TRIAL]
+        if todo:  # alternate: the candidate with fewer rounds so far; else each in turn
+            return min(todo, key=rounds) if self.ALTERNATE else todo[0]
+        short = [c for c in self._candidates if len(self._trials[c]) < self.TRIAL]
+        if short:  # the last trial round's emitted yield comes in during this round: decide at the next
+            return short[0]
         return self._choose(max(self._candidates, key=self._rate))

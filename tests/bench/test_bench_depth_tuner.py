@@ -1,4 +1,4 @@
-"""bench/bench_depth_tuner.py: both trial policies run on the simulator and the record names what each chose."""
+"""bench/bench_depth_tuner.py: every trial policy runs on the simulator and the record names what each chose."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from bench import bench_depth_tuner
 from runtime.depth_tuner import DepthTuner
 
 
-def test_depth_tuner_study_records_both_policies_and_restores_the_default(tmp_path):
+def test_depth_tuner_study_records_every_policy_and_restores_the_default(tmp_path):
+    defaults = {k: getattr(DepthTuner, k) for k in bench_depth_tuner.KNOBS}
+    assert defaults == dict(zip(bench_depth_tuner.KNOBS, bench_depth_tuner.POLICIES["expected x16"]))
     record = bench_depth_tuner.main(["--seeds", "2", "--cases", "1", "--out", str(tmp_path)])
     saved = json.loads(next(tmp_path.glob("depth_tuner_*.json")).read_text())
     assert saved == json.loads(json.dumps(record)) and {"git_sha", "date", "device", "config"} <= set(saved)
@@ -20,7 +22,7 @@ def test_depth_tuner_study_records_both_policies_and_restores_the_default(tmp_pa
     for name in bench_depth_tuner.POLICIES:
         pol = case["policies"][name]
         assert len(pol["chosen"]) == 2 and all(d >= 1 for d in pol["chosen"]) and pol["mean_tokens_per_s"] > 0
-    assert (DepthTuner.ALTERNATE, DepthTuner.EXPECTED) == (True, True)
+    assert {k: getattr(DepthTuner, k) for k in bench_depth_tuner.KNOBS} == defaults
 
 
 def test_depth_tuner_study_refuses_bad_arguments(tmp_path):
@@ -28,3 +30,5 @@ def test_depth_tuner_study_refuses_bad_arguments(tmp_path):
         bench_depth_tuner.main(["--seeds", "0", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="--profile: .*missing.json is not a file"):
         bench_depth_tuner.main(["--profile", str(tmp_path / "missing.json"), "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match=r"--policies: unknown \['nope'\]"):
+        bench_depth_tuner.main(["--policies", "nope", "--out", str(tmp_path)])
