@@ -33,17 +33,19 @@ class DepthTuner:
       r = floor(median t_verify / median t_expand) ([P] §3.1.3);
     - the candidates r and r + 1 are clamped to [1, `d_max`] (`d_max`: the overlapped expansions that can
       still fit into the tree; None = unbounded); if both clamp to one value it is taken at once, else `TRIAL`
-      rounds each at d = r and d = r + 1, alternating (r, r + 1, r, ...), measure tokens per second (tokens
-      over the time between consecutive proposals; a round slower than `OUTLIER` x its candidate's median
-      round is left out, as a late compilation), and the faster is kept (ties: the smaller d). A round's
-      tokens are the proposal's *expected* yield when the caller gives it (`sent(expected_tokens=...)`: 1 +
-      the summed acceptance probabilities of its nodes under the draft's own weights), else the emitted
-      tokens. Why (not in [P]): a few rounds' emitted tokens (1 to 5 a round) and their hits and misses vary
-      far more than the yield difference between d = r and r + 1. The measured workload-a runs at bs 8 w 8
-      (2026-11-30) tried d = 3 on four rounds that all missed and kept d = 4, which the simulator puts 7%
-      behind d = 3; blocks of 4 rounds per candidate with emitted tokens chose the best fixed d in 10 of 16
-      simulated seeds, alternating rounds with expected tokens in 16 of 16 (the experiment:
-      docs/LOG.md, fifth session of 2026-11-30);
+      rounds at d = r, then `TRIAL` at d = r + 1 (`ALTERNATE`: r, r + 1, r, ...) measure tokens per second
+      (tokens over the time between consecutive proposals; a round slower than `OUTLIER` x its candidate's
+      median round is left out, as a late compilation), and the faster is kept (ties: the smaller d);
+    - a round's tokens are those of the proposal it grew (its d overlapped expansions and its refill made the
+      next proposal sent), not of the one it verified: that proposal's *expected* tokens when the caller gives
+      them (`sent(expected_tokens=...)`: 1 + the selected nodes' path probabilities under the draft's own
+      weights), else the tokens it emits (`EXPECTED`, `CREDIT_GROWN`). Not in [P]. Why: a round emits 1 to 5
+      tokens and hits or misses by luck, which swamps the few percent between d = r and r + 1. The measured
+      workload-a runs at bs 8 w 8 (2026-11-30) tried d = 3 on four rounds that all missed and kept d = 4, which
+      the simulator puts 7% behind. On the simulator (bench/bench_depth_tuner.py, 16 seeds, 5 cases) the
+      earlier policy (4 + 4 rounds, emitted tokens of the verified proposal) found the best fixed d in 38-69%
+      of the seeds, this one (16 + 16 rounds, expected tokens of the grown proposal) in 75-100%, +0.5-3.1%
+      mean tokens/s;
     - drift: the median time of `WINDOW` rounds at the kept d right after the choice is the reference; when
       the median of the last `WINDOW` rounds later differs from it by more than a factor `DRIFT`, the tuning
       restarts from the warm-up, at most `RETUNES` times per run.
