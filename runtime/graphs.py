@@ -75,9 +75,12 @@ class StepBuffers:
     def load(self, token_ids: torch.Tensor, positions: torch.Tensor, tree_slots: torch.Tensor, prefix_len: int,
              tree_mask: torch.Tensor) -> None:
         """Load host tensors (parent rows -1)."""
-        if token_ids.shape != (self.rows,) or tree_mask.shape != (self.rows, self.tree_len):
+        rows = (self.rows,)
+        if token_ids.shape != rows or positions.shape != rows or tree_slots.shape != rows or \
+                tree_mask.shape != (self.rows, self.tree_len):
             raise ValueError(f"StepGraph.replay: captured for {self.rows} rows x {self.tree_len} tree slots, got "
-                             f"token_ids {tuple(token_ids.shape)}, tree_mask {tuple(tree_mask.shape)}")
+                             f"token_ids {tuple(token_ids.shape)}, positions {tuple(positions.shape)}, tree_slots "
+                             f"{tuple(tree_slots.shape)}, tree_mask {tuple(tree_mask.shape)}")
         self._stage(prefix_len, token_ids.numpy(), positions.numpy(), tree_slots.numpy(), -1,
                     tree_mask.numpy().reshape(-1).view(np.uint8))
 
@@ -144,7 +147,7 @@ class StepGraph:
             logits = model(self._ids, meta, cache, attn)
             if chain:  # the next step's input: this step's greedy token, one slot and position further
                 torch.argmax(logits, dim=-1, out=self._ids)
-                self._packed[0:3:2].add_(1)  # [prefix, id, position, slot]: prefix and position
+                self._packed[0:3:2].add_(1)  # [prefix, id, position, slot, parent]: prefix and position
             return head(logits) if head is not None else logits
 
         with torch.no_grad():

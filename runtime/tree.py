@@ -319,7 +319,7 @@ class DraftTree:
             depth, base, first = parent.depth + 1, parent.weight, len(nodes)
             if belief is not None:
                 lps = belief[min(parent.depth, len(belief) - 1)][: len(toks)]
-            parent.children.extend(range(first, first + len(toks)))
+            parent.children.extend(range(first, first + min(len(lps), len(toks))))
             for nid, lp, tok in zip(itertools.count(first), lps, toks):
                 if lp > 0.0:  # log-softmax is <= 0; clamp so weights never increase along a path
                     lp = 0.0

@@ -142,12 +142,13 @@ def test_pinned_input_staging_replays_like_pageable():
         model(prompt, AttnMeta.causal(0, 150, "cuda"), cache, attn)
     parents = [-1, 0, 0, 1, 1, 2, 3, 3]
     mask, depth = ancestor_mask(parents, 8), [0, 1, 1, 2, 2, 2, 3, 3]
-    outs = {s: [] for s in caches}
+    steps = []
     for prefix in (20, 77, 141, 150):
-        ids = torch.randint(0, shape.vocab_size, (8,), generator=g)
-        pos = torch.tensor([prefix + d for d in depth])
-        for s, graph in graphs.items():  # no sync between steps: the staging event guards the buffers
-            outs[s].append(graph.replay(ids, pos, torch.arange(8), prefix, mask).clone())
+        steps.append((torch.randint(0, shape.vocab_size, (8,), generator=g), prefix))
+    outs = {}
+    for s in ("pinned", "pageable"):  # the pinned steps back to back: only the staging event guards the buffer
+        outs[s] = [graphs[s].replay(ids, torch.tensor([p + d for d in depth]), torch.arange(8), p, mask).clone()
+                   for ids, p in steps]
     for k, (a, b) in enumerate(zip(outs["pageable"], outs["pinned"])):
         assert torch.equal(a, b), f"step {k}: pinned staging differs"
     with pytest.raises(ValueError, match="kernels.input_staging: 'mapped' is not one of pageable, pinned"):

@@ -47,6 +47,8 @@ def test_step_buffers_load_host_tensors_and_refuse_other_shapes():
     assert buf.packed.tolist() == [20, 7, 8, 20, 21, 0, 1, -1, -1] and torch.equal(buf.mask, mask)
     with pytest.raises(ValueError, match=r"captured for 2 rows x 3 tree slots, got token_ids \(3,\)"):
         buf.load(torch.tensor([7, 8, 9]), torch.tensor([20, 21, 22]), torch.tensor([0, 1, 2]), 20, mask)
+    with pytest.raises(ValueError, match=r"got token_ids \(2,\), positions \(1,\)"):  # no silent broadcast
+        buf.load(torch.tensor([7, 8]), torch.tensor([20]), torch.tensor([0, 1]), 20, mask)
     with pytest.raises(ValueError, match=r"StepGraph.load_inputs: captured for 2 rows x 3 tree slots, got 2 rows x 2"):
         buf.load_inputs(proposal_inputs([1, 2], [-1, 0], 5, 2), 5)
     with pytest.raises(ValueError, match="kernels.input_staging: 'mapped' is not one of pageable, pinned"):
