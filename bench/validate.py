@@ -481,6 +481,7 @@ def autoconfig_check(run_dirs: list[Path], profile: str | None, settings: dict[s
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Simulate every measured run dir, write the table, the doc, the parity plot."""
+    sha = git_sha()  # before this command writes its own (possibly tracked) outputs, which would mark it dirty
     runs_dir = Path(args.runs)
     run_dirs = sorted(p.parent for p in runs_dir.glob("*/metrics.json"))
     if not run_dirs:
@@ -510,7 +511,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     today = datetime.date.today().isoformat()
     json_path = Path(args.results or REPO_ROOT / "bench" / "results" / f"validation_{today}.json")
     result = {
-        "date": today, "git_sha": git_sha(), "profile": args.profile, "sim_settings": settings,
+        "date": today, "git_sha": sha, "profile": args.profile, "sim_settings": settings,
         "gpu": good[0]["gpu"] if good else None, "runs": str(runs_dir), "sim_runs": str(sim_root),
         "profile_cost_model": good[0]["cost_model"] if good else None, "json": str(json_path),
         "held_out": ("the profile's operators are fitted from operator traces"
