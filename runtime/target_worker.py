@@ -101,7 +101,9 @@ class TargetWorker:
             # argmax of its logits (`StepGraph` chain=True), which is the verdict: one device -> host read instead
             # of the verify's argmax, kernel, copies and concatenation (~0.1-0.2 ms of host time on the H200 host).
             return Verdict((0,), int(self.graph.next_ids.item()))
-        if self.graph is not None:  # the inputs the graph's copy put on the device
+        if self.temperature > 0:  # sampled: the tree walk reads ids and parents on the host (no read-back)
+            ids, parents = inp.token_ids, inp.parents
+        elif self.graph is not None:  # greedy: the inputs the graph's copy put on the device
             ids, parents = self.graph.token_ids, self.graph.parents
         else:
             ids, parents = inp.token_ids.to(self.device), inp.parents.to(self.device)
