@@ -230,6 +230,10 @@ class SpecConfig(_Frozen):
                  f"{self.oracle_belief!r} is not one of model, table")
 
 
+INPUT_STAGING = ("pageable", "pinned")
+"""`kernels.input_staging` values: how a CUDA-graph step's inputs reach the device (runtime/graphs.py)."""
+
+
 @dataclass
 class KernelsConfig(_Frozen):
     """Kernel selection (group `kernels`)."""
@@ -253,8 +257,8 @@ class KernelsConfig(_Frozen):
         """Check the backend name and what needs the Triton backend."""
         _require(self.backend in ("reference", "triton"), "kernels.backend",
                  f"{self.backend!r} is not one of reference, triton")
-        _require(self.input_staging in ("pageable", "pinned"), "kernels.input_staging",
-                 f"{self.input_staging!r} is not one of pageable, pinned")
+        _require(self.input_staging in INPUT_STAGING, "kernels.input_staging",
+                 f"{self.input_staging!r} is not one of {', '.join(INPUT_STAGING)}")
         for name in ("skinny", "pdl"):
             _require(not getattr(self, name) or self.backend == "triton", f"kernels.{name}",
                      f"needs kernels.backend=triton, got {self.backend!r}")

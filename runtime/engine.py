@@ -234,7 +234,9 @@ class Engine:
         while True:
             if self.ctx.is_leader:
                 self.channel.send(prop)
-            self.tuner.sent(new_request=first, expected_tokens=self.draft.expected_tokens())
+            # the proposal's expected yield feeds auto d's trials (runtime/depth_tuner.py); a fixed d needs none
+            self.tuner.sent(new_request=first,
+                            expected_tokens=self.draft.expected_tokens() if self.tuner.fixed is None else None)
             first = False
             self._compact(it)  # the last re-root's KV gather, after the send (a refill already ran it)
             # Oracle runs: draw this proposal's outcome now, while the target verifies (same seeded stream as

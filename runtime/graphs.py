@@ -35,12 +35,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from conf.schema import INPUT_STAGING
 from runtime.attention import AttentionBackend, AttnMeta
 from runtime.kv_cache import KVCache
 from runtime.tree import StepInputs
-
-STAGING = ("pageable", "pinned")
-"""`kernels.input_staging` values: how a replay's inputs reach the graph's buffers (`StepGraph`)."""
 
 
 class StepBuffers:
@@ -55,8 +53,8 @@ class StepBuffers:
     """
 
     def __init__(self, rows: int, tree_len: int, device: torch.device | str, staging: str = "pageable") -> None:
-        if staging not in STAGING:
-            raise ValueError(f"kernels.input_staging: {staging!r} is not one of {', '.join(STAGING)}")
+        if staging not in INPUT_STAGING:
+            raise ValueError(f"kernels.input_staging: {staging!r} is not one of {', '.join(INPUT_STAGING)}")
         self.rows, self.tree_len = rows, tree_len
         ints = 1 + 4 * rows
         self.device_bytes = torch.zeros(8 * ints + rows * tree_len, dtype=torch.uint8, device=device)
@@ -121,8 +119,6 @@ class StepGraph:
         module docstring and `replay_chained`.
         `staging` (`kernels.input_staging`): how the inputs reach the device (`StepBuffers`).
         """
-        if staging not in STAGING:
-            raise ValueError(f"kernels.input_staging: {staging!r} is not one of {', '.join(STAGING)}")
         device = cache.device
         if device.type != "cuda":
             raise ValueError(f"kernels.cuda_graphs: CUDA graphs need a CUDA device, the model is on {device}")
@@ -135,19 +131,17 @@ class StepGraph:
             raise ValueError(f"StepGraph: chain=True needs rows 1 and no head (an autoregressive step), got rows "
                              f"{rows}, head {head}")
         self.rows, self.tree_len, self.chained = rows, tree_len, chain
-        self.inputs = buf = StepBuffers(rows, tree_len, device, staging)
-        self._packed, self._prefix, self._ids = buf.packed, buf.prefix, buf.ids
-        self._positions, self._slots, self._mask = buf.positions, buf.slots, buf.mask
-        self._slots.copy_(torch.arange(rows))  # capture-time writes land in slots [0, rows), before any prefill
-        self._mask[:, :rows] = torch.eye(rows, dtype=torch.bool)
+        self.inputs = buf = StepBuffers(rows, tree_len, device, staging)  # what the graph reads
+        buf.slots.copy_(torch.arange(rows))  # capture-time writes land in slots [0, rows), before any prefill
+        buf.mask[:, :rows] = torch.eye(rows, dtype=torch.bool)
 
         def step() -> Any:
-            meta = AttnMeta(positions=self._positions, write_slots=self._prefix + self._slots,
-                            prefix_len=self._prefix, tree_len=tree_len, tree_mask=self._mask)
-            logits = model(self._ids, meta, cache, attn)
+            meta = AttnMeta(positions=buf.positions, write_slots=buf.prefix + buf.slots,
+                            prefix_len=buf.prefix, tree_len=tree_len, tree_mask=buf.mask)
+            logits = model(buf.ids, meta, cache, attn)
             if chain:  # the next step's input: this step's greedy token, one slot and position further
-                torch.argmax(logits, dim=-1, out=self._ids)
-                self._packed[0:3:2].add_(1)  # [prefix, id, position, slot, parent]: prefix and position
+                torch.argmax(logits, dim=-1, out=buf.ids)
+                buf.packed[0:3:2].add_(1)  # [prefix, id, position, slot, parent]: prefix and position
             return head(logits) if head is not None else logits
 
         with torch.no_grad():
@@ -192,7 +186,7 @@ class StepGraph:
         if not self.chained:
             raise ValueError("StepGraph.replay_chained: this graph was captured without chain=True")
         self.graph.replay()
-        return self._ids
+        return self.inputs.ids
 
     @property
     def parents(self) -> torch.Tensor:
@@ -203,9 +197,9 @@ class StepGraph:
     @property
     def token_ids(self) -> torch.Tensor:
         """[rows] int64 device buffer: the token ids last loaded (a chained replay overwrites them)."""
-        return self._ids
+        return self.inputs.ids
 
     @property
     def next_ids(self) -> torch.Tensor:
         """A chained graph's [1] int64 device buffer: the greedy token of the last replay."""
-        return self._ids
+        return self.inputs.ids
