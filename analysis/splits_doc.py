@@ -20,24 +20,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from conf import compose_config
+
 SPLITS = ((8, 4, 4), (8, 6, 2), (8, 7, 1), (4, 3, 1), (4, 2, 2))  # (GPUs, target, draft)
 MODES = ("async_tree", "serial_tree")
 BASE = ["model=llama3-70b_llama3.2-3b", "workload.num_requests=2", "workload.prompt_tokens=512",
         "workload.max_new_tokens=512", "trace.enabled=false"]
-
-
-def compose(overrides: list[str]) -> Any:
-    """A validated config of conf/simulate.yaml with `overrides`."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    from conf import build_config
-    from conf.rundir import REPO_ROOT
-    from conf.schema import register_configs
-
-    register_configs()
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
-        return build_config(hydra_compose(config_name="simulate", overrides=overrides))
 
 
 def simulate_row(gpus: int, target: int, draft: int, mode: str, profile: str) -> dict[str, Any]:
@@ -46,7 +34,7 @@ def simulate_row(gpus: int, target: int, draft: int, mode: str, profile: str) ->
 
     ov = [*BASE, f"parallel={target}x{draft}", f"spec={mode}", f"sim.profile={profile}",
           f"hardware.gpus_per_node={gpus}"]
-    _, m = run_simulation(compose(ov))
+    _, m = run_simulation(compose_config("simulate", ov))
     keys = ("tokens_per_s", "iteration_time_s", "verify_time_s", "mean_accept_len", "d")
     return {"gpus": gpus, "target_gpus": target, "draft_gpus": draft, "mode": mode, "overrides": ov,
             **{k: m[k] for k in keys}}
@@ -56,7 +44,7 @@ def pick(profile: str) -> dict[str, Any]:
     """The simulator's recommended configuration on 8 GPUs and its two runners-up."""
     from simulator.autoconfig import search
 
-    config = compose([*BASE, "parallel=7x1", "spec=async_tree", f"sim.profile={profile}"])
+    config = compose_config("simulate", [*BASE, "parallel=7x1", "spec=async_tree", f"sim.profile={profile}"])
     t0 = time.perf_counter()
     ranked = [c for c in search(config) if not c.error]
     return {"candidates": len(ranked), "search_s": time.perf_counter() - t0,

@@ -26,7 +26,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from analysis.splits_doc import compose  # noqa: E402
+from conf import compose_config  # noqa: E402
 from conf.rundir import atomic_write_json, git_sha  # noqa: E402
 from runtime.depth_tuner import DepthTuner  # noqa: E402
 from simulator.simulation import simulate  # noqa: E402
@@ -53,7 +53,7 @@ FIXED_D = range(1, 10)
 
 
 def _tokens_per_s(overrides: list[str]) -> tuple[float, int]:
-    sim = simulate(compose(overrides), record_events=False)
+    sim = simulate(compose_config("simulate", overrides), record_events=False)
     chosen = sim.tuner.chosen if sim.tuner is not None else sim.d
     return sim.tally.generated_tokens / sim.tally.wall_s, chosen
 

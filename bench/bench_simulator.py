@@ -26,6 +26,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from conf import compose_config  # noqa: E402
+
 REPEATS = 5
 NUM_REQUESTS = 40
 
@@ -38,17 +40,6 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
-
-
-def _compose(overrides: list[str]):
-    from hydra import compose, initialize_config_dir
-
-    from conf import build_config
-    from conf.schema import register_configs
-
-    register_configs()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return build_config(compose(config_name="simulate", overrides=overrides))
 
 
 def _iterations_per_s(config, record_events: bool) -> dict[str, float]:
@@ -82,7 +73,7 @@ def main(overrides: list[str]) -> dict:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
     all_overrides = [f"workload.num_requests={NUM_REQUESTS}", *overrides]
-    config = _compose(all_overrides)
+    config = compose_config("simulate", all_overrides)
     results = {
         "async_iterations_per_s_events_off": _iterations_per_s(config, record_events=False),
         "async_iterations_per_s_events_on": _iterations_per_s(config, record_events=True),

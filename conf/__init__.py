@@ -29,3 +29,16 @@ def build_config(cfg: Any) -> ExperimentConfig:
         raise TypeError(f"expected a config composed against ExperimentConfig, got {type(obj).__name__}")
     obj.validate()
     return freeze(obj)
+
+
+def compose_config(config_name: str, overrides: list[str]) -> ExperimentConfig:
+    """conf/<config_name>.yaml (simulate, generate, ...) + Hydra overrides -> a validated, frozen ExperimentConfig,
+    outside a Hydra app (scripts and benchmarks that build many configs in one process)."""
+    from hydra import compose, initialize_config_dir
+
+    from conf.rundir import REPO_ROOT
+    from conf.schema import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+        return build_config(compose(config_name=config_name, overrides=overrides))

@@ -99,20 +99,14 @@ def format_table(ranked: Sequence[Candidate], top: int) -> str:
 
 def main(argv: list[str]) -> list[Candidate]:
     """CLI: compose conf/simulate.yaml with the overrides in `argv`, search, print, end with a JSON line."""
-    from hydra import compose, initialize_config_dir
-
-    from conf import build_config
-    from conf.rundir import REPO_ROOT
-    from conf.schema import register_configs
+    from conf import compose_config
 
     top = 10
     if "--top" in argv:
         i = argv.index("--top")
         top = int(argv[i + 1])
         argv = argv[:i] + argv[i + 2:]
-    register_configs()
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
-        config = build_config(compose(config_name="simulate", overrides=argv))
+    config = compose_config("simulate", argv)
     t0 = time.perf_counter()
     ranked = search(config)
     print(format_table(ranked, top))
