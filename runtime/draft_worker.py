@@ -12,7 +12,8 @@ KV cache and the request's `DraftTree`:
     propose(...)     select the top-bs subtree -> DraftProposal (remembers the selection)
     advance(...)     re-root along the verified path, count hit / miss; the KV compaction it implies
                      (one gather) is deferred to `compact()`, which the next `expand` runs first, so a
-                     proposal that needs no refill can leave before the compaction (async_tree's critical path)
+                     proposal that needs no refill can leave before the compaction (async_tree's critical path);
+                     with CUDA graphs the next expansion's replay applies it (its first kernel, no host time)
 
 It knows nothing of messages' transport, timing or stop rules (runtime/engine.py).
 """
@@ -27,7 +28,7 @@ from runtime.graphs import StepGraph
 from runtime.kv_cache import KVCache
 from runtime.model import Transformer
 from runtime.tree import DraftTree, Reroot, StepInputs, TreeStats
-from runtime.tree_cache import keep_slots, prefill, step_meta
+from runtime.tree_cache import compaction_sources, keep_slots, prefill, step_meta
 
 
 class DraftWorker:
@@ -42,7 +43,8 @@ class DraftWorker:
         token in front (w + 1 rows over 1 + the tree region; `with_pending`). Eager, that catch-up step
         cost 12-18 ms on an H200 against ~1.7 ms replayed: 28-30% of the wall time of chain runs
         (bench/results/runtime_runs_2026-11-29_graphs). More than one pending token (never produced by
-        DraftTree.reroot, which leaves at most the path's last node without KV) runs eagerly.
+        DraftTree.reroot, which leaves at most the path's last node without KV) runs eagerly. Both graphs
+        start with the owed re-root compaction (at most `max_tree_nodes` slots: `runtime.graphs` keep_rows).
         """
         self.model, self.attn = model, attn
         self.w, self.topk, self.max_len = w, topk, max_tree_nodes
@@ -60,9 +62,9 @@ class DraftWorker:
         self.belief: list[list[float]] | None = None  # oracle runs, spec.oracle_belief=table (runtime/oracle.py)
         if cuda_graphs:
             self.graph = StepGraph(model, self.cache, attn, w, max_tree_nodes, head=self._top_children,
-                                   staging=staging)
+                                   staging=staging, keep_rows=max_tree_nodes)
             self.pending_graph = StepGraph(model, self.cache, attn, w + 1, max_tree_nodes + 1,
-                                           head=self._pending_children, staging=staging)
+                                           head=self._pending_children, staging=staging, keep_rows=max_tree_nodes)
 
     @property
     def stats(self) -> TreeStats:
@@ -85,16 +87,16 @@ class DraftWorker:
         """
         if not self.tree.can_expand(self.w, self.max_len):
             return False
-        self.compact()
         shift = len(self.pending)
+        graph = self.graph if not shift else self.pending_graph if shift == 1 else None
         nodes, inp = self.tree.plan_expansion(self.w, self.prefix_len + shift, self.max_len)
         if shift:
             inp = with_pending(inp, self.pending, self.prefix_len)
-        graph = self.graph if not shift else self.pending_graph if shift == 1 else None
-        if graph is not None:
-            graph.load_inputs(inp, self.prefix_len)
+        if graph is not None:  # the owed compaction rides in the replay
+            graph.load_inputs(inp, self.prefix_len, self._take_compaction())
             top_lp, top_tok = graph.launch()
         else:
+            self.compact(force=True)
             logits = self.model(inp.token_ids.to(self.device), step_meta(inp, self.prefix_len, self.device),
                                 self.cache, self.attn)  # [shift + w, vocab]
             top_lp, top_tok = self._top_children(logits[shift:])
@@ -155,7 +157,7 @@ class DraftWorker:
         """
         path = [self.selection[k] for k in node_indices]
         reroot = self.tree.reroot(path, bonus)
-        self.compact()  # two re-roots without an expansion between them: keep their order
+        self.compact(force=True)  # two re-roots without an expansion between them: keep their order
         self._deferred = (self.prefix_len, reroot.keep_slots)
         self.prefix_len += reroot.num_promoted
         self.tree, self.pending, self.selection = reroot.tree, reroot.pending, []
@@ -167,15 +169,26 @@ class DraftWorker:
         return self._deferred is not None
 
     @torch.no_grad()
-    def compact(self) -> bool:
+    def compact(self, force: bool = False) -> bool:
         """Apply the last re-root's KV compaction (one gather over every layer) if it is still pending;
-        returns whether one was pending."""
-        if self._deferred is None:
+        returns whether one ran. With CUDA graphs it is left to the next expansion's replay unless `force`
+        (anything else that reads the cache first)."""
+        if self._deferred is None or (self.graph is not None and not force):
             return False
         old_prefix, slots = self._deferred
         self._deferred = None
         keep_slots(self.cache, old_prefix, slots)
         return True
+
+    def _take_compaction(self) -> tuple[int, list[int]] | None:
+        """The owed compaction as (destination, source slots) for a graph replay (None: nothing moves); no
+        longer owed."""
+        if self._deferred is None:
+            return None
+        old_prefix, slots = self._deferred
+        self._deferred = None
+        src = compaction_sources(old_prefix, slots)
+        return None if src is None else (old_prefix, src)
 
 
 def with_pending(inp: StepInputs, pending: tuple[int, ...], prefix_len: int) -> StepInputs:

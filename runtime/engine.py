@@ -324,7 +324,8 @@ class Engine:
 
     def _compact(self, it: int, deferred: bool = True) -> None:
         """Draft: the KV compaction of the last re-root, if still pending: after the send (`deferred`), or before
-        the forwards of a refill or serial expansions."""
+        the forwards of a refill or serial expansions. With CUDA graphs it rides in the next expansion's replay
+        instead (`DraftWorker.compact` leaves it; no span)."""
         start = self.tl.now()
         if self.draft.compact():
             self.tl.add("step.compact", start, self.tl.now() - start, iteration=it - 1, ctx_len=self.draft.prefix_len,

@@ -15,6 +15,13 @@ capacity), token ids, RoPE positions, tree slots (write slot = prefix + tree slo
 the [rows, tree_len] tree mask, written into one host staging buffer from the host lists of
 `runtime.tree.StepInputs` (`load_inputs`: no torch op on the host) and copied in one host->device copy per step.
 
+A step may also carry a KV compaction owed by the last re-root or keep (`keep_rows` > 0): its first kernel is
+`kernels.kv_compact` over source slots padded with -1 to `keep_rows`, read from the same buffer. The compaction
+then costs no host time of its own: as a separate launch it cost ~0.2-0.3 ms of host time per re-root (a
+`torch.tensor` on the device and a Triton launch, on the H200 host; bench/results/runtime_runs_2026-11-30_8c7030b,
+`step.compact` and moved `step.keep` spans), on the draft's critical path between the proposal's send and its
+next expansion.
+
 Chained autoregressive steps (`chain=True`, rows = 1, greedy): the captured step ends by writing its argmax
 into the token-id buffer and advancing the prefix length and the position by one, so `replay_chained()` runs
 the next token's step with no host input at all and the host can queue step i + 1 before it reads token i
@@ -36,6 +43,7 @@ import numpy as np
 import torch
 
 from conf.schema import INPUT_STAGING
+from kernels import kv_compact
 from runtime.attention import AttentionBackend, AttnMeta
 from runtime.kv_cache import KVCache
 from runtime.tree import StepInputs
@@ -43,7 +51,8 @@ from runtime.tree import StepInputs
 
 class StepBuffers:
     """A step's inputs in one byte buffer on the device, staged in one host buffer of the same layout: int64
-    [prefix_len | token ids | positions | tree slots | parent rows], then the [rows, tree_len] bool mask. A load
+    [prefix_len | token ids | positions | tree slots | parent rows | (keep_rows > 0:) keep destination | keep
+    sources, -1-padded to keep_rows], then the [rows, tree_len] bool mask. A load
     writes the host buffer through numpy views (a list into a slice costs ~1 us; a torch op cost ~10-30 us of
     host time on the H200 host, before every replay) and copies it in one host -> device copy.
 
@@ -52,22 +61,29 @@ class StepBuffers:
     The graph reads all but the parent rows, which a verify's verdict reads.
     """
 
-    def __init__(self, rows: int, tree_len: int, device: torch.device | str, staging: str = "pageable") -> None:
+    def __init__(self, rows: int, tree_len: int, device: torch.device | str, staging: str = "pageable",
+                 keep_rows: int = 0) -> None:
         if staging not in INPUT_STAGING:
             raise ValueError(f"kernels.input_staging: {staging!r} is not one of {', '.join(INPUT_STAGING)}")
-        self.rows, self.tree_len = rows, tree_len
-        ints = 1 + 4 * rows
+        if keep_rows < 0:
+            raise ValueError(f"StepBuffers: keep_rows must be >= 0, got {keep_rows}")
+        self.rows, self.tree_len, self.keep_rows = rows, tree_len, keep_rows
+        ints = 1 + 4 * rows + (1 + keep_rows if keep_rows else 0)
         self.device_bytes = torch.zeros(8 * ints + rows * tree_len, dtype=torch.uint8, device=device)
         self.packed = self.device_bytes[:8 * ints].view(torch.long)
         self.prefix, self.ids = self.packed[:1], self.packed[1:1 + rows]
         self.positions = self.packed[1 + rows:1 + 2 * rows]
         self.slots = self.packed[1 + 2 * rows:1 + 3 * rows]
-        self.parents = self.packed[1 + 3 * rows:]
+        self.parents = self.packed[1 + 3 * rows:1 + 4 * rows]
+        self.keep_dst = self.packed[1 + 4 * rows:2 + 4 * rows]  # empty without keep_rows
+        self.keep_src = self.packed[2 + 4 * rows:]
+        self.keep_src.fill_(-1)
         self.mask = self.device_bytes[8 * ints:].view(torch.bool).view(rows, tree_len)
         self._pinned = staging == "pinned"
         self._host = torch.zeros(self.device_bytes.numel(), dtype=torch.uint8, pin_memory=self._pinned)
         host = self._host.numpy()
         self._host_ints, self._host_mask = host[:8 * ints].view(np.int64), host[8 * ints:]
+        self._host_ints[2 + 4 * rows:] = -1
         self._copied = torch.cuda.Event() if self._pinned else None
 
     def load(self, token_ids: torch.Tensor, positions: torch.Tensor, tree_slots: torch.Tensor, prefix_len: int,
@@ -80,17 +96,22 @@ class StepBuffers:
                              f"token_ids {tuple(token_ids.shape)}, positions {tuple(positions.shape)}, tree_slots "
                              f"{tuple(tree_slots.shape)}, tree_mask {tuple(tree_mask.shape)}")
         self._stage(prefix_len, token_ids.numpy(), positions.numpy(), tree_slots.numpy(), -1,
-                    tree_mask.numpy().reshape(-1).view(np.uint8))
+                    tree_mask.numpy().reshape(-1).view(np.uint8), None)
 
-    def load_inputs(self, inp: StepInputs, prefix_len: int) -> None:
-        """Load a `runtime.tree.StepInputs` from its host lists and mask bytes."""
+    def load_inputs(self, inp: StepInputs, prefix_len: int, keep: tuple[int, list[int]] | None = None) -> None:
+        """Load a `runtime.tree.StepInputs` from its host lists and mask bytes; `keep` = (destination slot, source
+        slots): a KV compaction the step applies before its forward (needs keep_rows >= len(sources))."""
         if inp.rows != self.rows or inp.max_len != self.tree_len:
             raise ValueError(f"StepGraph.load_inputs: captured for {self.rows} rows x {self.tree_len} tree slots, "
                              f"got {inp.rows} rows x {inp.max_len}")
+        if keep is not None and len(keep[1]) > self.keep_rows:
+            raise ValueError(f"StepGraph.load_inputs: a compaction of {len(keep[1])} slots, the graph was captured "
+                             f"for at most {self.keep_rows} (keep_rows)")
         self._stage(prefix_len, inp.ids, inp.pos, inp.slots, inp.parent_rows,
-                    np.frombuffer(inp.mask_flat, dtype=np.uint8))
+                    np.frombuffer(inp.mask_flat, dtype=np.uint8), keep)
 
-    def _stage(self, prefix_len: int, ids: Any, positions: Any, slots: Any, parents: Any, mask: np.ndarray) -> None:
+    def _stage(self, prefix_len: int, ids: Any, positions: Any, slots: Any, parents: Any, mask: np.ndarray,
+               keep: tuple[int, list[int]] | None) -> None:
         if self._pinned:
             self._copied.synchronize()  # the previous step's copy has read the staging buffer
         r, ints = self.rows, self._host_ints
@@ -98,7 +119,12 @@ class StepBuffers:
         ints[1:1 + r] = ids
         ints[1 + r:1 + 2 * r] = positions
         ints[1 + 2 * r:1 + 3 * r] = slots
-        ints[1 + 3 * r:] = parents
+        ints[1 + 3 * r:1 + 4 * r] = parents
+        if self.keep_rows:  # the compaction's sources, -1-padded (kv_compact skips them); none: all -1
+            n = 0 if keep is None else len(keep[1])
+            ints[1 + 4 * r] = 0 if keep is None else keep[0]
+            ints[2 + 4 * r:2 + 4 * r + n] = [] if keep is None else keep[1]
+            ints[2 + 4 * r + n:] = -1
         self._host_mask[:] = mask
         self.device_bytes.copy_(self._host, non_blocking=self._pinned)
         if self._pinned:
@@ -112,12 +138,14 @@ class StepGraph:
 
     def __init__(self, model: torch.nn.Module, cache: KVCache, attn: AttentionBackend, rows: int, tree_len: int,
                  *, head: Callable[[torch.Tensor], Any] | None = None, pool: Any = None, chain: bool = False,
-                 staging: str = "pageable") -> None:
+                 staging: str = "pageable", keep_rows: int = 0) -> None:
         """Capture `head(model(...))` (or the fp32 logits [rows, vocab] without a head) on `cache`'s device.
 
         `chain`: also capture the greedy hand-over to the next autoregressive step (rows = 1, no head): see the
         module docstring and `replay_chained`.
         `staging` (`kernels.input_staging`): how the inputs reach the device (`StepBuffers`).
+        `keep_rows`: capture a KV compaction of up to this many slots in front of the forward (`load_inputs`'s
+        `keep`); 0: none. Not with `chain` (a chained replay reuses the last inputs, which would compact again).
         """
         device = cache.device
         if device.type != "cuda":
@@ -127,15 +155,17 @@ class StepGraph:
                              "the prefix length on the host)")
         if rows < 1 or tree_len < rows:
             raise ValueError(f"StepGraph: need 1 <= rows <= tree_len, got rows {rows}, tree_len {tree_len}")
-        if chain and (rows != 1 or head is not None):
-            raise ValueError(f"StepGraph: chain=True needs rows 1 and no head (an autoregressive step), got rows "
-                             f"{rows}, head {head}")
+        if chain and (rows != 1 or head is not None or keep_rows):
+            raise ValueError(f"StepGraph: chain=True needs rows 1, no head and no keep_rows (an autoregressive "
+                             f"step), got rows {rows}, head {head}, keep_rows {keep_rows}")
         self.rows, self.tree_len, self.chained = rows, tree_len, chain
-        self.inputs = buf = StepBuffers(rows, tree_len, device, staging)  # what the graph reads
+        self.inputs = buf = StepBuffers(rows, tree_len, device, staging, keep_rows)  # what the graph reads
         buf.slots.copy_(torch.arange(rows))  # capture-time writes land in slots [0, rows), before any prefill
         buf.mask[:, :rows] = torch.eye(rows, dtype=torch.bool)
 
         def step() -> Any:
+            if keep_rows:  # the owed compaction first (all sources -1: nothing moves)
+                kv_compact(cache.kv, buf.keep_src, buf.keep_dst)
             meta = AttnMeta(positions=buf.positions, write_slots=buf.prefix + buf.slots,
                             prefix_len=buf.prefix, tree_len=tree_len, tree_mask=buf.mask)
             logits = model(buf.ids, meta, cache, attn)
@@ -170,9 +200,15 @@ class StepGraph:
         """`replay`'s first half: copy the step's inputs (host tensors) into the graph's buffers."""
         self.inputs.load(token_ids, positions, tree_slots, prefix_len, tree_mask)
 
-    def load_inputs(self, inp: StepInputs, prefix_len: int) -> None:
-        """`load` of a `runtime.tree.StepInputs` from its host lists and mask bytes (no torch op on the host)."""
-        self.inputs.load_inputs(inp, prefix_len)
+    def load_inputs(self, inp: StepInputs, prefix_len: int, keep: tuple[int, list[int]] | None = None) -> None:
+        """`load` of a `runtime.tree.StepInputs` from its host lists and mask bytes (no torch op on the host), with
+        an optional KV compaction (destination slot, source slots) the replay applies first (`keep_rows`)."""
+        self.inputs.load_inputs(inp, prefix_len, keep)
+
+    @property
+    def keeps(self) -> bool:
+        """Whether the graph applies a KV compaction in front of its forward (captured with keep_rows > 0)."""
+        return self.inputs.keep_rows > 0
 
     def launch(self) -> Any:
         """`replay`'s second half: queue the graph on the inputs `load` copied; returns its static outputs."""

@@ -23,7 +23,7 @@ from runtime.kv_cache import KVCache
 from runtime.model import Transformer
 from runtime.oracle import AcceptanceOracle
 from runtime.tree import proposal_inputs
-from runtime.tree_cache import keep_accepted, prefill, step_meta
+from runtime.tree_cache import compaction_sources, keep_accepted, prefill, step_meta
 from runtime.verify import Verdict, verify_proposal
 
 
@@ -50,8 +50,11 @@ class TargetWorker:
         # One CUDA graph of the verify forward at `rows` (runtime/graphs.py); None = eager forwards. A greedy
         # autoregressive target's graph also hands its token to the next step on the device (`chain_step`).
         chain = rows == 1 and temperature == 0
-        self.graph = (StepGraph(model, self.cache, attn, rows, rows, chain=chain, staging=staging)
+        # A tree verify's graph also applies the last verdict's KV keep in front of its forward (`keep`).
+        self.graph = (StepGraph(model, self.cache, attn, rows, rows, chain=chain, staging=staging,
+                                keep_rows=0 if chain else rows)
                       if cuda_graphs else None)
+        self._owed_keep: tuple[int, list[int]] | None = None  # (destination, source slots) for the next graph
         # trace.graph_events: CUDA events at the verify's start, before / after its input copies and after the
         # replay; host marks (time.perf_counter()) once its inputs are built, copied and the replay queued.
         self._events = ({k: torch.cuda.Event(enable_timing=True) for k in ("begin", "load", "copied", "end")}
@@ -62,6 +65,7 @@ class TargetWorker:
     @torch.no_grad()
     def start(self, prompt: list[int]) -> None:
         """Prefill all prompt tokens but the last (the first root)."""
+        self._owed_keep = None  # the previous request's: its slots are overwritten anyway
         self.prefix_len = prefill(self.model, self.cache, self.attn, prompt, self.device)
 
     @torch.no_grad()
@@ -74,7 +78,7 @@ class TargetWorker:
         if self.graph is not None and ev is not None:  # timed: the same replay, marked between its steps
             marks = {"inputs": time.perf_counter()}
             ev["load"].record()
-            self.graph.load_inputs(inp, self.prefix_len)
+            self.graph.load_inputs(inp, self.prefix_len, self._take_keep())
             marks["copied"] = time.perf_counter()
             ev["copied"].record()
             self._logits = self.graph.launch()
@@ -82,9 +86,10 @@ class TargetWorker:
             marks["launched"] = time.perf_counter()
             self.host_marks, self._timed = marks, True
         elif self.graph is not None:  # [rows, vocab]: the graph's output buffer, valid until the next verify
-            self.graph.load_inputs(inp, self.prefix_len)
+            self.graph.load_inputs(inp, self.prefix_len, self._take_keep())
             self._logits = self.graph.launch()
         else:
+            self.flush_keep()
             self._logits = self.model(inp.token_ids.to(self.device), step_meta(inp, self.prefix_len, self.device),
                                       self.cache, self.attn)  # [rows, vocab]
         self._inputs = inp
@@ -142,6 +147,7 @@ class TargetWorker:
         """
         if not self.can_chain:
             raise ValueError("TargetWorker.chain_step: needs kernels.cuda_graphs, rows 1 and temperature 0")
+        self.flush_keep()  # (a one-row step's keep never moves anything)
         if token is None:
             ids = self.graph.replay_chained()
         else:
@@ -153,6 +159,26 @@ class TargetWorker:
         return ids
 
     def keep(self, path: tuple[int, ...]) -> None:
-        """Keep the root and accepted nodes' KV (proposal indices, root first); drop the rest."""
-        self.prefix_len = keep_accepted(self.cache, self.prefix_len, path)
+        """Keep the root and accepted nodes' KV (proposal indices, root first); drop the rest.
+
+        With a tree verify's CUDA graph the move is owed to the next verify's replay (its first kernel, no host
+        time; `runtime.graphs`); `flush_keep` applies it now. `prefix_len` is the new one either way."""
+        self.flush_keep()
+        if self.graph is not None and self.graph.keeps:
+            src = compaction_sources(self.prefix_len, path)
+            self._owed_keep = None if src is None else (self.prefix_len, src)
+            self.prefix_len += len(path)
+        else:
+            self.prefix_len = keep_accepted(self.cache, self.prefix_len, path)
         self._logits = self._inputs = None
+
+    def flush_keep(self) -> bool:
+        """Apply an owed KV keep now (before anything but the verify graph reads the cache); whether one was owed."""
+        owed, self._owed_keep = self._owed_keep, None
+        if owed is not None:
+            self.cache.keep(torch.tensor(owed[1], dtype=torch.long, device=self.device), owed[0])
+        return owed is not None
+
+    def _take_keep(self) -> tuple[int, list[int]] | None:
+        owed, self._owed_keep = self._owed_keep, None
+        return owed

@@ -68,12 +68,19 @@ def keep_slots(cache: KVCache, prefix_len: int, slots: tuple[int, ...] | list[in
     every layer; nothing is launched when they already sit there (see `in_place`). Slots must be ascending
     (tree slots of a root-down path, then of its surviving subtree): the forward compaction `KVCache.keep`
     supports for any count on CUDA."""
+    src = compaction_sources(prefix_len, slots)
+    if src is not None:
+        cache.keep(torch.tensor(src, dtype=torch.long, device=cache.device), prefix_len)
+
+
+def compaction_sources(prefix_len: int, slots: tuple[int, ...] | list[int]) -> list[int] | None:
+    """The cache slots `keep_slots` gathers to [prefix_len, ...), or None when nothing moves (`in_place`); a
+    CUDA-graph step applies them itself (`runtime.graphs.StepGraph` keep_rows). Checks the forward order."""
     if in_place(slots):
-        return
+        return None
     if any(b <= a for a, b in zip(slots, slots[1:])) or slots[0] < 0:
         raise ValueError(f"keep_slots: tree slots must be ascending and >= 0 (forward compaction), got {list(slots)}")
-    src = torch.tensor([prefix_len + s for s in slots], dtype=torch.long, device=cache.device)
-    cache.keep(src, prefix_len)
+    return [prefix_len + s for s in slots]
 
 
 def in_place(slots: tuple[int, ...] | list[int]) -> bool:

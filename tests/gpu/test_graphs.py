@@ -192,6 +192,39 @@ def test_draft_pending_expansion_graph_matches_eager():
     assert (a - b).abs().max().item() <= 2e-4 * b.abs().max().item()
 
 
+@torch.no_grad()
+def test_draft_graph_applies_the_owed_compaction_like_eager():
+    """A re-root's KV compaction rides in the next expansion's replay (the graph's first kernel, sources staged
+    with the inputs): over hit re-roots whose subtrees move, and two re-roots in a row, tree and cache match
+    the eager worker's up to fp32 rounding."""
+    from runtime.draft_worker import DraftWorker
+    from tests.runtime.test_tree_cache import _hit_at_root
+
+    shape = MODEL_PRESETS["tiny-llama-draft"]
+    prompt = torch.randint(0, shape.vocab_size, (30,), generator=torch.Generator().manual_seed(7)).tolist()
+    runs = []
+    for graphs in (False, True):
+        model = build_model(shape, "float32", "cuda", seed=2).use_fused_kernels()
+        w = DraftWorker(model, make_attention_backend("triton"), w=4, topk=3, max_tree_nodes=32,
+                        max_seq_len=128, temperature=0.0, cuda_graphs=graphs)
+        w.start(prompt)
+        assert w.expand() and w.expand() and w.expand()
+        for rnd in range(4):
+            w.propose(0, rnd, bs=min(8, len(w.tree)))
+            assert w.advance((0,), _hit_at_root(w)).hit
+            assert w.compact() != graphs  # graphs: left to the replay
+            if rnd != 2:
+                assert w.expand()
+        runs.append(w)
+    eager, graphed = runs
+    assert graphed.prefix_len == eager.prefix_len
+    assert [(n.token, n.parent, n.slot) for n in graphed.tree.nodes] == [(n.token, n.parent, n.slot)
+                                                                         for n in eager.tree.nodes]
+    used = graphed.prefix_len + graphed.tree.num_slots
+    a, b = graphed.cache.kv[:, :, :used], eager.cache.kv[:, :, :used]
+    assert (a - b).abs().max().item() <= 2e-4 * b.abs().max().item()
+
+
 def test_step_graph_refuses_other_shapes_and_backends():
     model = build_model(MODEL_PRESETS["tiny-llama"], "float32", "cuda", seed=3)
     layers, heads, head_dim = model.cache_spec()

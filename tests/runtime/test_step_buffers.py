@@ -53,3 +53,23 @@ def test_step_buffers_load_host_tensors_and_refuse_other_shapes():
         buf.load_inputs(proposal_inputs([1, 2], [-1, 0], 5, 2), 5)
     with pytest.raises(ValueError, match="kernels.input_staging: 'mapped' is not one of pageable, pinned"):
         StepBuffers(2, 3, "cpu", staging="mapped")
+
+
+def test_step_buffers_stage_an_owed_compaction_padded_with_minus_one():
+    """keep_rows > 0: the compaction's destination and sources follow the parent rows, sources -1-padded (the
+    kernel skips them); a load without one leaves every source -1, so an earlier one never runs twice."""
+    buf = StepBuffers(2, 2, "cpu", keep_rows=4)
+    inp = proposal_inputs([5, 6], [-1, 0], 30, 2)
+    assert buf.keep_src.tolist() == [-1] * 4  # as allocated: a capture-time replay moves nothing
+    buf.load_inputs(inp, 33, keep=(30, [31, 34, 35]))
+    _assert_loaded(buf, inp, 33)
+    assert buf.keep_dst.tolist() == [30] and buf.keep_src.tolist() == [31, 34, 35, -1]
+    buf.load_inputs(inp, 36)
+    _assert_loaded(buf, inp, 36)
+    assert buf.keep_src.tolist() == [-1] * 4
+    with pytest.raises(ValueError, match="a compaction of 5 slots, the graph was captured for at most 4"):
+        buf.load_inputs(inp, 36, keep=(30, [31, 32, 33, 34, 35]))
+    with pytest.raises(ValueError, match="captured for at most 0"):
+        StepBuffers(2, 2, "cpu").load_inputs(inp, 36, keep=(30, [31]))
+    with pytest.raises(ValueError, match="keep_rows must be >= 0"):
+        StepBuffers(2, 2, "cpu", keep_rows=-1)

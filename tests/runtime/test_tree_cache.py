@@ -16,8 +16,10 @@ import pytest
 import torch
 
 from conf.presets import MODEL_PRESETS
+from kernels import kv_compact
 from runtime.attention import AttnMeta, ReferenceAttention
 from runtime.draft_worker import DraftWorker
+from runtime.graphs import StepBuffers
 from runtime.kv_cache import KVCache
 from runtime.tree import DraftTree, proposal_inputs
 from runtime.tree_cache import keep_accepted, keep_slots, step_meta
@@ -194,20 +196,29 @@ def test_in_place_keeps_launch_no_copy(monkeypatch):
 
 
 class _EagerGraph:
-    """Stands in for a StepGraph on CPU (`load_inputs`, then `launch`): checks the captured shape, runs the step
-    eagerly, applies the head."""
+    """Stands in for a StepGraph on CPU (`load_inputs`, then `launch`): stages the inputs in a real `StepBuffers`,
+    applies the owed compaction from it with `kernels.kv_compact` (interpreted) as the graph's first kernel does,
+    then runs the step eagerly and applies the head."""
 
-    def __init__(self, worker: DraftWorker, rows: int, tree_len: int, head) -> None:
+    def __init__(self, worker: DraftWorker, rows: int, tree_len: int, head, keep_rows: int = 0) -> None:
         self.worker, self.rows, self.tree_len, self.head, self.calls = worker, rows, tree_len, head, 0
-        self.loaded = None
+        self.inputs = StepBuffers(rows, tree_len, "cpu", keep_rows=keep_rows)
+        self.keeps, self.loaded, self.moved = keep_rows > 0, None, 0
 
-    def load_inputs(self, inp, prefix_len):
-        assert inp.rows == self.rows and inp.max_len == self.tree_len
+    def load_inputs(self, inp, prefix_len, keep=None):
+        self.inputs.load_inputs(inp, prefix_len, keep)
         self.loaded = (inp, prefix_len)
 
     def launch(self):
         (inp, prefix_len), self.loaded = self.loaded, None
         self.calls += 1
+        if self.keeps:
+            self.moved += int((self.inputs.keep_src >= 0).sum())
+            kv_compact(self.worker.cache.kv, self.inputs.keep_src, self.inputs.keep_dst)
+        if self.head is None:  # a verify: the [rows, vocab] logits
+            return self.worker.model(inp.token_ids, AttnMeta(
+                positions=inp.positions, write_slots=prefix_len + inp.tree_slots, prefix_len=prefix_len,
+                tree_len=self.tree_len, tree_mask=inp.tree_mask), self.worker.cache, self.worker.attn)
         meta = AttnMeta(positions=inp.positions, write_slots=prefix_len + inp.tree_slots, prefix_len=prefix_len,
                         tree_len=self.tree_len, tree_mask=inp.tree_mask)
         return self.head(self.worker.model(inp.token_ids, meta, self.worker.cache, self.worker.attn))
@@ -222,8 +233,8 @@ def test_pending_expansion_replays_the_pending_graph_and_matches_eager():
         worker = DraftWorker(_model("tiny-llama-draft", 2), ATTN, w=4, topk=3, max_tree_nodes=MAX_LEN,
                              max_seq_len=CAPACITY - MAX_LEN, temperature=0.0)
         if graphs:
-            worker.graph = _EagerGraph(worker, 4, MAX_LEN, worker._top_children)
-            worker.pending_graph = _EagerGraph(worker, 5, MAX_LEN + 1, worker._pending_children)
+            worker.graph = _EagerGraph(worker, 4, MAX_LEN, worker._top_children, keep_rows=MAX_LEN)
+            worker.pending_graph = _EagerGraph(worker, 5, MAX_LEN + 1, worker._pending_children, keep_rows=MAX_LEN)
         worker.start(PROMPT)
         assert worker.expand() and worker.expand()
         _, path = path_to_unexpanded_leaf(worker, worker.propose(0, 0, bs=len(worker.tree)))
@@ -277,6 +288,77 @@ def test_deferred_compaction_runs_before_the_next_expansion_and_in_order():
     _assert_same(lazy.cache.kv, eager.cache.kv)
     assert [(n.token, n.parent, n.slot) for n in lazy.tree.nodes] == [(n.token, n.parent, n.slot)
                                                                        for n in eager.tree.nodes]
+
+
+@torch.no_grad()
+def test_graphs_apply_the_owed_compaction_in_the_next_expansion_replay():
+    """With graphs, a re-root's compaction is owed to the next expansion's replay (`compact()` leaves it, the
+    graph's first kernel moves it, reading the staged sources): over re-roots with moving subtrees, each followed
+    by an expansion, and two re-roots in a row (the first then forced), cache and tree match an eager worker."""
+    def worker(graphs: bool) -> DraftWorker:
+        w = DraftWorker(_model("tiny-llama-draft", 2), ATTN, w=4, topk=3, max_tree_nodes=MAX_LEN,
+                        max_seq_len=CAPACITY - MAX_LEN, temperature=0.0)
+        if graphs:
+            w.graph = _EagerGraph(w, 4, MAX_LEN, w._top_children, keep_rows=MAX_LEN)
+            w.pending_graph = _EagerGraph(w, 5, MAX_LEN + 1, w._pending_children, keep_rows=MAX_LEN)
+        w.start(PROMPT)
+        assert w.expand() and w.expand() and w.expand()
+        return w
+
+    eager, graphed = worker(False), worker(True)
+    for rnd in range(4):
+        for w in (eager, graphed):
+            w.propose(0, rnd, bs=min(8, len(w.tree)))
+            before, owed = w.cache.kv.clone(), w.compaction_pending
+            assert w.advance((0,), _hit_at_root(w)).hit
+            assert torch.equal(w.cache.kv, before) != owed and w.compaction_pending  # owed: forced first
+            if w is graphed:
+                assert not w.compact() and w.compaction_pending  # left to the replay
+            if rnd != 2:  # round 2: a second re-root follows without an expansion
+                assert w.expand() and not w.compaction_pending
+    assert graphed.graph.moved > 0 and graphed.graph.calls == 3 + 3  # compactions rode in the replays
+    assert eager.prefix_len == graphed.prefix_len
+    _assert_same(graphed.cache.kv, eager.cache.kv)
+    assert [(n.token, n.parent, n.slot) for n in graphed.tree.nodes] == [(n.token, n.parent, n.slot)
+                                                                         for n in eager.tree.nodes]
+
+
+@torch.no_grad()
+def test_a_target_graph_applies_the_owed_keep_in_the_next_verify():
+    """With a tree verify graph the KV keep after a verdict is owed to the next verify's replay (its first
+    kernel); `flush_keep` applies it for anything else (an eager step). Same logits, verdicts and cache as an
+    eager target over verifies whose accepted paths move (and one that does not)."""
+    from types import SimpleNamespace
+
+    from conf.messages import DraftProposal
+    from runtime.target_worker import TargetWorker
+
+    def worker(graphs: bool) -> TargetWorker:
+        w = TargetWorker(_model("tiny-llama", 1), ATTN, rows=5, max_seq_len=CAPACITY, temperature=0.0,
+                         backend="reference")
+        if graphs:
+            fake = _EagerGraph(w, 5, 5, None, keep_rows=5)
+            w.graph = SimpleNamespace(keeps=True, chained=False, load_inputs=fake.load_inputs, launch=fake.launch,
+                                      token_ids=fake.inputs.ids, parents=fake.inputs.parents, fake=fake)
+        w.start(PROMPT)
+        return w
+
+    eager, graphed = worker(False), worker(True)
+    parents = (-1, 0, 0, 1, 2)
+    for k, path in enumerate([(0, 2, 4), (0, 1), (0, 1, 3), (0, 2)]):
+        proposal = DraftProposal(0, k, (5 + k, 6, 7, 8, 9 + k), parents)
+        logits = []
+        for w in (eager, graphed):
+            w.forward(proposal)
+            logits.append(w._logits.clone())
+            w.decide(None)
+            w.keep(path)
+        _assert_same(logits[1], logits[0])
+        assert graphed.prefix_len == eager.prefix_len
+    assert graphed.graph.fake.moved == 3 + 0 + 3  # rows staged by the next replays; (0, 1) moves nothing
+    assert graphed.flush_keep() and not graphed.flush_keep()
+    used = eager.prefix_len
+    _assert_same(graphed.cache.kv[:, :, :used], eager.cache.kv[:, :, :used])
 
 
 def test_keep_slots_takes_only_forward_compaction():
