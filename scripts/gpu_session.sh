@@ -54,9 +54,9 @@ for f in "$WORK"/cprofile/rank*.txt; do echo "--- $f"; sed -n 1,28p "$f"; done 2
 fi
 
 if [ "$PART" = bench ]; then
-if [ "${BENCH_TESTS:-0}" = 1 ]; then  # the GPU tests first (random weights; ~150 s)
+if [ "${BENCH_TESTS:-0}" = 1 ]; then  # the GPU tests first (random weights; ~200 s)
   stage "GPU tests (gpu, multi_gpu markers)"
-  timeout 200 python3 -m pytest -q -x -m "gpu or multi_gpu" tests/gpu -p no:cacheprovider --timeout=120 2>&1 \
+  timeout 260 python3 -m pytest -q -x -m "gpu or multi_gpu" tests/gpu -p no:cacheprovider --timeout=120 2>&1 \
     | tee "$WORK/logs/tests.log" | tail -6
 fi
 stage "runtime benchmark, workload a (shape-realistic), four modes"
