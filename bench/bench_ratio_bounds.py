@@ -1,0 +1,150 @@
+"""What issue 7's ratio targets need, in the calibrated simulator (CPU): async_tree / serial_tree and async_tree /
+autoregressive tokens/s, each mode at its best configuration, across acceptance tables and draft host costs.
+
+    python bench/bench_ratio_bounds.py [--profile profiles/h200.json] [--top1 0.75,0.85] [--host 1,0.5,0]
+                                       [--quick] [--out DIR]
+
+Workload a's shapes (Llama-3-8B target + Llama-3.2-1B draft, 1 + 1 GPUs, 1K prompt, 512 new tokens, one request).
+Per acceptance table and draft host scale:
+- autoregressive: one run;
+- serial_tree: the best over bs x w in {4, 8, 16}^2 and d in {auto, 1, 2, 3};
+- async_tree: the best of `simulator.autoconfig.search` on the 1 + 1 split (bs x w in {4, 8, 16}^2, d auto or
+  1..6).
+Acceptance tables: `smollm2` (the real pair's measured positional table, depth-dependent; the one workload a
+feeds its oracle), then one-row tables with a top-1 acceptance of `--top1`, whose lower ranks are the measured
+table's first row rescaled so the same share of the rest is caught by ranks 1..7. Host scale: the profile's
+fitted draft host costs (runtime block: `expand_extra_s`, `expand_extra_per_row_s`, `draft_round_s`) times the
+scale, for both tree modes alike (a what-if on the draft's Python and launches, not on its kernels).
+
+Writes `<out>/ratio_bounds_<date>.json` (git SHA, date, config, every cell's best configurations) and prints a
+table. Simulated, not measured: the profile's validation (docs/VALIDATION.md) says how far to trust it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from conf import compose_config  # noqa: E402
+from conf.rundir import atomic_write_json, git_sha  # noqa: E402
+from simulator.autoconfig import search  # noqa: E402
+from simulator.simulation import simulate  # noqa: E402
+
+BASE = ["model=llama3-8b_llama3.2-1b", "parallel=1x1", "workload=shape_realistic", "workload.num_requests=1",
+        "workload.max_new_tokens=512", "kernels=graphs", "trace.enabled=false"]
+HOST_KEYS = ("expand_extra_s", "expand_extra_per_row_s", "draft_round_s")
+GRID = (4, 8, 16)
+SERIAL_D = ("auto", "1", "2", "3")
+ASYNC_D = ("auto", *(str(d) for d in range(1, 7)))
+
+
+def one_row_table(top1: float, measured_row: list[float]) -> list[list[float]]:
+    """A one-row positional table: rank 0 accepted with `top1`, ranks 1.. the measured row's, rescaled so they
+    keep their share of the remaining probability."""
+    if not 0.0 < top1 < 1.0:
+        raise SystemExit(f"--top1: each value must be in (0, 1), got {top1}")
+    scale = (1.0 - top1) / (1.0 - measured_row[0])
+    return [[top1, *(p * scale for p in measured_row[1:])]]
+
+
+def _tokens_per_s(sim) -> float:
+    return sim.tally.generated_tokens / sim.tally.wall_s
+
+
+def _accept(sim) -> float:
+    return sim.tally.generated_tokens / sim.tally.verifies
+
+
+def cell(acceptance: list[str], profile: str, grid: tuple[int, ...], serial_d: tuple[str, ...],
+         async_d: tuple[str, ...]) -> dict:
+    """Best autoregressive, serial_tree and async_tree runs under one acceptance table and profile."""
+    ov = [*BASE, *acceptance, f"sim.profile={profile}"]
+    ar = simulate(compose_config("simulate", [*ov, "spec=autoregressive"]), record_events=False)
+    serial = []
+    for bs in grid:
+        for w in grid:
+            for d in serial_d:
+                sim = simulate(compose_config("simulate", [*ov, "spec=serial_tree", f"spec.bs={bs}", f"spec.w={w}",
+                                                           f"spec.d={d}"]), record_events=False)
+                serial.append({"bs": bs, "w": w, "d": d, "d_used": sim.d_used, "tokens_per_s": _tokens_per_s(sim),
+                               "accept_len": _accept(sim)})
+    best_s = max(serial, key=lambda r: r["tokens_per_s"])
+    ranked = search(compose_config("simulate", [*ov, "spec=async_tree"]), splits=[1], bs_values=grid,
+                    w_values=grid, d_values=async_d)
+    a = next(c for c in ranked if not c.error)
+    best_a = {"bs": a.bs, "w": a.w, "d": a.d, "d_used": a.d_used, "tokens_per_s": a.tokens_per_s,
+              "accept_len": a.mean_accept_len}
+    ar_tps = _tokens_per_s(ar)
+    return {"autoregressive_tokens_per_s": ar_tps, "serial_best": best_s, "async_best": best_a,
+            "async_over_serial": best_a["tokens_per_s"] / best_s["tokens_per_s"],
+            "async_over_ar": best_a["tokens_per_s"] / ar_tps}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="profiles/h200.json", help="calibrated profile with a runtime block")
+    ap.add_argument("--top1", default="0.75,0.85,0.9", help="one-row tables' top-1 acceptances (comma-separated)")
+    ap.add_argument("--host", default="1,0.5,0", help="draft host cost scales (comma-separated, >= 0)")
+    ap.add_argument("--quick", action="store_true", help="bs, w in {8}, d in {auto, 3} (tests)")
+    ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results", help="results folder")
+    args = ap.parse_args(argv)
+    path = Path(args.profile)
+    if not path.is_file():
+        raise SystemExit(f"--profile: {args.profile} is not a file (a calibrated profile, e.g. profiles/h200.json)")
+    profile = json.loads(path.read_text())
+    missing = [k for k in HOST_KEYS if k not in profile.get("runtime", {})]
+    if missing:
+        raise SystemExit(f"--profile: {args.profile} has no runtime.{', runtime.'.join(missing)} (a profile fitted "
+                         "with runtime runs: calibrate.py runs=[...])")
+    try:
+        top1 = [float(x) for x in args.top1.split(",") if x]
+        host = [float(x) for x in args.host.split(",") if x]
+    except ValueError as e:
+        raise SystemExit(f"--top1 / --host: comma-separated numbers expected ({e})") from None
+    if any(h < 0 for h in host) or not host:
+        raise SystemExit(f"--host: scales must be >= 0 (at least one), got {args.host}")
+    measured = json.loads((REPO_ROOT / "profiles" / "acceptance" / "smollm2.json").read_text())["positional"]
+    tables = [("smollm2 (measured)", ["acceptance=smollm2"])]
+    tables += [(f"top-1 {p:g}", [f"acceptance.positional={json.dumps(one_row_table(p, measured[0]))}",
+                                 "acceptance.file=null"]) for p in top1]
+    grid, serial_d, async_d = ((8,), ("auto", "3"), ("auto", "3")) if args.quick else (GRID, SERIAL_D, ASYNC_D)
+    cells = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for scale in host:
+            scaled = copy.deepcopy(profile)
+            for k in HOST_KEYS:
+                scaled["runtime"][k] *= scale
+            scaled_path = Path(tmp) / f"profile_host_x{scale:g}.json"
+            scaled_path.write_text(json.dumps(scaled))
+            for label, acc in tables:
+                cells.append({"acceptance": label, "overrides": acc, "host_scale": scale,
+                              **cell(acc, str(scaled_path), grid, serial_d, async_d)})
+    record = {"benchmark": "ratio_bounds", "git_sha": git_sha(), "date": datetime.date.today().isoformat(),
+              "device": "simulated (no GPU)",
+              "config": {"profile": args.profile, "base": BASE, "host_keys": HOST_KEYS, "grid": grid,
+                         "serial_d": serial_d, "async_d": async_d}, "cells": cells}
+    out = args.out / f"ratio_bounds_{record['date']}.json"
+    atomic_write_json(out, record)
+    print("| acceptance | draft host | AR tok/s | best serial (bs w d: tok/s, accept) | best async (bs w d: tok/s, "
+          "accept) | async / serial | async / AR |\n|---|---|---|---|---|---|---|")
+    for c in cells:
+        s, a = c["serial_best"], c["async_best"]
+        print(f"| {c['acceptance']} | x{c['host_scale']:g} | {c['autoregressive_tokens_per_s']:.1f} | "
+              f"{s['bs']} {s['w']} {s['d']}={s['d_used']}: {s['tokens_per_s']:.1f}, {s['accept_len']:.2f} | "
+              f"{a['bs']} {a['w']} {a['d']}={a['d_used']}: {a['tokens_per_s']:.1f}, {a['accept_len']:.2f} | "
+              f"{c['async_over_serial']:.2f}x | {c['async_over_ar']:.2f}x |")
+    print(f"-> {out}")
+    return record
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
