@@ -72,15 +72,9 @@ class ModeJob:
 # ---- configs and prompts ---------------------------------------------------------------------------------
 def compose_experiment(overrides: list[str]) -> Any:
     """conf/generate.yaml + overrides -> validated, frozen ExperimentConfig (inside or outside a Hydra app)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    from conf import compose_config
 
-    from conf import build_config
-
-    if GlobalHydra.instance().is_initialized():  # under @hydra.main (or a test's initialize): its conf dir
-        return build_config(compose(config_name="generate", overrides=overrides))
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
-        return build_config(compose(config_name="generate", overrides=overrides))
+    return compose_config("generate", overrides)
 
 
 def base_overrides(bc: BenchRuntimeConfig, wl: BenchWorkloadConfig, device: str) -> list[str]:

@@ -117,17 +117,9 @@ WITHIN = 0.05  # "the autoconfig pick is as good as the best measured config" if
 # ---- configs ---------------------------------------------------------------------------------------------
 def compose(overrides: list[str]) -> Any:
     """conf/generate.yaml with overrides -> validated, frozen ExperimentConfig."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    from conf import compose_config
 
-    from conf import build_config
-    from conf.schema import register_configs
-
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
-        return build_config(hydra_compose(config_name="generate", overrides=overrides))
+    return compose_config("generate", overrides)
 
 
 # ---- GPU side: measured runs -----------------------------------------------------------------------------

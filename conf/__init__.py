@@ -33,12 +33,17 @@ def build_config(cfg: Any) -> ExperimentConfig:
 
 def compose_config(config_name: str, overrides: list[str]) -> ExperimentConfig:
     """conf/<config_name>.yaml (simulate, generate, ...) + Hydra overrides -> a validated, frozen ExperimentConfig,
-    outside a Hydra app (scripts and benchmarks that build many configs in one process)."""
+    for scripts and benchmarks that build many configs in one process. Outside a Hydra app it initialises Hydra
+    on conf/ for the call; inside one (an initialised Hydra: a `@hydra.main` app of this repository, or a test's
+    `initialize`) it composes with that one, which an `initialize_config_dir` would refuse."""
     from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
 
     from conf.rundir import REPO_ROOT
     from conf.schema import register_configs
 
     register_configs()
+    if GlobalHydra.instance().is_initialized():
+        return build_config(compose(config_name=config_name, overrides=overrides))
     with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
         return build_config(compose(config_name=config_name, overrides=overrides))
