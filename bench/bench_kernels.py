@@ -27,15 +27,11 @@ The JSON has git SHA, device, date, versions, config and every row; a markdown t
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import json
 import math
 import os
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from functools import partial
@@ -48,55 +44,22 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # runnable as a plain script from anywhere
     sys.path.insert(0, str(REPO))
 
-HBM_PEAK_GBS = 4290.0  # measured copy ceiling, H200 SXM (reference/device-h200.md)
-BF16_TOL = 1.6e-2  # 2 x bf16 eps (7.81e-3), as tests/kernels/tolerances.py
-FP32_TOL = 1e-4  # fp32 inputs; GPU tl.dot (ieee) and cuBLAS reduce in different orders
-LLAMA3_8B = dict(hidden=4096, inter=14336, hq=32, hkv=8, head_dim=128, layers=32)
-GEMM_AR_ITERS = 200
-GEMM_AR_TIMEOUT_S = 150
-NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-
-ROWS: list[dict] = []
-ERRORS: list[dict] = []
-
-
-def record(section: str, **row) -> None:
-    row = {"section": section, **row}
-    ROWS.append(row)
-    shown = {k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in row.items()}
-    print("  " + " ".join(f"{k}={v}" for k, v in shown.items()), flush=True)
-
-
-def bench_ms(fn, graph: bool = False) -> float:
-    import triton.testing
-
-    if graph:
-        with torch.cuda.stream(torch.cuda.Stream()):
-            return triton.testing.do_bench_cudagraph(fn, rep=50, return_mode="median")
-    return triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
-
-
-def run_providers(section: str, shape: str, providers: dict, nbytes: float | None) -> None:
-    """Time each provider (name -> (fn, in_cuda_graph)); a failing provider is reported, not fatal."""
-    for name, (fn, graph) in providers.items():
-        try:
-            fn()
-            ms = bench_ms(fn, graph=graph)
-            row = dict(shape=shape, provider=name, us=ms * 1e3)
-            if nbytes:
-                row.update(gbs=gbs(nbytes, ms), pct_peak=100 * gbs(nbytes, ms) / HBM_PEAK_GBS)
-            record(section, **row)
-        except Exception as exc:
-            ERRORS.append({"section": section, "shape": shape, "provider": name, "error": repr(exc)})
-            print(f"  {section} {shape} {name} failed: {exc!r}", flush=True)
-
-
-def gbs(nbytes: float, ms: float) -> float:
-    return nbytes / (ms * 1e-3) / 1e9
-
-
-def max_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    return (a.double() - b.double()).abs().max().item()
+from bench.bench_gemm_allreduce import GEMM_AR_SHAPES, section_gemm_allreduce  # noqa: E402
+from bench.kernel_bench_common import (  # noqa: E402
+    BF16_TOL,
+    ERRORS,
+    FP32_TOL,
+    HBM_PEAK_GBS,
+    LLAMA3_8B,
+    NCCL_ENV,
+    ROWS,
+    bench_ms,
+    gbs,
+    max_err,
+    record,
+    run_providers,
+)
+from conf.rundir import atomic_write_json, git_sha  # noqa: E402
 
 
 def random_tree(n: int, gen: torch.Generator) -> list[int]:
@@ -381,196 +344,6 @@ def section_greedy_verify(dev, quick: bool) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- GEMM + AR
-GEMM_AR_SHAPES = {"o_proj_tp2": (4096, 2048), "down_proj_tp2": (4096, 7168)}  # (N, K shard) Llama-3-8B TP=2
-
-
-def _time_events(fn, iters: int) -> float:
-    """Mean ms per call over ``iters`` back-to-back calls (same count on every rank)."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / iters
-
-
-GEMM_AR_TUNE = [  # (protocol, block_n, block_k, num_warps, num_stages)
-    ("ll", 32, 256, 4, 4), ("ll", 32, 128, 4, 4), ("ll", 32, 512, 8, 3), ("ll", 64, 256, 8, 3),
-    ("barrier", 32, 256, 4, 4),
-]
-
-
-def _gemm_ar_tune(rank, world, dev, group, rows) -> None:
-    """Graph-replay time of the fused kernel per tile config, plus a K=128 shape (the exchange floor)."""
-    from kernels import gemm_allreduce
-    from kernels.gemm_allreduce import SYMM_CONFIG
-
-    for shape_name, (n, k) in {**GEMM_AR_SHAPES, "comm_floor": (4096, 128)}.items():
-        x = torch.randn(8, k, device=dev, dtype=torch.bfloat16)
-        copies = max(2, math.ceil(100 * 2**20 / (n * k * 2)))
-        ws = [torch.randn(n, k, device=dev, dtype=torch.bfloat16) for _ in range(copies)]
-        out = torch.empty(8, n, device=dev, dtype=torch.bfloat16)
-        for proto, bn, bk, warps, stages in GEMM_AR_TUNE:
-            SYMM_CONFIG.update(protocol=proto, block_n=bn, block_k=bk, num_warps=warps, num_stages=stages)
-            for w in ws[:2]:
-                gemm_allreduce(x, w, group, method="symm_mem", out=out)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                for w in ws:
-                    gemm_allreduce(x, w, group, method="symm_mem", out=out)
-            graph.replay()
-            torch.cuda.synchronize()
-            dist_barrier(group)
-            ms = _time_events(graph.replay, 20) / copies
-            rows.append(dict(shape=f"{shape_name} M8", provider=f"{proto} bn{bn} bk{bk} w{warps} s{stages}",
-                             us=ms * 1e3, gbs=gbs(n * k * 2, ms)))
-            del graph
-            torch.cuda.synchronize()
-            dist_barrier(group)
-
-
-def dist_barrier(group) -> None:
-    import torch.distributed as dist
-
-    dist.barrier(group=group)
-
-
-def _gemm_ar_stress(dev, group, rank: int, calls: int = 300) -> dict:
-    """Back-to-back fused calls with fresh inputs each time (races between calls would show here)."""
-    import torch.distributed as dist
-
-    from kernels import gemm_allreduce
-
-    gen = torch.Generator(device=dev).manual_seed(99 + rank)
-    n, k = GEMM_AR_SHAPES["o_proj_tp2"]
-    w = torch.randn(n, k, device=dev, dtype=torch.bfloat16, generator=gen) / k**0.5
-    xs = torch.randn(calls, 16, k, device=dev, dtype=torch.bfloat16, generator=gen)
-    outs = torch.empty(calls, 16, n, device=dev, dtype=torch.bfloat16)
-    for i in range(calls):
-        gemm_allreduce(xs[i, : 1 + i % 16], w, group, method="symm_mem", out=outs[i, : 1 + i % 16])
-    want = (xs.float() @ w.float().t()).contiguous()
-    dist.all_reduce(want, group=group)
-    err = max(max_err(outs[i, : 1 + i % 16], want[i, : 1 + i % 16]) for i in range(calls))
-    return dict(shape=f"o_proj_tp2 stress {calls} calls, M 1..16", provider="symm_mem_eager", max_err=err,
-                ok=err <= BF16_TOL * max(1.0, want.abs().max().item()))
-
-
-def _gemm_ar_worker(rank: int, world: int, port: int, out_path: str, quick: bool, tune: bool = False) -> None:
-    import torch.distributed as dist
-
-    from kernels import gemm_allreduce
-    from kernels.gemm_allreduce import prepare_gemm_allreduce
-
-    os.environ.update(NCCL_ENV, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.cuda.set_device(rank)
-    dev = torch.device("cuda", rank)
-    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
-    rows, errors = [], []
-    try:
-        group = dist.new_group(list(range(world)))
-        dist.all_reduce(torch.ones(1, device=dev), group=group)  # NCCL communicator up before any capture
-        if tune:
-            _gemm_ar_tune(rank, world, dev, group, rows)
-            return
-        l2_bytes = 2 * 50 * 2**20
-        for shape_name, (n, k) in GEMM_AR_SHAPES.items():
-            prepare_gemm_allreduce(group, n, dev)
-            copies = max(2, math.ceil(l2_bytes / (n * k * 2)))  # rotate weights: > 2x L2 in flight
-            gen = torch.Generator(device=dev).manual_seed(10 + rank)
-            ws = [torch.randn(n, k, device=dev, dtype=torch.bfloat16, generator=gen) / k**0.5 for _ in range(copies)]
-            for m in (1, 4, 8, 16):
-                x = torch.randn(m, k, device=dev, dtype=torch.bfloat16, generator=gen)
-                want = (x.float() @ ws[0].float().t()).contiguous()
-                dist.all_reduce(want, group=group)
-                tol = BF16_TOL * max(1.0, want.abs().max().item())  # bf16 eps x output scale (x2 roundings)
-                got = gemm_allreduce(x, ws[0], group, method="symm_mem")
-                err_symm = max_err(got, want)
-                got_nccl = gemm_allreduce(x, ws[0], group, method="nccl")
-                err_nccl = max_err(got_nccl, want)
-                outs = {p: torch.empty(m, n, device=dev, dtype=torch.bfloat16) for p in ("symm_mem", "nccl")}
-                counter = [0]
-
-                def call(method, counter=counter, x=x, outs=outs, ws=ws, copies=copies):
-                    w = ws[counter[0] % copies]
-                    counter[0] += 1
-                    gemm_allreduce(x, w, group, method=method, out=outs[method])
-
-                nbytes = n * k * 2 + m * k * 2 + m * n * 2
-                for method in ("nccl", "symm_mem"):
-                    for _ in range(10):
-                        call(method)
-                    torch.cuda.synchronize()
-                    dist.barrier(group=group)
-                    ms = _time_events(lambda method=method: call(method), GEMM_AR_ITERS)
-                    err = err_symm if method == "symm_mem" else err_nccl
-                    rows.append(dict(shape=f"{shape_name} M{m}", provider=f"{method}_eager", us=ms * 1e3,
-                                     gbs=gbs(nbytes, ms), max_err=err, ok=err <= tol))
-                    graph = torch.cuda.CUDAGraph()
-                    reps = 2 * copies
-                    with torch.cuda.graph(graph):
-                        for _ in range(reps):
-                            call(method)
-                    graph.replay()
-                    torch.cuda.synchronize()
-                    dist.barrier(group=group)
-                    ms = _time_events(graph.replay, 20) / reps
-                    last = ws[(counter[0] - 1) % copies]  # weight of the graph's final call
-                    want_last = (x.float() @ last.float().t()).contiguous()
-                    dist.all_reduce(want_last, group=group)
-                    err = max_err(outs[method], want_last)
-                    rows.append(dict(shape=f"{shape_name} M{m}", provider=f"{method}_graph", us=ms * 1e3,
-                                     gbs=gbs(nbytes, ms), max_err=err, ok=err <= tol))
-                    torch.cuda.synchronize()
-                    dist.barrier(group=group)
-                    del graph
-        rows.append(_gemm_ar_stress(dev, group, rank))
-    except Exception as exc:
-        errors.append({"section": "gemm_allreduce", "rank": rank, "error": repr(exc),
-                       "traceback": traceback.format_exc()})
-        traceback.print_exc()
-    finally:
-        if rank == 0 or errors:
-            with open(f"{out_path}.rank{rank}", "w") as f:
-                json.dump({"rows": rows, "errors": errors}, f)
-        with contextlib.suppress(Exception):
-            dist.destroy_process_group()
-
-
-def section_gemm_allreduce(dev, quick: bool, tune: bool = False) -> None:
-    import torch.multiprocessing as mp
-
-    world = 2
-    if torch.cuda.device_count() < world:
-        record("gemm_allreduce", shape="-", provider="skipped",
-               note=f"needs {world} GPUs, found {torch.cuda.device_count()}")
-        return
-    os.environ.update(NCCL_ENV)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with tempfile.TemporaryDirectory() as tmp:
-        out_path = os.path.join(tmp, "gemm_ar.json")
-        ctx = mp.start_processes(_gemm_ar_worker, args=(world, port, out_path, quick, tune), nprocs=world,
-                                 start_method="spawn", join=False)
-        deadline = time.time() + GEMM_AR_TIMEOUT_S
-        try:
-            while not ctx.join(timeout=5):
-                if time.time() > deadline:
-                    for p in ctx.processes:
-                        p.kill()
-                    raise TimeoutError(f"gemm_allreduce workers still running after {GEMM_AR_TIMEOUT_S}s (deadlock?)")
-        finally:
-            for rank in range(world):
-                path = f"{out_path}.rank{rank}"
-                if os.path.exists(path):
-                    with open(path) as f:
-                        res = json.load(f)
-                    for row in res["rows"]:
-                        if isinstance(row.get("gbs"), float):
-                            row["pct_peak"] = 100 * row["gbs"] / HBM_PEAK_GBS
-                        record("gemm_allreduce_tune" if tune else "gemm_allreduce", **row)
-                    ERRORS.extend(res["errors"])
 
 
 # ----------------------------------------------------------------------------------------------- driver
@@ -587,15 +360,6 @@ TUNE_SECTIONS = {  # opt-in only: --only tree_attention_tune,gemm_allreduce_tune
     "tree_attention_tune": section_tree_attention_tune,
     "gemm_allreduce_tune": lambda dev, quick: section_gemm_allreduce(dev, quick, tune=True),
 }
-
-
-def _git_sha() -> str:
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True)
-        return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-    except Exception:
-        return os.environ.get("GIT_SHA", "unknown")
 
 
 def _markdown() -> str:
@@ -631,7 +395,7 @@ def main() -> int:
 
     dev = torch.device("cuda", 0)
     meta = {
-        "git_sha": _git_sha(),
+        "git_sha": git_sha(),
         "device": torch.cuda.get_device_name(dev),
         "device_count": torch.cuda.device_count(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -657,8 +421,7 @@ def main() -> int:
         torch.cuda.empty_cache()
     meta["section_seconds"] = timings
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({**meta, "rows": ROWS, "errors": ERRORS}, indent=1))
+    atomic_write_json(out, {**meta, "rows": ROWS, "errors": ERRORS})
     print(f"\nwrote {out} ({len(ROWS)} rows, {len(ERRORS)} errors); section seconds {timings}\n")
     print(_markdown())
     return 1 if ERRORS else 0
