@@ -155,19 +155,25 @@ def test_pinned_input_staging_replays_like_pageable():
         StepGraph(model, caches["pinned"], attn, 8, 8, staging="mapped")
 
 
+def _cuda_draft(graphs: bool):
+    """The tiny fp32 draft on CUDA (w 4, top-k 3, 32 tree slots), eager or with its two expansion graphs."""
+    from runtime.draft_worker import DraftWorker
+
+    model = build_model(MODEL_PRESETS["tiny-llama-draft"], "float32", "cuda", seed=2).use_fused_kernels()
+    return DraftWorker(model, make_attention_backend("triton"), w=4, topk=3, max_tree_nodes=32, max_seq_len=128,
+                       temperature=0.0, cuda_graphs=graphs)
+
+
 @torch.no_grad()
 def test_draft_pending_expansion_graph_matches_eager():
     """After a miss on a never-expanded leaf, the expansion carrying the pending token replays the w + 1-row
     graph: same tree (tokens, parents) and the same cache, up to fp32 rounding, as the eager worker."""
-    from runtime.draft_worker import DraftWorker
 
     shape = MODEL_PRESETS["tiny-llama-draft"]
     prompt = torch.randint(0, shape.vocab_size, (30,), generator=torch.Generator().manual_seed(5)).tolist()
     runs = []
     for graphs in (False, True):
-        model = build_model(shape, "float32", "cuda", seed=2).use_fused_kernels()
-        worker = DraftWorker(model, make_attention_backend("triton"), w=4, topk=3, max_tree_nodes=32,
-                             max_seq_len=128, temperature=0.0, cuda_graphs=graphs)
+        worker = _cuda_draft(graphs)
         replays: list[int] = []
         if graphs:  # count the pending graph's replays: an eager fallback must not pass this test
             def counted(_launch=worker.pending_graph.launch, _calls=replays):
@@ -197,16 +203,13 @@ def test_draft_graph_applies_the_owed_compaction_like_eager():
     """A re-root's KV compaction rides in the next expansion's replay (the graph's first kernel, sources staged
     with the inputs): over hit re-roots whose subtrees move, and two re-roots in a row, tree and cache match
     the eager worker's up to fp32 rounding."""
-    from runtime.draft_worker import DraftWorker
     from tests.runtime.test_tree_cache import _hit_at_root
 
     shape = MODEL_PRESETS["tiny-llama-draft"]
     prompt = torch.randint(0, shape.vocab_size, (30,), generator=torch.Generator().manual_seed(7)).tolist()
     runs = []
     for graphs in (False, True):
-        model = build_model(shape, "float32", "cuda", seed=2).use_fused_kernels()
-        w = DraftWorker(model, make_attention_backend("triton"), w=4, topk=3, max_tree_nodes=32,
-                        max_seq_len=128, temperature=0.0, cuda_graphs=graphs)
+        w = _cuda_draft(graphs)
         w.start(prompt)
         assert w.expand() and w.expand() and w.expand()
         for rnd in range(4):

@@ -224,17 +224,24 @@ class _EagerGraph:
         return self.head(self.worker.model(inp.token_ids, meta, self.worker.cache, self.worker.attn))
 
 
+def _draft_worker(graphs: bool) -> DraftWorker:
+    """The tiny draft (w 4, top-k 3); `graphs`: both expansion graphs stood in by `_EagerGraph` with the owed
+    compaction in front (keep_rows = the tree region), as `DraftWorker(cuda_graphs=True)` captures them."""
+    w = DraftWorker(_model("tiny-llama-draft", 2), ATTN, w=4, topk=3, max_tree_nodes=MAX_LEN,
+                    max_seq_len=CAPACITY - MAX_LEN, temperature=0.0)
+    if graphs:
+        w.graph = _EagerGraph(w, 4, MAX_LEN, w._top_children, keep_rows=MAX_LEN)
+        w.pending_graph = _EagerGraph(w, 5, MAX_LEN + 1, w._pending_children, keep_rows=MAX_LEN)
+    return w
+
+
 @torch.no_grad()
 def test_pending_expansion_replays_the_pending_graph_and_matches_eager():
     """With graphs, an expansion carrying one pending token goes to the (w + 1)-row graph whose head drops the
     pending row: same cache and tree as the eager worker; the plain graph serves the other expansions."""
     runs = []
     for graphs in (False, True):
-        worker = DraftWorker(_model("tiny-llama-draft", 2), ATTN, w=4, topk=3, max_tree_nodes=MAX_LEN,
-                             max_seq_len=CAPACITY - MAX_LEN, temperature=0.0)
-        if graphs:
-            worker.graph = _EagerGraph(worker, 4, MAX_LEN, worker._top_children, keep_rows=MAX_LEN)
-            worker.pending_graph = _EagerGraph(worker, 5, MAX_LEN + 1, worker._pending_children, keep_rows=MAX_LEN)
+        worker = _draft_worker(graphs)
         worker.start(PROMPT)
         assert worker.expand() and worker.expand()
         _, path = path_to_unexpanded_leaf(worker, worker.propose(0, 0, bs=len(worker.tree)))
@@ -296,11 +303,7 @@ def test_graphs_apply_the_owed_compaction_in_the_next_expansion_replay():
     graph's first kernel moves it, reading the staged sources): over re-roots with moving subtrees, each followed
     by an expansion, and two re-roots in a row (the first then forced), cache and tree match an eager worker."""
     def worker(graphs: bool) -> DraftWorker:
-        w = DraftWorker(_model("tiny-llama-draft", 2), ATTN, w=4, topk=3, max_tree_nodes=MAX_LEN,
-                        max_seq_len=CAPACITY - MAX_LEN, temperature=0.0)
-        if graphs:
-            w.graph = _EagerGraph(w, 4, MAX_LEN, w._top_children, keep_rows=MAX_LEN)
-            w.pending_graph = _EagerGraph(w, 5, MAX_LEN + 1, w._pending_children, keep_rows=MAX_LEN)
+        w = _draft_worker(graphs)
         w.start(PROMPT)
         assert w.expand() and w.expand() and w.expand()
         return w
