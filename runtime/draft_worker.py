@@ -85,15 +85,16 @@ class DraftWorker:
 
         Pending verified tokens (see `advance`) ride along in the same forward, in front of the tree rows.
         """
-        if not self.tree.can_expand(self.w, self.max_len):
+        if not self.can_expand():
             return False
         shift = len(self.pending)
         graph = self.graph if not shift else self.pending_graph if shift == 1 else None
         nodes, inp = self.tree.plan_expansion(self.w, self.prefix_len + shift, self.max_len)
         if shift:
             inp = with_pending(inp, self.pending, self.prefix_len)
-        if graph is not None:  # the owed compaction rides in the replay
-            graph.load_inputs(inp, self.prefix_len, self._take_compaction())
+        if graph is not None:  # the owed compaction rides in the replay (owed until the load succeeded)
+            graph.load_inputs(inp, self.prefix_len, self._owed_compaction())
+            self._deferred = None
             top_lp, top_tok = graph.launch()
         else:
             self.compact(force=True)
@@ -180,13 +181,15 @@ class DraftWorker:
         keep_slots(self.cache, old_prefix, slots)
         return True
 
-    def _take_compaction(self) -> tuple[int, list[int]] | None:
-        """The owed compaction as (destination, source slots) for a graph replay (None: nothing moves); no
-        longer owed."""
+    def can_expand(self) -> bool:
+        """Whether `expand` would run a forward now (a frontier node and `w` free tree slots)."""
+        return self.tree.can_expand(self.w, self.max_len)
+
+    def _owed_compaction(self) -> tuple[int, list[int]] | None:
+        """The owed compaction as (destination, source slots) for a graph replay (None: nothing moves)."""
         if self._deferred is None:
             return None
         old_prefix, slots = self._deferred
-        self._deferred = None
         src = compaction_sources(old_prefix, slots)
         return None if src is None else (old_prefix, src)
 

@@ -238,13 +238,15 @@ class Engine:
             self.tuner.sent(new_request=first,
                             expected_tokens=self.draft.expected_tokens() if self.tuner.fixed is None else None)
             first = False
-            self._compact(it)  # the last re-root's KV gather, after the send (a refill already ran it)
+            d = self.tuner.shared_d() if self.mode == "async_tree" else 0  # overlapped expansions this round
+            # the last re-root's KV gather, after the send (a refill already ran it); with graphs the next
+            # expansion's replay applies it, so it runs here only if no expansion follows before the next re-root
+            self._compact(it, force=not (d > 0 and self.draft.can_expand()))
             # Oracle runs: draw this proposal's outcome now, while the target verifies (same seeded stream as
             # the target's): oracle bookkeeping, which a real draft does not have, stays off the critical path.
             outcome = oracle.walk(prop.parent_indices) if oracle is not None else None
-            if self.mode == "async_tree":
-                for _ in range(self.tuner.shared_d()):
-                    self._expand(it, "overlap")
+            for _ in range(d):
+                self._expand(it, "overlap")
             vp = self.channel.recv()
             self.tuner.received(vp.num_accepted + 1)
             self._advance(prop, vp, oracle, outcome)
@@ -322,12 +324,12 @@ class Engine:
         self.tl.add("step.keep", start, self.tl.now() - start, iteration=vp.iteration,
                     tokens=len(vp.node_indices), ctx_len=ctx, extra={"moved": not in_place(vp.node_indices)})
 
-    def _compact(self, it: int, deferred: bool = True) -> None:
+    def _compact(self, it: int, deferred: bool = True, force: bool = False) -> None:
         """Draft: the KV compaction of the last re-root, if still pending: after the send (`deferred`), or before
         the forwards of a refill or serial expansions. With CUDA graphs it rides in the next expansion's replay
-        instead (`DraftWorker.compact` leaves it; no span)."""
+        instead (`DraftWorker.compact` leaves it; no span) unless `force`."""
         start = self.tl.now()
-        if self.draft.compact():
+        if self.draft.compact(force=force):
             self.tl.add("step.compact", start, self.tl.now() - start, iteration=it - 1, ctx_len=self.draft.prefix_len,
                         extra={"deferred": deferred})
 

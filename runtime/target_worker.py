@@ -78,7 +78,8 @@ class TargetWorker:
         if self.graph is not None and ev is not None:  # timed: the same replay, marked between its steps
             marks = {"inputs": time.perf_counter()}
             ev["load"].record()
-            self.graph.load_inputs(inp, self.prefix_len, self._take_keep())
+            self.graph.load_inputs(inp, self.prefix_len, self._owed_keep)
+            self._owed_keep = None
             marks["copied"] = time.perf_counter()
             ev["copied"].record()
             self._logits = self.graph.launch()
@@ -86,7 +87,8 @@ class TargetWorker:
             marks["launched"] = time.perf_counter()
             self.host_marks, self._timed = marks, True
         elif self.graph is not None:  # [rows, vocab]: the graph's output buffer, valid until the next verify
-            self.graph.load_inputs(inp, self.prefix_len, self._take_keep())
+            self.graph.load_inputs(inp, self.prefix_len, self._owed_keep)  # owed until the load succeeded
+            self._owed_keep = None
             self._logits = self.graph.launch()
         else:
             self.flush_keep()
@@ -178,7 +180,3 @@ class TargetWorker:
         if owed is not None:
             self.cache.keep(torch.tensor(owed[1], dtype=torch.long, device=self.device), owed[0])
         return owed is not None
-
-    def _take_keep(self) -> tuple[int, list[int]] | None:
-        owed, self._owed_keep = self._owed_keep, None
-        return owed

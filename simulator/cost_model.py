@@ -239,7 +239,7 @@ class GroupCost:
         # a TP > 1 target's leader broadcasts each step's verdict to its group (not after a prefill)
         self.broadcast_s = broadcast_s
         self._affine: dict[int, tuple[float, float]] = {}
-        self._compaction: dict[int, float] = {}
+        self._compaction: dict[tuple[int, bool], float] = {}
 
     def breakdown(self, tokens: int, kv_len: int) -> dict[str, float]:
         """Per-operator seconds of one step (not cached; for reports)."""
@@ -269,12 +269,13 @@ class GroupCost:
         a, b = self._line(prompt_tokens)
         return a + b * math.ceil(prompt_tokens / 2) + max(self.extra_s, 0.0)
 
-    def compaction_s(self, kept_tokens: int) -> float:
-        """KV compaction of `kept_tokens` tokens on this group."""
-        t = self._compaction.get(kept_tokens)
+    def compaction_s(self, kept_tokens: int, launch: bool = True) -> float:
+        """KV compaction of `kept_tokens` tokens on this group; `launch=False`: inside another step's CUDA graph
+        (the runtime's graph steps apply an owed compaction as their first kernel: bytes only)."""
+        t = self._compaction.get((kept_tokens, launch))
         if t is None:
-            t = compaction_time_s(self.ops.gpu, self.shape, self.tp, kept_tokens, self.ops.launch_s)
-            self._compaction[kept_tokens] = t
+            t = compaction_time_s(self.ops.gpu, self.shape, self.tp, kept_tokens, self.ops.launch_s if launch else 0.0)
+            self._compaction[(kept_tokens, launch)] = t
         return t
 
 
@@ -292,6 +293,6 @@ class FixedCost:
         """The constant prefill time."""
         return self._prefill_s
 
-    def compaction_s(self, kept_tokens: int) -> float:
+    def compaction_s(self, kept_tokens: int, launch: bool = True) -> float:
         """The constant KV-compaction time."""
         return self._compaction_s

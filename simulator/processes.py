@@ -134,8 +134,12 @@ def _send(sim: Simulation, sid: int, req: int, it: int) -> None:
 
 
 def _compaction_s(sim: Simulation, kept_tokens: int, deferred: bool) -> float:
-    """A re-root's KV compaction on the draft: the fitted host cost of a deferred one (after the proposal's
-    send, the runtime's `step.compact`) where the profile has it, else the compaction operator."""
+    """A re-root's KV compaction on the draft. With CUDA graphs (`kernels.cuda_graphs`) the runtime applies it as
+    the first kernel of the next expansion's graph: its bytes, no launch, no host time. Otherwise the fitted
+    host cost of a deferred one (after the proposal's send, the runtime's `step.compact`) where the profile has
+    it, else the compaction operator."""
+    if sim.graphs:
+        return sim.draft_cost.compaction_s(kept_tokens, launch=False)
     if deferred and sim.compact_s is not None:
         return sim.compact_s
     return sim.draft_cost.compaction_s(kept_tokens)

@@ -193,6 +193,7 @@ class Simulation:
         self.proposal_s, self.verified_s, self.tree_op_s = costs.proposal_s, costs.verified_s, costs.tree_op_s
         self.verify_host_s = costs.verify_host_s
         self.keep_s, self.compact_s = costs.keep_s, costs.compact_s
+        self.graphs = config.kernels.cuda_graphs  # compactions ride in the next graph step (processes._compaction_s)
         # Colocated (no draft group): the runtime keeps, re-roots and compacts on the target's ranks, one after
         # another, so nothing the runtime does after a send overlaps the other side's work.
         self.colocated = config.parallel.draft_gpus == 0

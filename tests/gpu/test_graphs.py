@@ -228,6 +228,43 @@ def test_draft_graph_applies_the_owed_compaction_like_eager():
     assert (a - b).abs().max().item() <= 2e-4 * b.abs().max().item()
 
 
+@torch.no_grad()
+def test_step_graph_applies_a_staged_compaction_before_its_forward():
+    """A verify-shaped graph captured with keep_rows = 128 (two of kv_compact's 64-row chunks): a staged forward
+    compaction of 100 slots (destination in the buffer, sources -1-padded) runs before the forward, which attends
+    to the compacted region: cache and logits equal an eager compaction + eager forward; the next load without a
+    keep moves nothing again."""
+    from kernels.reference import kv_compact_ref
+    from runtime.tree import proposal_inputs
+    from runtime.tree_cache import step_meta
+
+    shape = MODEL_PRESETS["tiny-llama"]
+    model = build_model(shape, "float32", "cuda", seed=3).use_fused_kernels()
+    attn = make_attention_backend("triton")
+    layers, heads, head_dim = model.cache_spec()
+    caches = [KVCache(layers, 400, heads, head_dim, model.dtype, "cuda") for _ in range(2)]
+    graph = StepGraph(model, caches[1], attn, 8, 8, keep_rows=128)
+    g = torch.Generator().manual_seed(4)
+    prompt = torch.randint(0, shape.vocab_size, (300,), generator=g).cuda()
+    for cache in caches:
+        model(prompt, AttnMeta.causal(0, 300, "cuda"), cache, attn)
+    dst, src = 20, list(range(40, 240, 2))  # 100 ascending sources, src[i] >= dst + i: a forward compaction
+    prefix = dst + len(src)
+    for step, keep in enumerate([(dst, src), None]):
+        ids = torch.randint(0, shape.vocab_size, (5,), generator=g).tolist()
+        inp = proposal_inputs(ids, [-1, 0, 0, 1, 2], prefix, 8)
+        if keep is not None:
+            kv_compact_ref(caches[0].kv, torch.tensor(src, device="cuda"), dst)
+        want = model(inp.token_ids.cuda(), step_meta(inp, prefix, "cuda"), caches[0], attn)
+        graph.load_inputs(inp, prefix, keep)
+        got = graph.launch().clone()
+        assert graph.inputs.keep_src[len(src) if keep else 0:].eq(-1).all()
+        assert (got - want).abs().max().item() <= 2e-4 * want.abs().max().item(), f"step {step}: logits differ"
+        a, b = caches[1].kv[:, :, :prefix + 8], caches[0].kv[:, :, :prefix + 8]
+        assert (a - b).abs().max().item() <= 2e-4 * b.abs().max().item(), f"step {step}: caches differ"
+        prefix += 3
+
+
 def test_step_graph_refuses_other_shapes_and_backends():
     model = build_model(MODEL_PRESETS["tiny-llama"], "float32", "cuda", seed=3)
     layers, heads, head_dim = model.cache_spec()

@@ -12,6 +12,8 @@ Tiny random fp32 models with the reference attention. Two checks per case:
 
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
 import torch
 
@@ -114,11 +116,13 @@ def test_draft_reroot_hit_equals_plain_decoding(one_by_one):
 
 
 @torch.no_grad()
-def path_to_unexpanded_leaf(worker: DraftWorker, proposal) -> tuple[int, list[int]]:
+def path_to_unexpanded_leaf(worker: DraftWorker, proposal, moved: bool = False) -> tuple[int, list[int]]:
     """(proposal index of a never-expanded depth-2 leaf, the proposal path root -> that leaf): verifying it and
-    then missing leaves the leaf as a pending token."""
+    then missing leaves the leaf as a pending token. `moved`: a leaf whose parent is not in tree slot 1, so the
+    re-root's compaction moves KV (root and parent: slots (0, s), s > 1)."""
     nodes = worker.tree.nodes
-    leaf = next(k for k, i in enumerate(worker.selection) if not nodes[i].expanded and nodes[i].depth == 2)
+    leaf = next(k for k, i in enumerate(worker.selection) if not nodes[i].expanded and nodes[i].depth == 2
+                and (not moved or nodes[nodes[i].parent].slot > 1))
     path = [leaf]
     while proposal.parent_indices[path[-1]] >= 0:
         path.append(proposal.parent_indices[path[-1]])
@@ -195,15 +199,31 @@ def test_in_place_keeps_launch_no_copy(monkeypatch):
     assert calls[-1] == ([5, 7, 8], 5)
 
 
-class _EagerGraph:
-    """Stands in for a StepGraph on CPU (`load_inputs`, then `launch`): stages the inputs in a real `StepBuffers`,
-    applies the owed compaction from it with `kernels.kv_compact` (interpreted) as the graph's first kernel does,
-    then runs the step eagerly and applies the head."""
+class CpuStepGraph:
+    """Stands in for `runtime.graphs.StepGraph` on CPU, same constructor (patched into the workers, so their own
+    `rows`, `tree_len` and `keep_rows` choices are what runs): stages the inputs in a real `StepBuffers`, applies
+    the owed compaction from it with `kernels.kv_compact` (interpreted) as the graph's first kernel does, then runs
+    the step eagerly and applies the head. Not for chained steps."""
 
-    def __init__(self, worker: DraftWorker, rows: int, tree_len: int, head, keep_rows: int = 0) -> None:
-        self.worker, self.rows, self.tree_len, self.head, self.calls = worker, rows, tree_len, head, 0
-        self.inputs = StepBuffers(rows, tree_len, "cpu", keep_rows=keep_rows)
-        self.keeps, self.loaded, self.moved = keep_rows > 0, None, 0
+    def __init__(self, model, cache, attn, rows: int, tree_len: int, *, head=None, pool=None, chain: bool = False,
+                 staging: str = "pageable", keep_rows: int = 0) -> None:
+        assert not chain, "the CPU stand-in does not chain autoregressive steps"
+        self.model, self.cache, self.attn, self.head = model, cache, attn, head
+        self.rows, self.tree_len = rows, tree_len
+        self.inputs = StepBuffers(rows, tree_len, "cpu", staging, keep_rows)
+        self.chained, self.keep_rows, self.loaded, self.calls, self.moved = False, keep_rows, None, 0, 0
+
+    @property
+    def keeps(self) -> bool:
+        return self.keep_rows > 0
+
+    @property
+    def token_ids(self) -> torch.Tensor:
+        return self.inputs.ids
+
+    @property
+    def parents(self) -> torch.Tensor:
+        return self.inputs.parents
 
     def load_inputs(self, inp, prefix_len, keep=None):
         self.inputs.load_inputs(inp, prefix_len, keep)
@@ -214,42 +234,40 @@ class _EagerGraph:
         self.calls += 1
         if self.keeps:
             self.moved += int((self.inputs.keep_src >= 0).sum())
-            kv_compact(self.worker.cache.kv, self.inputs.keep_src, self.inputs.keep_dst)
-        if self.head is None:  # a verify: the [rows, vocab] logits
-            return self.worker.model(inp.token_ids, AttnMeta(
-                positions=inp.positions, write_slots=prefix_len + inp.tree_slots, prefix_len=prefix_len,
-                tree_len=self.tree_len, tree_mask=inp.tree_mask), self.worker.cache, self.worker.attn)
+            kv_compact(self.cache.kv, self.inputs.keep_src, self.inputs.keep_dst)
         meta = AttnMeta(positions=inp.positions, write_slots=prefix_len + inp.tree_slots, prefix_len=prefix_len,
                         tree_len=self.tree_len, tree_mask=inp.tree_mask)
-        return self.head(self.worker.model(inp.token_ids, meta, self.worker.cache, self.worker.attn))
+        logits = self.model(inp.token_ids, meta, self.cache, self.attn)
+        return logits if self.head is None else self.head(logits)
 
 
 def _draft_worker(graphs: bool) -> DraftWorker:
-    """The tiny draft (w 4, top-k 3); `graphs`: both expansion graphs stood in by `_EagerGraph` with the owed
-    compaction in front (keep_rows = the tree region), as `DraftWorker(cuda_graphs=True)` captures them."""
-    w = DraftWorker(_model("tiny-llama-draft", 2), ATTN, w=4, topk=3, max_tree_nodes=MAX_LEN,
-                    max_seq_len=CAPACITY - MAX_LEN, temperature=0.0)
-    if graphs:
-        w.graph = _EagerGraph(w, 4, MAX_LEN, w._top_children, keep_rows=MAX_LEN)
-        w.pending_graph = _EagerGraph(w, 5, MAX_LEN + 1, w._pending_children, keep_rows=MAX_LEN)
-    return w
+    """The tiny draft (w 4, top-k 3); `graphs`: `DraftWorker(cuda_graphs=True)` with `CpuStepGraph` standing in for
+    its two expansion graphs."""
+    with mock.patch("runtime.draft_worker.StepGraph", CpuStepGraph):
+        return DraftWorker(_model("tiny-llama-draft", 2), ATTN, w=4, topk=3, max_tree_nodes=MAX_LEN,
+                           max_seq_len=CAPACITY - MAX_LEN, temperature=0.0, cuda_graphs=graphs)
 
 
+@pytest.mark.parametrize("moved", [False, True], ids=["in-place", "moving"])
 @torch.no_grad()
-def test_pending_expansion_replays_the_pending_graph_and_matches_eager():
+def test_pending_expansion_replays_the_pending_graph_and_matches_eager(moved):
     """With graphs, an expansion carrying one pending token goes to the (w + 1)-row graph whose head drops the
-    pending row: same cache and tree as the eager worker; the plain graph serves the other expansions."""
+    pending row (and whose first kernel applies the re-root's compaction, when it moves anything): same cache
+    and tree as the eager worker; the plain graph serves the other expansions."""
     runs = []
     for graphs in (False, True):
         worker = _draft_worker(graphs)
         worker.start(PROMPT)
         assert worker.expand() and worker.expand()
-        _, path = path_to_unexpanded_leaf(worker, worker.propose(0, 0, bs=len(worker.tree)))
+        _, path = path_to_unexpanded_leaf(worker, worker.propose(0, 0, bs=len(worker.tree)), moved)
         assert worker.advance(tuple(path), 5).pending  # a miss on a never-expanded leaf
         assert worker.expand() and worker.expand()  # the pending one, then a plain one
         runs.append(worker)
         if graphs:
             assert (worker.graph.calls, worker.pending_graph.calls) == (3, 1)
+            assert (worker.graph.keep_rows, worker.pending_graph.keep_rows) == (MAX_LEN, MAX_LEN)
+            assert (worker.graph.moved, worker.pending_graph.moved) == (0, 2 if moved else 0)
     eager, graphed = runs
     assert eager.prefix_len == graphed.prefix_len
     _assert_same(graphed.cache.kv, eager.cache.kv)
@@ -331,18 +349,13 @@ def test_a_target_graph_applies_the_owed_keep_in_the_next_verify():
     """With a tree verify graph the KV keep after a verdict is owed to the next verify's replay (its first
     kernel); `flush_keep` applies it for anything else (an eager step). Same logits, verdicts and cache as an
     eager target over verifies whose accepted paths move (and one that does not)."""
-    from types import SimpleNamespace
-
     from conf.messages import DraftProposal
     from runtime.target_worker import TargetWorker
 
     def worker(graphs: bool) -> TargetWorker:
-        w = TargetWorker(_model("tiny-llama", 1), ATTN, rows=5, max_seq_len=CAPACITY, temperature=0.0,
-                         backend="reference")
-        if graphs:
-            fake = _EagerGraph(w, 5, 5, None, keep_rows=5)
-            w.graph = SimpleNamespace(keeps=True, chained=False, load_inputs=fake.load_inputs, launch=fake.launch,
-                                      token_ids=fake.inputs.ids, parents=fake.inputs.parents, fake=fake)
+        with mock.patch("runtime.target_worker.StepGraph", CpuStepGraph):
+            w = TargetWorker(_model("tiny-llama", 1), ATTN, rows=5, max_seq_len=CAPACITY, temperature=0.0,
+                             backend="reference", cuda_graphs=graphs)
         w.start(PROMPT)
         return w
 
@@ -358,7 +371,7 @@ def test_a_target_graph_applies_the_owed_keep_in_the_next_verify():
             w.keep(path)
         _assert_same(logits[1], logits[0])
         assert graphed.prefix_len == eager.prefix_len
-    assert graphed.graph.fake.moved == 3 + 0 + 3  # rows staged by the next replays; (0, 1) moves nothing
+    assert graphed.graph.keep_rows == 5 and graphed.graph.moved == 3 + 0 + 3  # staged rows; (0, 1) moves nothing
     assert graphed.flush_keep() and not graphed.flush_keep()
     used = eager.prefix_len
     _assert_same(graphed.cache.kv[:, :, :used], eager.cache.kv[:, :, :used])
