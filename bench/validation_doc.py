@@ -78,18 +78,20 @@ LIMITS = """\
   switches, but still sums kernels timed one by one: the fitted `step_extra_s` (and `ar_step_extra_s`) may be
   negative (down to -1 ms) to correct the sum (68741c4: -0.10 ms and -0.37 ms, from -0.51 / -0.76 ms with the
   cuBLAS-shaped operators); a TP > 1 target keeps cuBLAS for its all-reduced projections, hence its own
-  `tp_step_extra_s`. Fitted on tp2_chain_g4 it is ~0, yet the held-out TP-2 autoregressive runs take ~0.36 ms
-  per step more than the model (over-predicted by 10-14% at 68741c4): a TP > 1 autoregressive step's host cost
-  is not modelled apart from a TP > 1 verify's.
+  `tp_step_extra_s`, fitted on tp2_chain_g4 alone; a TP > 1 autoregressive step's host cost is not modelled
+  apart from a TP > 1 verify's (at 68741c4 the held-out TP-2 autoregressive runs took ~0.36 ms per step more
+  than the model, over-predicted by 10-14%; since their verdict is the graph's own argmax, 8c7030b, they are
+  within 2-10%).
 - The profile's additive form (operators + a + b x kernels) approximates max(host, device) by a sum, and one
   `step_overhead` line serves target verifies and draft expansions alike (the fit report,
   `operators.step_overhead.by_kind` / `by_preset`, shows how well it fits each).
 - The attention form's FLOP feature (tokens x kv_len) carries no head count, so one coefficient serves GQA
   shapes from 3 to 64 query heads.
-- KV keeps and compactions: the target's keep after a verify and the draft's compaction after a proposal's send
-  are the runtime block's fitted host costs (`keep_s`, `compact_s`: means of the runtime's `step.keep` and
-  deferred `step.compact` spans, 0.07 and 0.2 ms on the H200 host, far above their device time); a compaction
-  before a refill is costed by the analytic prior (the profile format has no compaction operator).
+- KV keeps and compactions: with CUDA graphs (since 847d037) the runtime applies both as the first kernel of the
+  next graph step; the simulator costs a draft compaction there by its bytes (the analytic prior, no launch) and
+  the target's keep by the fitted `keep_s` (the runtime's `step.keep` span: host bookkeeping, ~0.01 ms). Without
+  graphs, a deferred compaction costs the fitted `compact_s` (the `step.compact` spans of eager runs, ~0.2 ms of
+  host time on the H200 host) where the profile has it (the profile format has no compaction operator).
 """
 
 
