@@ -12,9 +12,10 @@ Per acceptance table and draft host scale:
   1..6).
 Acceptance tables: `smollm2` (the real pair's measured positional table, depth-dependent; the one workload a
 feeds its oracle), then one-row tables with a top-1 acceptance of `--top1`, whose lower ranks are the measured
-table's first row rescaled so the same share of the rest is caught by ranks 1..7. Host scale: the profile's
-fitted draft host costs (runtime block: `expand_extra_s`, `expand_extra_per_row_s`, `draft_round_s`) times the
-scale, for both tree modes alike (a what-if on the draft's Python and launches, not on its kernels).
+table's first row rescaled so the same share of the rest is caught by ranks 1..7. Host scale:
+`sim.draft_host_scale`, the profile's fitted draft host costs (runtime block: `expand_extra_s`,
+`expand_extra_per_row_s`, `draft_round_s`) times the scale, for both tree modes alike (a what-if on the draft's
+Python and launches, not on its kernels).
 
 Writes `<out>/ratio_bounds_<date>.json` (git SHA, date, config, every cell's best configurations) and prints a
 table. Simulated, not measured: the profile's validation (docs/VALIDATION.md) says how far to trust it.
@@ -23,11 +24,9 @@ table. Simulated, not measured: the profile's validation (docs/VALIDATION.md) sa
 from __future__ import annotations
 
 import argparse
-import copy
 import datetime
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -37,11 +36,10 @@ if str(REPO_ROOT) not in sys.path:
 from conf import compose_config  # noqa: E402
 from conf.rundir import atomic_write_json, git_sha  # noqa: E402
 from simulator.autoconfig import search  # noqa: E402
-from simulator.simulation import simulate  # noqa: E402
+from simulator.simulation import DRAFT_HOST_KEYS, simulate  # noqa: E402
 
 BASE = ["model=llama3-8b_llama3.2-1b", "parallel=1x1", "workload=shape_realistic", "workload.num_requests=1",
         "workload.max_new_tokens=512", "kernels=graphs", "trace.enabled=false"]
-HOST_KEYS = ("expand_extra_s", "expand_extra_per_row_s", "draft_round_s")
 GRID = (4, 8, 16)
 SERIAL_D = ("auto", "1", "2", "3")
 ASYNC_D = ("auto", *(str(d) for d in range(1, 7)))
@@ -64,10 +62,11 @@ def _accept(sim) -> float:
     return sim.tally.generated_tokens / sim.tally.verifies
 
 
-def cell(acceptance: list[str], profile: str, grid: tuple[int, ...], serial_d: tuple[str, ...],
-         async_d: tuple[str, ...]) -> dict:
-    """Best autoregressive, serial_tree and async_tree runs under one acceptance table and profile."""
-    ov = [*BASE, *acceptance, f"sim.profile={profile}"]
+def cell(acceptance: list[str], profile: str, host_scale: float, grid: tuple[int, ...],
+         serial_d: tuple[str, ...], async_d: tuple[str, ...]) -> dict:
+    """Best autoregressive, serial_tree and async_tree runs under one acceptance table, profile and draft host
+    scale."""
+    ov = [*BASE, *acceptance, f"sim.profile={profile}", f"sim.draft_host_scale={host_scale}"]
     ar = simulate(compose_config("simulate", [*ov, "spec=autoregressive"]), record_events=False)
     serial = []
     for bs in grid:
@@ -101,7 +100,7 @@ def main(argv: list[str] | None = None) -> dict:
     if not path.is_file():
         raise SystemExit(f"--profile: {args.profile} is not a file (a calibrated profile, e.g. profiles/h200.json)")
     profile = json.loads(path.read_text())
-    missing = [k for k in HOST_KEYS if k not in profile.get("runtime", {})]
+    missing = [k for k in DRAFT_HOST_KEYS if k not in profile.get("runtime", {})]
     if missing:
         raise SystemExit(f"--profile: {args.profile} has no runtime.{', runtime.'.join(missing)} (a profile fitted "
                          "with runtime runs: calibrate.py runs=[...])")
@@ -117,20 +116,11 @@ def main(argv: list[str] | None = None) -> dict:
     tables += [(f"top-1 {p:g}", [f"acceptance.positional={json.dumps(one_row_table(p, measured[0]))}",
                                  "acceptance.file=null"]) for p in top1]
     grid, serial_d, async_d = ((8,), ("auto", "3"), ("auto", "3")) if args.quick else (GRID, SERIAL_D, ASYNC_D)
-    cells = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for scale in host:
-            scaled = copy.deepcopy(profile)
-            for k in HOST_KEYS:
-                scaled["runtime"][k] *= scale
-            scaled_path = Path(tmp) / f"profile_host_x{scale:g}.json"
-            scaled_path.write_text(json.dumps(scaled))
-            for label, acc in tables:
-                cells.append({"acceptance": label, "overrides": acc, "host_scale": scale,
-                              **cell(acc, str(scaled_path), grid, serial_d, async_d)})
+    cells = [{"acceptance": label, "overrides": acc, "host_scale": scale,
+              **cell(acc, args.profile, scale, grid, serial_d, async_d)} for scale in host for label, acc in tables]
     record = {"benchmark": "ratio_bounds", "git_sha": git_sha(), "date": datetime.date.today().isoformat(),
               "device": "simulated (no GPU)",
-              "config": {"profile": args.profile, "base": BASE, "host_keys": HOST_KEYS, "grid": grid,
+              "config": {"profile": args.profile, "base": BASE, "host_keys": DRAFT_HOST_KEYS, "grid": grid,
                          "serial_d": serial_d, "async_d": async_d}, "cells": cells}
     out = args.out / f"ratio_bounds_{record['date']}.json"
     atomic_write_json(out, record)

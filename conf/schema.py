@@ -359,10 +359,15 @@ class SimConfig(_Frozen):
     run pays them)."""
     pilot_tokens: int = 128
     """Tokens per pilot simulation of d_rule=best_of_two (one request)."""
+    draft_host_scale: float = 1.0
+    """What-if on the draft's host time: scales the profile's fitted draft host costs (`runtime` block:
+    expand_extra_s, expand_extra_per_row_s, draft_round_s); 0 = a draft whose steps cost only their kernels and
+    messages. No effect without a runtime block (bench/bench_ratio_bounds.py sweeps it)."""
 
     def validate(self) -> None:
         """Check bounds."""
         _require(self.max_iterations >= 1, "sim.max_iterations", "must be >= 1")
+        _require(self.draft_host_scale >= 0, "sim.draft_host_scale", f"must be >= 0, got {self.draft_host_scale}")
         _require(self.step_overhead_s >= 0, "sim.step_overhead_s", "must be >= 0")
         _require(self.tree_op_s >= 0, "sim.tree_op_s", "must be >= 0")
         _require(self.d_rule in ("round", "best_of_two", "runtime"), "sim.d_rule",

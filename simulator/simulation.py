@@ -101,6 +101,10 @@ def proposal_nodes(config: ExperimentConfig) -> int:
     return config.spec.gamma + 1 if config.spec.mode == "chain" else config.spec.bs
 
 
+DRAFT_HOST_KEYS = ("expand_extra_s", "expand_extra_per_row_s", "draft_round_s")
+"""The profile's fitted draft host costs (`runtime` block) that `sim.draft_host_scale` scales."""
+
+
 def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Costs:
     """The cost model the config describes: analytic prior, with a fitted profile where one is configured.
 
@@ -121,7 +125,10 @@ def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Cos
                     intra_name=ic.intra_group, cross_name=ic.cross_group)
     fused = config.kernels.backend == "triton"
     par = config.parallel
-    host = profile.runtime if profile is not None else {}
+    host = dict(profile.runtime) if profile is not None else {}
+    for key in DRAFT_HOST_KEYS:  # sim.draft_host_scale: a what-if on the draft's host time
+        if key in host:
+            host[key] *= config.sim.draft_host_scale
     # A TP > 1 target's leader broadcasts every verdict (the verified path) to its group inside the verify
     # (runtime/engine.py _verify; 0.18 ms per step in the H200 TP-2 runs of e92dbf1): charged as one
     # leader-channel message of that size, the profiled operator of the same NCCL hop and host copies.

@@ -125,3 +125,20 @@ def test_profile_from_another_gpu_is_rejected(tmp_path):
     f = _write(tmp_path, VALID)
     with pytest.raises(ProfileError, match=r"hardware\.gpu: profile measured on 'h200' but hardware\.gpu='h100'"):
         build_costs(cfg("workload.num_requests=1", f"sim.profile={f}", "hardware=h100"))
+
+
+def test_draft_host_scale_scales_only_the_drafts_fitted_host_costs(tmp_path):
+    """sim.draft_host_scale: the runtime block's draft costs (per expansion, per row, per round) times the scale;
+    the target's step correction and the messages untouched; a negative scale is refused, naming the field."""
+    runtime = {"step_extra_s": 2e-4, "expand_extra_s": 1e-4, "expand_extra_per_row_s": 3e-5,
+               "verify_message_s": 5e-5, "draft_round_s": 4e-4}
+    f = _write(tmp_path, {**VALID, "runtime": runtime})
+    costs = {s: build_costs(cfg("workload.num_requests=1", "parallel=7x1", f"sim.profile={f}",
+                                f"sim.draft_host_scale={s}")) for s in (1.0, 0.5, 0.0)}
+    for s, c in costs.items():
+        assert c.draft.extra_s == pytest.approx(1e-4 * s) and c.draft.extra_per_token_s == pytest.approx(3e-5 * s)
+        assert c.tree_op_s == pytest.approx(4e-4 * s)
+        assert c.target.extra_s == pytest.approx(2e-4) and c.verify_host_s == pytest.approx(5e-5)
+    assert costs[0.0].draft.forward_s(8, 1000) < costs[1.0].draft.forward_s(8, 1000)
+    with pytest.raises(ValueError, match="sim.draft_host_scale: must be >= 0, got -1.0"):
+        cfg("sim.draft_host_scale=-1")
