@@ -73,7 +73,7 @@ import triton
 import triton.language as tl
 
 from kernels.pdl import pdl_options, pdl_start
-from kernels.rope import check_rope_operands
+from kernels.rope import check_rope_operands, q_out_buffer
 from kernels.skinny_linear import MAX_M, SMEM_BUDGET, m_bucket
 
 FN = "qkv_rope_kv_write"
@@ -214,12 +214,7 @@ def qkv_rope_kv_write(
         raise ValueError(f"{FN}: w_qkv needs a contiguous last dim")
     if w_qkv.device != x.device:
         raise ValueError(f"{FN}: w_qkv is on {w_qkv.device}, x on {x.device}")
-    if q_out is None:
-        q_out = torch.empty(t, num_heads, d, dtype=x.dtype, device=x.device)
-    elif (q_out.shape != (t, num_heads, d) or q_out.stride(-1) != 1 or not q_out.dtype.is_floating_point
-          or q_out.device != x.device):
-        raise ValueError(f"{FN}: q_out must be a float [T={t}, Hq={num_heads}, D={d}] tensor on {x.device} with a "
-                         f"contiguous last dim, got {tuple(q_out.shape)} {q_out.dtype} on {q_out.device}")
+    q_out = q_out_buffer(FN, q_out, t, num_heads, d, x.dtype, x.device)
     for name, v in (("num_warps", num_warps), ("num_stages", num_stages)):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"{FN}: {name} must be a positive int, got {v!r}")

@@ -135,6 +135,19 @@ def check_rope_operands(fn: str, t: int, device: torch.device, positions: torch.
     return d
 
 
+def q_out_buffer(fn: str, q_out: torch.Tensor | None, t: int, num_heads: int, d: int, dtype: torch.dtype,
+                 device: torch.device) -> torch.Tensor:
+    """The q output of `fn`: `q_out` checked (a float [T, Hq, D] tensor on `device` with a contiguous last dim), or
+    a new contiguous one of `dtype` (shared by rope_kv_write and kernels.qkv_rope.qkv_rope_kv_write)."""
+    if q_out is None:
+        return torch.empty(t, num_heads, d, dtype=dtype, device=device)
+    if (q_out.shape != (t, num_heads, d) or q_out.stride(-1) != 1 or not q_out.dtype.is_floating_point
+            or q_out.device != device):
+        raise ValueError(f"{fn}: q_out must be a float [T={t}, Hq={num_heads}, D={d}] tensor on {device} with a "
+                         f"contiguous last dim, got {tuple(q_out.shape)} {q_out.dtype} on {q_out.device}")
+    return q_out
+
+
 def rope_kv_write(
     qkv: torch.Tensor,
     positions: torch.Tensor,
@@ -174,11 +187,7 @@ def rope_kv_write(
         raise ValueError("rope_kv_write: qkv needs a contiguous last dim")
     if not qkv.dtype.is_floating_point:
         raise ValueError(f"rope_kv_write: qkv must be floating point, got {qkv.dtype}")
-    if q_out is None:
-        q_out = torch.empty(t, num_heads, d, dtype=qkv.dtype, device=qkv.device)
-    elif q_out.shape != (t, num_heads, d) or q_out.stride(-1) != 1 or not q_out.dtype.is_floating_point:
-        raise ValueError(f"rope_kv_write: q_out must be a float [T={t}, Hq={num_heads}, D={d}] tensor with a "
-                         f"contiguous last dim, got {tuple(q_out.shape)} {q_out.dtype}")
+    q_out = q_out_buffer("rope_kv_write", q_out, t, num_heads, d, qkv.dtype, qkv.device)
     if t == 0:
         return q_out
 
