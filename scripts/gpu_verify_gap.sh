@@ -37,7 +37,7 @@ for run in sorted(Path("/tmp").glob("gap_*_*")):
         recs = [r for r in read_traces(run / "traces.jsonl") if r.name == "step.verify"]
     except FileNotFoundError as e:
         print(mode, "no trace:", e); continue
-    extras = [json.loads(r.extra) if r.extra else {} for r in recs[5:]]
+    extras = [r.extra_fields(f"{run}: step.verify") for r in recs[5:]]
     metrics = json.loads((run / "metrics.json").read_text()) if (run / "metrics.json").exists() else {}
     row = {"verifies": len(extras), "tokens_per_s": metrics.get("tokens_per_s"),
            "iteration_ms": metrics.get("iteration_time_s", 0) * 1e3,
