@@ -13,7 +13,9 @@ Variants (`kernels.skinny`, `kernels.pdl` of the runtime; VARIANTS): base = the 
 with a trigger per kernel role (kernels/pdl.py: weight-streaming GEMMs vs the small kernels; early = release the
 next kernel at the start, late = as the blocks exit, off = ordinary launch); skinny* = Triton skinny GEMMs with
 the o / down split-K partials summed in the norms; *_qkvrope = the QKV GEMM also doing RoPE + the KV write
-(`kernels.qkv_rope_kv_write`, an experiment: measured at 0eab9f8, slower on the 8B step, faster on the 1B draft).
+(`kernels.qkv_rope_kv_write`, an experiment: measured at 0eab9f8, slower on the 8B step, faster on the 1B draft);
+*_ropeattn = the tree attention doing RoPE + the KV write (`kernels.rope_tree_attention`); *_serialmerge = the tree
+attention's split partials merged one after another (the combine before the batched one).
 A first-weight-tile prefetch before the PDL wait (late_prefetch) was measured at 0eab9f8 (0.12-0.13 ms slower per
 8B step) and removed. A variant that fails to build or capture is recorded as failed and the others still run.
 Random bf16 weights (never zeros). Plain argparse: runs on the GPU machine without Hydra.
@@ -22,9 +24,12 @@ Random bf16 weights (never zeros). Plain argparse: runs on the GPU machine witho
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
+import importlib
 import statistics
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -43,6 +48,7 @@ from runtime.kv_cache import KVCache  # noqa: E402
 from runtime.loader import build_model  # noqa: E402
 from runtime.tree import ancestor_mask  # noqa: E402
 
+tree_attention_module = importlib.import_module("kernels.tree_attention")  # (the package exports the function)
 _EARLY = {"gemm": "early", "small": "early"}
 VARIANTS: dict[str, tuple[bool, dict[str, str] | None]] = {
     "base": (False, None),
@@ -56,10 +62,28 @@ VARIANTS: dict[str, tuple[bool, dict[str, str] | None]] = {
     "skinny_pdl_gemm_late": (True, {"gemm": "late", "small": "early"}),
     "skinny_pdl_small_late_gemm_early": (True, {"gemm": "early", "small": "late"}),
     "skinny_pdl_late_qkvrope": (True, {"gemm": "late", "small": "late"}),
+    "skinny_pdl_late_serialmerge": (True, {"gemm": "late", "small": "late"}),
+    "skinny_pdl_late_ropeattn": (True, {"gemm": "late", "small": "late"}),
 }
 """name -> (kernels.skinny, the PDL trigger per kernel role or None for ordinary launches: kernels/pdl.py)."""
 QKV_ROPE_VARIANTS = frozenset({"skinny_pdl_late_qkvrope"})
 """Variants whose QKV GEMM also does RoPE + the KV write (`kernels.qkv_rope_kv_write`; not a runtime config yet)."""
+ROPE_ATTENTION_VARIANTS = frozenset({"skinny_pdl_late_ropeattn"})
+"""Variants whose tree attention does RoPE + the KV write (`kernels.rope_tree_attention`, `kernels.rope_attention`)."""
+SERIAL_MERGE_VARIANTS = frozenset({"skinny_pdl_late_serialmerge"})
+"""Variants captured with the tree attention's serial split merge (`tree_attention(merge="serial")`, the combine before
+2026-11-30's seventh session); the others use kernels.tree_attention.MERGE."""
+
+
+@contextlib.contextmanager
+def merge_mode(variant: str) -> Iterator[None]:
+    """The tree attention's split merge while `variant` is captured (a launch reads it when it is recorded)."""
+    before = tree_attention_module.MERGE
+    tree_attention_module.MERGE = "serial" if variant in SERIAL_MERGE_VARIANTS else before
+    try:
+        yield
+    finally:
+        tree_attention_module.MERGE = before
 
 
 def tree_inputs(rows: int, ctx: int, vocab: int, gen: torch.Generator) -> tuple:
@@ -87,8 +111,9 @@ def run_preset(preset: str, cases: list[tuple[int, int]], ctx: int, cap: int, va
             for name in variants:
                 skinny, policy = VARIANTS[name]
                 try:  # an experiment that does not build or capture is reported, not fatal to the others
-                    with pdl(policy is not None, **(policy or {})):
-                        model.use_fused_kernels(True, skinny=skinny, qkv_rope=name in QKV_ROPE_VARIANTS)
+                    with pdl(policy is not None, **(policy or {})), merge_mode(name):
+                        model.use_fused_kernels(True, skinny=skinny, qkv_rope=name in QKV_ROPE_VARIANTS,
+                                                rope_attention=name in ROPE_ATTENTION_VARIANTS)
                         graphs[rows, name] = StepGraph(model, cache, attn, rows, tree_len)
                 except Exception as exc:  # noqa: BLE001 (recorded with its type and message)
                     failed[rows, name] = f"{type(exc).__name__}: {exc}"[:500]
@@ -205,7 +230,10 @@ def main(argv: list[str] | None = None) -> dict:
               "triton": __import__("triton").__version__,
               "config": {"ctx": a.ctx, "cap": a.cap, "rounds": a.rounds, "inner": a.inner,
                          "variants": {v: {"skinny": VARIANTS[v][0], "pdl": VARIANTS[v][1],
-                                          "qkv_rope": v in QKV_ROPE_VARIANTS} for v in variants},
+                                          "qkv_rope": v in QKV_ROPE_VARIANTS,
+                                          "rope_attention": v in ROPE_ATTENTION_VARIANTS,
+                                          "merge": "serial" if v in SERIAL_MERGE_VARIANTS
+                                          else tree_attention_module.MERGE} for v in variants},
                          "cases": a.cases},
               "results": results}
     if a.out is not None:

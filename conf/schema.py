@@ -249,6 +249,9 @@ class KernelsConfig(_Frozen):
     partials summed inside the next add + RMSNorm (`Transformer.use_fused_kernels`; needs backend triton)."""
     pdl: bool = False
     """Programmatic dependent launch for the Triton kernels (kernels/pdl.py; takes effect on sm90+ GPUs)."""
+    rope_attention: bool = False
+    """Decode-sized steps rotate q and write the new K/V inside the tree-attention launch
+    (`kernels.rope_tree_attention`) instead of a separate `kernels.rope_kv_write` (needs backend triton)."""
     input_staging: str = "pageable"
     """How a CUDA-graph step's inputs are copied (runtime/graphs.py): pageable (each copy waits for the stream) |
     pinned (preallocated pinned buffers, copies that do not block the host)."""
@@ -259,7 +262,7 @@ class KernelsConfig(_Frozen):
                  f"{self.backend!r} is not one of reference, triton")
         _require(self.input_staging in INPUT_STAGING, "kernels.input_staging",
                  f"{self.input_staging!r} is not one of {', '.join(INPUT_STAGING)}")
-        for name in ("skinny", "pdl"):
+        for name in ("skinny", "pdl", "rope_attention"):
             _require(not getattr(self, name) or self.backend == "triton", f"kernels.{name}",
                      f"needs kernels.backend=triton, got {self.backend!r}")
 

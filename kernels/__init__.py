@@ -13,7 +13,7 @@ from kernels.norm import add_rmsnorm, add_rmsnorm_partials
 from kernels.qkv_rope import qkv_rope_kv_write
 from kernels.rope import rope_kv_write
 from kernels.skinny_linear import skinny_linear, skinny_linear_partials
-from kernels.tree_attention import tree_attention
+from kernels.tree_attention import rope_tree_attention, tree_attention
 from kernels.verify import greedy_verify
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "prepare_gemm_allreduce",
     "qkv_rope_kv_write",
     "rope_kv_write",
+    "rope_tree_attention",
     "skinny_linear",
     "skinny_linear_partials",
     "swiglu",

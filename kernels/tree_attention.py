@@ -71,6 +71,15 @@ H200 2026-11-30 (bench/results/attention_splits_gpu_2026-11-30.json), Llama-3-8B
 summed, us: rows 8: 1 -> 47.3, 2 -> 39.3, 4 -> 37.7, 8 -> 48.6; rows 16: 70.6, 57.9, 49.1, 53.8; rows 1: 37.6,
 30.3, 30.2, 38.5. 4 is the best on the sum at every row count (2 wins at ctx <= 1024 by <= 1.3 us)."""
 SMEM_BUDGET = 192 * 1024  # bytes of pipelined tiles per program (H200: 227 KiB/block, rest for layouts)
+MERGE_MODES = ("batched", "serial")
+MERGE = "batched"
+"""The default combine of the split partials (`tree_attention(merge=)`): batched loads every partial's max and sum
+at once and the accumulators MERGE_CHUNK_ELEMS at a time, unrolled, so their L2 round trips overlap; serial folds
+one partial after another (each a dependent L2 round trip: ~0.5 us per partial in the H200 fit)."""
+MERGE_CHUNK_ELEMS = 32 * 1024
+"""float32 accumulator elements (chunk x BLOCK_M x D) the batched merge loads per unrolled chunk (registers)."""
+ROPE_MAX_TOKENS = 64
+"""rope_tree_attention's T limit: every row block's last split writes all T new keys of its kv head."""
 _COUNTERS_INIT = 1024  # int32 counters per (device, stream), grown on demand
 
 _counter_cache: dict[tuple, torch.Tensor] = {}
@@ -78,13 +87,8 @@ _sm_count_cache: dict[int, int] = {}
 
 
 @triton.jit
-def _attend_block(
-    acc, m_i, l_i, q, k_ptrs, v_ptrs, key_ok, visible, qk_scale,
-    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
-):
-    """One online-softmax step over a BLOCK_N key tile; scores live in the log2 domain."""
-    k = tl.load(k_ptrs, mask=key_ok[None, :], other=0.0)  # [D, BLOCK_N]
-    v = tl.load(v_ptrs, mask=key_ok[:, None], other=0.0)  # [BLOCK_N, D]
+def _attend_kv(acc, m_i, l_i, q, k, v, visible, qk_scale, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """One online-softmax step over a loaded key tile k [D, BLOCK_N], v [BLOCK_N, D]; scores in the log2 domain."""
     if UPCAST:
         k = k.to(tl.float32)
         v = v.to(tl.float32)
@@ -101,6 +105,31 @@ def _attend_block(
 
 
 @triton.jit
+def _attend_block(
+    acc, m_i, l_i, q, k_ptrs, v_ptrs, key_ok, visible, qk_scale,
+    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, L2_ONLY: tl.constexpr,
+):
+    """Load one BLOCK_N key tile (`L2_ONLY`: ``.cg``, for keys this program wrote itself) and attend to it."""
+    if L2_ONLY:
+        k = tl.load(k_ptrs, mask=key_ok[None, :], other=0.0, cache_modifier=".cg")  # [D, BLOCK_N]
+        v = tl.load(v_ptrs, mask=key_ok[:, None], other=0.0, cache_modifier=".cg")  # [BLOCK_N, D]
+    else:
+        k = tl.load(k_ptrs, mask=key_ok[None, :], other=0.0)
+        v = tl.load(v_ptrs, mask=key_ok[:, None], other=0.0)
+    return _attend_kv(acc, m_i, l_i, q, k, v, visible, qk_scale, UPCAST, DOT_PRECISION)
+
+
+@triton.jit
+def _rope_rows(ptrs, swapped_ptrs, mask, pos, freq, sign):
+    """RoPE (rotate-half) of rows loaded at `ptrs` [R, D], in float32: x * cos + sign * x[(d + D/2) % D] * sin,
+    the angle float32(pos) * inv_freq[d % (D/2)] (`kernels.rope`'s maths on whole rows: no split halves)."""
+    x = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+    xs = tl.load(swapped_ptrs, mask=mask, other=0.0).to(tl.float32)
+    angle = pos[:, None] * freq[None, :]
+    return x * tl.cos(angle) + sign[None, :] * xs * tl.sin(angle)
+
+
+@triton.jit
 def _merge_partial(m_tot, l_tot, o_tot, WsAcc, WsM, WsL, ws, d, HEAD_DIM: tl.constexpr):
     """Fold one split's partial (rows `ws` of the workspace) into the running (max, sum, output)."""
     m_s = tl.load(WsM + ws, cache_modifier=".cg")
@@ -114,13 +143,43 @@ def _merge_partial(m_tot, l_tot, o_tot, WsAcc, WsM, WsL, ws, d, HEAD_DIM: tl.con
 
 
 @triton.jit
+def _merge_batched(WsAcc, WsM, WsL, tile, num_splits, used, r, d, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr,
+                   SPLITS_P2: tl.constexpr, CHUNK: tl.constexpr):
+    """Merge partials 0..used-1 and the last split's (tree keys): every max and sum in one [SPLITS_P2, BLOCK_M]
+    load, then the accumulators CHUNK at a time in an unrolled loop (independent loads, issued together)."""
+    e = tl.arange(0, SPLITS_P2)
+    n_parts = used + 1
+    src = tl.where(e < used, e, num_splits - 1)  # partial e: split e, then the last split
+    rows = (tile * num_splits + src)[:, None] * BLOCK_M + r[None, :]
+    ok = (e < n_parts)[:, None] & (r >= 0)[None, :]
+    ms = tl.load(WsM + rows, mask=ok, other=float("-inf"), cache_modifier=".cg")
+    ls = tl.load(WsL + rows, mask=ok, other=0.0, cache_modifier=".cg")
+    m_tot = tl.max(ms, axis=0)
+    m_pivot = tl.where(m_tot == float("-inf"), 0.0, m_tot)
+    l_tot = tl.sum(ls * tl.exp2(ms - m_pivot[None, :]), axis=0)
+    o_tot = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    for c in range(0, n_parts, CHUNK):
+        for i in tl.static_range(CHUNK):
+            s_idx = c + i
+            s_ok = (r >= 0) & (s_idx < n_parts)
+            slot = (tile * num_splits + tl.where(s_idx < used, s_idx, num_splits - 1)) * BLOCK_M + r
+            m_s = tl.load(WsM + slot, mask=s_ok, other=float("-inf"), cache_modifier=".cg")
+            a_s = tl.load(WsAcc + slot[:, None] * HEAD_DIM + d[None, :], mask=s_ok[:, None], other=0.0,
+                          cache_modifier=".cg")
+            o_tot += a_s * tl.exp2(m_s - m_pivot)[:, None]
+    return l_tot, o_tot
+
+
+@triton.jit
 def _tree_attention_kernel(
-    Q, K, V, Out, Mask, prefix_arg, WsAcc, WsM, WsL, Counter,
-    n_rows, tree_len, num_splits, min_blocks, qk_scale,
+    Q, K, V, Out, Mask, prefix_arg, WsAcc, WsM, WsL, Counter, Pos, InvFreq, Slots,
+    n_rows, tree_len, num_splits, min_blocks, qk_scale, n_tok, num_q_heads,
     stride_qt, stride_qh, stride_kc, stride_kh, stride_vc, stride_vh, stride_ot, stride_oh, stride_mt,
+    stride_pos, stride_slot,
     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
     SPLIT: tl.constexpr, PREFIX_IN_TENSOR: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    USE_PDL: tl.constexpr,
+    USE_PDL: tl.constexpr, SPLITS_P2: tl.constexpr, MERGE_CHUNK: tl.constexpr, ROPE: tl.constexpr,
+    BLOCK_T: tl.constexpr,
 ):
     pdl_start(USE_PDL)
     pid_m = tl.program_id(0)
@@ -136,7 +195,16 @@ def _tree_attention_kernel(
     tok = rows // GROUP
     head = kvh * GROUP + rows % GROUP
     d = tl.arange(0, HEAD_DIM)
-    q = tl.load(Q + tok[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :], mask=row_ok[:, None], other=0.0)
+    q_ptrs = Q + tok[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :]
+    if ROPE:  # Q is the QKV projection's output: rotate this program's q rows in registers
+        d_swap = (d + HEAD_DIM // 2) % HEAD_DIM
+        sign = tl.where(d < HEAD_DIM // 2, -1.0, 1.0)
+        freq = tl.load(InvFreq + d % (HEAD_DIM // 2))
+        pos = tl.load(Pos + tok * stride_pos, mask=row_ok, other=0).to(tl.float32)
+        q = _rope_rows(q_ptrs, Q + tok[:, None] * stride_qt + head[:, None] * stride_qh + d_swap[None, :],
+                       row_ok[:, None], pos, freq, sign).to(Q.dtype.element_ty)
+    else:
+        q = tl.load(q_ptrs, mask=row_ok[:, None], other=0.0)
     if UPCAST:
         q = q.to(tl.float32)
 
@@ -158,11 +226,26 @@ def _tree_attention_kernel(
             acc, m_i, l_i, q,
             k_head + keys[None, :].to(tl.int64) * stride_kc + d[:, None],
             v_head + keys[:, None].to(tl.int64) * stride_vc + d[None, :],
-            key_ok, key_ok[None, :] & row_ok[:, None], qk_scale, UPCAST, DOT_PRECISION,
+            key_ok, key_ok[None, :] & row_ok[:, None], qk_scale, UPCAST, DOT_PRECISION, False,
         )
 
     # Tree keys prefix_len + j: visible per (token, j) through the mask. Owned by the last split.
     if split == num_splits - 1:
+        if ROPE:  # first the n_tok new keys / values of this kv head into the cache (every row block writes the
+            # same values), then a CTA barrier: the tree loop below reads them back through L2
+            t_idx = tl.arange(0, BLOCK_T)
+            t_ok = t_idx < n_tok
+            t_row = Q + t_idx[:, None].to(tl.int64) * stride_qt
+            k_col = (num_q_heads + kvh) * HEAD_DIM
+            v_col = (num_q_heads + tl.num_programs(1) + kvh) * HEAD_DIM
+            t_pos = tl.load(Pos + t_idx * stride_pos, mask=t_ok, other=0).to(tl.float32)
+            k_new = _rope_rows(t_row + k_col + d[None, :], t_row + k_col + d_swap[None, :], t_ok[:, None], t_pos,
+                               freq, sign)
+            v_new = tl.load(t_row + v_col + d[None, :], mask=t_ok[:, None], other=0.0)
+            slot = tl.load(Slots + t_idx * stride_slot, mask=t_ok, other=0).to(tl.int64)
+            tl.store(k_head + slot[:, None] * stride_kc + d[None, :], k_new.to(K.dtype.element_ty), mask=t_ok[:, None])
+            tl.store(v_head + slot[:, None] * stride_vc + d[None, :], v_new.to(V.dtype.element_ty), mask=t_ok[:, None])
+            tl.debug_barrier()
         for tb in range(0, tl.cdiv(tree_len, BLOCK_N)):
             j = tb * BLOCK_N + tl.arange(0, BLOCK_N)
             j_ok = j < tree_len
@@ -172,7 +255,7 @@ def _tree_attention_kernel(
                 acc, m_i, l_i, q,
                 k_head + keys[None, :] * stride_kc + d[:, None],
                 v_head + keys[:, None] * stride_vc + d[None, :],
-                j_ok, vis != 0, qk_scale, UPCAST, DOT_PRECISION,
+                j_ok, vis != 0, qk_scale, UPCAST, DOT_PRECISION, ROPE,
             )
 
     out_ptrs = Out + tok[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :]
@@ -190,17 +273,21 @@ def _tree_attention_kernel(
         count = tl.atomic_add(Counter + tile, 1, sem="acq_rel", scope="gpu")
         if count == num_splits - 1:  # last split of this tile to arrive: merge all partials
             tl.debug_barrier()
-            m_tot = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-            l_tot = tl.zeros([BLOCK_M], dtype=tl.float32)
-            o_tot = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
             # Only splits that own prefix blocks, then the last (tree keys): the others wrote m = -inf, l = 0,
             # which merge to nothing (a CUDA-graph launch sized from the cache capacity has many such).
             used = tl.minimum(tl.cdiv(n_blocks, tl.maximum(per_split, 1)), num_splits - 1)
-            for s_idx in range(0, used):
+            if MERGE_CHUNK > 0:
+                l_tot, o_tot = _merge_batched(WsAcc, WsM, WsL, tile, num_splits, used, r, d, BLOCK_M, HEAD_DIM,
+                                              SPLITS_P2, MERGE_CHUNK)
+            else:
+                m_tot = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+                l_tot = tl.zeros([BLOCK_M], dtype=tl.float32)
+                o_tot = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+                for s_idx in range(0, used):
+                    m_tot, l_tot, o_tot = _merge_partial(m_tot, l_tot, o_tot, WsAcc, WsM, WsL,
+                                                         (tile * num_splits + s_idx) * BLOCK_M + r, d, HEAD_DIM)
                 m_tot, l_tot, o_tot = _merge_partial(m_tot, l_tot, o_tot, WsAcc, WsM, WsL,
-                                                     (tile * num_splits + s_idx) * BLOCK_M + r, d, HEAD_DIM)
-            m_tot, l_tot, o_tot = _merge_partial(m_tot, l_tot, o_tot, WsAcc, WsM, WsL,
-                                                 (tile * num_splits + num_splits - 1) * BLOCK_M + r, d, HEAD_DIM)
+                                                     (tile * num_splits + num_splits - 1) * BLOCK_M + r, d, HEAD_DIM)
             l_safe = tl.where(l_tot == 0.0, 1.0, l_tot)
             tl.store(out_ptrs, (o_tot / l_safe[:, None]).to(Out.dtype.element_ty), mask=row_ok[:, None])
             tl.atomic_xchg(Counter + tile, 0)  # ready for the next launch on this stream
@@ -262,6 +349,7 @@ def tree_attention(
     num_warps: int | None = None,
     num_stages: int | None = None,
     min_blocks_per_split: int | None = None,
+    merge: str | None = None,
 ) -> torch.Tensor:
     """Attention of q [T,Hq,D] over k/v_cache [cap,Hkv,D] keys [0, prefix_len) + masked tree keys.
 
@@ -277,10 +365,80 @@ def tree_attention(
             None picks the heuristic.
         min_blocks_per_split: prefix blocks a split takes at least (None: 1 for the wide tile, else
             MIN_BLOCKS_PER_SPLIT).
+        merge: how the last split combines the partials: "batched" (every max in one load, the accumulators in
+            unrolled chunks) or "serial" (one partial after another); None: MERGE.
 
     Returns:
         out [T, Hq, D] in q's dtype.
     """
+    t, hq, d = q.shape
+    _check_attention_operands(q, k_cache, v_cache, prefix_len, tree_mask)
+    if q.stride(-1) != 1:
+        raise ValueError("tree_attention: the last dim of q, caches and mask must be contiguous")
+    if out is None:
+        out = torch.empty_like(q)
+    return _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, None, num_splits=num_splits,
+                   block_n=block_n, block_m=block_m, num_warps=num_warps, num_stages=num_stages,
+                   min_blocks_per_split=min_blocks_per_split, merge=merge)
+
+
+def rope_tree_attention(
+    qkv: torch.Tensor,
+    positions: torch.Tensor,
+    inv_freq: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    write_slots: torch.Tensor,
+    num_heads: int,
+    prefix_len: int | torch.Tensor,
+    tree_mask: torch.Tensor,
+    scale: float,
+    *,
+    out: torch.Tensor | None = None,
+    merge: str | None = None,
+) -> torch.Tensor:
+    """``kernels.rope_kv_write`` and ``tree_attention`` in one launch: the q rows are rotated in registers, and the
+    last split of each kv head rotates the T new keys, writes them and the values to the caches at
+    ``write_slots``, then attends to the tree keys. Same result as the two kernels (q rounded to qkv's dtype).
+
+    Args:
+        qkv: [T, (Hq + 2 Hkv) * D] QKV projection output (not rotated); last dim contiguous, any row stride.
+        positions, inv_freq, write_slots, num_heads: as ``kernels.rope_kv_write`` (Hkv is k_cache's).
+        k_cache, v_cache, prefix_len, tree_mask, scale, out, merge: as ``tree_attention``.
+
+    Extra contract (not checked: that would sync with the host): every write slot is a tree slot,
+    ``prefix_len <= write_slots[t] < prefix_len + tree_len`` (the prefix splits read their keys while the last
+    split writes), and T <= ROPE_MAX_TOKENS (every row block writes all T new keys of its kv head).
+
+    Returns:
+        out [T, Hq, D] in qkv's dtype.
+    """
+    from kernels.rope import check_rope_operands
+
+    if qkv.dim() != 2:
+        raise ValueError(f"rope_tree_attention: qkv must be 2-d [T, (Hq + 2 Hkv) * D], got {tuple(qkv.shape)}")
+    t, width = qkv.shape
+    hkv = k_cache.shape[1] if k_cache.dim() == 3 else -1
+    d = check_rope_operands("rope_tree_attention", t, qkv.device, positions, inv_freq, k_cache, v_cache,
+                            write_slots, num_heads, hkv)
+    if width != (num_heads + 2 * hkv) * d:
+        raise ValueError(f"rope_tree_attention: qkv width {width} != (Hq + 2 Hkv) * D = "
+                         f"({num_heads} + 2 * {hkv}) * {d}")
+    if qkv.stride(-1) != 1 or not qkv.dtype.is_floating_point:
+        raise ValueError(f"rope_tree_attention: qkv must be floating point with a contiguous last dim, "
+                         f"got {qkv.dtype} strides {qkv.stride()}")
+    if t > ROPE_MAX_TOKENS:
+        raise ValueError(f"rope_tree_attention: T={t} > ROPE_MAX_TOKENS={ROPE_MAX_TOKENS} (use rope_kv_write and "
+                         "tree_attention)")
+    q = qkv[:, : num_heads * d].view(t, num_heads, d)  # the launch reads strides only: a view of the q columns
+    _check_attention_operands(q, k_cache, v_cache, prefix_len, tree_mask)
+    if out is None:
+        out = torch.empty(t, num_heads, d, dtype=qkv.dtype, device=qkv.device)
+    return _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, (positions, inv_freq, write_slots),
+                   merge=merge)
+
+
+def _check_attention_operands(q, k_cache, v_cache, prefix_len, tree_mask) -> None:
     t, hq, d = q.shape
     cap, hkv, dk = k_cache.shape
     if dk != d or v_cache.shape != k_cache.shape:
@@ -291,18 +449,27 @@ def tree_attention(
         raise ValueError(f"tree_attention: head dim {d} unsupported (16, 32, 64, 128, 256)")
     if tree_mask.dim() != 2 or tree_mask.shape[0] != t:
         raise ValueError(f"tree_attention: tree_mask must be [T={t}, tree_len], got {tuple(tree_mask.shape)}")
-    if q.stride(-1) != 1 or k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1 or tree_mask.stride(-1) != 1:
+    if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1 or tree_mask.stride(-1) != 1:
         raise ValueError("tree_attention: the last dim of q, caches and mask must be contiguous")
     tree_len = tree_mask.shape[1]
-    prefix_in_tensor = isinstance(prefix_len, torch.Tensor)
-    if not prefix_in_tensor and not 0 <= prefix_len <= cap - tree_len:
+    if not isinstance(prefix_len, torch.Tensor) and not 0 <= prefix_len <= cap - tree_len:
         raise ValueError(f"tree_attention: prefix_len {prefix_len} + tree_len {tree_len} exceeds cap {cap}")
-    if out is None:
-        out = torch.empty_like(q)
-    elif out.shape != q.shape or out.dtype != q.dtype or out.stride(-1) != 1:
+
+
+def _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, rope, *, num_splits=None, block_n=None,
+            block_m=None, num_warps=None, num_stages=None, min_blocks_per_split=None, merge=None) -> torch.Tensor:
+    """The kernel launch behind tree_attention and rope_tree_attention (`rope`: positions, inv_freq, slots)."""
+    t, hq, d = q.shape
+    cap, hkv, _ = k_cache.shape
+    if out.shape != q.shape or out.dtype != q.dtype or out.stride(-1) != 1:
         raise ValueError("tree_attention: out must match q's shape and dtype, last dim contiguous")
+    merge = merge or MERGE
+    if merge not in MERGE_MODES:
+        raise ValueError(f"tree_attention: merge={merge!r}; expected one of {MERGE_MODES}")
     if t == 0:
         return out
+    tree_len = tree_mask.shape[1]
+    prefix_in_tensor = isinstance(prefix_len, torch.Tensor)
 
     group = hq // hkv
     n_rows = t * group
@@ -326,17 +493,27 @@ def tree_attention(
         counter = _counters(q.device, tiles)
     else:
         ws_acc = ws_m = ws_l = counter = out  # unused (SPLIT=False prunes every access)
+    splits_p2 = triton.next_power_of_2(splits)
+    chunk = min(splits_p2, max(1, MERGE_CHUNK_ELEMS // (bm * d))) if merge == "batched" else 0
+    if rope is None:
+        pos = freq = slots = out  # unused (ROPE=False prunes every access)
+        pos_stride = slot_stride = 0
+    else:
+        pos, freq, slots = rope
+        pos_stride, slot_stride = pos.stride(0), slots.stride(0)
 
     upcast = q.device.type == "cpu"  # the interpreter computes bf16 wrongly: upcast right after loads
     grid = (m_blocks, hkv, splits)
     _tree_attention_kernel[grid](
-        q, k_cache, v_cache, out, mask, prefix_len, ws_acc, ws_m, ws_l, counter,
+        q, k_cache, v_cache, out, mask, prefix_len, ws_acc, ws_m, ws_l, counter, pos, freq, slots,
         n_rows, tree_len, splits, max(1, min_blocks_per_split or (1 if wide else MIN_BLOCKS_PER_SPLIT)),
-        float(scale) * LOG2E,
+        float(scale) * LOG2E, t, hq,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
-        out.stride(0), out.stride(1), mask.stride(0),
+        out.stride(0), out.stride(1), mask.stride(0), pos_stride, slot_stride,
         GROUP=group, BLOCK_M=bm, BLOCK_N=bn, HEAD_DIM=d, SPLIT=splits > 1, PREFIX_IN_TENSOR=prefix_in_tensor,
         UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or q.dtype == torch.float32) else "tf32",
+        SPLITS_P2=splits_p2, MERGE_CHUNK=chunk, ROPE=rope is not None,
+        BLOCK_T=triton.next_power_of_2(t) if rope is not None else 1,
         num_warps=num_warps or (4 if bm < 64 and bn < 256 else 8), num_stages=stages, **pdl_options(q.device),
     )
     return out

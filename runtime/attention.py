@@ -34,7 +34,9 @@ class AttnMeta:
 
     # [T] RoPE positions of the new tokens.
     positions: torch.Tensor
-    # [T] cache slots where the new tokens' keys/values are written (inside [0, prefix_len + tree_len)).
+    # [T] cache slots where the new tokens' keys/values are written: tree slots, inside
+    # [prefix_len, prefix_len + tree_len) (kernels.rope_tree_attention relies on it: its prefix splits read while
+    # the last one writes).
     write_slots: torch.Tensor
     # Every query sees slots [0, prefix_len). A 1-element device tensor inside CUDA graphs (runtime/graphs.py;
     # the Triton backend only), so that one captured step serves every prefix length.
@@ -101,6 +103,8 @@ class AttentionBackend:
     """Interface: attention of T queries over the visible region of one layer's cache."""
 
     name = "abstract"
+    rope_max_tokens = 0
+    """Steps of up to this many tokens may call `rope_attend` (RoPE + K/V write inside the attention); 0: none."""
 
     def __call__(
         self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta, scale: float
@@ -140,15 +144,28 @@ class TritonAttention(AttentionBackend):
 
     def __init__(self) -> None:
         """Import the kernels package lazily, so the reference path never needs Triton."""
-        from kernels import tree_attention
+        from kernels import rope_tree_attention, tree_attention
+        from kernels.tree_attention import ROPE_MAX_TOKENS
 
         self._tree_attention = tree_attention
+        self._rope_tree_attention = rope_tree_attention
+        self.rope_max_tokens = ROPE_MAX_TOKENS
 
     def __call__(
         self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta, scale: float
     ) -> torch.Tensor:
         """q [T, Hq, D], k_cache / v_cache [capacity, Hkv, D] -> [T, Hq, D] in q's dtype."""
         return self._tree_attention(q, k_cache, v_cache, meta.prefix_len, meta.tree_mask, scale)
+
+    def rope_attend(
+        self, qkv: torch.Tensor, inv_freq: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta,
+        scale: float, num_heads: int,
+    ) -> torch.Tensor:
+        """RoPE + K/V write + attention in one launch (`kernels.rope_tree_attention`): qkv [T, (Hq + 2 Hkv) * D]
+        not rotated -> [T, Hq, D]. For T <= `rope_max_tokens`; meta's write slots must be tree slots (every producer
+        in the runtime writes at prefix_len + tree slot)."""
+        return self._rope_tree_attention(qkv, meta.positions, inv_freq, k_cache, v_cache, meta.write_slots, num_heads,
+                                         meta.prefix_len, meta.tree_mask, scale)
 
 
 _BACKENDS: dict[str, type[AttentionBackend]] = {"reference": ReferenceAttention, "triton": TritonAttention}

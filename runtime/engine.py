@@ -123,7 +123,8 @@ class Engine:
     def _model(self, mcfg: Any) -> Any:
         """The model of `mcfg` on this rank, set to the configured kernels (fused Triton ones or torch)."""
         kcfg = self.cfg.kernels
-        return self._build_model(mcfg).use_fused_kernels(kcfg.backend == "triton", skinny=kcfg.skinny)
+        return self._build_model(mcfg).use_fused_kernels(kcfg.backend == "triton", skinny=kcfg.skinny,
+                                                             rope_attention=kcfg.rope_attention)
 
     def _build_model(self, mcfg: Any) -> Any:
         """Build (load or seed) the model's shard on this rank; benchmarks override this to cache models."""

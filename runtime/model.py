@@ -109,6 +109,7 @@ class Attention(nn.Module):
         self.wo = nn.Linear(shape.q_size, shape.hidden_size, bias=False, dtype=dtype)
         self.skinny = False  # Transformer.use_fused_kernels: Triton skinny GEMMs for T <= SKINNY_MAX_ROWS
         self.qkv_rope = False  # ... and the QKV GEMM with RoPE + KV write in its epilogue (experiment, bench only)
+        self.rope_attention = False  # Transformer.use_fused_kernels: RoPE + KV write inside the attention launch
 
     def forward(
         self,
@@ -123,7 +124,8 @@ class Attention(nn.Module):
         """x [T, hidden] -> [T, hidden] (a partial sum under TP: the all-reduce is the transform's).
 
         `rope`: the (cos, sin) tables [T, head_dim] (torch path), or the inv_freq vector [head_dim / 2]
-        (fused path: one `kernels.rope_kv_write` launch rotates q and k and writes k/v into the cache).
+        (fused path: one `kernels.rope_kv_write` launch rotates q and k and writes k/v into the cache; with
+        `rope_attention` and a backend with `rope_max_tokens` >= T, the attention launch itself does it).
         `partials` (skinny path, no TP): return the o projection as float32 split-K partials [S, T, hidden]
         for `kernels.add_rmsnorm_partials` instead.
         """
@@ -136,6 +138,9 @@ class Attention(nn.Module):
                                   self.num_heads, self.num_kv_heads)
         elif isinstance(rope, torch.Tensor):
             qkv = self.wqkv(x) if not skinny or self.wqkv.bias is not None else _skinny(x, self.wqkv.weight)
+            if self.rope_attention and t <= attn.rope_max_tokens:
+                out = attn.rope_attend(qkv, rope, k_cache, v_cache, meta, self.scale, self.num_heads)
+                return self._project(out.reshape(t, self.num_heads * d), partials)
             from kernels import rope_kv_write
 
             q = rope_kv_write(qkv, meta.positions, rope, k_cache, v_cache, meta.write_slots, self.num_heads,
@@ -149,6 +154,10 @@ class Attention(nn.Module):
             k_cache.index_copy_(0, meta.write_slots, k.to(k_cache.dtype))
             v_cache.index_copy_(0, meta.write_slots, v.view(t, self.num_kv_heads, d).to(v_cache.dtype))
         out = attn(q, k_cache, v_cache, meta, self.scale).reshape(t, self.num_heads * d)  # [T, Hq * D]
+        return self._project(out, partials)
+
+    def _project(self, out: torch.Tensor, partials: bool) -> torch.Tensor:
+        """The o projection of the attention output [T, Hq * D] (split-K partials on the skinny path)."""
         if partials:
             return _skinny(out, self.wo.weight, partials=True)
         return self.wo(out)
@@ -225,7 +234,8 @@ class Transformer(nn.Module):
         self.skinny = False
         self.tie_weights()
 
-    def use_fused_kernels(self, enabled: bool = True, skinny: bool = False, qkv_rope: bool = False) -> Transformer:
+    def use_fused_kernels(self, enabled: bool = True, skinny: bool = False, qkv_rope: bool = False,
+                          rope_attention: bool = False) -> Transformer:
         """Run decode steps through the fused Triton kernels (GPU runtime with `kernels.backend=triton`).
 
         Per layer: add + RMSNorm in one kernel (twice), RoPE + K/V cache write in one kernel, the SwiGLU
@@ -238,6 +248,10 @@ class Transformer(nn.Module):
         `qkv_rope` (needs `skinny`; an experiment for bench/bench_step_variants.py, no config switch yet): the QKV
         GEMM does RoPE and the K/V cache write in its epilogue (`kernels.qkv_rope_kv_write`), one launch fewer per
         layer.
+        `rope_attention` (`kernels.rope_attention`, needs `enabled`): steps of T <= ROPE_MAX_TOKENS rotate q and
+        write the new K/V inside the attention launch (`kernels.rope_tree_attention`, the backend's `rope_attend`;
+        a backend with `rope_max_tokens` 0, as the reference one, keeps the separate kernel): one launch fewer per
+        layer.
         Numerics: the fused kernels compute in fp32 and round once, so bf16 logits differ slightly from
         the torch path (not bit-identical). Every decode step (<= 64 rows) of a run takes the same path; with
         `skinny` its logits are the LM head's float32 accumulators, a longer prefill's are bf16-rounded cuBLAS
@@ -247,12 +261,17 @@ class Transformer(nn.Module):
             raise ValueError("kernels.skinny: needs the fused Triton path (kernels.backend=triton)")
         if qkv_rope and not skinny:
             raise ValueError("use_fused_kernels: qkv_rope needs skinny (it replaces the skinny QKV GEMM + RoPE)")
+        if rope_attention and not enabled:
+            raise ValueError("kernels.rope_attention: needs the fused Triton path (kernels.backend=triton)")
+        if rope_attention and qkv_rope:
+            raise ValueError("use_fused_kernels: qkv_rope and rope_attention both do the RoPE + KV write; pick one")
         self.fused_kernels = enabled
         self.skinny = skinny
         for layer in self.layers:
             layer.mlp.fused = enabled
             layer.attn.skinny = skinny
             layer.attn.qkv_rope = qkv_rope
+            layer.attn.rope_attention = rope_attention
         return self
 
     def tie_weights(self) -> None:

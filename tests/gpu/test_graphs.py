@@ -55,13 +55,13 @@ def prompts(vocab: int, n: int = 3, seed: int = 0) -> list[list[int]]:
 
 def cfg_for(mode: str, target: str, draft: str, dtype: str, *, target_gpus: int = 1, draft_gpus: int = 0,
             checkpoint: str | None = None, draft_seed: int = 1, skinny: bool = True, pdl: bool = True,
-            input_staging: str = "pageable", **spec) -> ExperimentConfig:
+            input_staging: str = "pageable", rope_attention: bool = False, **spec) -> ExperimentConfig:
     """kernels=graphs on CUDA (skinny GEMMs and PDL, as conf/kernels/graphs.yaml); the draft is `draft` (the
     target itself with draft_seed == 1: self-speculation)."""
     return make_cfg(mode, target, draft, target_gpus=target_gpus, draft_gpus=draft_gpus, draft_seed=draft_seed,
                     max_new=MAX_NEW, capacity=CAPACITY, backend="triton", device="cuda", dtype=dtype,
                     cuda_graphs=True, checkpoint=checkpoint, timeout_s=120, skinny=skinny, pdl=pdl,
-                    input_staging=input_staging, **{**MODES[mode], **spec})
+                    input_staging=input_staging, rope_attention=rope_attention, **{**MODES[mode], **spec})
 
 
 @functools.cache
@@ -91,16 +91,18 @@ def assert_lossless(cfg: ExperimentConfig, prompt_seed: int = 0) -> dict:
 
 
 # ---- the graph itself ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("dtype,tol,skinny,use_pdl", [("float32", 2e-4, False, False), ("bfloat16", 0.15, False, False),
-                                                     ("float32", 2e-4, True, True), ("bfloat16", 0.15, True, True),
-                                                     ("bfloat16", 0.15, False, True)])
-def test_step_graph_replays_match_eager_forwards(dtype, tol, skinny, use_pdl):
+@pytest.mark.parametrize("dtype,tol,skinny,use_pdl,rope_attention", [
+    ("float32", 2e-4, False, False, False), ("bfloat16", 0.15, False, False, False),
+    ("float32", 2e-4, True, True, False), ("bfloat16", 0.15, True, True, False), ("bfloat16", 0.15, False, True, False),
+    ("float32", 2e-4, True, True, True), ("bfloat16", 0.15, True, True, True)])
+def test_step_graph_replays_match_eager_forwards(dtype, tol, skinny, use_pdl, rope_attention):
     """Verify-shaped graph (8 rows, a tree mask) at three prefix lengths = the eager fused forward (cuBLAS
-    projections, no PDL), also when the graph was captured with the skinny GEMMs and/or PDL launches."""
+    projections, no PDL), also when the graph was captured with the skinny GEMMs and/or PDL launches and/or the
+    RoPE + KV write inside the attention (kernels.rope_attention)."""
     from kernels.pdl import launch_pdl, pdl
 
     shape = MODEL_PRESETS["tiny-llama"]
-    model = build_model(shape, dtype, "cuda", seed=3).use_fused_kernels(skinny=skinny)
+    model = build_model(shape, dtype, "cuda", seed=3).use_fused_kernels(skinny=skinny, rope_attention=rope_attention)
     attn = make_attention_backend("triton")
     layers, heads, head_dim = model.cache_spec()
     cache = KVCache(layers, 200, heads, head_dim, model.dtype, "cuda")
@@ -298,6 +300,15 @@ def test_modes_lossless_with_graphs_self_speculation(mode, dtype):
 def test_modes_lossless_without_skinny_gemms_or_pdl(mode):
     """kernels.skinny=false kernels.pdl=false: cuBLAS projections, ordinary launches (the other tests run both)."""
     assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", skinny=False, pdl=False))
+
+
+@pytest.mark.parametrize("mode", ["autoregressive", "serial_tree",
+                                  pytest.param("async_tree", marks=[pytest.mark.multi_gpu, TWO_GPUS])])
+def test_modes_lossless_with_rope_attention(mode):
+    """kernels.rope_attention=true: RoPE + the K/V write inside the attention launch, against a different random
+    draft (misses, pending tokens), bf16."""
+    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama-draft", "bfloat16", draft_seed=2, rope_attention=True,
+                            **split_of(mode)))
 
 
 @pytest.mark.parametrize("mode", ["chain", "serial_tree"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import pytest
@@ -166,3 +167,93 @@ def test_many_splits_few_blocks_merge_only_the_used_ones(prefix):
             out = _run(q, k, v, p, mask, num_splits=8, block_n=BLOCK_N, min_blocks_per_split=min_blocks)
             assert_close(out, tree_attention_ref(q, k, v, prefix, mask, 1 / math.sqrt(32)), torch.float32,
                          f"8 splits, >= {min_blocks} blocks each")
+
+
+@pytest.mark.parametrize("chunk_elems", [None, 1], ids=["chunk-default", "chunk1"])
+@pytest.mark.parametrize("merge", ["batched", "serial"])
+@pytest.mark.parametrize("prefix", [0, BLOCK_N + 1, 5 * BLOCK_N + 3], ids=lambda p: f"prefix{p}")
+def test_merge_modes_match_reference(prefix, merge, chunk_elems, monkeypatch):
+    """Both combines of the split partials (batched: every max and sum in one load, the accumulators in unrolled
+    chunks; serial: one partial after another) equal the reference, also when the batched one needs several
+    chunks (chunk1: one partial per chunk) and with empty splits in between."""
+    ta = importlib.import_module("kernels.tree_attention")  # the module (kernels.tree_attention is the function)
+    if chunk_elems is not None:
+        monkeypatch.setattr(ta, "MERGE_CHUNK_ELEMS", chunk_elems)
+    parent = build("random", 7, seed=prefix + 3)
+    mask = ancestor_mask(parent)
+    q, k, v = _inputs(7, 8, HKV, 32, prefix + 7 + 10 * BLOCK_N, torch.float32, seed=prefix + 4)
+    want = tree_attention_ref(q, k, v, prefix, mask, 1 / math.sqrt(32))
+    for splits in (3, 8):
+        out = _run(q, k, v, torch.tensor([prefix]), mask, num_splits=splits, block_n=BLOCK_N, merge=merge)
+        assert_close(out, want, torch.float32, f"{merge}, {splits} splits")
+
+
+def _rope_operands(t, hq, hkv, d, cap, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    qkv = torch.randn(t, (hq + 2 * hkv) * d, generator=g).to(dtype)
+    k = torch.randn(cap, hkv, d, generator=g).to(dtype)
+    v = torch.randn(cap, hkv, d, generator=g).to(dtype)
+    positions = torch.randint(0, 4000, (t,), generator=g)
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+    return qkv, k, v, positions, inv_freq
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("case", ["verify", "expansion", "two_row_blocks"])
+def test_rope_tree_attention_equals_rope_kv_write_then_attention(case, dtype):
+    """kernels.rope_tree_attention = kernels.rope_kv_write followed by tree_attention: the same q (rotated in
+    registers, rounded to qkv's dtype), the same cache contents, the same output; and both equal the reference.
+    verify: a square tree at prefix + 0..T-1; expansion: w rows written at scattered tree slots of a longer
+    region (the draft); two_row_blocks: 20 rows x GQA 4 = 80 query rows, two row blocks that each write the
+    new keys of their kv head before reading them."""
+    from kernels import rope_kv_write, rope_tree_attention
+    from kernels.reference import rope_kv_write_ref
+
+    hq, hkv, d, prefix = 8, 2, 32, 3 * BLOCK_N + 5
+    if case == "verify":
+        t, tree_len = 9, 9
+        mask = ancestor_mask(build("random", 9, seed=1))
+        slots = prefix + torch.arange(9)
+    elif case == "expansion":
+        t, tree_len = 4, 13
+        full = ancestor_mask(build("random", 13, seed=2))
+        rows = torch.tensor([3, 7, 11, 12])
+        mask = full[rows]
+        slots = prefix + rows
+    else:
+        hq, t, tree_len = 8, 20, 20
+        mask = ancestor_mask(build("random", 20, seed=3))
+        slots = prefix + torch.randperm(20, generator=torch.Generator().manual_seed(5))
+    cap = prefix + tree_len + 2 * BLOCK_N
+    qkv, k, v, positions, inv_freq = _rope_operands(t, hq, hkv, d, cap, dtype, seed=7)
+    scale = 1 / math.sqrt(d)
+    k_sep, v_sep, k_fused, v_fused = k.clone(), v.clone(), k.clone(), v.clone()
+    q = rope_kv_write(qkv, positions, inv_freq, k_sep, v_sep, slots, hq, hkv)
+    want = tree_attention(q, k_sep, v_sep, prefix, mask, scale)
+    got = rope_tree_attention(qkv, positions, inv_freq, k_fused, v_fused, slots, hq, torch.tensor([prefix]), mask,
+                              scale, out=poisoned((t, hq, d), dtype))
+    assert torch.equal(k_fused, k_sep) and torch.equal(v_fused, v_sep), "cache contents differ"
+    assert torch.equal(got, want), f"max |diff| {(got.float() - want.float()).abs().max().item():.3g}"
+    k_ref, v_ref = k.clone(), v.clone()
+    q_ref = rope_kv_write_ref(qkv, positions, inv_freq, k_ref, v_ref, slots, hq, hkv)
+    assert_close(got, tree_attention_ref(q_ref, k_ref, v_ref, prefix, mask, scale), dtype, f"{case} vs reference")
+
+
+def test_rope_tree_attention_rejects_bad_operands():
+    from kernels import rope_tree_attention
+    from kernels.tree_attention import ROPE_MAX_TOKENS
+
+    qkv, k, v, positions, inv_freq = _rope_operands(3, 8, 2, 16, 40, torch.float32, seed=0)
+    mask = torch.ones(3, 3, dtype=torch.bool)
+    slots = torch.arange(3) + 5
+    with pytest.raises(ValueError, match="qkv width"):
+        rope_tree_attention(qkv[:, :-16], positions, inv_freq, k, v, slots, 8, 5, mask, 0.25)
+    with pytest.raises(ValueError, match="write_slots"):
+        rope_tree_attention(qkv, positions, inv_freq, k, v, slots[:2], 8, 5, mask, 0.25)
+    with pytest.raises(ValueError, match="merge"):
+        rope_tree_attention(qkv, positions, inv_freq, k, v, slots, 8, 5, mask, 0.25, merge="tree")
+    t = ROPE_MAX_TOKENS + 1
+    big, kb, vb, pos_b, _ = _rope_operands(t, 8, 2, 16, t + 8, torch.float32, seed=1)
+    with pytest.raises(ValueError, match="ROPE_MAX_TOKENS"):
+        rope_tree_attention(big, pos_b, inv_freq, kb, vb, torch.arange(t), 8, 0, torch.ones(t, t, dtype=torch.bool),
+                            0.25)

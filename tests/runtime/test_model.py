@@ -304,3 +304,41 @@ def test_qkv_rope_experiment_matches_the_torch_path(monkeypatch):
     assert torch.allclose(caches[0].kv[:, :, :20], caches[1].kv[:, :, :20], atol=1e-5)
     with pytest.raises(ValueError, match="qkv_rope needs skinny"):
         plain.use_fused_kernels(qkv_rope=True)
+
+
+def test_rope_attention_matches_the_torch_path(monkeypatch):
+    """use_fused_kernels(skinny=True, rope_attention=True): every decode step's attention launch rotates q and
+    writes the new K/V itself (kernels.rope_tree_attention, one launch fewer per layer), a prefill longer than
+    ROPE_MAX_TOKENS keeps the separate RoPE kernel, and the logits and cache equal the torch path; the
+    reference attention backend (rope_max_tokens 0) keeps the separate kernel too."""
+    pytest.importorskip("kernels")
+    import kernels
+    from kernels.tree_attention import ROPE_MAX_TOKENS
+
+    shape = MODEL_PRESETS["tiny-llama"]
+    plain = build_model(shape, torch.float32, "cpu", seed=6)
+    fused = build_model(shape, torch.float32, "cpu", seed=6).use_fused_kernels(skinny=True, rope_attention=True)
+    calls = []
+    real = kernels.rope_tree_attention
+    monkeypatch.setattr(kernels, "rope_tree_attention", lambda *a, **k: calls.append(a[0].shape[0]) or real(*a, **k))
+    n = ROPE_MAX_TOKENS + 4
+    ids = torch.randint(0, shape.vocab_size, (n + 9,), generator=torch.Generator().manual_seed(3))
+    caches = [new_cache(plain, n + 12), new_cache(fused, n + 12)]
+    attn = make_attention_backend("triton")
+    parents = [-1, 0, 0, 1, 2]
+    tree = AttnMeta.tree(n + 4, 5, torch.arange(n + 4, n + 9), torch.tensor([n + 4 + (p >= 0) + (p > 0)
+                                                                             for p in parents]),
+                         torch.tensor([[j == i or j in (parents[i], 0) for j in range(5)] for i in range(5)]))
+    steps = ((ids[:n], AttnMeta.causal(0, n)), (ids[n:n + 4], AttnMeta.causal(n, 4)), (ids[n + 4:], tree))
+    for tokens, meta in steps:
+        want, got = (m(tokens, meta, c, attn) for m, c in zip((plain, fused), caches))
+        assert (got - want).abs().max().item() <= 2e-5
+    assert calls == [4] * shape.num_layers + [5] * shape.num_layers  # not the prefill (T > ROPE_MAX_TOKENS)
+    assert torch.allclose(caches[0].kv[:, :, :n + 9], caches[1].kv[:, :, :n + 9], atol=1e-5)
+    calls.clear()
+    fused(ids[:4], AttnMeta.causal(0, 4), new_cache(fused, 8), make_attention_backend("reference"))
+    assert calls == []
+    with pytest.raises(ValueError, match="rope_attention: needs the fused Triton path"):
+        plain.use_fused_kernels(False, rope_attention=True)
+    with pytest.raises(ValueError, match="pick one"):
+        plain.use_fused_kernels(skinny=True, qkv_rope=True, rope_attention=True)

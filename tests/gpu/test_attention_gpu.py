@@ -1,0 +1,80 @@
+"""GPU tests (marker `gpu`): the tree attention's split merges and the fused RoPE + KV write on the device, at the
+Llama-3-8B head shape and the runtime's launch configuration (prefix length in a device tensor, splits sized from a
+2,304-slot cache): the CTA barrier and the per-row-block key writes of `rope_tree_attention` only race on a GPU."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kernels import rope_kv_write, rope_tree_attention, tree_attention
+from kernels.reference import rope_kv_write_ref, tree_attention_ref
+from runtime.tree import ancestor_mask
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+HQ, HKV, D, CAP = 32, 8, 128, 2304
+
+
+def operands(t: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    qkv = torch.randn(t, (HQ + 2 * HKV) * D, generator=g).to("cuda", torch.bfloat16)
+    k = torch.randn(CAP, HKV, D, generator=g).to("cuda", torch.bfloat16)
+    v = torch.randn(CAP, HKV, D, generator=g).to("cuda", torch.bfloat16)
+    positions = torch.randint(0, 8000, (t,), generator=g).cuda()
+    inv_freq = (1.0 / (500000.0 ** (torch.arange(0, D, 2, dtype=torch.float32) / D))).cuda()
+    parents = [-1] + [int(torch.randint(0, i, (1,), generator=g)) for i in range(1, t)]
+    return qkv, k, v, positions, inv_freq, ancestor_mask(parents, t).cuda()
+
+
+@pytest.mark.parametrize("t", [1, 8, 20, 64])
+@pytest.mark.parametrize("prefix", [0, 300, 1024, CAP - 64])
+def test_rope_tree_attention_matches_the_two_kernels_on_gpu(prefix, t):
+    """Same cache contents (to one bf16 ulp of the rotation) and output as rope_kv_write + tree_attention, both
+    merges, and the reference; 20 rows = two row blocks per kv head, 64 = the limit."""
+    qkv, k, v, positions, inv_freq, mask = operands(t, seed=prefix + t)
+    slots = prefix + torch.arange(t, device="cuda").flip(0)  # any order inside the tree region
+    scale = 1 / math.sqrt(D)
+    k_sep, v_sep = k.clone(), v.clone()
+    q = rope_kv_write(qkv, positions, inv_freq, k_sep, v_sep, slots, HQ, HKV)
+    k_ref, v_ref = k.clone(), v.clone()
+    q_ref = rope_kv_write_ref(qkv, positions, inv_freq, k_ref, v_ref, slots, HQ, HKV)
+    want = tree_attention_ref(q_ref, k_ref, v_ref, prefix, mask, scale).float()
+    p = torch.tensor([prefix], device="cuda", dtype=torch.int32)
+    for merge in ("batched", "serial"):
+        k_f, v_f = k.clone(), v.clone()
+        got = rope_tree_attention(qkv, positions, inv_freq, k_f, v_f, slots, HQ, p, mask, scale, merge=merge)
+        sep = tree_attention(q, k_sep, v_sep, p, mask, scale, merge=merge)
+        torch.cuda.synchronize()
+        assert torch.equal(v_f, v_sep)
+        assert (k_f.float() - k_sep.float()).abs().max().item() <= 2 ** -6 * k_sep.float().abs().max().item()
+        for name, out in (("fused", got), ("separate", sep)):
+            err = (out.float() - want).abs().max().item()
+            assert err <= 2e-2, f"{merge} {name}: max |diff| vs reference {err:.3g}"
+        assert (got.float() - sep.float()).abs().max().item() <= 2e-2
+
+
+def test_rope_tree_attention_in_a_cuda_graph_replays_like_eager():
+    """Captured once with the prefix length in a device tensor, replayed at three lengths: equal to eager calls."""
+    t = 8
+    qkv, k, v, positions, inv_freq, mask = operands(t, seed=11)
+    slots_buf, p = torch.zeros(t, dtype=torch.int64, device="cuda"), torch.zeros(1, dtype=torch.int32, device="cuda")
+    k_g, v_g = k.clone(), v.clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        rope_tree_attention(qkv, positions, inv_freq, k_g, v_g, slots_buf, HQ, p, mask, D ** -0.5)  # compile
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = rope_tree_attention(qkv, positions, inv_freq, k_g, v_g, slots_buf, HQ, p, mask, D ** -0.5)
+    for prefix in (17, 900, 2100):
+        p.fill_(prefix)
+        slots_buf.copy_(prefix + torch.arange(t, device="cuda"))
+        graph.replay()
+        k_e, v_e = k_g.clone(), v_g.clone()
+        want = rope_tree_attention(qkv, positions, inv_freq, k_e, v_e, slots_buf, HQ, prefix, mask, D ** -0.5)
+        torch.cuda.synchronize()
+        assert torch.equal(out, want), f"prefix {prefix}"
