@@ -1,6 +1,6 @@
 """Tree attention as the CUDA-graph runtime calls it: split count sized from the cache, prefix length in a
 device tensor; sweep of the key tile and the keys per split (kernels/tree_attention.py: `block_n`,
-MIN_BLOCKS_PER_SPLIT, `num_stages`, `num_warps`, `merge`), TILES below; the first entry is the kernel's own heuristic.
+MIN_BLOCKS_PER_SPLIT, `num_stages`, `num_warps`), TILES below; the first entry is the kernel's own heuristic.
 
     python bench/bench_attention_splits.py [--device cuda|cpu] [--out bench/results]
 
@@ -31,18 +31,17 @@ if str(REPO_ROOT) not in sys.path:
 from conf.presets import GPU_PRESETS  # noqa: E402
 from conf.rundir import atomic_write_json, git_sha  # noqa: E402
 
-TILES = ({}, {"merge": "serial"},
-         {"block_n": 64, "min_blocks": 1, "num_stages": 3}, {"block_n": 64, "min_blocks": 1, "num_stages": 3,
-                                                               "merge": "serial"},
-         {"block_n": 64, "min_blocks": 2, "num_stages": 3},
+TILES = ({}, *({"block_n": 64, "min_blocks": mb, "num_stages": 3} for mb in (1, 2, 4, 8)),
+         {"block_n": 128, "min_blocks": 1, "num_stages": 2}, {"block_n": 128, "min_blocks": 2, "num_stages": 2},
          {"block_n": 128, "min_blocks": 1, "num_stages": 2, "num_warps": 8},
-         {"block_n": 128, "min_blocks": 1, "num_stages": 2, "num_warps": 8, "merge": "serial"},
-         {"block_n": 256, "min_blocks": 1, "num_stages": 1, "num_warps": 4})
-"""Tile and merge variants on CUDA: {} is the heuristic (kernels/tree_attention.py KEYS_PER_SPLIT, MERGE); keys per
-split = block_n x min_blocks; merge = how the last split combines the partials (batched unless "serial"). The
-2026-11-30 tile sweep (bench/results/attention_splits_gpu_2026-11-30_tiles.json) chose the heuristic's tile."""
-CPU_TILES = tuple({"min_blocks": mb, "merge": m} for mb in (1, 2, 4, 8) for m in ("batched", "serial"))
-"""On CPU (the interpreter, correctness only): the 16-key tile at four split sizes, both merges."""
+         {"block_n": 256, "min_blocks": 1, "num_stages": 1}, {"block_n": 256, "min_blocks": 1, "num_stages": 1,
+                                                               "num_warps": 8},
+         {"block_n": 256, "min_blocks": 2, "num_stages": 1, "num_warps": 8})
+"""Tile variants on CUDA: {} is the heuristic (kernels/tree_attention.py KEYS_PER_SPLIT); keys per split =
+block_n x min_blocks. A batched merge of the partials was swept next to these at 2bd79c2
+(bench/results/attention_splits_gpu_2026-11-30_2bd79c2.json: slower than the serial one) and removed."""
+CPU_TILES = tuple({"min_blocks": mb} for mb in (1, 2, 4, 8))
+"""On CPU (the interpreter, correctness only): the 16-key tile at four split sizes."""
 SHAPES = {"llama3-8b": (32, 8, 128), "llama3.2-1b": (32, 8, 64)}
 TREE_LEN = {"llama3-8b": None, "llama3.2-1b": 256}  # None: a T x T verify mask; else the draft's region
 CAP = 2048 + 256

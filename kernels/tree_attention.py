@@ -71,15 +71,11 @@ H200 2026-11-30 (bench/results/attention_splits_gpu_2026-11-30.json), Llama-3-8B
 summed, us: rows 8: 1 -> 47.3, 2 -> 39.3, 4 -> 37.7, 8 -> 48.6; rows 16: 70.6, 57.9, 49.1, 53.8; rows 1: 37.6,
 30.3, 30.2, 38.5. 4 is the best on the sum at every row count (2 wins at ctx <= 1024 by <= 1.3 us)."""
 SMEM_BUDGET = 192 * 1024  # bytes of pipelined tiles per program (H200: 227 KiB/block, rest for layouts)
-MERGE_MODES = ("batched", "serial")
-MERGE = "batched"
-"""The default combine of the split partials (`tree_attention(merge=)`): batched loads every partial's max and sum
-at once and the accumulators MERGE_CHUNK_ELEMS at a time, unrolled, so their L2 round trips overlap; serial folds
-one partial after another (each a dependent L2 round trip: ~0.5 us per partial in the H200 fit)."""
-MERGE_CHUNK_ELEMS = 32 * 1024
-"""float32 accumulator elements (chunk x BLOCK_M x D) the batched merge loads per unrolled chunk (registers)."""
 ROPE_MAX_TOKENS = 64
 """rope_tree_attention's T limit: every row block's last split writes all T new keys of its kv head."""
+ROPE_TOKEN_TRIG = True
+"""rope_tree_attention computes q's cos / sin once per token of a row block (its rows reshaped to [tokens, GROUP]),
+not once per (token, head) row; False: per row (bench/bench_step_variants.py's *_rowtrig)."""
 _COUNTERS_INIT = 1024  # int32 counters per (device, stream), grown on demand
 
 _counter_cache: dict[tuple, torch.Tensor] = {}
@@ -143,34 +139,6 @@ def _merge_partial(m_tot, l_tot, o_tot, WsAcc, WsM, WsL, ws, d, HEAD_DIM: tl.con
 
 
 @triton.jit
-def _merge_batched(WsAcc, WsM, WsL, tile, num_splits, used, r, d, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr,
-                   SPLITS_P2: tl.constexpr, CHUNK: tl.constexpr):
-    """Merge partials 0..used-1 and the last split's (tree keys): every max and sum in one [SPLITS_P2, BLOCK_M]
-    load, then the accumulators CHUNK at a time in an unrolled loop (independent loads, issued together)."""
-    e = tl.arange(0, SPLITS_P2)
-    n_parts = used + 1
-    src = tl.where(e < used, e, num_splits - 1)  # partial e: split e, then the last split
-    rows = (tile * num_splits + src)[:, None] * BLOCK_M + r[None, :]
-    ok = (e < n_parts)[:, None] & (r >= 0)[None, :]
-    ms = tl.load(WsM + rows, mask=ok, other=float("-inf"), cache_modifier=".cg")
-    ls = tl.load(WsL + rows, mask=ok, other=0.0, cache_modifier=".cg")
-    m_tot = tl.max(ms, axis=0)
-    m_pivot = tl.where(m_tot == float("-inf"), 0.0, m_tot)
-    l_tot = tl.sum(ls * tl.exp2(ms - m_pivot[None, :]), axis=0)
-    o_tot = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    for c in range(0, n_parts, CHUNK):
-        for i in tl.static_range(CHUNK):
-            s_idx = c + i
-            s_ok = (r >= 0) & (s_idx < n_parts)
-            slot = (tile * num_splits + tl.where(s_idx < used, s_idx, num_splits - 1)) * BLOCK_M + r
-            m_s = tl.load(WsM + slot, mask=s_ok, other=float("-inf"), cache_modifier=".cg")
-            a_s = tl.load(WsAcc + slot[:, None] * HEAD_DIM + d[None, :], mask=s_ok[:, None], other=0.0,
-                          cache_modifier=".cg")
-            o_tot += a_s * tl.exp2(m_s - m_pivot)[:, None]
-    return l_tot, o_tot
-
-
-@triton.jit
 def _tree_attention_kernel(
     Q, K, V, Out, Mask, prefix_arg, WsAcc, WsM, WsL, Counter, Pos, InvFreq, Slots,
     n_rows, tree_len, num_splits, min_blocks, qk_scale, n_tok, num_q_heads,
@@ -178,8 +146,7 @@ def _tree_attention_kernel(
     stride_pos, stride_slot,
     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
     SPLIT: tl.constexpr, PREFIX_IN_TENSOR: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    USE_PDL: tl.constexpr, SPLITS_P2: tl.constexpr, MERGE_CHUNK: tl.constexpr, ROPE: tl.constexpr,
-    BLOCK_T: tl.constexpr,
+    USE_PDL: tl.constexpr, ROPE: tl.constexpr, BLOCK_T: tl.constexpr, TOKEN_TRIG: tl.constexpr,
 ):
     pdl_start(USE_PDL)
     pid_m = tl.program_id(0)
@@ -200,9 +167,20 @@ def _tree_attention_kernel(
         d_swap = (d + HEAD_DIM // 2) % HEAD_DIM
         sign = tl.where(d < HEAD_DIM // 2, -1.0, 1.0)
         freq = tl.load(InvFreq + d % (HEAD_DIM // 2))
-        pos = tl.load(Pos + tok * stride_pos, mask=row_ok, other=0).to(tl.float32)
-        q = _rope_rows(q_ptrs, Q + tok[:, None] * stride_qt + head[:, None] * stride_qh + d_swap[None, :],
-                       row_ok[:, None], pos, freq, sign).to(Q.dtype.element_ty)
+        q_swapped = Q + tok[:, None] * stride_qt + head[:, None] * stride_qh + d_swap[None, :]
+        if TOKEN_TRIG:  # cos / sin once per token, not per (token, head) row: [rows] -> [tokens, GROUP]
+            toks = pid_m * (BLOCK_M // GROUP) + tl.arange(0, BLOCK_M // GROUP)
+            pos_t = tl.load(Pos + toks * stride_pos, mask=toks < n_tok, other=0).to(tl.float32)
+            angle = pos_t[:, None] * freq[None, :]
+            x = tl.reshape(tl.load(q_ptrs, mask=row_ok[:, None], other=0.0).to(tl.float32),
+                           (BLOCK_M // GROUP, GROUP, HEAD_DIM))
+            xs = tl.reshape(tl.load(q_swapped, mask=row_ok[:, None], other=0.0).to(tl.float32),
+                            (BLOCK_M // GROUP, GROUP, HEAD_DIM))
+            q = x * tl.cos(angle)[:, None, :] + sign[None, None, :] * xs * tl.sin(angle)[:, None, :]
+            q = tl.reshape(q, (BLOCK_M, HEAD_DIM)).to(Q.dtype.element_ty)
+        else:
+            pos = tl.load(Pos + tok * stride_pos, mask=row_ok, other=0).to(tl.float32)
+            q = _rope_rows(q_ptrs, q_swapped, row_ok[:, None], pos, freq, sign).to(Q.dtype.element_ty)
     else:
         q = tl.load(q_ptrs, mask=row_ok[:, None], other=0.0)
     if UPCAST:
@@ -276,21 +254,22 @@ def _tree_attention_kernel(
             # Only splits that own prefix blocks, then the last (tree keys): the others wrote m = -inf, l = 0,
             # which merge to nothing (a CUDA-graph launch sized from the cache capacity has many such).
             used = tl.minimum(tl.cdiv(n_blocks, tl.maximum(per_split, 1)), num_splits - 1)
-            if MERGE_CHUNK > 0:
-                l_tot, o_tot = _merge_batched(WsAcc, WsM, WsL, tile, num_splits, used, r, d, BLOCK_M, HEAD_DIM,
-                                              SPLITS_P2, MERGE_CHUNK)
-            else:
-                m_tot = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-                l_tot = tl.zeros([BLOCK_M], dtype=tl.float32)
-                o_tot = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-                for s_idx in range(0, used):
-                    m_tot, l_tot, o_tot = _merge_partial(m_tot, l_tot, o_tot, WsAcc, WsM, WsL,
-                                                         (tile * num_splits + s_idx) * BLOCK_M + r, d, HEAD_DIM)
+            m_tot = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+            l_tot = tl.zeros([BLOCK_M], dtype=tl.float32)
+            o_tot = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+            for s_idx in range(0, used):
                 m_tot, l_tot, o_tot = _merge_partial(m_tot, l_tot, o_tot, WsAcc, WsM, WsL,
-                                                     (tile * num_splits + num_splits - 1) * BLOCK_M + r, d, HEAD_DIM)
+                                                     (tile * num_splits + s_idx) * BLOCK_M + r, d, HEAD_DIM)
+            m_tot, l_tot, o_tot = _merge_partial(m_tot, l_tot, o_tot, WsAcc, WsM, WsL,
+                                                 (tile * num_splits + num_splits - 1) * BLOCK_M + r, d, HEAD_DIM)
             l_safe = tl.where(l_tot == 0.0, 1.0, l_tot)
             tl.store(out_ptrs, (o_tot / l_safe[:, None]).to(Out.dtype.element_ty), mask=row_ok[:, None])
             tl.atomic_xchg(Counter + tile, 0)  # ready for the next launch on this stream
+
+
+def _token_trig(group: int, bm: int) -> bool:
+    """Whether a row block's q rows reshape to [tokens, GROUP] (GROUP a power of two dividing BLOCK_M)."""
+    return group > 1 and group & (group - 1) == 0 and bm % group == 0
 
 
 def _sm_count(device: torch.device) -> int:
@@ -349,7 +328,6 @@ def tree_attention(
     num_warps: int | None = None,
     num_stages: int | None = None,
     min_blocks_per_split: int | None = None,
-    merge: str | None = None,
 ) -> torch.Tensor:
     """Attention of q [T,Hq,D] over k/v_cache [cap,Hkv,D] keys [0, prefix_len) + masked tree keys.
 
@@ -365,8 +343,6 @@ def tree_attention(
             None picks the heuristic.
         min_blocks_per_split: prefix blocks a split takes at least (None: 1 for the wide tile, else
             MIN_BLOCKS_PER_SPLIT).
-        merge: how the last split combines the partials: "batched" (every max in one load, the accumulators in
-            unrolled chunks) or "serial" (one partial after another); None: MERGE.
 
     Returns:
         out [T, Hq, D] in q's dtype.
@@ -379,7 +355,7 @@ def tree_attention(
         out = torch.empty_like(q)
     return _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, None, num_splits=num_splits,
                    block_n=block_n, block_m=block_m, num_warps=num_warps, num_stages=num_stages,
-                   min_blocks_per_split=min_blocks_per_split, merge=merge)
+                   min_blocks_per_split=min_blocks_per_split)
 
 
 def rope_tree_attention(
@@ -395,7 +371,6 @@ def rope_tree_attention(
     scale: float,
     *,
     out: torch.Tensor | None = None,
-    merge: str | None = None,
 ) -> torch.Tensor:
     """``kernels.rope_kv_write`` and ``tree_attention`` in one launch: the q rows are rotated in registers, and the
     last split of each kv head rotates the T new keys, writes them and the values to the caches at
@@ -404,7 +379,7 @@ def rope_tree_attention(
     Args:
         qkv: [T, (Hq + 2 Hkv) * D] QKV projection output (not rotated); last dim contiguous, any row stride.
         positions, inv_freq, write_slots, num_heads: as ``kernels.rope_kv_write`` (Hkv is k_cache's).
-        k_cache, v_cache, prefix_len, tree_mask, scale, out, merge: as ``tree_attention``.
+        k_cache, v_cache, prefix_len, tree_mask, scale, out: as ``tree_attention``.
 
     Extra contract (not checked: that would sync with the host): every write slot is a tree slot,
     ``prefix_len <= write_slots[t] < prefix_len + tree_len`` (the prefix splits read their keys while the last
@@ -434,8 +409,7 @@ def rope_tree_attention(
     _check_attention_operands(q, k_cache, v_cache, prefix_len, tree_mask)
     if out is None:
         out = torch.empty(t, num_heads, d, dtype=qkv.dtype, device=qkv.device)
-    return _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, (positions, inv_freq, write_slots),
-                   merge=merge)
+    return _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, (positions, inv_freq, write_slots))
 
 
 def _check_attention_operands(q, k_cache, v_cache, prefix_len, tree_mask) -> None:
@@ -457,15 +431,12 @@ def _check_attention_operands(q, k_cache, v_cache, prefix_len, tree_mask) -> Non
 
 
 def _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, rope, *, num_splits=None, block_n=None,
-            block_m=None, num_warps=None, num_stages=None, min_blocks_per_split=None, merge=None) -> torch.Tensor:
+            block_m=None, num_warps=None, num_stages=None, min_blocks_per_split=None) -> torch.Tensor:
     """The kernel launch behind tree_attention and rope_tree_attention (`rope`: positions, inv_freq, slots)."""
     t, hq, d = q.shape
     cap, hkv, _ = k_cache.shape
     if out.shape != q.shape or out.dtype != q.dtype or out.stride(-1) != 1:
         raise ValueError("tree_attention: out must match q's shape and dtype, last dim contiguous")
-    merge = merge or MERGE
-    if merge not in MERGE_MODES:
-        raise ValueError(f"tree_attention: merge={merge!r}; expected one of {MERGE_MODES}")
     if t == 0:
         return out
     tree_len = tree_mask.shape[1]
@@ -493,8 +464,6 @@ def _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, rope, *, num
         counter = _counters(q.device, tiles)
     else:
         ws_acc = ws_m = ws_l = counter = out  # unused (SPLIT=False prunes every access)
-    splits_p2 = triton.next_power_of_2(splits)
-    chunk = min(splits_p2, max(1, MERGE_CHUNK_ELEMS // (bm * d))) if merge == "batched" else 0
     if rope is None:
         pos = freq = slots = out  # unused (ROPE=False prunes every access)
         pos_stride = slot_stride = 0
@@ -512,7 +481,7 @@ def _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, rope, *, num
         out.stride(0), out.stride(1), mask.stride(0), pos_stride, slot_stride,
         GROUP=group, BLOCK_M=bm, BLOCK_N=bn, HEAD_DIM=d, SPLIT=splits > 1, PREFIX_IN_TENSOR=prefix_in_tensor,
         UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or q.dtype == torch.float32) else "tf32",
-        SPLITS_P2=splits_p2, MERGE_CHUNK=chunk, ROPE=rope is not None,
+        ROPE=rope is not None, TOKEN_TRIG=rope is not None and ROPE_TOKEN_TRIG and _token_trig(group, bm),
         BLOCK_T=triton.next_power_of_2(t) if rope is not None else 1,
         num_warps=num_warps or (4 if bm < 64 and bn < 256 else 8), num_stages=stages, **pdl_options(q.device),
     )

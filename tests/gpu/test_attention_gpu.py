@@ -1,9 +1,10 @@
-"""GPU tests (marker `gpu`): the tree attention's split merges and the fused RoPE + KV write on the device, at the
+"""GPU tests (marker `gpu`): the tree attention's fused RoPE + KV write on the device, at the
 Llama-3-8B head shape and the runtime's launch configuration (prefix length in a device tensor, splits sized from a
 2,304-slot cache): the CTA barrier and the per-row-block key writes of `rope_tree_attention` only race on a GPU."""
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import pytest
@@ -16,6 +17,7 @@ from runtime.tree import ancestor_mask
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 HQ, HKV, D, CAP = 32, 8, 128, 2304
+ta = importlib.import_module("kernels.tree_attention")  # the module (the package exports the function)
 
 
 def operands(t: int, seed: int):
@@ -31,9 +33,9 @@ def operands(t: int, seed: int):
 
 @pytest.mark.parametrize("t", [1, 8, 20, 64])
 @pytest.mark.parametrize("prefix", [0, 300, 1024, CAP - 64])
-def test_rope_tree_attention_matches_the_two_kernels_on_gpu(prefix, t):
-    """Same cache contents (to one bf16 ulp of the rotation) and output as rope_kv_write + tree_attention, both
-    merges, and the reference; 20 rows = two row blocks per kv head, 64 = the limit."""
+def test_rope_tree_attention_matches_the_two_kernels_on_gpu(prefix, t, monkeypatch):
+    """Same cache contents (to one bf16 ulp of the rotation) and output as rope_kv_write + tree_attention, and the
+    reference, with q's cos / sin per token and per row; 20 rows = two row blocks per kv head, 64 = the limit."""
     qkv, k, v, positions, inv_freq, mask = operands(t, seed=prefix + t)
     slots = prefix + torch.arange(t, device="cuda").flip(0)  # any order inside the tree region
     scale = 1 / math.sqrt(D)
@@ -43,16 +45,17 @@ def test_rope_tree_attention_matches_the_two_kernels_on_gpu(prefix, t):
     q_ref = rope_kv_write_ref(qkv, positions, inv_freq, k_ref, v_ref, slots, HQ, HKV)
     want = tree_attention_ref(q_ref, k_ref, v_ref, prefix, mask, scale).float()
     p = torch.tensor([prefix], device="cuda", dtype=torch.int32)
-    for merge in ("batched", "serial"):
+    sep = tree_attention(q, k_sep, v_sep, p, mask, scale)
+    for token_trig in (True, False):
         k_f, v_f = k.clone(), v.clone()
-        got = rope_tree_attention(qkv, positions, inv_freq, k_f, v_f, slots, HQ, p, mask, scale, merge=merge)
-        sep = tree_attention(q, k_sep, v_sep, p, mask, scale, merge=merge)
+        monkeypatch.setattr(ta, "ROPE_TOKEN_TRIG", token_trig)
+        got = rope_tree_attention(qkv, positions, inv_freq, k_f, v_f, slots, HQ, p, mask, scale)
         torch.cuda.synchronize()
         assert torch.equal(v_f, v_sep)
         assert (k_f.float() - k_sep.float()).abs().max().item() <= 2 ** -6 * k_sep.float().abs().max().item()
         for name, out in (("fused", got), ("separate", sep)):
             err = (out.float() - want).abs().max().item()
-            assert err <= 2e-2, f"{merge} {name}: max |diff| vs reference {err:.3g}"
+            assert err <= 2e-2, f"token trig {token_trig} {name}: max |diff| vs reference {err:.3g}"
         assert (got.float() - sep.float()).abs().max().item() <= 2e-2
 
 

@@ -169,25 +169,6 @@ def test_many_splits_few_blocks_merge_only_the_used_ones(prefix):
                          f"8 splits, >= {min_blocks} blocks each")
 
 
-@pytest.mark.parametrize("chunk_elems", [None, 1], ids=["chunk-default", "chunk1"])
-@pytest.mark.parametrize("merge", ["batched", "serial"])
-@pytest.mark.parametrize("prefix", [0, BLOCK_N + 1, 5 * BLOCK_N + 3], ids=lambda p: f"prefix{p}")
-def test_merge_modes_match_reference(prefix, merge, chunk_elems, monkeypatch):
-    """Both combines of the split partials (batched: every max and sum in one load, the accumulators in unrolled
-    chunks; serial: one partial after another) equal the reference, also when the batched one needs several
-    chunks (chunk1: one partial per chunk) and with empty splits in between."""
-    ta = importlib.import_module("kernels.tree_attention")  # the module (kernels.tree_attention is the function)
-    if chunk_elems is not None:
-        monkeypatch.setattr(ta, "MERGE_CHUNK_ELEMS", chunk_elems)
-    parent = build("random", 7, seed=prefix + 3)
-    mask = ancestor_mask(parent)
-    q, k, v = _inputs(7, 8, HKV, 32, prefix + 7 + 10 * BLOCK_N, torch.float32, seed=prefix + 4)
-    want = tree_attention_ref(q, k, v, prefix, mask, 1 / math.sqrt(32))
-    for splits in (3, 8):
-        out = _run(q, k, v, torch.tensor([prefix]), mask, num_splits=splits, block_n=BLOCK_N, merge=merge)
-        assert_close(out, want, torch.float32, f"{merge}, {splits} splits")
-
-
 def _rope_operands(t, hq, hkv, d, cap, dtype, seed):
     g = torch.Generator().manual_seed(seed)
     qkv = torch.randn(t, (hq + 2 * hkv) * d, generator=g).to(dtype)
@@ -198,16 +179,20 @@ def _rope_operands(t, hq, hkv, d, cap, dtype, seed):
     return qkv, k, v, positions, inv_freq
 
 
+@pytest.mark.parametrize("token_trig", [True, False], ids=["token-trig", "row-trig"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
 @pytest.mark.parametrize("case", ["verify", "expansion", "two_row_blocks"])
-def test_rope_tree_attention_equals_rope_kv_write_then_attention(case, dtype):
+def test_rope_tree_attention_equals_rope_kv_write_then_attention(case, dtype, token_trig, monkeypatch):
     """kernels.rope_tree_attention = kernels.rope_kv_write followed by tree_attention: the same q (rotated in
     registers, rounded to qkv's dtype), the same cache contents, the same output; and both equal the reference.
     verify: a square tree at prefix + 0..T-1; expansion: w rows written at scattered tree slots of a longer
     region (the draft); two_row_blocks: 20 rows x GQA 4 = 80 query rows, two row blocks that each write the
-    new keys of their kv head before reading them."""
+    new keys of their kv head before reading them. token-trig: q's cos / sin once per token (rows reshaped to
+    [tokens, GQA group]), row-trig: once per row."""
     from kernels import rope_kv_write, rope_tree_attention
     from kernels.reference import rope_kv_write_ref
+
+    monkeypatch.setattr(importlib.import_module("kernels.tree_attention"), "ROPE_TOKEN_TRIG", token_trig)
 
     hq, hkv, d, prefix = 8, 2, 32, 3 * BLOCK_N + 5
     if case == "verify":
@@ -250,8 +235,6 @@ def test_rope_tree_attention_rejects_bad_operands():
         rope_tree_attention(qkv[:, :-16], positions, inv_freq, k, v, slots, 8, 5, mask, 0.25)
     with pytest.raises(ValueError, match="write_slots"):
         rope_tree_attention(qkv, positions, inv_freq, k, v, slots[:2], 8, 5, mask, 0.25)
-    with pytest.raises(ValueError, match="merge"):
-        rope_tree_attention(qkv, positions, inv_freq, k, v, slots, 8, 5, mask, 0.25, merge="tree")
     t = ROPE_MAX_TOKENS + 1
     big, kb, vb, pos_b, _ = _rope_operands(t, 8, 2, 16, t + 8, torch.float32, seed=1)
     with pytest.raises(ValueError, match="ROPE_MAX_TOKENS"):
