@@ -2,7 +2,7 @@
 # One device call: the decode step's kernel variants (bench/bench_step_variants.py: base, PDL, skinny GEMMs, both)
 # side by side in CUDA graphs, after the GPU tests. Results flat in OUTDIR:
 #   step_variants_<date>.json, kernels_session.tar.gz (logs), attention_splits_gpu_<date>.json (ATTENTION=1)
-#   bash scripts/gpu_kernels.sh "$OUT"            (GPU_TESTS=0 skips the tests; GPU_TEST_ARGS="-k ..." selects some;
+#   bash scripts/gpu_kernels.sh "$OUT"            (GPU_TESTS=0 skips the tests; GPU_TEST_K="rope or ..." selects some;
 #                                                  ATTENTION=1 also sweeps the tree attention's tiles and merges;
 #                                                  VARIANT_ARGS="--variants a,b" picks the step variants)
 set -uo pipefail
@@ -15,8 +15,9 @@ mkdir -p "$WORK/logs"
 pack() { tar czf "$OUT/kernels_session.tar.gz" -C "$WORK" logs; }
 if [ "${GPU_TESTS:-1}" = 1 ]; then
   echo "=== $(date -u +%T) GPU tests"
-  # shellcheck disable=SC2086
-  timeout 240 python3 -m pytest -q -m "gpu or multi_gpu" tests/gpu ${GPU_TEST_ARGS:-} -p no:cacheprovider --timeout=120 2>&1 \
+  select=(); [ -n "${GPU_TEST_K:-}" ] && select=(-k "$GPU_TEST_K")
+  timeout 240 python3 -m pytest -q -m "gpu or multi_gpu" tests/gpu ${select[@]+"${select[@]}"} -p no:cacheprovider \
+    --timeout=120 2>&1 \
     | tee "$WORK/logs/tests.log" | tail -12
   pack
 fi
