@@ -14,8 +14,8 @@ with a trigger per kernel role (kernels/pdl.py: weight-streaming GEMMs vs the sm
 next kernel at the start, late = as the blocks exit, off = ordinary launch); skinny* = Triton skinny GEMMs with
 the o / down split-K partials summed in the norms; *_qkvrope = the QKV GEMM also doing RoPE + the KV write
 (`kernels.qkv_rope_kv_write`, an experiment: measured at 0eab9f8, slower on the 8B step, faster on the 1B draft);
-*_ropeattn = the tree attention doing RoPE + the KV write (`kernels.rope_tree_attention`; *_rowtrig: q's cos / sin
-per (token, head) row, as first measured at 2bd79c2). A batched split merge (every partial's max in one load, the
+*_ropeattn = the tree attention doing RoPE + the KV write (`kernels.rope_tree_attention`; q's cos / sin per (token,
+head) row at 2bd79c2, per token at c19e99f: the same time). A batched split merge (every partial's max in one load, the
 accumulators in unrolled chunks) was measured at 2bd79c2 (+0.01-0.03 ms per step, slower standalone) and removed.
 A first-weight-tile prefetch before the PDL wait (late_prefetch) was measured at 0eab9f8 (0.12-0.13 ms slower per
 8B step) and removed. A variant that fails to build or capture is recorded as failed and the others still run.
@@ -25,12 +25,9 @@ Random bf16 weights (never zeros). Plain argparse: runs on the GPU machine witho
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
-import importlib
 import statistics
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -49,7 +46,6 @@ from runtime.kv_cache import KVCache  # noqa: E402
 from runtime.loader import build_model  # noqa: E402
 from runtime.tree import ancestor_mask  # noqa: E402
 
-tree_attention_module = importlib.import_module("kernels.tree_attention")  # (the package exports the function)
 _EARLY = {"gemm": "early", "small": "early"}
 VARIANTS: dict[str, tuple[bool, dict[str, str] | None]] = {
     "base": (False, None),
@@ -64,26 +60,13 @@ VARIANTS: dict[str, tuple[bool, dict[str, str] | None]] = {
     "skinny_pdl_small_late_gemm_early": (True, {"gemm": "early", "small": "late"}),
     "skinny_pdl_late_qkvrope": (True, {"gemm": "late", "small": "late"}),
     "skinny_pdl_late_ropeattn": (True, {"gemm": "late", "small": "late"}),
-    "skinny_pdl_late_ropeattn_rowtrig": (True, {"gemm": "late", "small": "late"}),
 }
 """name -> (kernels.skinny, the PDL trigger per kernel role or None for ordinary launches: kernels/pdl.py)."""
 QKV_ROPE_VARIANTS = frozenset({"skinny_pdl_late_qkvrope"})
 """Variants whose QKV GEMM also does RoPE + the KV write (`kernels.qkv_rope_kv_write`; not a runtime config yet)."""
-ROPE_ATTENTION_VARIANTS = frozenset({"skinny_pdl_late_ropeattn", "skinny_pdl_late_ropeattn_rowtrig"})
-"""Variants whose tree attention does RoPE + the KV write (`kernels.rope_tree_attention`, `kernels.rope_attention`)."""
-ROW_TRIG_VARIANTS = frozenset({"skinny_pdl_late_ropeattn_rowtrig"})
-"""... computing q's cos / sin per (token, head) row (kernels.tree_attention.ROPE_TOKEN_TRIG off)."""
-
-
-@contextlib.contextmanager
-def trig_mode(variant: str) -> Iterator[None]:
-    """The tree attention's q cos / sin granularity while `variant` is captured (read when a launch is recorded)."""
-    before = tree_attention_module.ROPE_TOKEN_TRIG
-    tree_attention_module.ROPE_TOKEN_TRIG = before and variant not in ROW_TRIG_VARIANTS
-    try:
-        yield
-    finally:
-        tree_attention_module.ROPE_TOKEN_TRIG = before
+ROPE_ATTENTION_VARIANTS = frozenset({"skinny_pdl_late_ropeattn"})
+"""Variants whose tree attention does RoPE + the KV write at every row count (`kernels.rope_tree_attention`; the
+runtime's `kernels.rope_attention` uses it for single-token steps only: ROPE_FASTER_MAX_TOKENS)."""
 
 
 def tree_inputs(rows: int, ctx: int, vocab: int, gen: torch.Generator) -> tuple:
@@ -111,7 +94,7 @@ def run_preset(preset: str, cases: list[tuple[int, int]], ctx: int, cap: int, va
             for name in variants:
                 skinny, policy = VARIANTS[name]
                 try:  # an experiment that does not build or capture is reported, not fatal to the others
-                    with pdl(policy is not None, **(policy or {})), trig_mode(name):
+                    with pdl(policy is not None, **(policy or {})):
                         model.use_fused_kernels(True, skinny=skinny, qkv_rope=name in QKV_ROPE_VARIANTS,
                                                 rope_attention=name in ROPE_ATTENTION_VARIANTS)
                         graphs[rows, name] = StepGraph(model, cache, attn, rows, tree_len)
@@ -231,8 +214,7 @@ def main(argv: list[str] | None = None) -> dict:
               "config": {"ctx": a.ctx, "cap": a.cap, "rounds": a.rounds, "inner": a.inner,
                          "variants": {v: {"skinny": VARIANTS[v][0], "pdl": VARIANTS[v][1],
                                           "qkv_rope": v in QKV_ROPE_VARIANTS,
-                                          "rope_attention": v in ROPE_ATTENTION_VARIANTS,
-                                          "rope_token_trig": v not in ROW_TRIG_VARIANTS} for v in variants},
+                                          "rope_attention": v in ROPE_ATTENTION_VARIANTS} for v in variants},
                          "cases": a.cases},
               "results": results}
     if a.out is not None:

@@ -73,9 +73,14 @@ summed, us: rows 8: 1 -> 47.3, 2 -> 39.3, 4 -> 37.7, 8 -> 48.6; rows 16: 70.6, 5
 SMEM_BUDGET = 192 * 1024  # bytes of pipelined tiles per program (H200: 227 KiB/block, rest for layouts)
 ROPE_MAX_TOKENS = 64
 """rope_tree_attention's T limit: every row block's last split writes all T new keys of its kv head."""
-ROPE_TOKEN_TRIG = True
-"""rope_tree_attention computes q's cos / sin once per token of a row block (its rows reshaped to [tokens, GROUP]),
-not once per (token, head) row; False: per row (bench/bench_step_variants.py's *_rowtrig)."""
+ROPE_FASTER_MAX_TOKENS = 1
+"""Steps of up to this many tokens are faster with rope_tree_attention than with rope_kv_write + tree_attention, so
+the runtime's `kernels.rope_attention` uses it only there (TritonAttention.rope_max_tokens). H200, CUDA-graph step
+replays (bench/bench_step_variants.py, bench/results/step_variants_2026-11-30_{2bd79c2,c19e99f}.json): Llama-3-8B
+rows 1 4.523 -> 4.458 ms (logits identical); rows 8 4.669 -> 5.020, rows 16 4.903 -> 5.703, Llama-3.2-1B rows 16
+1.153 -> 1.334 ms. The extra time grows with T x D, the new-key tile the last split rotates and writes (q's cos / sin
+per token or per row: the same time): ptxas already spills this kernel's wide tile (256 keys, 8 warps: 32 registers
+and a ~5 KB stack frame in an offline sm_90a compile), and the tile adds to it."""
 _COUNTERS_INIT = 1024  # int32 counters per (device, stream), grown on demand
 
 _counter_cache: dict[tuple, torch.Tensor] = {}
@@ -481,7 +486,7 @@ def _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, rope, *, num
         out.stride(0), out.stride(1), mask.stride(0), pos_stride, slot_stride,
         GROUP=group, BLOCK_M=bm, BLOCK_N=bn, HEAD_DIM=d, SPLIT=splits > 1, PREFIX_IN_TENSOR=prefix_in_tensor,
         UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or q.dtype == torch.float32) else "tf32",
-        ROPE=rope is not None, TOKEN_TRIG=rope is not None and ROPE_TOKEN_TRIG and _token_trig(group, bm),
+        ROPE=rope is not None, TOKEN_TRIG=rope is not None and _token_trig(group, bm),
         BLOCK_T=triton.next_power_of_2(t) if rope is not None else 1,
         num_warps=num_warps or (4 if bm < 64 and bn < 256 else 8), num_stages=stages, **pdl_options(q.device),
     )

@@ -248,7 +248,8 @@ class Transformer(nn.Module):
         `qkv_rope` (needs `skinny`; an experiment for bench/bench_step_variants.py, no config switch yet): the QKV
         GEMM does RoPE and the K/V cache write in its epilogue (`kernels.qkv_rope_kv_write`), one launch fewer per
         layer.
-        `rope_attention` (`kernels.rope_attention`, needs `enabled`): steps of T <= ROPE_MAX_TOKENS rotate q and
+        `rope_attention` (`kernels.rope_attention`, needs `enabled`): steps of T <= the backend's rope_max_tokens
+        (kernels.tree_attention.ROPE_FASTER_MAX_TOKENS: single-token steps, where it measured faster) rotate q and
         write the new K/V inside the attention launch (`kernels.rope_tree_attention`, the backend's `rope_attend`;
         a backend with `rope_max_tokens` 0, as the reference one, keeps the separate kernel): one launch fewer per
         layer.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import math
 
 import pytest
@@ -179,22 +178,21 @@ def _rope_operands(t, hq, hkv, d, cap, dtype, seed):
     return qkv, k, v, positions, inv_freq
 
 
-@pytest.mark.parametrize("token_trig", [True, False], ids=["token-trig", "row-trig"])
+@pytest.mark.parametrize("group", [4, 3], ids=["gqa4-token-trig", "gqa3-row-trig"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
 @pytest.mark.parametrize("case", ["verify", "expansion", "two_row_blocks"])
-def test_rope_tree_attention_equals_rope_kv_write_then_attention(case, dtype, token_trig, monkeypatch):
+def test_rope_tree_attention_equals_rope_kv_write_then_attention(case, dtype, group):
     """kernels.rope_tree_attention = kernels.rope_kv_write followed by tree_attention: the same q (rotated in
     registers, rounded to qkv's dtype), the same cache contents, the same output; and both equal the reference.
     verify: a square tree at prefix + 0..T-1; expansion: w rows written at scattered tree slots of a longer
     region (the draft); two_row_blocks: 20 rows x GQA 4 = 80 query rows, two row blocks that each write the
-    new keys of their kv head before reading them. token-trig: q's cos / sin once per token (rows reshaped to
-    [tokens, GQA group]), row-trig: once per row."""
+    new keys of their kv head before reading them. GQA 4: q's cos / sin once per token (a row block's rows
+    reshaped to [tokens, group]); GQA 3 (not a power of two): once per row."""
     from kernels import rope_kv_write, rope_tree_attention
     from kernels.reference import rope_kv_write_ref
 
-    monkeypatch.setattr(importlib.import_module("kernels.tree_attention"), "ROPE_TOKEN_TRIG", token_trig)
-
-    hq, hkv, d, prefix = 8, 2, 32, 3 * BLOCK_N + 5
+    hkv, d, prefix = 2, 32, 3 * BLOCK_N + 5
+    hq = group * hkv
     if case == "verify":
         t, tree_len = 9, 9
         mask = ancestor_mask(build("random", 9, seed=1))
@@ -206,7 +204,7 @@ def test_rope_tree_attention_equals_rope_kv_write_then_attention(case, dtype, to
         mask = full[rows]
         slots = prefix + rows
     else:
-        hq, t, tree_len = 8, 20, 20
+        t, tree_len = 20, 20
         mask = ancestor_mask(build("random", 20, seed=3))
         slots = prefix + torch.randperm(20, generator=torch.Generator().manual_seed(5))
     cap = prefix + tree_len + 2 * BLOCK_N

@@ -306,11 +306,13 @@ def test_qkv_rope_experiment_matches_the_torch_path(monkeypatch):
         plain.use_fused_kernels(qkv_rope=True)
 
 
-def test_rope_attention_matches_the_torch_path(monkeypatch):
-    """use_fused_kernels(skinny=True, rope_attention=True): every decode step's attention launch rotates q and
-    writes the new K/V itself (kernels.rope_tree_attention, one launch fewer per layer), a prefill longer than
-    ROPE_MAX_TOKENS keeps the separate RoPE kernel, and the logits and cache equal the torch path; the
-    reference attention backend (rope_max_tokens 0) keeps the separate kernel too."""
+@pytest.mark.parametrize("max_tokens", [None, 64], ids=["runtime-limit", "kernel-limit"])
+def test_rope_attention_matches_the_torch_path(max_tokens, monkeypatch):
+    """use_fused_kernels(skinny=True, rope_attention=True): a decode step of up to the backend's rope_max_tokens
+    tokens (the runtime's: single-token steps; kernel-limit: up to ROPE_MAX_TOKENS) rotates q and writes the new K/V
+    inside its attention launch (kernels.rope_tree_attention, one launch fewer per layer); longer steps and a prefill
+    keep the separate RoPE kernel; the logits and cache equal the torch path. The reference attention backend
+    (rope_max_tokens 0) keeps the separate kernel too."""
     pytest.importorskip("kernels")
     import kernels
     from kernels.tree_attention import ROPE_MAX_TOKENS
@@ -322,21 +324,26 @@ def test_rope_attention_matches_the_torch_path(monkeypatch):
     real = kernels.rope_tree_attention
     monkeypatch.setattr(kernels, "rope_tree_attention", lambda *a, **k: calls.append(a[0].shape[0]) or real(*a, **k))
     n = ROPE_MAX_TOKENS + 4
-    ids = torch.randint(0, shape.vocab_size, (n + 9,), generator=torch.Generator().manual_seed(3))
+    ids = torch.randint(0, shape.vocab_size, (n + 10,), generator=torch.Generator().manual_seed(3))
     caches = [new_cache(plain, n + 12), new_cache(fused, n + 12)]
     attn = make_attention_backend("triton")
+    assert attn.rope_max_tokens == 1
+    if max_tokens is not None:
+        attn.rope_max_tokens = max_tokens
     parents = [-1, 0, 0, 1, 2]
-    tree = AttnMeta.tree(n + 4, 5, torch.arange(n + 4, n + 9), torch.tensor([n + 4 + (p >= 0) + (p > 0)
-                                                                             for p in parents]),
+    tree = AttnMeta.tree(n + 5, 5, torch.arange(n + 5, n + 10), torch.tensor([n + 5 + (p >= 0) + (p > 0)
+                                                                              for p in parents]),
                          torch.tensor([[j == i or j in (parents[i], 0) for j in range(5)] for i in range(5)]))
-    steps = ((ids[:n], AttnMeta.causal(0, n)), (ids[n:n + 4], AttnMeta.causal(n, 4)), (ids[n + 4:], tree))
+    steps = ((ids[:n], AttnMeta.causal(0, n)), (ids[n:n + 1], AttnMeta.causal(n, 1)),
+             (ids[n + 1:n + 5], AttnMeta.causal(n + 1, 4)), (ids[n + 5:], tree))
     for tokens, meta in steps:
         want, got = (m(tokens, meta, c, attn) for m, c in zip((plain, fused), caches))
         assert (got - want).abs().max().item() <= 2e-5
-    assert calls == [4] * shape.num_layers + [5] * shape.num_layers  # not the prefill (T > ROPE_MAX_TOKENS)
-    assert torch.allclose(caches[0].kv[:, :, :n + 9], caches[1].kv[:, :, :n + 9], atol=1e-5)
+    fused_steps = [1] if max_tokens is None else [1, 4, 5]  # never the prefill (T > ROPE_MAX_TOKENS)
+    assert calls == [t for t in fused_steps for _ in range(shape.num_layers)]
+    assert torch.allclose(caches[0].kv[:, :, :n + 10], caches[1].kv[:, :, :n + 10], atol=1e-5)
     calls.clear()
-    fused(ids[:4], AttnMeta.causal(0, 4), new_cache(fused, 8), make_attention_backend("reference"))
+    fused(ids[:1], AttnMeta.causal(0, 1), new_cache(fused, 8), make_attention_backend("reference"))
     assert calls == []
     with pytest.raises(ValueError, match="rope_attention: needs the fused Triton path"):
         plain.use_fused_kernels(False, rope_attention=True)
