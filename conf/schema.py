@@ -250,8 +250,9 @@ class KernelsConfig(_Frozen):
     pdl: bool = False
     """Programmatic dependent launch for the Triton kernels (kernels/pdl.py; takes effect on sm90+ GPUs)."""
     rope_attention: bool = False
-    """Decode-sized steps rotate q and write the new K/V inside the tree-attention launch
-    (`kernels.rope_tree_attention`) instead of a separate `kernels.rope_kv_write` (needs backend triton)."""
+    """Single-token steps (kernels.tree_attention.ROPE_FASTER_MAX_TOKENS) rotate q and write the new K/V inside the
+    tree-attention launch (`kernels.rope_tree_attention`) instead of a separate `kernels.rope_kv_write` (needs backend
+    triton)."""
     input_staging: str = "pageable"
     """How a CUDA-graph step's inputs are copied (runtime/graphs.py): pageable (each copy waits for the stream) |
     pinned (preallocated pinned buffers, copies that do not block the host)."""

@@ -8,9 +8,18 @@ Contract (reference twin: ``kernels.reference.tree_attention_ref``)::
 Keys ``[0, prefix_len)`` are visible to every query; key ``prefix_len + j`` is visible to query ``i`` iff
 ``tree_mask[i, j]``. ``T != tree_len`` is allowed (the draft expands ``w`` leaves of an ``n``-node tree: a
 ``(w, n)`` mask; the target verifies a square one). GQA: ``Hq`` is a multiple of ``Hkv``. A query row that
-sees no key outputs zeros (only padding rows with ``prefix_len == 0`` can). RoPE is *not* fused: q and the
-cache are expected already rotated (the runtime applies RoPE in the QKV epilogue; fusing it here would
-save one [T,Hq,D] read+write, ~1% of the KV bytes at 1K context, so it does not pay yet).
+sees no key outputs zeros (only padding rows with ``prefix_len == 0`` can). q and the cache are expected
+already rotated (``kernels.rope_kv_write`` before it).
+
+Fused variant ``rope_tree_attention(qkv, positions, inv_freq, k_cache, v_cache, write_slots, Hq, prefix_len,
+tree_mask, scale)``: the same launch does ``rope_kv_write``'s work. Every program rotates its q rows in registers
+(cos / sin once per token when the GQA group is a power of two dividing BLOCK_M, else per row); the last split of
+each (row block, kv head) rotates the T new keys, writes them and the values at ``write_slots``, passes a CTA
+barrier and reads the tree keys back through L2 (``.cg``). Its extra contract: every write slot is a tree slot,
+``prefix_len <= write_slots[t] < prefix_len + tree_len`` (the prefix splits read while the last one writes; every
+producer in the runtime writes at prefix_len + tree slot), and T <= ROPE_MAX_TOKENS (each row block writes all T
+new keys of its kv head: identical values, read back only after its own writes). The runtime uses it for
+single-token steps only (ROPE_FASTER_MAX_TOKENS: where it measured faster).
 
 Work split. One program owns one (row block, kv head, split): rows are the ``T * Hq/Hkv`` (token, head in
 group) pairs that share one kv head, so each K/V tile is loaded once for the whole GQA group and fed to
@@ -272,6 +281,21 @@ def _tree_attention_kernel(
             tl.atomic_xchg(Counter + tile, 0)  # ready for the next launch on this stream
 
 
+def attention_tile(n_rows: int, head_dim: int, elt_size: int, cuda: bool, *, block_m: int | None = None,
+                   block_n: int | None = None, num_stages: int | None = None,
+                   num_warps: int | None = None) -> tuple[int, int, int, int, bool]:
+    """(BLOCK_M, BLOCK_N, stages, warps, wide) of a launch over `n_rows` query rows (tokens x GQA group): the
+    heuristic, or the given overrides. wide: one KEYS_PER_SPLIT-key block per split (CUDA, head dims <= 128, <= 64
+    rows per program, no tile override). Pure: bench/kernel_resources.py compiles the same tiles offline."""
+    bm = block_m or min(128 if n_rows >= 128 else 64, max(16, triton.next_power_of_2(n_rows)))
+    wide = cuda and head_dim <= 128 and bm <= 64 and not (block_n or num_stages)
+    bn = block_n or (KEYS_PER_SPLIT if wide else 64 if head_dim <= 128 else 32)
+    stages = num_stages or (1 if wide else 3)
+    if not (block_n or num_stages):  # shrink the pipeline until q + K/V stages fit in shared memory
+        bn, stages = _fit_shared_memory(bm, bn, head_dim, elt_size, stages)
+    return bm, bn, stages, num_warps or (4 if bm < 64 and bn < 256 else 8), wide
+
+
 def _token_trig(group: int, bm: int) -> bool:
     """Whether a row block's q rows reshape to [tokens, GROUP] (GROUP a power of two dividing BLOCK_M)."""
     return group > 1 and group & (group - 1) == 0 and bm % group == 0
@@ -353,11 +377,14 @@ def tree_attention(
         out [T, Hq, D] in q's dtype.
     """
     t, hq, d = q.shape
-    _check_attention_operands(q, k_cache, v_cache, prefix_len, tree_mask)
+    _check_attention_operands("tree_attention", q, k_cache, v_cache, prefix_len, tree_mask)
     if q.stride(-1) != 1:
-        raise ValueError("tree_attention: the last dim of q, caches and mask must be contiguous")
+        raise ValueError(f"tree_attention: q needs a contiguous last dim, got strides {q.stride()}")
     if out is None:
         out = torch.empty_like(q)
+    elif out.shape != q.shape or out.dtype != q.dtype or out.stride(-1) != 1:
+        raise ValueError(f"tree_attention: out must match q ({tuple(q.shape)} {q.dtype}) with a contiguous last dim, "
+                         f"got {tuple(out.shape)} {out.dtype}")
     return _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, None, num_splits=num_splits,
                    block_n=block_n, block_m=block_m, num_warps=num_warps, num_stages=num_stages,
                    min_blocks_per_split=min_blocks_per_split)
@@ -376,6 +403,8 @@ def rope_tree_attention(
     scale: float,
     *,
     out: torch.Tensor | None = None,
+    num_splits: int | None = None,
+    block_n: int | None = None,
 ) -> torch.Tensor:
     """``kernels.rope_kv_write`` and ``tree_attention`` in one launch: the q rows are rotated in registers, and the
     last split of each kv head rotates the T new keys, writes them and the values to the caches at
@@ -384,7 +413,8 @@ def rope_tree_attention(
     Args:
         qkv: [T, (Hq + 2 Hkv) * D] QKV projection output (not rotated); last dim contiguous, any row stride.
         positions, inv_freq, write_slots, num_heads: as ``kernels.rope_kv_write`` (Hkv is k_cache's).
-        k_cache, v_cache, prefix_len, tree_mask, scale, out: as ``tree_attention``.
+        k_cache, v_cache, prefix_len, tree_mask, scale, out, num_splits, block_n: as ``tree_attention`` (out is
+            [T, Hq, D] of qkv's dtype).
 
     Extra contract (not checked: that would sync with the host): every write slot is a tree slot,
     ``prefix_len <= write_slots[t] < prefix_len + tree_len`` (the prefix splits read their keys while the last
@@ -398,7 +428,9 @@ def rope_tree_attention(
     if qkv.dim() != 2:
         raise ValueError(f"rope_tree_attention: qkv must be 2-d [T, (Hq + 2 Hkv) * D], got {tuple(qkv.shape)}")
     t, width = qkv.shape
-    hkv = k_cache.shape[1] if k_cache.dim() == 3 else -1
+    if k_cache.dim() != 3:
+        raise ValueError(f"rope_tree_attention: k_cache must be [cap, Hkv, D], got {tuple(k_cache.shape)}")
+    hkv = k_cache.shape[1]
     d = check_rope_operands("rope_tree_attention", t, qkv.device, positions, inv_freq, k_cache, v_cache,
                             write_slots, num_heads, hkv)
     if width != (num_heads + 2 * hkv) * d:
@@ -411,28 +443,37 @@ def rope_tree_attention(
         raise ValueError(f"rope_tree_attention: T={t} > ROPE_MAX_TOKENS={ROPE_MAX_TOKENS} (use rope_kv_write and "
                          "tree_attention)")
     q = qkv[:, : num_heads * d].view(t, num_heads, d)  # the launch reads strides only: a view of the q columns
-    _check_attention_operands(q, k_cache, v_cache, prefix_len, tree_mask)
+    _check_attention_operands("rope_tree_attention", q, k_cache, v_cache, prefix_len, tree_mask)
     if out is None:
         out = torch.empty(t, num_heads, d, dtype=qkv.dtype, device=qkv.device)
-    return _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, (positions, inv_freq, write_slots))
+    elif out.shape != q.shape or out.dtype != qkv.dtype or out.stride(-1) != 1:
+        raise ValueError(f"rope_tree_attention: out must be [T={t}, Hq={num_heads}, D={d}] of qkv's dtype {qkv.dtype} "
+                         f"with a contiguous last dim, got {tuple(out.shape)} {out.dtype}")
+    return _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, (positions, inv_freq, write_slots),
+                   num_splits=num_splits, block_n=block_n)
 
 
-def _check_attention_operands(q, k_cache, v_cache, prefix_len, tree_mask) -> None:
+def _check_attention_operands(fn: str, q, k_cache, v_cache, prefix_len, tree_mask) -> None:
+    """Shapes, GQA, head dim, contiguity and the prefix bound; errors name `fn` and the argument."""
     t, hq, d = q.shape
+    if k_cache.dim() != 3:
+        raise ValueError(f"{fn}: k_cache must be [cap, Hkv, D], got {tuple(k_cache.shape)}")
     cap, hkv, dk = k_cache.shape
     if dk != d or v_cache.shape != k_cache.shape:
-        raise ValueError(f"tree_attention: head dims differ: q {tuple(q.shape)}, k {tuple(k_cache.shape)}")
+        raise ValueError(f"{fn}: head dims differ: q {tuple(q.shape)}, k {tuple(k_cache.shape)}, "
+                         f"v {tuple(v_cache.shape)}")
     if hq % hkv:
-        raise ValueError(f"tree_attention: Hq={hq} is not a multiple of Hkv={hkv}")
+        raise ValueError(f"{fn}: Hq={hq} is not a multiple of Hkv={hkv}")
     if d not in (16, 32, 64, 128, 256):
-        raise ValueError(f"tree_attention: head dim {d} unsupported (16, 32, 64, 128, 256)")
+        raise ValueError(f"{fn}: head dim {d} unsupported (16, 32, 64, 128, 256)")
     if tree_mask.dim() != 2 or tree_mask.shape[0] != t:
-        raise ValueError(f"tree_attention: tree_mask must be [T={t}, tree_len], got {tuple(tree_mask.shape)}")
-    if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1 or tree_mask.stride(-1) != 1:
-        raise ValueError("tree_attention: the last dim of q, caches and mask must be contiguous")
+        raise ValueError(f"{fn}: tree_mask must be [T={t}, tree_len], got {tuple(tree_mask.shape)}")
+    for name, x in (("k_cache", k_cache), ("v_cache", v_cache), ("tree_mask", tree_mask)):
+        if x.stride(-1) != 1:
+            raise ValueError(f"{fn}: {name} needs a contiguous last dim, got strides {x.stride()}")
     tree_len = tree_mask.shape[1]
     if not isinstance(prefix_len, torch.Tensor) and not 0 <= prefix_len <= cap - tree_len:
-        raise ValueError(f"tree_attention: prefix_len {prefix_len} + tree_len {tree_len} exceeds cap {cap}")
+        raise ValueError(f"{fn}: prefix_len {prefix_len} + tree_len {tree_len} exceeds cap {cap}")
 
 
 def _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, rope, *, num_splits=None, block_n=None,
@@ -440,8 +481,6 @@ def _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, rope, *, num
     """The kernel launch behind tree_attention and rope_tree_attention (`rope`: positions, inv_freq, slots)."""
     t, hq, d = q.shape
     cap, hkv, _ = k_cache.shape
-    if out.shape != q.shape or out.dtype != q.dtype or out.stride(-1) != 1:
-        raise ValueError("tree_attention: out must match q's shape and dtype, last dim contiguous")
     if t == 0:
         return out
     tree_len = tree_mask.shape[1]
@@ -449,12 +488,8 @@ def _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, rope, *, num
 
     group = hq // hkv
     n_rows = t * group
-    bm = block_m or min(128 if n_rows >= 128 else 64, max(16, triton.next_power_of_2(n_rows)))
-    wide = q.is_cuda and d <= 128 and bm <= 64 and not (block_n or num_stages)  # one 256-key block per split
-    bn = block_n or (KEYS_PER_SPLIT if wide else 64 if d <= 128 else 32)
-    stages = num_stages or (1 if wide else 3)
-    if not (block_n or num_stages):  # shrink the pipeline until q + K/V stages fit in shared memory
-        bn, stages = _fit_shared_memory(bm, bn, d, q.element_size(), stages)
+    bm, bn, stages, warps, wide = attention_tile(n_rows, d, q.element_size(), q.is_cuda, block_m=block_m,
+                                                 block_n=block_n, num_stages=num_stages, num_warps=num_warps)
     m_blocks = triton.cdiv(n_rows, bm)
     max_prefix = (cap - tree_len) if prefix_in_tensor else prefix_len
     n_blocks = triton.cdiv(max_prefix, bn)
@@ -488,7 +523,7 @@ def _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, rope, *, num
         UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or q.dtype == torch.float32) else "tf32",
         ROPE=rope is not None, TOKEN_TRIG=rope is not None and _token_trig(group, bm),
         BLOCK_T=triton.next_power_of_2(t) if rope is not None else 1,
-        num_warps=num_warps or (4 if bm < 64 and bn < 256 else 8), num_stages=stages, **pdl_options(q.device),
+        num_warps=warps, num_stages=stages, **pdl_options(q.device),
     )
     return out
 

@@ -3,7 +3,7 @@
 # side by side in CUDA graphs, after the GPU tests. Results flat in OUTDIR:
 #   step_variants_<date>.json, kernels_session.tar.gz (logs), attention_splits_gpu_<date>.json (ATTENTION=1)
 #   bash scripts/gpu_kernels.sh "$OUT"            (GPU_TESTS=0 skips the tests; GPU_TEST_K="rope or ..." selects some;
-#                                                  ATTENTION=1 also sweeps the tree attention's tiles and merges;
+#                                                  ATTENTION=1 also sweeps the tree attention's tiles;
 #                                                  VARIANT_ARGS="--variants a,b" picks the step variants)
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_kernels.sh OUTDIR}
@@ -22,7 +22,7 @@ if [ "${GPU_TESTS:-1}" = 1 ]; then
   pack
 fi
 if [ "${ATTENTION:-0}" = 1 ]; then
-  echo "=== $(date -u +%T) tree attention tiles and merges"
+  echo "=== $(date -u +%T) tree attention tiles"
   timeout 240 python3 bench/bench_attention_splits.py --device cuda --out "$OUT" 2>&1 | tee "$WORK/logs/attention.log" \
     | grep -E "llama3-8b \| (1|8) \| 1024|llama3.2-1b \| 16 \| 1024|json"
   pack

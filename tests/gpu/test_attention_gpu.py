@@ -32,8 +32,9 @@ def operands(t: int, seed: int):
 @pytest.mark.parametrize("t", [1, 8, 20, 64])
 @pytest.mark.parametrize("prefix", [0, 300, 1024, CAP - 64])
 def test_rope_tree_attention_matches_the_two_kernels_on_gpu(prefix, t):
-    """Same cache contents (to one bf16 ulp of the rotation) and output as rope_kv_write + tree_attention, and the
-    reference; 20 rows = two row blocks per kv head, 64 = the limit."""
+    """The cache's new values equal rope_kv_write's exactly, its new keys to the bf16 rounding of the rotation
+    (elementwise, 2^-7 relative: the two kernels may round the float32 rotation differently), and the output equals
+    rope_kv_write + tree_attention and the reference; 20 rows = two row blocks per kv head, 64 = the limit."""
     qkv, k, v, positions, inv_freq, mask = operands(t, seed=prefix + t)
     slots = prefix + torch.arange(t, device="cuda").flip(0)  # any order inside the tree region
     scale = 1 / math.sqrt(D)
@@ -48,7 +49,9 @@ def test_rope_tree_attention_matches_the_two_kernels_on_gpu(prefix, t):
     got = rope_tree_attention(qkv, positions, inv_freq, k_f, v_f, slots, HQ, p, mask, scale)
     torch.cuda.synchronize()
     assert torch.equal(v_f, v_sep)
-    assert (k_f.float() - k_sep.float()).abs().max().item() <= 2 ** -6 * k_sep.float().abs().max().item()
+    assert torch.equal(k_f[:prefix], k_sep[:prefix]) and torch.equal(k_f[prefix + t:], k_sep[prefix + t:])
+    new_f, new_s = k_f[prefix:prefix + t].float(), k_sep[prefix:prefix + t].float()
+    assert ((new_f - new_s).abs() <= 2 ** -7 * new_s.abs() + 1e-6).all()
     for name, out in (("fused", got), ("separate", sep)):
         err = (out.float() - want).abs().max().item()
         assert err <= 2e-2, f"{name}: max |diff| vs reference {err:.3g}"
@@ -56,8 +59,9 @@ def test_rope_tree_attention_matches_the_two_kernels_on_gpu(prefix, t):
 
 
 def test_rope_tree_attention_in_a_cuda_graph_replays_like_eager():
-    """Captured once with the prefix length in a device tensor, replayed at three lengths: equal to eager calls with
-    the same device tensor (an int prefix sizes the splits from it, not from the cache: other rounding)."""
+    """Captured once with the prefix length in a device tensor, replayed at three lengths: output and cache writes
+    equal to eager calls on the same cache with the same device tensor (an int prefix sizes the splits from it, not
+    from the cache: other rounding)."""
     t = 8
     qkv, k, v, positions, inv_freq, mask = operands(t, seed=11)
     slots_buf, p = torch.zeros(t, dtype=torch.int64, device="cuda"), torch.zeros(1, dtype=torch.int32, device="cuda")
@@ -73,8 +77,10 @@ def test_rope_tree_attention_in_a_cuda_graph_replays_like_eager():
     for prefix in (17, 900, 2100):
         p.fill_(prefix)
         slots_buf.copy_(prefix + torch.arange(t, device="cuda"))
+        k_e, v_e = k_g.clone(), v_g.clone()  # the cache before this step
         graph.replay()
-        k_e, v_e = k_g.clone(), v_g.clone()
         want = rope_tree_attention(qkv, positions, inv_freq, k_e, v_e, slots_buf, HQ, p, mask, D ** -0.5)
         torch.cuda.synchronize()
-        assert torch.equal(out, want), f"prefix {prefix}"
+        assert torch.equal(out, want), f"prefix {prefix}: output"
+        assert torch.equal(k_g, k_e) and torch.equal(v_g, v_e), f"prefix {prefix}: the graph's cache writes"
+        assert not torch.equal(k_g[prefix:prefix + t], k[prefix:prefix + t]), f"prefix {prefix}: no key written"

@@ -55,9 +55,9 @@ def prompts(vocab: int, n: int = 3, seed: int = 0) -> list[list[int]]:
 
 def cfg_for(mode: str, target: str, draft: str, dtype: str, *, target_gpus: int = 1, draft_gpus: int = 0,
             checkpoint: str | None = None, draft_seed: int = 1, skinny: bool = True, pdl: bool = True,
-            input_staging: str = "pageable", rope_attention: bool = False, **spec) -> ExperimentConfig:
-    """kernels=graphs on CUDA (skinny GEMMs and PDL, as conf/kernels/graphs.yaml); the draft is `draft` (the target
-    itself with draft_seed == 1: self-speculation)."""
+            input_staging: str = "pageable", rope_attention: bool = True, **spec) -> ExperimentConfig:
+    """kernels=graphs on CUDA (skinny GEMMs, PDL, RoPE in the single-token attention, as conf/kernels/graphs.yaml);
+    the draft is `draft` (the target itself with draft_seed == 1: self-speculation)."""
     return make_cfg(mode, target, draft, target_gpus=target_gpus, draft_gpus=draft_gpus, draft_seed=draft_seed,
                     max_new=MAX_NEW, capacity=CAPACITY, backend="triton", device="cuda", dtype=dtype,
                     cuda_graphs=True, checkpoint=checkpoint, timeout_s=120, skinny=skinny, pdl=pdl,
@@ -299,16 +299,10 @@ def test_modes_lossless_with_graphs_self_speculation(mode, dtype):
 
 @pytest.mark.parametrize("mode", COLOCATED)
 def test_modes_lossless_without_skinny_gemms_or_pdl(mode):
-    """kernels.skinny=false kernels.pdl=false: cuBLAS projections, ordinary launches (the other tests run both)."""
-    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", skinny=False, pdl=False))
-
-
-@pytest.mark.parametrize("mode", [*COLOCATED, pytest.param("async_tree", marks=[pytest.mark.multi_gpu, TWO_GPUS])])
-def test_modes_lossless_with_rope_attention(mode):
-    """kernels.rope_attention=true (single-token steps rotate q and write K/V inside the attention launch), against a
-    different random draft (misses: lone-root expansions are single-token draft steps), bf16."""
-    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama-draft", "bfloat16", draft_seed=2, rope_attention=True,
-                            **split_of(mode)))
+    """kernels.skinny=false kernels.pdl=false kernels.rope_attention=false: cuBLAS projections, ordinary launches,
+    the separate RoPE kernel in single-token steps too (the other tests run all three)."""
+    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", skinny=False, pdl=False,
+                            rope_attention=False))
 
 
 @pytest.mark.parametrize("mode", ["chain", "serial_tree"])

@@ -178,16 +178,18 @@ def _rope_operands(t, hq, hkv, d, cap, dtype, seed):
     return qkv, k, v, positions, inv_freq
 
 
+@pytest.mark.parametrize("tune", [{}, {"num_splits": 3, "block_n": BLOCK_N}], ids=["one-split", "3-splits-16-keys"])
 @pytest.mark.parametrize("group", [4, 3], ids=["gqa4-token-trig", "gqa3-row-trig"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
 @pytest.mark.parametrize("case", ["verify", "expansion", "two_row_blocks"])
-def test_rope_tree_attention_equals_rope_kv_write_then_attention(case, dtype, group):
+def test_rope_tree_attention_equals_rope_kv_write_then_attention(case, dtype, group, tune):
     """kernels.rope_tree_attention = kernels.rope_kv_write followed by tree_attention: the same q (rotated in
     registers, rounded to qkv's dtype), the same cache contents, the same output; and both equal the reference.
     verify: a square tree at prefix + 0..T-1; expansion: w rows written at scattered tree slots of a longer
-    region (the draft); two_row_blocks: 20 rows x GQA 4 = 80 query rows, two row blocks that each write the
-    new keys of their kv head before reading them. GQA 4: q's cos / sin once per token (a row block's rows
-    reshaped to [tokens, group]); GQA 3 (not a power of two): once per row."""
+    region (the draft); two_row_blocks: 22 tokens x GQA 4 (or 3) = 88 (66) query rows, two row blocks of 64 that
+    each write the new keys of their kv head before reading them. GQA 4: q's cos / sin once per token (a row
+    block's rows reshaped to [tokens, group]); GQA 3 (not a power of two): once per row. 3-splits-16-keys: the
+    split path (partials, the last split's merge) and tree regions longer than one key block."""
     from kernels import rope_kv_write, rope_tree_attention
     from kernels.reference import rope_kv_write_ref
 
@@ -204,17 +206,17 @@ def test_rope_tree_attention_equals_rope_kv_write_then_attention(case, dtype, gr
         mask = full[rows]
         slots = prefix + rows
     else:
-        t, tree_len = 20, 20
-        mask = ancestor_mask(build("random", 20, seed=3))
-        slots = prefix + torch.randperm(20, generator=torch.Generator().manual_seed(5))
+        t, tree_len = 22, 22
+        mask = ancestor_mask(build("random", 22, seed=3))
+        slots = prefix + torch.randperm(22, generator=torch.Generator().manual_seed(5))
     cap = prefix + tree_len + 2 * BLOCK_N
     qkv, k, v, positions, inv_freq = _rope_operands(t, hq, hkv, d, cap, dtype, seed=7)
     scale = 1 / math.sqrt(d)
     k_sep, v_sep, k_fused, v_fused = k.clone(), v.clone(), k.clone(), v.clone()
     q = rope_kv_write(qkv, positions, inv_freq, k_sep, v_sep, slots, hq, hkv)
-    want = tree_attention(q, k_sep, v_sep, prefix, mask, scale)
+    want = tree_attention(q, k_sep, v_sep, torch.tensor([prefix]), mask, scale, **tune)
     got = rope_tree_attention(qkv, positions, inv_freq, k_fused, v_fused, slots, hq, torch.tensor([prefix]), mask,
-                              scale, out=poisoned((t, hq, d), dtype))
+                              scale, out=poisoned((t, hq, d), dtype), **tune)
     assert torch.equal(k_fused, k_sep) and torch.equal(v_fused, v_sep), "cache contents differ"
     assert torch.equal(got, want), f"max |diff| {(got.float() - want.float()).abs().max().item():.3g}"
     k_ref, v_ref = k.clone(), v.clone()
@@ -229,6 +231,13 @@ def test_rope_tree_attention_rejects_bad_operands():
     qkv, k, v, positions, inv_freq = _rope_operands(3, 8, 2, 16, 40, torch.float32, seed=0)
     mask = torch.ones(3, 3, dtype=torch.bool)
     slots = torch.arange(3) + 5
+    with pytest.raises(ValueError, match=r"rope_tree_attention: k_cache must be \[cap, Hkv, D\]"):
+        rope_tree_attention(qkv, positions, inv_freq, k[0], v, slots, 8, 5, mask, 0.25)
+    with pytest.raises(ValueError, match="rope_tree_attention: out must be"):
+        rope_tree_attention(qkv, positions, inv_freq, k, v, slots, 8, 5, mask, 0.25, out=torch.empty(3, 8, 15))
+    with pytest.raises(ValueError, match="rope_tree_attention: v_cache needs a contiguous last dim"):
+        rope_tree_attention(qkv, positions, inv_freq, k, v.transpose(0, 2).contiguous().transpose(0, 2), slots, 8,
+                            5, mask, 0.25)
     with pytest.raises(ValueError, match="qkv width"):
         rope_tree_attention(qkv[:, :-16], positions, inv_freq, k, v, slots, 8, 5, mask, 0.25)
     with pytest.raises(ValueError, match="write_slots"):

@@ -1,0 +1,52 @@
+"""bench/kernel_resources.py: the tree-attention kernel compiled offline for sm_90a (no GPU), its ptxas report read."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import kernel_resources
+
+
+def test_offline_compile_reports_registers_and_spills(tmp_path):
+    """In a subprocess with the interpreter off (the test session imported the kernels interpreted)."""
+    try:
+        kernel_resources.ptxas_path()
+    except SystemExit as e:
+        pytest.skip(str(e))
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    proc = subprocess.run([sys.executable, str(Path(kernel_resources.__file__)), "--quick", "--out", str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    saved = json.loads(next(tmp_path.glob("kernel_resources_*_quick.json")).read_text())
+    assert saved["git_sha"] and saved["ptxas"].startswith("Build cuda") and "| llama3-8b | 1 |" in proc.stdout
+    (rec,) = saved["rows"]
+    assert (rec["shape"], rec["rows"], rec["rope"], rec["tile"]) == ("llama3-8b", 1, False, "heuristic")
+    assert (rec["block_m"], rec["block_n"], rec["num_warps"], rec["wide"]) == (16, 256, 8, True)
+    assert 16 <= rec["registers"] <= 255 and rec["stack_bytes"] >= 0 and rec["shared_bytes"] > 0
+
+
+def test_ptxas_report_is_parsed_or_refused():
+    report = ("ptxas info    : Function properties for k\n    24 bytes stack frame, 8 bytes spill stores, 12 bytes "
+              "spill loads\nptxas info    : Used 96 registers, used 1 barriers\n")
+    m = kernel_resources._PTXAS_REPORT.search(report)
+    assert m is not None and tuple(map(int, m.groups())) == (24, 8, 12, 96)
+    with pytest.raises(RuntimeError, match="ptxas failed"):
+        kernel_resources.ptxas_report(".version 8.7\n.target sm_90a\nnot ptx", 90)
+
+
+def test_interpreted_kernels_are_refused_with_a_clear_error():
+    """Under TRITON_INTERPRET=1 (this test session) the kernel is an interpreted function: the tool says so."""
+    import triton
+
+    from kernels.tree_attention import _tree_attention_kernel
+
+    if isinstance(_tree_attention_kernel, triton.runtime.jit.JITFunction):
+        pytest.skip("the kernels were imported compiled, not interpreted")
+    with pytest.raises(SystemExit, match="TRITON_INTERPRET=0"):
+        kernel_resources.compile_case("llama3-8b", 1, False, {}, 90)
