@@ -88,8 +88,8 @@ the runtime's `kernels.rope_attention` uses it only there (TritonAttention.rope_
 replays (bench/bench_step_variants.py, bench/results/step_variants_2026-11-30_{2bd79c2,c19e99f}.json): Llama-3-8B
 rows 1 4.523 -> 4.458 ms (logits identical); rows 8 4.669 -> 5.020, rows 16 4.903 -> 5.703, Llama-3.2-1B rows 16
 1.153 -> 1.334 ms. The extra time grows with T x D, the new-key tile the last split rotates and writes (q's cos / sin
-per token or per row: the same time): ptxas already spills this kernel's wide tile (256 keys, 8 warps: 32 registers
-and a ~5 KB stack frame in an offline sm_90a compile), and the tile adds to it."""
+per token or per row: the same time), not with spills (bench/kernel_resources.py: the same registers and stack with
+and without the fused path); not understood yet (the last split's write, barrier and read-back are serial)."""
 _COUNTERS_INIT = 1024  # int32 counters per (device, stream), grown on demand
 
 _counter_cache: dict[tuple, torch.Tensor] = {}
