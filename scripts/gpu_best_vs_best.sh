@@ -14,7 +14,7 @@ run() {  # NAME MODE BS W D BUDGET_S
   echo "=== $(date -u +%T) $2 bs $3 w $4 d $5"
   timeout $(($6 + 60)) python3 bench/bench_runtime.py preset=shape_realistic "modes=[$2]" 'presets.shape_realistic.peers=[]' \
     "presets.shape_realistic.experiment_overrides=[\"acceptance=smollm2\",\"spec.oracle_belief=table\",\"spec.bs=$3\",\"spec.w=$4\",\"spec.d=$5\"]" \
-    budget_s="$6" out_dir="/tmp/bvb_$1" doc="$OUT/BENCHMARKS_RUNTIME.md" hydra.run.dir="/tmp/bvb_hydra_$1" 2>&1 \
+    budget_s="$6" warmup_new_tokens=512 out_dir="/tmp/bvb_$1" doc="$OUT/BENCHMARKS_RUNTIME.md" hydra.run.dir="/tmp/bvb_hydra_$1" 2>&1 \
     | grep -E "^\[bench\] swiftspec (serial|async)_tree: tokens/s|^\| swiftspec" | tail -3
   for f in /tmp/bvb_"$1"/*.json; do [ -f "$f" ] && cp "$f" "$OUT/$(basename "${f%.json}")_$1.json"; done
 }

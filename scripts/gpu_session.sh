@@ -72,7 +72,7 @@ async_run() {  # NAME D TIMEOUT_S BUDGET_S "WHAT": async_tree at bs 8 w 16 d D -
   timeout "$3" python3 bench/bench_runtime.py preset=shape_realistic 'modes=[async_tree]' \
     'presets.shape_realistic.peers=[]' \
     "presets.shape_realistic.experiment_overrides=[\"acceptance=smollm2\",\"spec.oracle_belief=table\",\"spec.bs=8\",\"spec.w=16\",\"spec.d=$2\"]" \
-    budget_s="$4" out_dir="$WORK/$1" doc="$OUT/BENCHMARKS_RUNTIME.md" hydra.run.dir="/tmp/bench_$1" 2>&1 \
+    budget_s="$4" warmup_new_tokens=512 out_dir="$WORK/$1" doc="$OUT/BENCHMARKS_RUNTIME.md" hydra.run.dir="/tmp/bench_$1" 2>&1 \
     | grep -v -E "USDT|Loading weights" | tee "$WORK/logs/bench_$1.log" | tail -8
   for f in "$WORK/$1"/*.json; do [ -f "$f" ] && cp "$f" "$OUT/$(basename "${f%.json}")_$1.json"; done
 }
