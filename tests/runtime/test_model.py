@@ -282,26 +282,37 @@ def test_skinny_path_leaves_long_prefills_to_torch_gemms(monkeypatch):
     assert launches == [] and (got - want).abs().max().item() <= 2e-5
 
 
-def test_qkv_rope_experiment_matches_the_torch_path(monkeypatch):
-    """use_fused_kernels(skinny=True, qkv_rope=True): every step's QKV GEMM does RoPE + the KV write itself
-    (kernels.qkv_rope_kv_write, one launch per layer) and the logits and cache equal the torch path."""
-    pytest.importorskip("kernels")
+def fused_variant_matches_the_torch_path(monkeypatch, kernel: str, steps, cache_slots: int, attn, **fused_kw) -> list:
+    """tiny-llama fp32, the torch path against `use_fused_kernels(skinny=True, **fused_kw)` over `steps` ((token ids,
+    AttnMeta) pairs, one shared cache each): logits within 2e-5 at every step and the caches' first `cache_slots`
+    slots within 1e-5. Returns the first dimension of the first argument of every `kernels.<kernel>` call."""
     import kernels
 
     shape = MODEL_PRESETS["tiny-llama"]
     plain = build_model(shape, torch.float32, "cpu", seed=6)
-    fused = build_model(shape, torch.float32, "cpu", seed=6).use_fused_kernels(skinny=True, qkv_rope=True)
+    fused = build_model(shape, torch.float32, "cpu", seed=6).use_fused_kernels(skinny=True, **fused_kw)
     calls = []
-    real = kernels.qkv_rope_kv_write
-    monkeypatch.setattr(kernels, "qkv_rope_kv_write", lambda *a, **k: calls.append(1) or real(*a, **k))
-    ids = torch.randint(0, shape.vocab_size, (20,), generator=torch.Generator().manual_seed(3))
-    caches = [new_cache(plain, 24), new_cache(fused, 24)]
-    attn = make_attention_backend("triton")
-    for tokens, meta in ((ids[:16], AttnMeta.causal(0, 16)), (ids[16:], AttnMeta.causal(16, 4))):
+    real = getattr(kernels, kernel)
+    monkeypatch.setattr(kernels, kernel, lambda *a, **k: calls.append(a[0].shape[0]) or real(*a, **k))
+    caches = [new_cache(plain, cache_slots + 4), new_cache(fused, cache_slots + 4)]
+    for tokens, meta in steps:
         want, got = (m(tokens, meta, c, attn) for m, c in zip((plain, fused), caches))
         assert (got - want).abs().max().item() <= 2e-5
-    assert len(calls) == 2 * shape.num_layers
-    assert torch.allclose(caches[0].kv[:, :, :20], caches[1].kv[:, :, :20], atol=1e-5)
+    assert torch.allclose(caches[0].kv[:, :, :cache_slots], caches[1].kv[:, :, :cache_slots], atol=1e-5)
+    return calls
+
+
+def test_qkv_rope_experiment_matches_the_torch_path(monkeypatch):
+    """use_fused_kernels(skinny=True, qkv_rope=True): every step's QKV GEMM does RoPE + the KV write itself
+    (kernels.qkv_rope_kv_write, one launch per layer) and the logits and cache equal the torch path."""
+    pytest.importorskip("kernels")
+    shape = MODEL_PRESETS["tiny-llama"]
+    ids = torch.randint(0, shape.vocab_size, (20,), generator=torch.Generator().manual_seed(3))
+    steps = ((ids[:16], AttnMeta.causal(0, 16)), (ids[16:], AttnMeta.causal(16, 4)))
+    calls = fused_variant_matches_the_torch_path(monkeypatch, "qkv_rope_kv_write", steps, 20,
+                                                 make_attention_backend("triton"), qkv_rope=True)
+    assert calls == [16] * shape.num_layers + [4] * shape.num_layers
+    plain = build_model(shape, torch.float32, "cpu", seed=6)
     with pytest.raises(ValueError, match="qkv_rope needs skinny"):
         plain.use_fused_kernels(qkv_rope=True)
 
@@ -314,18 +325,11 @@ def test_rope_attention_matches_the_torch_path(max_tokens, monkeypatch):
     keep the separate RoPE kernel; the logits and cache equal the torch path. The reference attention backend
     (rope_max_tokens 0) keeps the separate kernel too."""
     pytest.importorskip("kernels")
-    import kernels
     from kernels.tree_attention import ROPE_MAX_TOKENS
 
     shape = MODEL_PRESETS["tiny-llama"]
-    plain = build_model(shape, torch.float32, "cpu", seed=6)
-    fused = build_model(shape, torch.float32, "cpu", seed=6).use_fused_kernels(skinny=True, rope_attention=True)
-    calls = []
-    real = kernels.rope_tree_attention
-    monkeypatch.setattr(kernels, "rope_tree_attention", lambda *a, **k: calls.append(a[0].shape[0]) or real(*a, **k))
     n = ROPE_MAX_TOKENS + 4
     ids = torch.randint(0, shape.vocab_size, (n + 10,), generator=torch.Generator().manual_seed(3))
-    caches = [new_cache(plain, n + 12), new_cache(fused, n + 12)]
     attn = make_attention_backend("triton")
     assert attn.rope_max_tokens == 1
     if max_tokens is not None:
@@ -336,16 +340,15 @@ def test_rope_attention_matches_the_torch_path(max_tokens, monkeypatch):
                          torch.tensor([[j == i or j in (parents[i], 0) for j in range(5)] for i in range(5)]))
     steps = ((ids[:n], AttnMeta.causal(0, n)), (ids[n:n + 1], AttnMeta.causal(n, 1)),
              (ids[n + 1:n + 5], AttnMeta.causal(n + 1, 4)), (ids[n + 5:], tree))
-    for tokens, meta in steps:
-        want, got = (m(tokens, meta, c, attn) for m, c in zip((plain, fused), caches))
-        assert (got - want).abs().max().item() <= 2e-5
+    calls = fused_variant_matches_the_torch_path(monkeypatch, "rope_tree_attention", steps, n + 10, attn,
+                                                 rope_attention=True)
     fused_steps = [1] if max_tokens is None else [1, 4, 5]  # never the prefill (T > ROPE_MAX_TOKENS)
     assert calls == [t for t in fused_steps for _ in range(shape.num_layers)]
-    assert torch.allclose(caches[0].kv[:, :, :n + 10], caches[1].kv[:, :, :n + 10], atol=1e-5)
-    calls.clear()
+    calls.clear()  # kernels.rope_tree_attention is still the counting stand-in
+    fused = build_model(shape, torch.float32, "cpu", seed=6).use_fused_kernels(skinny=True, rope_attention=True)
     fused(ids[:1], AttnMeta.causal(0, 1), new_cache(fused, 8), make_attention_backend("reference"))
     assert calls == []
     with pytest.raises(ValueError, match="rope_attention: needs the fused Triton path"):
-        plain.use_fused_kernels(False, rope_attention=True)
+        fused.use_fused_kernels(False, rope_attention=True)
     with pytest.raises(ValueError, match="pick one"):
-        plain.use_fused_kernels(skinny=True, qkv_rope=True, rope_attention=True)
+        fused.use_fused_kernels(skinny=True, qkv_rope=True, rope_attention=True)
