@@ -282,10 +282,12 @@ def test_skinny_path_leaves_long_prefills_to_torch_gemms(monkeypatch):
     assert launches == [] and (got - want).abs().max().item() <= 2e-5
 
 
-def fused_variant_matches_the_torch_path(monkeypatch, kernel: str, steps, cache_slots: int, attn, **fused_kw) -> list:
+def fused_variant_matches_the_torch_path(monkeypatch, kernel: str, steps, cache_slots: int,
+                                         rope_max_tokens: int | None = None, **fused_kw) -> list:
     """tiny-llama fp32, the torch path against `use_fused_kernels(skinny=True, **fused_kw)` over `steps` ((token ids,
-    AttnMeta) pairs, one shared cache each): logits within 2e-5 at every step and the caches' first `cache_slots`
-    slots within 1e-5. Returns the first dimension of the first argument of every `kernels.<kernel>` call."""
+    AttnMeta) pairs, one shared cache each) with the Triton attention backend (its `rope_max_tokens` overridden when
+    given): logits within 2e-5 at every step and the caches' first `cache_slots` slots within 1e-5. Returns the first
+    dimension of the first argument of every `kernels.<kernel>` call."""
     import kernels
 
     shape = MODEL_PRESETS["tiny-llama"]
@@ -294,6 +296,9 @@ def fused_variant_matches_the_torch_path(monkeypatch, kernel: str, steps, cache_
     calls = []
     real = getattr(kernels, kernel)
     monkeypatch.setattr(kernels, kernel, lambda *a, **k: calls.append(a[0].shape[0]) or real(*a, **k))
+    attn = make_attention_backend("triton")  # after the patch: the backend binds its kernels when built
+    if rope_max_tokens is not None:
+        attn.rope_max_tokens = rope_max_tokens
     caches = [new_cache(plain, cache_slots + 4), new_cache(fused, cache_slots + 4)]
     for tokens, meta in steps:
         want, got = (m(tokens, meta, c, attn) for m, c in zip((plain, fused), caches))
@@ -309,8 +314,7 @@ def test_qkv_rope_experiment_matches_the_torch_path(monkeypatch):
     shape = MODEL_PRESETS["tiny-llama"]
     ids = torch.randint(0, shape.vocab_size, (20,), generator=torch.Generator().manual_seed(3))
     steps = ((ids[:16], AttnMeta.causal(0, 16)), (ids[16:], AttnMeta.causal(16, 4)))
-    calls = fused_variant_matches_the_torch_path(monkeypatch, "qkv_rope_kv_write", steps, 20,
-                                                 make_attention_backend("triton"), qkv_rope=True)
+    calls = fused_variant_matches_the_torch_path(monkeypatch, "qkv_rope_kv_write", steps, 20, qkv_rope=True)
     assert calls == [16] * shape.num_layers + [4] * shape.num_layers
     plain = build_model(shape, torch.float32, "cpu", seed=6)
     with pytest.raises(ValueError, match="qkv_rope needs skinny"):
@@ -330,17 +334,14 @@ def test_rope_attention_matches_the_torch_path(max_tokens, monkeypatch):
     shape = MODEL_PRESETS["tiny-llama"]
     n = ROPE_MAX_TOKENS + 4
     ids = torch.randint(0, shape.vocab_size, (n + 10,), generator=torch.Generator().manual_seed(3))
-    attn = make_attention_backend("triton")
-    assert attn.rope_max_tokens == 1
-    if max_tokens is not None:
-        attn.rope_max_tokens = max_tokens
+    assert make_attention_backend("triton").rope_max_tokens == 1
     parents = [-1, 0, 0, 1, 2]
     tree = AttnMeta.tree(n + 5, 5, torch.arange(n + 5, n + 10), torch.tensor([n + 5 + (p >= 0) + (p > 0)
                                                                               for p in parents]),
                          torch.tensor([[j == i or j in (parents[i], 0) for j in range(5)] for i in range(5)]))
     steps = ((ids[:n], AttnMeta.causal(0, n)), (ids[n:n + 1], AttnMeta.causal(n, 1)),
              (ids[n + 1:n + 5], AttnMeta.causal(n + 1, 4)), (ids[n + 5:], tree))
-    calls = fused_variant_matches_the_torch_path(monkeypatch, "rope_tree_attention", steps, n + 10, attn,
+    calls = fused_variant_matches_the_torch_path(monkeypatch, "rope_tree_attention", steps, n + 10, max_tokens,
                                                  rope_attention=True)
     fused_steps = [1] if max_tokens is None else [1, 4, 5]  # never the prefill (T > ROPE_MAX_TOKENS)
     assert calls == [t for t in fused_steps for _ in range(shape.num_layers)]
