@@ -380,11 +380,7 @@ def tree_attention(
     _check_attention_operands("tree_attention", q, k_cache, v_cache, prefix_len, tree_mask)
     if q.stride(-1) != 1:
         raise ValueError(f"tree_attention: q needs a contiguous last dim, got strides {q.stride()}")
-    if out is None:
-        out = torch.empty_like(q)
-    elif out.shape != q.shape or out.dtype != q.dtype or out.stride(-1) != 1:
-        raise ValueError(f"tree_attention: out must match q ({tuple(q.shape)} {q.dtype}) with a contiguous last dim, "
-                         f"got {tuple(out.shape)} {out.dtype}")
+    out = _out_buffer("tree_attention", out, q.shape, q.dtype, q.device)
     return _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, None, num_splits=num_splits,
                    block_n=block_n, block_m=block_m, num_warps=num_warps, num_stages=num_stages,
                    min_blocks_per_split=min_blocks_per_split)
@@ -444,13 +440,20 @@ def rope_tree_attention(
                          "tree_attention)")
     q = qkv[:, : num_heads * d].view(t, num_heads, d)  # the launch reads strides only: a view of the q columns
     _check_attention_operands("rope_tree_attention", q, k_cache, v_cache, prefix_len, tree_mask)
-    if out is None:
-        out = torch.empty(t, num_heads, d, dtype=qkv.dtype, device=qkv.device)
-    elif out.shape != q.shape or out.dtype != qkv.dtype or out.stride(-1) != 1:
-        raise ValueError(f"rope_tree_attention: out must be [T={t}, Hq={num_heads}, D={d}] of qkv's dtype {qkv.dtype} "
-                         f"with a contiguous last dim, got {tuple(out.shape)} {out.dtype}")
+    out = _out_buffer("rope_tree_attention", out, q.shape, qkv.dtype, qkv.device)
     return _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, (positions, inv_freq, write_slots),
                    num_splits=num_splits, block_n=block_n)
+
+
+def _out_buffer(fn: str, out: torch.Tensor | None, shape: torch.Size, dtype: torch.dtype,
+                device: torch.device) -> torch.Tensor:
+    """`out` checked ([T, Hq, D] of `dtype` on `device`, contiguous last dim), or a new contiguous one."""
+    if out is None:
+        return torch.empty(shape, dtype=dtype, device=device)
+    if out.shape != shape or out.dtype != dtype or out.device != device or out.stride(-1) != 1:
+        raise ValueError(f"{fn}: out must be [T, Hq, D] = {tuple(shape)} of {dtype} on {device} with a contiguous last "
+                         f"dim, got {tuple(out.shape)} {out.dtype} on {out.device}")
+    return out
 
 
 def _check_attention_operands(fn: str, q, k_cache, v_cache, prefix_len, tree_mask) -> None:
