@@ -40,6 +40,7 @@ from bench.profile_step import byte_floor_s  # noqa: E402
 from conf.presets import model_preset  # noqa: E402
 from conf.rundir import atomic_write_json, git_sha  # noqa: E402
 from kernels.pdl import pdl  # noqa: E402
+from kernels.tree_attention import ROPE_MAX_TOKENS  # noqa: E402
 from runtime.attention import AttnMeta, make_attention_backend  # noqa: E402
 from runtime.graphs import StepGraph  # noqa: E402
 from runtime.kv_cache import KVCache  # noqa: E402
@@ -87,6 +88,7 @@ def run_preset(preset: str, cases: list[tuple[int, int]], ctx: int, cap: int, va
     layers, heads, head_dim = model.cache_spec()
     cache = KVCache(layers, cap, heads, head_dim, model.dtype, device)
     attn = make_attention_backend("triton")
+    attn.rope_max_tokens = ROPE_MAX_TOKENS  # *_ropeattn fuse at every row count (the runtime: single-token steps)
     graphs: dict[tuple[int, str], StepGraph] = {}
     failed: dict[tuple[int, str], str] = {}
     with torch.no_grad():
