@@ -15,8 +15,9 @@ next kernel at the start, late = as the blocks exit, off = ordinary launch); ski
 the o / down split-K partials summed in the norms; *_qkvrope = the QKV GEMM also doing RoPE + the KV write
 (`kernels.qkv_rope_kv_write`, an experiment: measured at 0eab9f8, slower on the 8B step, faster on the 1B draft);
 *_ropeattn = the tree attention doing RoPE + the KV write (`kernels.rope_tree_attention`; q's cos / sin per (token,
-head) row at 2bd79c2, per token at c19e99f: the same time). A batched split merge (every partial's max in one load, the
-accumulators in unrolled chunks) was measured at 2bd79c2 (+0.01-0.03 ms per step, slower standalone) and removed.
+head) row at 2bd79c2, per token at c19e99f: the same time; per row since). A batched split merge (every partial's
+max in one load, the accumulators in unrolled chunks) was measured at 2bd79c2 (+0.01-0.03 ms per step, slower
+standalone) and removed.
 A first-weight-tile prefetch before the PDL wait (late_prefetch) was measured at 0eab9f8 (0.12-0.13 ms slower per
 8B step) and removed. A variant that fails to build or capture is recorded as failed and the others still run.
 Random bf16 weights (never zeros). Plain argparse: runs on the GPU machine without Hydra.

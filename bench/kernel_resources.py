@@ -74,7 +74,7 @@ def compile_case(shape: str, rows: int, rope: bool, tile: dict, arch: int) -> di
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from kernels.tree_attention import _token_trig, _tree_attention_kernel, attention_tile
+    from kernels.tree_attention import _tree_attention_kernel, attention_tile
 
     if not isinstance(_tree_attention_kernel, triton.runtime.jit.JITFunction):
         raise SystemExit("kernel_resources: the kernels were imported under TRITON_INTERPRET=1 (interpreted functions "
@@ -84,7 +84,7 @@ def compile_case(shape: str, rows: int, rope: bool, tile: dict, arch: int) -> di
     bm, bn, stages, warps, wide = attention_tile(rows * group, d, 2, True, **tile)
     constexprs = {"GROUP": group, "BLOCK_M": bm, "BLOCK_N": bn, "HEAD_DIM": d, "SPLIT": True,
                   "PREFIX_IN_TENSOR": True, "UPCAST": False, "DOT_PRECISION": "tf32", "USE_PDL": 2, "ROPE": rope,
-                  "BLOCK_T": triton.next_power_of_2(rows) if rope else 1, "TOKEN_TRIG": rope and _token_trig(group, bm)}
+                  "BLOCK_T": triton.next_power_of_2(rows) if rope else 1}
     names = _tree_attention_kernel.arg_names
     signature = {n: "constexpr" if n in constexprs else POINTER_TYPES.get(n, "fp32" if n in FLOAT_ARGS else "i32")
                  for n in names}

@@ -13,7 +13,7 @@ already rotated (``kernels.rope_kv_write`` before it).
 
 Fused variant ``rope_tree_attention(qkv, positions, inv_freq, k_cache, v_cache, write_slots, Hq, prefix_len,
 tree_mask, scale)``: the same launch does ``rope_kv_write``'s work. Every program rotates its q rows in registers
-(cos / sin once per token when the GQA group is a power of two dividing BLOCK_M, else per row); the last split of
+(cos / sin per row: once per token instead measured the same time, H200 2026-11-30); the last split of
 each (row block, kv head) rotates the T new keys, writes them and the values at ``write_slots``, passes a CTA
 barrier and reads the tree keys back through L2 (``.cg``). Its extra contract: every write slot is a tree slot,
 ``prefix_len <= write_slots[t] < prefix_len + tree_len`` (the prefix splits read while the last one writes; every
@@ -87,9 +87,10 @@ ROPE_FASTER_MAX_TOKENS = 1
 the runtime's `kernels.rope_attention` uses it only there (TritonAttention.rope_max_tokens). H200, CUDA-graph step
 replays (bench/bench_step_variants.py, bench/results/step_variants_2026-11-30_{2bd79c2,c19e99f}.json): Llama-3-8B
 rows 1 4.523 -> 4.458 ms (logits identical); rows 8 4.669 -> 5.020, rows 16 4.903 -> 5.703, Llama-3.2-1B rows 16
-1.153 -> 1.334 ms. The extra time grows with T x D, the new-key tile the last split rotates and writes (q's cos / sin
-per token or per row: the same time), not with spills (bench/kernel_resources.py: the same registers and stack with
-and without the fused path); not understood yet (the last split's write, barrier and read-back are serial)."""
+1.153 -> 1.334 ms. The extra time grows with T x D, the new-key tile the last split rotates and writes (q's cos /
+sin per (token, head) row or once per token: the same time), not with spills (bench/kernel_resources.py: the same
+registers and stack with and without the fused path); not understood yet (the last split's write, barrier and
+read-back are serial)."""
 _COUNTERS_INIT = 1024  # int32 counters per (device, stream), grown on demand
 
 _counter_cache: dict[tuple, torch.Tensor] = {}
@@ -97,8 +98,18 @@ _sm_count_cache: dict[int, int] = {}
 
 
 @triton.jit
-def _attend_kv(acc, m_i, l_i, q, k, v, visible, qk_scale, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """One online-softmax step over a loaded key tile k [D, BLOCK_N], v [BLOCK_N, D]; scores in the log2 domain."""
+def _attend_block(
+    acc, m_i, l_i, q, k_ptrs, v_ptrs, key_ok, visible, qk_scale,
+    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, L2_ONLY: tl.constexpr,
+):
+    """One online-softmax step over a BLOCK_N key tile; scores live in the log2 domain. `L2_ONLY`: load it with
+    ``.cg`` (keys this program wrote itself)."""
+    if L2_ONLY:
+        k = tl.load(k_ptrs, mask=key_ok[None, :], other=0.0, cache_modifier=".cg")  # [D, BLOCK_N]
+        v = tl.load(v_ptrs, mask=key_ok[:, None], other=0.0, cache_modifier=".cg")  # [BLOCK_N, D]
+    else:
+        k = tl.load(k_ptrs, mask=key_ok[None, :], other=0.0)
+        v = tl.load(v_ptrs, mask=key_ok[:, None], other=0.0)
     if UPCAST:
         k = k.to(tl.float32)
         v = v.to(tl.float32)
@@ -112,21 +123,6 @@ def _attend_kv(acc, m_i, l_i, q, k, v, visible, qk_scale, UPCAST: tl.constexpr, 
     l_i = l_i * alpha + tl.sum(p, axis=1)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
     return acc, m_new, l_i
-
-
-@triton.jit
-def _attend_block(
-    acc, m_i, l_i, q, k_ptrs, v_ptrs, key_ok, visible, qk_scale,
-    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, L2_ONLY: tl.constexpr,
-):
-    """Load one BLOCK_N key tile (`L2_ONLY`: ``.cg``, for keys this program wrote itself) and attend to it."""
-    if L2_ONLY:
-        k = tl.load(k_ptrs, mask=key_ok[None, :], other=0.0, cache_modifier=".cg")  # [D, BLOCK_N]
-        v = tl.load(v_ptrs, mask=key_ok[:, None], other=0.0, cache_modifier=".cg")  # [BLOCK_N, D]
-    else:
-        k = tl.load(k_ptrs, mask=key_ok[None, :], other=0.0)
-        v = tl.load(v_ptrs, mask=key_ok[:, None], other=0.0)
-    return _attend_kv(acc, m_i, l_i, q, k, v, visible, qk_scale, UPCAST, DOT_PRECISION)
 
 
 @triton.jit
@@ -160,7 +156,7 @@ def _tree_attention_kernel(
     stride_pos, stride_slot,
     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
     SPLIT: tl.constexpr, PREFIX_IN_TENSOR: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    USE_PDL: tl.constexpr, ROPE: tl.constexpr, BLOCK_T: tl.constexpr, TOKEN_TRIG: tl.constexpr,
+    USE_PDL: tl.constexpr, ROPE: tl.constexpr, BLOCK_T: tl.constexpr,
 ):
     pdl_start(USE_PDL)
     pid_m = tl.program_id(0)
@@ -181,20 +177,9 @@ def _tree_attention_kernel(
         d_swap = (d + HEAD_DIM // 2) % HEAD_DIM
         sign = tl.where(d < HEAD_DIM // 2, -1.0, 1.0)
         freq = tl.load(InvFreq + d % (HEAD_DIM // 2))
-        q_swapped = Q + tok[:, None] * stride_qt + head[:, None] * stride_qh + d_swap[None, :]
-        if TOKEN_TRIG:  # cos / sin once per token, not per (token, head) row: [rows] -> [tokens, GROUP]
-            toks = pid_m * (BLOCK_M // GROUP) + tl.arange(0, BLOCK_M // GROUP)
-            pos_t = tl.load(Pos + toks * stride_pos, mask=toks < n_tok, other=0).to(tl.float32)
-            angle = pos_t[:, None] * freq[None, :]
-            x = tl.reshape(tl.load(q_ptrs, mask=row_ok[:, None], other=0.0).to(tl.float32),
-                           (BLOCK_M // GROUP, GROUP, HEAD_DIM))
-            xs = tl.reshape(tl.load(q_swapped, mask=row_ok[:, None], other=0.0).to(tl.float32),
-                            (BLOCK_M // GROUP, GROUP, HEAD_DIM))
-            q = x * tl.cos(angle)[:, None, :] + sign[None, None, :] * xs * tl.sin(angle)[:, None, :]
-            q = tl.reshape(q, (BLOCK_M, HEAD_DIM)).to(Q.dtype.element_ty)
-        else:
-            pos = tl.load(Pos + tok * stride_pos, mask=row_ok, other=0).to(tl.float32)
-            q = _rope_rows(q_ptrs, q_swapped, row_ok[:, None], pos, freq, sign).to(Q.dtype.element_ty)
+        pos = tl.load(Pos + tok * stride_pos, mask=row_ok, other=0).to(tl.float32)
+        q = _rope_rows(q_ptrs, Q + tok[:, None] * stride_qt + head[:, None] * stride_qh + d_swap[None, :],
+                       row_ok[:, None], pos, freq, sign).to(Q.dtype.element_ty)
     else:
         q = tl.load(q_ptrs, mask=row_ok[:, None], other=0.0)
     if UPCAST:
@@ -265,12 +250,12 @@ def _tree_attention_kernel(
         count = tl.atomic_add(Counter + tile, 1, sem="acq_rel", scope="gpu")
         if count == num_splits - 1:  # last split of this tile to arrive: merge all partials
             tl.debug_barrier()
-            # Only splits that own prefix blocks, then the last (tree keys): the others wrote m = -inf, l = 0,
-            # which merge to nothing (a CUDA-graph launch sized from the cache capacity has many such).
-            used = tl.minimum(tl.cdiv(n_blocks, tl.maximum(per_split, 1)), num_splits - 1)
             m_tot = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
             l_tot = tl.zeros([BLOCK_M], dtype=tl.float32)
             o_tot = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+            # Only splits that own prefix blocks, then the last (tree keys): the others wrote m = -inf, l = 0,
+            # which merge to nothing (a CUDA-graph launch sized from the cache capacity has many such).
+            used = tl.minimum(tl.cdiv(n_blocks, tl.maximum(per_split, 1)), num_splits - 1)
             for s_idx in range(0, used):
                 m_tot, l_tot, o_tot = _merge_partial(m_tot, l_tot, o_tot, WsAcc, WsM, WsL,
                                                      (tile * num_splits + s_idx) * BLOCK_M + r, d, HEAD_DIM)
@@ -294,11 +279,6 @@ def attention_tile(n_rows: int, head_dim: int, elt_size: int, cuda: bool, *, blo
     if not (block_n or num_stages):  # shrink the pipeline until q + K/V stages fit in shared memory
         bn, stages = _fit_shared_memory(bm, bn, head_dim, elt_size, stages)
     return bm, bn, stages, num_warps or (4 if bm < 64 and bn < 256 else 8), wide
-
-
-def _token_trig(group: int, bm: int) -> bool:
-    """Whether a row block's q rows reshape to [tokens, GROUP] (GROUP a power of two dividing BLOCK_M)."""
-    return group > 1 and group & (group - 1) == 0 and bm % group == 0
 
 
 def _sm_count(device: torch.device) -> int:
@@ -524,7 +504,7 @@ def _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, rope, *, num
         out.stride(0), out.stride(1), mask.stride(0), pos_stride, slot_stride,
         GROUP=group, BLOCK_M=bm, BLOCK_N=bn, HEAD_DIM=d, SPLIT=splits > 1, PREFIX_IN_TENSOR=prefix_in_tensor,
         UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or q.dtype == torch.float32) else "tf32",
-        ROPE=rope is not None, TOKEN_TRIG=rope is not None and _token_trig(group, bm),
+        ROPE=rope is not None,
         BLOCK_T=triton.next_power_of_2(t) if rope is not None else 1,
         num_warps=warps, num_stages=stages, **pdl_options(q.device),
     )

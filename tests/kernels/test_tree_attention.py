@@ -179,7 +179,7 @@ def _rope_operands(t, hq, hkv, d, cap, dtype, seed):
 
 
 @pytest.mark.parametrize("tune", [{}, {"num_splits": 3, "block_n": BLOCK_N}], ids=["one-split", "3-splits-16-keys"])
-@pytest.mark.parametrize("group", [4, 3], ids=["gqa4-token-trig", "gqa3-row-trig"])
+@pytest.mark.parametrize("group", [4, 3], ids=["gqa4", "gqa3"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
 @pytest.mark.parametrize("case", ["verify", "expansion", "two_row_blocks"])
 def test_rope_tree_attention_equals_rope_kv_write_then_attention(case, dtype, group, tune):
@@ -187,9 +187,9 @@ def test_rope_tree_attention_equals_rope_kv_write_then_attention(case, dtype, gr
     registers, rounded to qkv's dtype), the same cache contents, the same output; and both equal the reference.
     verify: a square tree at prefix + 0..T-1; expansion: w rows written at scattered tree slots of a longer
     region (the draft); two_row_blocks: 22 tokens x GQA 4 (or 3) = 88 (66) query rows, two row blocks of 64 that
-    each write the new keys of their kv head before reading them. GQA 4: q's cos / sin once per token (a row
-    block's rows reshaped to [tokens, group]); GQA 3 (not a power of two): once per row. 3-splits-16-keys: the
-    split path (partials, the last split's merge) and tree regions longer than one key block."""
+    each write the new keys of their kv head before reading them; GQA 3: a group that is not a power of two.
+    3-splits-16-keys: the split path (partials, the last split's merge) and tree regions longer than one key
+    block."""
     from kernels import rope_kv_write, rope_tree_attention
     from kernels.reference import rope_kv_write_ref
 
