@@ -23,7 +23,7 @@ from runtime.kv_cache import KVCache
 from runtime.model import Transformer
 from runtime.oracle import AcceptanceOracle
 from runtime.tree import proposal_inputs
-from runtime.tree_cache import compaction_sources, keep_accepted, prefill, step_meta
+from runtime.tree_cache import apply_compaction, compaction_sources, keep_accepted, prefill, step_meta
 from runtime.verify import Verdict, verify_proposal
 
 
@@ -178,5 +178,5 @@ class TargetWorker:
         """Apply an owed KV keep now (before anything but the verify graph reads the cache); whether one was owed."""
         owed, self._owed_keep = self._owed_keep, None
         if owed is not None:
-            self.cache.keep(torch.tensor(owed[1], dtype=torch.long, device=self.device), owed[0])
+            apply_compaction(self.cache, *owed)
         return owed is not None

@@ -70,7 +70,12 @@ def keep_slots(cache: KVCache, prefix_len: int, slots: tuple[int, ...] | list[in
     supports for any count on CUDA."""
     src = compaction_sources(prefix_len, slots)
     if src is not None:
-        cache.keep(torch.tensor(src, dtype=torch.long, device=cache.device), prefix_len)
+        apply_compaction(cache, prefix_len, src)
+
+
+def apply_compaction(cache: KVCache, prefix_len: int, sources: list[int]) -> None:
+    """In place: gather cache slots `sources` (from `compaction_sources`) to [prefix_len, ...), every layer."""
+    cache.keep(torch.tensor(sources, dtype=torch.long, device=cache.device), prefix_len)
 
 
 def compaction_sources(prefix_len: int, slots: tuple[int, ...] | list[int]) -> list[int] | None:
