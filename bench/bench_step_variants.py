@@ -37,6 +37,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench.graph_profile import profile_graph  # noqa: E402
+from bench.graph_profile import table as profile_table  # noqa: E402
 from bench.profile_step import byte_floor_s  # noqa: E402
 from conf.presets import model_preset  # noqa: E402
 from conf.rundir import atomic_write_json, git_sha  # noqa: E402
@@ -82,8 +84,9 @@ def tree_inputs(rows: int, ctx: int, vocab: int, gen: torch.Generator) -> tuple:
 
 
 def run_preset(preset: str, cases: list[tuple[int, int]], ctx: int, cap: int, variants: list[str], rounds: int,
-               inner: int) -> list[dict]:
-    """Capture and time each (rows, tree_len) case of one model under every variant; one record per case."""
+               inner: int, profile_reps: int = 0) -> list[dict]:
+    """Capture and time each (rows, tree_len) case of one model under every variant; one record per case.
+    `profile_reps` > 0: also profile that many replays per variant (bench/graph_profile.py: exposed time per kernel)."""
     device = torch.device("cuda")
     model = build_model(model_preset(preset), "bfloat16", device, seed=0)
     layers, heads, head_dim = model.cache_spec()
@@ -149,6 +152,11 @@ def run_preset(preset: str, cases: list[tuple[int, int]], ctx: int, cap: int, va
                 "max_abs_diff_vs_base": (logits[name] - base).abs().max().item(),
                 "argmax_agree_vs_base": (logits[name].argmax(-1) == base.argmax(-1)).float().mean().item(),
             }
+            if profile_reps:
+                prof = profile_graph(graphs[rows, name].graph.replay, profile_reps)
+                rec["variants"][name]["kernel_profile"] = prof
+                print(f"{preset} rows {rows} {name}: kernels of one replay (exposed = how far each moves its end)\n"
+                      + profile_table(prof, floors_us=[("byte floor", floor * 1e6)]), flush=True)
         records.append(rec)
         print(f"{preset} rows {rows}: " + ", ".join(f"{v} {rec['variants'][v]['replay_s'] * 1e3:.3f} ms"
                                                    for v in ran), flush=True)
@@ -188,8 +196,12 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--cap", type=int, default=2048, help="KV cache slots (the runtime's max_seq_len_tokens)")
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--inner", type=int, default=10)
+    p.add_argument("--profile-kernels", type=int, default=0, metavar="REPS",
+                   help="also profile REPS replays per variant: exposed time per kernel (bench/graph_profile.py)")
     p.add_argument("--out", type=Path, default=None)
     a = p.parse_args(argv)
+    if a.profile_kernels < 0:
+        raise SystemExit(f"--profile-kernels: expected a count >= 0, got {a.profile_kernels}")
     variants = a.variants.split(",")
     for v in variants:
         if v not in VARIANTS:
@@ -210,11 +222,12 @@ def main(argv: list[str] | None = None) -> dict:
     if not torch.cuda.is_available():
         raise SystemExit("bench_step_variants: needs a CUDA GPU (the steps are CUDA graphs)")
     results = [rec for preset, pcs in cases.items()
-               for rec in run_preset(preset, pcs, a.ctx, a.cap, variants, a.rounds, a.inner)]
+               for rec in run_preset(preset, pcs, a.ctx, a.cap, variants, a.rounds, a.inner, a.profile_kernels)]
     record = {"benchmark": "step_variants", "git_sha": git_sha(), "device": torch.cuda.get_device_name(),
               "date": datetime.date.today().isoformat(), "torch": torch.__version__,
               "triton": __import__("triton").__version__,
               "config": {"ctx": a.ctx, "cap": a.cap, "rounds": a.rounds, "inner": a.inner,
+                         "profile_kernels": a.profile_kernels,
                          "variants": {v: {"skinny": VARIANTS[v][0], "pdl": VARIANTS[v][1],
                                           "qkv_rope": v in QKV_ROPE_VARIANTS,
                                           "rope_attention": v in ROPE_ATTENTION_VARIANTS} for v in variants},
