@@ -26,7 +26,9 @@ Random bf16 weights (never zeros). Plain argparse: runs on the GPU machine witho
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
+import importlib
 import statistics
 import sys
 from pathlib import Path
@@ -50,6 +52,9 @@ from runtime.kv_cache import KVCache  # noqa: E402
 from runtime.loader import build_model  # noqa: E402
 from runtime.tree import ancestor_mask  # noqa: E402
 
+# the modules, not the package's same-named functions (kernels/__init__.py re-exports skinny_linear, tree_attention)
+fused_mlp, norm, skinny_linear, tree_attention = (importlib.import_module(f"kernels.{m}") for m in
+                                                  ("fused_mlp", "norm", "skinny_linear", "tree_attention"))
 _EARLY = {"gemm": "early", "small": "early"}
 VARIANTS: dict[str, tuple[bool, dict[str, str] | None]] = {
     "base": (False, None),
@@ -64,6 +69,7 @@ VARIANTS: dict[str, tuple[bool, dict[str, str] | None]] = {
     "skinny_pdl_small_late_gemm_early": (True, {"gemm": "early", "small": "late"}),
     "skinny_pdl_late_qkvrope": (True, {"gemm": "late", "small": "late"}),
     "skinny_pdl_late_ropeattn": (True, {"gemm": "late", "small": "late"}),
+    "runtime": (True, {"gemm": "late", "small": "late"}),
 }
 """name -> (kernels.skinny, the PDL trigger per kernel role or None for ordinary launches: kernels/pdl.py)."""
 QKV_ROPE_VARIANTS = frozenset({"skinny_pdl_late_qkvrope"})
@@ -71,6 +77,78 @@ QKV_ROPE_VARIANTS = frozenset({"skinny_pdl_late_qkvrope"})
 ROPE_ATTENTION_VARIANTS = frozenset({"skinny_pdl_late_ropeattn"})
 """Variants whose tree attention does RoPE + the KV write at every row count (`kernels.rope_tree_attention`; the
 runtime's `kernels.rope_attention` uses it for single-token steps only: ROPE_FASTER_MAX_TOKENS)."""
+RUNTIME_VARIANTS = frozenset({"runtime"})
+"""What `kernels=graphs` runs: skinny_pdl_late with the fused RoPE attention on single-token steps only."""
+
+
+def _skinny_tile(block_n: int, split_k: int = 1, block_k: int = 256) -> dict[str, int]:
+    return {"block_n": block_n, "block_k": block_k, "split_k": split_k, "num_warps": 4, "num_stages": 4}
+
+
+PATCHES: dict[str, tuple[str, object]] = {
+    # Llama-3-8B projections (m bucket 16: 1-16 rows). Tuned: qkv block_n 64 (96 programs: one wave on 96 of 132
+    # SMs), o block_n 32 (128), down block_n 64 x split 4 (256).
+    "qkv_n32": ("skinny", {(6144, 4096, 16): _skinny_tile(32)}),
+    "qkv_n16": ("skinny", {(6144, 4096, 16): _skinny_tile(16)}),
+    "o_n16": ("skinny", {(4096, 4096, 16): _skinny_tile(16)}),
+    "o_s2": ("skinny", {(4096, 4096, 16): _skinny_tile(32, split_k=2)}),
+    "down_n32": ("skinny", {(4096, 14336, 16): _skinny_tile(32, split_k=4, block_k=128)}),
+    # Llama-3.2-1B: qkv block_n 32 (96 programs), o block_n 16 (128)
+    "dqkv_n16": ("skinny", {(3072, 2048, 16): _skinny_tile(16)}),
+    "do_s2": ("skinny", {(2048, 2048, 16): _skinny_tile(16, split_k=2)}),
+    # SwiGLU intermediate columns per program (kernels.fused_mlp.BLOCK_I, 64: 224 programs at 8B, 128 at 1B)
+    "swiglu_i32": ("swiglu", 32),
+    # tree attention: prefix keys per split of the wide tile (KEYS_PER_SPLIT, 256)
+    "attn_k128": ("attention", 128),
+    "attn_k64": ("attention", 64),
+    # the norm weight loaded before the PDL wait (kernels.norm.WEIGHT_BEFORE_WAIT)
+    "normw": ("norm", True),
+}
+"""Tile / placement experiments appended to a variant as `variant+patch+...`: they set the module-level tile
+choices while that variant's graphs are captured (what a capture records is what its replays run)."""
+
+
+def parse_variant(spec: str) -> tuple[str, list[str]]:
+    """`base+patch+...` -> (base variant, patches); SystemExit naming the unknown part."""
+    base, *patches = spec.split("+")
+    if base not in VARIANTS:
+        raise SystemExit(f"--variants: {base!r} is not one of {', '.join(VARIANTS)}")
+    for name in patches:
+        if name not in PATCHES:
+            raise SystemExit(f"--variants: patch {name!r} of {spec!r} is not one of {', '.join(PATCHES)}")
+    return base, patches
+
+
+@contextlib.contextmanager
+def patched(names: list[str]):
+    """Apply PATCHES `names` to the kernel modules inside the block, restoring every value after it."""
+    saved = (dict(skinny_linear.CONFIGS), fused_mlp.BLOCK_I, tree_attention.KEYS_PER_SPLIT, norm.WEIGHT_BEFORE_WAIT)
+    try:
+        for name in names:
+            kind, value = PATCHES[name]
+            if kind == "skinny":
+                skinny_linear.CONFIGS.update(value)
+            elif kind == "swiglu":
+                fused_mlp.BLOCK_I = value
+            elif kind == "attention":
+                tree_attention.KEYS_PER_SPLIT = value
+            else:
+                norm.WEIGHT_BEFORE_WAIT = value
+        yield
+    finally:
+        skinny_linear.CONFIGS.clear()
+        skinny_linear.CONFIGS.update(saved[0])
+        fused_mlp.BLOCK_I, tree_attention.KEYS_PER_SPLIT, norm.WEIGHT_BEFORE_WAIT = saved[1:]
+
+
+def _variant_config(spec: str) -> dict:
+    """What a variant sets, for the results file."""
+    base, patches = parse_variant(spec)
+    return {"skinny": VARIANTS[base][0], "pdl": VARIANTS[base][1], "qkv_rope": base in QKV_ROPE_VARIANTS,
+            "rope_attention": ("all rows" if base in ROPE_ATTENTION_VARIANTS else
+                               "single-token steps" if base in RUNTIME_VARIANTS else False),
+            "patches": {name: (PATCHES[name][0], {str(k): v for k, v in PATCHES[name][1].items()}
+                               if isinstance(PATCHES[name][1], dict) else PATCHES[name][1]) for name in patches}}
 
 
 def tree_inputs(rows: int, ctx: int, vocab: int, gen: torch.Generator) -> tuple:
@@ -91,6 +169,7 @@ def run_preset(preset: str, cases: list[tuple[int, int]], ctx: int, cap: int, va
     model = build_model(model_preset(preset), "bfloat16", device, seed=0)
     layers, heads, head_dim = model.cache_spec()
     cache = KVCache(layers, cap, heads, head_dim, model.dtype, device)
+    attn_runtime = make_attention_backend("triton")  # fused RoPE attention on single-token steps, as kernels=graphs
     attn = make_attention_backend("triton")
     attn.rope_max_tokens = ROPE_MAX_TOKENS  # *_ropeattn fuse at every row count (the runtime: single-token steps)
     graphs: dict[tuple[int, str], StepGraph] = {}
@@ -98,12 +177,14 @@ def run_preset(preset: str, cases: list[tuple[int, int]], ctx: int, cap: int, va
     with torch.no_grad():
         for rows, tree_len in cases:
             for name in variants:
-                skinny, policy = VARIANTS[name]
+                base, patches = parse_variant(name)
+                skinny, policy = VARIANTS[base]
                 try:  # an experiment that does not build or capture is reported, not fatal to the others
-                    with pdl(policy is not None, **(policy or {})):
-                        model.use_fused_kernels(True, skinny=skinny, qkv_rope=name in QKV_ROPE_VARIANTS,
-                                                rope_attention=name in ROPE_ATTENTION_VARIANTS)
-                        graphs[rows, name] = StepGraph(model, cache, attn, rows, tree_len)
+                    with pdl(policy is not None, **(policy or {})), patched(patches):
+                        model.use_fused_kernels(True, skinny=skinny, qkv_rope=base in QKV_ROPE_VARIANTS,
+                                                rope_attention=base in ROPE_ATTENTION_VARIANTS | RUNTIME_VARIANTS)
+                        graphs[rows, name] = StepGraph(model, cache, attn_runtime if base in RUNTIME_VARIANTS
+                                                       else attn, rows, tree_len)
                 except Exception as exc:  # noqa: BLE001 (recorded with its type and message)
                     failed[rows, name] = f"{type(exc).__name__}: {exc}"[:500]
                     print(f"{preset} rows {rows} {name}: FAILED {failed[rows, name][:200]}", flush=True)
@@ -204,8 +285,7 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(f"--profile-kernels: expected a count >= 0, got {a.profile_kernels}")
     variants = a.variants.split(",")
     for v in variants:
-        if v not in VARIANTS:
-            raise SystemExit(f"--variants: {v!r} is not one of {', '.join(VARIANTS)}")
+        parse_variant(v)
     cases: dict[str, list[tuple[int, int]]] = {}
     for spec in a.cases.split(","):
         try:
@@ -228,9 +308,7 @@ def main(argv: list[str] | None = None) -> dict:
               "triton": __import__("triton").__version__,
               "config": {"ctx": a.ctx, "cap": a.cap, "rounds": a.rounds, "inner": a.inner,
                          "profile_kernels": a.profile_kernels,
-                         "variants": {v: {"skinny": VARIANTS[v][0], "pdl": VARIANTS[v][1],
-                                          "qkv_rope": v in QKV_ROPE_VARIANTS,
-                                          "rope_attention": v in ROPE_ATTENTION_VARIANTS} for v in variants},
+                         "variants": {v: _variant_config(v) for v in variants},
                          "cases": a.cases},
               "results": results}
     if a.out is not None:

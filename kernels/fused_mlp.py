@@ -20,6 +20,10 @@ import triton.language as tl
 
 from kernels.pdl import pdl_options, pdl_start
 
+BLOCK_I = 64
+"""Intermediate columns per program (the default tile; `block_i` overrides it per call): 224 programs for the 8B's
+I = 14336, 128 for the 1B's 8192."""
+
 
 @triton.jit
 def _swiglu_kernel(
@@ -81,7 +85,7 @@ def swiglu(
         return out
     upcast = x.device.type == "cpu"
     bm = block_m or min(64, max(16, triton.next_power_of_2(m)))
-    bi = block_i or 64
+    bi = block_i or BLOCK_I
     bk = block_k or min(128, max(16, triton.next_power_of_2(k)))
     grid = (triton.cdiv(i, bi), triton.cdiv(m, bm))
     _swiglu_kernel[grid](

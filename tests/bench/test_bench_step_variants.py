@@ -44,3 +44,44 @@ def test_table_marks_failed_variants():
     out = table(results, ["base", "skinny"])
     assert "| base | 4.500 (1.20) | failed |" in out and "| skinny | failed | failed |" in out
     assert "rows 8: floor 3.775 ms; logits vs base" in out and "rows 1: every variant failed" in out
+
+
+def test_patches_parse_apply_and_restore():
+    """`variant+patch`: each patch sets a module-level tile choice only inside `patched`; unknown parts are named."""
+    import importlib
+
+    from bench.bench_step_variants import PATCHES, parse_variant, patched
+
+    skinny = importlib.import_module("kernels.skinny_linear")
+    fused_mlp = importlib.import_module("kernels.fused_mlp")
+    attention = importlib.import_module("kernels.tree_attention")
+    norm = importlib.import_module("kernels.norm")
+    assert parse_variant("runtime+qkv_n32+normw") == ("runtime", ["qkv_n32", "normw"])
+    with pytest.raises(SystemExit, match=r"patch 'qkv_n8' of 'runtime\+qkv_n8' is not one of qkv_n32"):
+        parse_variant("runtime+qkv_n8")
+    before = (dict(skinny.CONFIGS), fused_mlp.BLOCK_I, attention.KEYS_PER_SPLIT, norm.WEIGHT_BEFORE_WAIT)
+    with patched(["qkv_n32", "o_s2", "swiglu_i32", "attn_k128", "normw"]):
+        assert skinny.pick_config(1, 6144, 4096)["block_n"] == 32
+        assert skinny.pick_config(8, 4096, 4096)["split_k"] == 2
+        assert (fused_mlp.BLOCK_I, attention.KEYS_PER_SPLIT, norm.WEIGHT_BEFORE_WAIT) == (32, 128, True)
+    assert (dict(skinny.CONFIGS), fused_mlp.BLOCK_I, attention.KEYS_PER_SPLIT, norm.WEIGHT_BEFORE_WAIT) == before
+    assert set(PATCHES) >= {"qkv_n32", "o_n16", "down_n32", "dqkv_n16", "do_s2"}
+
+
+@pytest.mark.parametrize("preset", ["llama3-8b", "llama3.2-1b"])
+def test_gemm_patches_name_shapes_the_model_runs(preset):
+    """A skinny patch whose (N, K) no projection of either benchmarked model has would change nothing: each one
+    must hit the QKV, o or down projection of one of them (m bucket 16: the 1-16-row steps)."""
+    from bench.bench_step_variants import PATCHES
+    from conf.presets import model_preset
+
+    shapes = {}
+    for name in ("llama3-8b", "llama3.2-1b"):
+        s = model_preset(name)
+        qkv = (s.num_heads + 2 * s.num_kv_heads) * s.head_dim
+        shapes[name] = {(qkv, s.hidden_size, 16), (s.hidden_size, s.num_heads * s.head_dim, 16),
+                        (s.hidden_size, s.intermediate_size, 16)}
+    for kind, value in PATCHES.values():
+        if kind == "skinny":
+            assert set(value) <= shapes["llama3-8b"] | shapes["llama3.2-1b"], value
+    assert any(kind == "skinny" and set(value) & shapes[preset] for kind, value in PATCHES.values())
