@@ -103,15 +103,6 @@ PATCHES: dict[str, tuple[str, object]] = {
     "attn_k64": ("attention", 64),
     # the norm weight loaded before the PDL wait (kernels.norm.WEIGHT_BEFORE_WAIT)
     "normw": ("norm", True),
-    # L2 prefetch of the next GEMM's weights by the latency-bound kernel before it (Transformer.l2_prefetch, bytes;
-    # a budget past the weight's size takes all of it): the attention -> o, the post-o norm -> gate / up rows, the
-    # post-down norm -> the next layer's QKV
-    "pf_o": ("prefetch", {"o": 1 << 40}),
-    "pf_o16": ("prefetch", {"o": 16 << 20}),
-    "pf_mlp16": ("prefetch", {"mlp": 16 << 20}),
-    "pf_mlp32": ("prefetch", {"mlp": 32 << 20}),
-    "pf_qkv16": ("prefetch", {"qkv": 16 << 20}),
-    "pf_qkv": ("prefetch", {"qkv": 1 << 40}),
 }
 """Tile / placement experiments appended to a variant as `variant+patch+...`: they set the module-level tile
 choices while that variant's graphs are captured (what a capture records is what its replays run)."""
@@ -128,20 +119,9 @@ def parse_variant(spec: str) -> tuple[str, list[str]]:
     return base, patches
 
 
-def prefetch_of(names: list[str]) -> dict[str, int]:
-    """The `l2_prefetch` ranges the prefetch patches among `names` ask for (later ones win per range)."""
-    out: dict[str, int] = {}
-    for name in names:
-        kind, value = PATCHES[name]
-        if kind == "prefetch":
-            out.update(value)
-    return out
-
-
 @contextlib.contextmanager
 def patched(names: list[str]):
-    """Apply PATCHES `names` to the kernel modules inside the block, restoring every value after it (the prefetch
-    patches are model settings: `prefetch_of`)."""
+    """Apply PATCHES `names` to the kernel modules inside the block, restoring every value after it."""
     saved = (dict(skinny_linear.CONFIGS), fused_mlp.BLOCK_I, tree_attention.KEYS_PER_SPLIT, norm.WEIGHT_BEFORE_WAIT)
     try:
         for name in names:
@@ -152,7 +132,7 @@ def patched(names: list[str]):
                 fused_mlp.BLOCK_I = value
             elif kind == "attention":
                 tree_attention.KEYS_PER_SPLIT = value
-            elif kind == "norm":
+            else:
                 norm.WEIGHT_BEFORE_WAIT = value
         yield
     finally:
@@ -202,8 +182,7 @@ def run_preset(preset: str, cases: list[tuple[int, int]], ctx: int, cap: int, va
                 try:  # an experiment that does not build or capture is reported, not fatal to the others
                     with pdl(policy is not None, **(policy or {})), patched(patches):
                         model.use_fused_kernels(True, skinny=skinny, qkv_rope=base in QKV_ROPE_VARIANTS,
-                                                rope_attention=base in ROPE_ATTENTION_VARIANTS | RUNTIME_VARIANTS,
-                                                l2_prefetch=prefetch_of(patches))
+                                                rope_attention=base in ROPE_ATTENTION_VARIANTS | RUNTIME_VARIANTS)
                         graphs[rows, name] = StepGraph(model, cache, attn_runtime if base in RUNTIME_VARIANTS
                                                        else attn, rows, tree_len)
                 except Exception as exc:  # noqa: BLE001 (recorded with its type and message)

@@ -35,7 +35,7 @@ ALT_TILE = {"block_n": 64, "num_stages": 3, "num_warps": 4}
 """The non-wide tile next to the heuristic's (64 keys, 3 stages, 4 warps)."""
 POINTER_TYPES = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "Out": "*bf16", "Mask": "*u8", "prefix_arg": "*i32",
                  "WsAcc": "*fp32", "WsM": "*fp32", "WsL": "*fp32", "Counter": "*i32", "Pos": "*i64",
-                 "InvFreq": "*fp32", "Slots": "*i64", "PF": "*bf16"}
+                 "InvFreq": "*fp32", "Slots": "*i64"}
 """Types of the kernel's pointer arguments as the CUDA-graph runtime passes them (bf16 model, tensor prefix)."""
 FLOAT_ARGS = {"qk_scale"}
 _PTXAS_REPORT = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads.*?"
@@ -68,14 +68,12 @@ def ptxas_report(ptx: str, arch: int) -> dict:
     return {"registers": regs, "stack_bytes": stack, "spill_store_bytes": spill_st, "spill_load_bytes": spill_ld}
 
 
-def compile_case(shape: str, rows: int, rope: bool, tile: dict, arch: int, prefetch: bool = False) -> dict:
-    """Compile the tree-attention kernel for one launch and report its resources (`prefetch`: with the L2 prefetch
-    of the next weights, `kernels.l2_prefetch`; the record then holds the PTX's bulk-prefetch count)."""
+def compile_case(shape: str, rows: int, rope: bool, tile: dict, arch: int) -> dict:
+    """Compile the tree-attention kernel for one launch and report its resources."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from kernels.l2_prefetch import CHUNK_BYTES, block_for
     from kernels.tree_attention import _tree_attention_kernel, attention_tile
 
     if not isinstance(_tree_attention_kernel, triton.runtime.jit.JITFunction):
@@ -86,8 +84,7 @@ def compile_case(shape: str, rows: int, rope: bool, tile: dict, arch: int, prefe
     bm, bn, stages, warps, wide = attention_tile(rows * group, d, 2, True, **tile)
     constexprs = {"GROUP": group, "BLOCK_M": bm, "BLOCK_N": bn, "HEAD_DIM": d, "SPLIT": True,
                   "PREFIX_IN_TENSOR": True, "UPCAST": False, "DOT_PRECISION": "tf32", "USE_PDL": 2, "ROPE": rope,
-                  "BLOCK_T": triton.next_power_of_2(rows) if rope else 1, "PREFETCH": prefetch,
-                  "PF_CHUNK": CHUNK_BYTES, "PF_BLOCK": block_for(warps)}
+                  "BLOCK_T": triton.next_power_of_2(rows) if rope else 1}
     names = _tree_attention_kernel.arg_names
     signature = {n: "constexpr" if n in constexprs else POINTER_TYPES.get(n, "fp32" if n in FLOAT_ARGS else "i32")
                  for n in names}
@@ -95,12 +92,9 @@ def compile_case(shape: str, rows: int, rope: bool, tile: dict, arch: int, prefe
                     constexprs={(names.index(n),): v for n, v in constexprs.items()})
     kernel = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": warps,
                                                                                "num_stages": stages})
-    rec = {"shape": shape, "rows": rows, "rope": rope, "tile": "heuristic" if not tile else "alt",
-           "block_m": bm, "block_n": bn, "num_stages": stages, "num_warps": warps, "wide": wide,
-           "shared_bytes": kernel.metadata.shared, **ptxas_report(kernel.asm["ptx"], arch)}
-    if prefetch:
-        rec["bulk_prefetches_in_ptx"] = kernel.asm["ptx"].count("cp.async.bulk.prefetch.L2.global")
-    return rec
+    return {"shape": shape, "rows": rows, "rope": rope, "tile": "heuristic" if not tile else "alt",
+            "block_m": bm, "block_n": bn, "num_stages": stages, "num_warps": warps, "wide": wide,
+            "shared_bytes": kernel.metadata.shared, **ptxas_report(kernel.asm["ptx"], arch)}
 
 
 def run(arch: int, quick: bool) -> list[dict]:

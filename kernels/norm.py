@@ -19,11 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.l2_prefetch import CHUNK_BYTES, block_for, l2_prefetch, prefetch_operands
 from kernels.pdl import pdl_options, pdl_start
 
-PREFETCH_PROGRAMS = 64
-"""Extra programs of add_rmsnorm_partials that issue its prefetch ranges (one program per row does the norm)."""
 WEIGHT_BEFORE_WAIT = False
 """Load the norm weight before the PDL wait (no kernel writes it, so it may be read while the previous kernel
 still runs): one dependent global load off the kernel's critical path. An experiment (bench_step_variants'
@@ -95,17 +92,10 @@ def add_rmsnorm(
 
 @triton.jit
 def _add_rmsnorm_partials_kernel(
-    P, R, W, Normed, NewRes, N, eps, M, PF_A, chunks_a, PF_B, chunks_b,
+    P, R, W, Normed, NewRes, N, eps,
     stride_ps, stride_pm, stride_r, stride_n, stride_nr,
     SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr, W_EARLY: tl.constexpr,
-    PREFETCH: tl.constexpr, PF_CHUNK: tl.constexpr, PF_BLOCK: tl.constexpr,
 ):
-    if PREFETCH:  # programs M.. only request the next projection's weights into L2 (kernels.l2_prefetch)
-        pid = tl.program_id(0)
-        if pid >= M:
-            l2_prefetch(PF_A, chunks_a, pid - M, tl.num_programs(0) - M, PF_CHUNK, PF_BLOCK)
-            l2_prefetch(PF_B, chunks_b, pid - M, tl.num_programs(0) - M, PF_CHUNK, PF_BLOCK)
-            return
     cols = tl.arange(0, BLOCK_N)
     ok = cols < N
     if W_EARLY:  # as _add_rmsnorm_kernel
@@ -135,7 +125,6 @@ def add_rmsnorm_partials(
     eps: float,
     *,
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
-    prefetch: tuple[tuple[torch.Tensor, int] | None, tuple[torch.Tensor, int] | None] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """add_rmsnorm of a split-K projection given as float32 partials [S, M, N] (``skinny_linear_partials``).
 
@@ -144,8 +133,6 @@ def add_rmsnorm_partials(
     equal to ``skinny_linear`` (split_k = S) followed by ``add_rmsnorm``, one launch instead of two.
     Returns (normed, new_residual) in residual.dtype; ``out`` optionally gives those two [M, N] buffers.
     Bytes per row: S * N * 4 partials + 2 N reads + 2 N writes, still launch-bound at decode sizes.
-    ``prefetch``: up to two (tensor, bytes) ranges (the next GEMM's weights) that PREFETCH_PROGRAMS extra programs
-    request into L2 while the rows are normed (``kernels.l2_prefetch``; a hint, results unchanged).
     """
     if partials.dim() != 3 or partials.dtype != torch.float32:
         raise ValueError(f"add_rmsnorm_partials: partials must be float32 [S, M, N], got "
@@ -171,15 +158,11 @@ def add_rmsnorm_partials(
     if m == 0:
         return normed, new_res
     block_n = triton.next_power_of_2(n)
-    pf_a, chunks_a = prefetch_operands(prefetch[0] if prefetch else None, residual.device, "add_rmsnorm_partials")
-    pf_b, chunks_b = prefetch_operands(prefetch[1] if prefetch else None, residual.device, "add_rmsnorm_partials")
-    pf_on = pf_a is not None or pf_b is not None
-    warps = min(16, max(1, block_n // 512))  # as add_rmsnorm: the same row reduction, bit for bit
-    _add_rmsnorm_partials_kernel[(m + (PREFETCH_PROGRAMS if pf_on else 0),)](
-        partials, residual, weight, normed, new_res, n, float(eps), m,
-        pf_a if pf_a is not None else weight, chunks_a, pf_b if pf_b is not None else weight, chunks_b,
+    _add_rmsnorm_partials_kernel[(m,)](
+        partials, residual, weight, normed, new_res, n, float(eps),
         partials.stride(0), partials.stride(1), residual.stride(0), normed.stride(0), new_res.stride(0),
-        SPLIT_K=s, BLOCK_N=block_n, num_warps=warps, W_EARLY=WEIGHT_BEFORE_WAIT,
-        PREFETCH=pf_on, PF_CHUNK=CHUNK_BYTES, PF_BLOCK=block_for(warps), **pdl_options(residual.device),
+        SPLIT_K=s, BLOCK_N=block_n,
+        num_warps=min(16, max(1, block_n // 512)),  # as add_rmsnorm: the same row reduction, bit for bit
+        W_EARLY=WEIGHT_BEFORE_WAIT, **pdl_options(residual.device),
     )
     return normed, new_res

@@ -60,7 +60,6 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.l2_prefetch import CHUNK_BYTES, block_for, l2_prefetch, prefetch_operands
 from kernels.pdl import pdl_options, pdl_start
 
 LOG2E = 1.4426950408889634  # 1 / ln(2): softmax runs on exp2
@@ -151,22 +150,18 @@ def _merge_partial(m_tot, l_tot, o_tot, WsAcc, WsM, WsL, ws, d, HEAD_DIM: tl.con
 
 @triton.jit
 def _tree_attention_kernel(
-    Q, K, V, Out, Mask, prefix_arg, WsAcc, WsM, WsL, Counter, Pos, InvFreq, Slots, PF, pf_chunks,
+    Q, K, V, Out, Mask, prefix_arg, WsAcc, WsM, WsL, Counter, Pos, InvFreq, Slots,
     n_rows, tree_len, num_splits, min_blocks, qk_scale, n_tok, num_q_heads,
     stride_qt, stride_qh, stride_kc, stride_kh, stride_vc, stride_vh, stride_ot, stride_oh, stride_mt,
     stride_pos, stride_slot,
     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
     SPLIT: tl.constexpr, PREFIX_IN_TENSOR: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    USE_PDL: tl.constexpr, ROPE: tl.constexpr, BLOCK_T: tl.constexpr, PREFETCH: tl.constexpr,
-    PF_CHUNK: tl.constexpr, PF_BLOCK: tl.constexpr,
+    USE_PDL: tl.constexpr, ROPE: tl.constexpr, BLOCK_T: tl.constexpr,
 ):
+    pdl_start(USE_PDL)
     pid_m = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
-    if PREFETCH:  # the next projection's weights into L2 (kernels.l2_prefetch; weights: before the PDL wait)
-        l2_prefetch(PF, pf_chunks, (pid_m * tl.num_programs(1) + kvh) * tl.num_programs(2) + split,
-                    tl.num_programs(0) * tl.num_programs(1) * tl.num_programs(2), PF_CHUNK, PF_BLOCK)
-    pdl_start(USE_PDL)
     if PREFIX_IN_TENSOR:
         prefix_len = tl.load(prefix_arg).to(tl.int32)
     else:
@@ -342,7 +337,6 @@ def tree_attention(
     num_warps: int | None = None,
     num_stages: int | None = None,
     min_blocks_per_split: int | None = None,
-    prefetch: tuple[torch.Tensor, int] | None = None,
 ) -> torch.Tensor:
     """Attention of q [T,Hq,D] over k/v_cache [cap,Hkv,D] keys [0, prefix_len) + masked tree keys.
 
@@ -358,8 +352,6 @@ def tree_attention(
             None picks the heuristic.
         min_blocks_per_split: prefix blocks a split takes at least (None: 1 for the wide tile, else
             MIN_BLOCKS_PER_SPLIT).
-        prefetch: optional (tensor, bytes): the programs request that range into L2 before their work
-            (`kernels.l2_prefetch`: the next projection's weights; a hint, results unchanged).
 
     Returns:
         out [T, Hq, D] in q's dtype.
@@ -371,7 +363,7 @@ def tree_attention(
     out = _out_buffer("tree_attention", out, q.shape, q.dtype, q.device)
     return _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, None, num_splits=num_splits,
                    block_n=block_n, block_m=block_m, num_warps=num_warps, num_stages=num_stages,
-                   min_blocks_per_split=min_blocks_per_split, prefetch=prefetch)
+                   min_blocks_per_split=min_blocks_per_split)
 
 
 def rope_tree_attention(
@@ -389,7 +381,6 @@ def rope_tree_attention(
     out: torch.Tensor | None = None,
     num_splits: int | None = None,
     block_n: int | None = None,
-    prefetch: tuple[torch.Tensor, int] | None = None,
 ) -> torch.Tensor:
     """``kernels.rope_kv_write`` and ``tree_attention`` in one launch: the q rows are rotated in registers, and the
     last split of each kv head rotates the T new keys, writes them and the values to the caches at
@@ -398,8 +389,8 @@ def rope_tree_attention(
     Args:
         qkv: [T, (Hq + 2 Hkv) * D] QKV projection output (not rotated); last dim contiguous, any row stride.
         positions, inv_freq, write_slots, num_heads: as ``kernels.rope_kv_write`` (Hkv is k_cache's).
-        k_cache, v_cache, prefix_len, tree_mask, scale, out, num_splits, block_n, prefetch: as ``tree_attention``
-            (out is [T, Hq, D] of qkv's dtype).
+        k_cache, v_cache, prefix_len, tree_mask, scale, out, num_splits, block_n: as ``tree_attention`` (out is
+            [T, Hq, D] of qkv's dtype).
 
     Extra contract (not checked: that would sync with the host): every write slot is a tree slot,
     ``prefix_len <= write_slots[t] < prefix_len + tree_len`` (the prefix splits read their keys while the last
@@ -431,7 +422,7 @@ def rope_tree_attention(
     _check_attention_operands("rope_tree_attention", q, k_cache, v_cache, prefix_len, tree_mask)
     out = _out_buffer("rope_tree_attention", out, q.shape, qkv.dtype, qkv.device)
     return _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, (positions, inv_freq, write_slots),
-                   num_splits=num_splits, block_n=block_n, prefetch=prefetch)
+                   num_splits=num_splits, block_n=block_n)
 
 
 def _out_buffer(fn: str, out: torch.Tensor | None, shape: torch.Size, dtype: torch.dtype,
@@ -469,11 +460,10 @@ def _check_attention_operands(fn: str, q, k_cache, v_cache, prefix_len, tree_mas
 
 
 def _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, rope, *, num_splits=None, block_n=None,
-            block_m=None, num_warps=None, num_stages=None, min_blocks_per_split=None, prefetch=None) -> torch.Tensor:
+            block_m=None, num_warps=None, num_stages=None, min_blocks_per_split=None) -> torch.Tensor:
     """The kernel launch behind tree_attention and rope_tree_attention (`rope`: positions, inv_freq, slots)."""
     t, hq, d = q.shape
     cap, hkv, _ = k_cache.shape
-    pf, pf_chunks = prefetch_operands(prefetch, q.device, "tree_attention")
     if t == 0:
         return out
     tree_len = tree_mask.shape[1]
@@ -508,7 +498,6 @@ def _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, rope, *, num
     grid = (m_blocks, hkv, splits)
     _tree_attention_kernel[grid](
         q, k_cache, v_cache, out, mask, prefix_len, ws_acc, ws_m, ws_l, counter, pos, freq, slots,
-        pf if pf is not None else out, pf_chunks,
         n_rows, tree_len, splits, max(1, min_blocks_per_split or (1 if wide else MIN_BLOCKS_PER_SPLIT)),
         float(scale) * LOG2E, t, hq,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
@@ -517,7 +506,6 @@ def _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, rope, *, num
         UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or q.dtype == torch.float32) else "tf32",
         ROPE=rope is not None,
         BLOCK_T=triton.next_power_of_2(t) if rope is not None else 1,
-        PREFETCH=pf is not None, PF_CHUNK=CHUNK_BYTES, PF_BLOCK=block_for(warps),
         num_warps=warps, num_stages=stages, **pdl_options(q.device),
     )
     return out

@@ -107,11 +107,9 @@ class AttentionBackend:
     """Steps of up to this many tokens may call `rope_attend` (RoPE + K/V write inside the attention); 0: none."""
 
     def __call__(
-        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta, scale: float,
-        prefetch: tuple[torch.Tensor, int] | None = None,
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta, scale: float
     ) -> torch.Tensor:
-        """q [T, Hq, D], k_cache / v_cache [capacity, Hkv, D] -> [T, Hq, D] in q's dtype. `prefetch`: a
-        (tensor, bytes) range a backend may request into L2 meanwhile (`kernels.l2_prefetch`); a hint."""
+        """q [T, Hq, D], k_cache / v_cache [capacity, Hkv, D] -> [T, Hq, D] in q's dtype."""
         raise NotImplementedError
 
 
@@ -121,10 +119,9 @@ class ReferenceAttention(AttentionBackend):
     name = "reference"
 
     def __call__(
-        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta, scale: float,
-        prefetch: tuple[torch.Tensor, int] | None = None,
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta, scale: float
     ) -> torch.Tensor:
-        """q [T, Hq, D], k_cache / v_cache [capacity, Hkv, D] -> [T, Hq, D] in q's dtype (`prefetch` ignored)."""
+        """q [T, Hq, D], k_cache / v_cache [capacity, Hkv, D] -> [T, Hq, D] in q's dtype."""
         t, hq, d = q.shape
         n = meta.visible_len
         hkv = k_cache.shape[1]
@@ -155,21 +152,20 @@ class TritonAttention(AttentionBackend):
         self.rope_max_tokens = ROPE_FASTER_MAX_TOKENS  # where the fused launch measured faster (single-token steps)
 
     def __call__(
-        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta, scale: float,
-        prefetch: tuple[torch.Tensor, int] | None = None,
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta, scale: float
     ) -> torch.Tensor:
         """q [T, Hq, D], k_cache / v_cache [capacity, Hkv, D] -> [T, Hq, D] in q's dtype."""
-        return self._tree_attention(q, k_cache, v_cache, meta.prefix_len, meta.tree_mask, scale, prefetch=prefetch)
+        return self._tree_attention(q, k_cache, v_cache, meta.prefix_len, meta.tree_mask, scale)
 
     def rope_attend(
         self, qkv: torch.Tensor, inv_freq: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta,
-        scale: float, num_heads: int, prefetch: tuple[torch.Tensor, int] | None = None,
+        scale: float, num_heads: int,
     ) -> torch.Tensor:
         """RoPE + K/V write + attention in one launch (`kernels.rope_tree_attention`): qkv [T, (Hq + 2 Hkv) * D]
         not rotated -> [T, Hq, D]. For T <= `rope_max_tokens`; meta's write slots must be tree slots (every producer
         in the runtime writes at prefix_len + tree slot)."""
         return self._rope_tree_attention(qkv, meta.positions, inv_freq, k_cache, v_cache, meta.write_slots, num_heads,
-                                         meta.prefix_len, meta.tree_mask, scale, prefetch=prefetch)
+                                         meta.prefix_len, meta.tree_mask, scale)
 
 
 _BACKENDS: dict[str, type[AttentionBackend]] = {"reference": ReferenceAttention, "triton": TritonAttention}

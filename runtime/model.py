@@ -61,8 +61,6 @@ def rope_cos_sin(inv_freq: torch.Tensor, positions: torch.Tensor, dtype: torch.d
 
 SKINNY_MAX_ROWS = 64
 """The skinny path (`kernels.skinny`) serves decode-sized steps (kernels.skinny_linear MAX_M); prefill: cuBLAS."""
-L2_PREFETCH_RANGES = ("o", "mlp", "qkv")
-"""`Transformer.use_fused_kernels(l2_prefetch=...)` keys: which GEMM's weights a latency-bound kernel prefetches."""
 
 
 def _skinny(x: torch.Tensor, weight: torch.Tensor, *, partials: bool = False,
@@ -122,7 +120,6 @@ class Attention(nn.Module):
         v_cache: torch.Tensor,
         attn: AttentionBackend,
         partials: bool = False,
-        prefetch: tuple[torch.Tensor, int] | None = None,
     ) -> torch.Tensor:
         """x [T, hidden] -> [T, hidden] (a partial sum under TP: the all-reduce is the transform's).
 
@@ -130,8 +127,7 @@ class Attention(nn.Module):
         (fused path: one `kernels.rope_kv_write` launch rotates q and k and writes k/v into the cache; with
         `rope_attention` and a backend with `rope_max_tokens` >= T, the attention launch itself does it).
         `partials` (skinny path, no TP): return the o projection as float32 split-K partials [S, T, hidden]
-        for `kernels.add_rmsnorm_partials` instead. `prefetch`: a (tensor, bytes) range the attention backend may
-        request into L2 while it runs (`Transformer.l2_prefetch`).
+        for `kernels.add_rmsnorm_partials` instead.
         """
         t, d = x.shape[0], self.head_dim
         skinny = self.skinny and t <= SKINNY_MAX_ROWS
@@ -143,7 +139,7 @@ class Attention(nn.Module):
         elif isinstance(rope, torch.Tensor):
             qkv = self.wqkv(x) if not skinny or self.wqkv.bias is not None else _skinny(x, self.wqkv.weight)
             if self.rope_attention and t <= attn.rope_max_tokens:
-                out = attn.rope_attend(qkv, rope, k_cache, v_cache, meta, self.scale, self.num_heads, prefetch=prefetch)
+                out = attn.rope_attend(qkv, rope, k_cache, v_cache, meta, self.scale, self.num_heads)
                 return self._project(out.reshape(t, self.num_heads * d), partials)
             from kernels import rope_kv_write
 
@@ -157,7 +153,7 @@ class Attention(nn.Module):
             k = apply_rope(k.view(t, self.num_kv_heads, d), cos, sin)  # [T, Hkv, D]
             k_cache.index_copy_(0, meta.write_slots, k.to(k_cache.dtype))
             v_cache.index_copy_(0, meta.write_slots, v.view(t, self.num_kv_heads, d).to(v_cache.dtype))
-        out = attn(q, k_cache, v_cache, meta, self.scale, prefetch=prefetch).reshape(t, self.num_heads * d)
+        out = attn(q, k_cache, v_cache, meta, self.scale).reshape(t, self.num_heads * d)  # [T, Hq * D]
         return self._project(out, partials)
 
     def _project(self, out: torch.Tensor, partials: bool) -> torch.Tensor:
@@ -236,11 +232,10 @@ class Transformer(nn.Module):
         self.register_buffer("inv_freq", rope_inv_freq(shape), persistent=False)
         self.fused_kernels = False
         self.skinny = False
-        self.l2_prefetch: dict[str, int] = {}  # use_fused_kernels(l2_prefetch=...): bytes per range, none by default
         self.tie_weights()
 
     def use_fused_kernels(self, enabled: bool = True, skinny: bool = False, qkv_rope: bool = False,
-                          rope_attention: bool = False, l2_prefetch: dict[str, int] | None = None) -> Transformer:
+                          rope_attention: bool = False) -> Transformer:
         """Run decode steps through the fused Triton kernels (GPU runtime with `kernels.backend=triton`).
 
         Per layer: add + RMSNorm in one kernel (twice), RoPE + K/V cache write in one kernel, the SwiGLU
@@ -258,10 +253,6 @@ class Transformer(nn.Module):
         write the new K/V inside the attention launch (`kernels.rope_tree_attention`, the backend's `rope_attend`;
         a backend with `rope_max_tokens` 0, as the reference one, keeps the separate kernel): one launch fewer per
         layer.
-        `l2_prefetch` (needs `skinny`; `kernels.l2_prefetch`): byte budgets of the weight ranges the latency-bound
-        kernels request into L2 for the GEMM after them, keys of L2_PREFETCH_RANGES: "o" (the attention launch, the
-        first bytes of its o projection), "mlp" (the norm after o: half from the gate rows, half from the up rows of
-        the SwiGLU weight), "qkv" (the norm after down: the next layer's QKV weight). Results are unchanged.
         Numerics: the fused kernels compute in fp32 and round once, so bf16 logits differ slightly from
         the torch path (not bit-identical). Every decode step (<= 64 rows) of a run takes the same path; with
         `skinny` its logits are the LM head's float32 accumulators, a longer prefill's are bf16-rounded cuBLAS
@@ -275,15 +266,6 @@ class Transformer(nn.Module):
             raise ValueError("kernels.rope_attention: needs the fused Triton path (kernels.backend=triton)")
         if rope_attention and qkv_rope:
             raise ValueError("use_fused_kernels: qkv_rope and rope_attention both do the RoPE + KV write; pick one")
-        l2_prefetch = dict(l2_prefetch or {})
-        if l2_prefetch and not skinny:
-            raise ValueError("kernels.l2_prefetch: needs kernels.skinny (the prefetching kernels are its norms)")
-        for key, n_bytes in l2_prefetch.items():
-            if key not in L2_PREFETCH_RANGES:
-                raise ValueError(f"kernels.l2_prefetch: unknown range {key!r}; expected one of {L2_PREFETCH_RANGES}")
-            if not isinstance(n_bytes, int) or isinstance(n_bytes, bool) or n_bytes < 0:
-                raise ValueError(f"kernels.l2_prefetch.{key}: expected a byte count >= 0, got {n_bytes!r}")
-        self.l2_prefetch = {k: v for k, v in l2_prefetch.items() if v}
         self.fused_kernels = enabled
         self.skinny = skinny
         for layer in self.layers:
@@ -292,21 +274,6 @@ class Transformer(nn.Module):
             layer.attn.qkv_rope = qkv_rope
             layer.attn.rope_attention = rope_attention
         return self
-
-    def _prefetch_ranges(self, i: int) -> tuple:
-        """Layer i's L2 prefetch ranges (`l2_prefetch`): for its attention, its post-o norm, its post-down norm."""
-        pf = self.l2_prefetch
-        if not pf:
-            return None, None, None
-        layer = self.layers[i]
-        o = (layer.attn.wo.weight, pf["o"]) if "o" in pf else None
-        mlp = None
-        if "mlp" in pf:
-            w13 = layer.mlp.w13.weight
-            mlp = ((w13, pf["mlp"] // 2), (w13[w13.shape[0] // 2:], pf["mlp"] // 2))
-        qkv = ((self.layers[i + 1].attn.wqkv.weight, pf["qkv"]), None) if "qkv" in pf and i + 1 < len(self.layers) \
-            else None
-        return o, mlp, qkv
 
     def tie_weights(self) -> None:
         """In place: share the LM head's weight with the embedding when the shape ties them."""
@@ -351,10 +318,9 @@ class Transformer(nn.Module):
             nxt = self.layers[i + 1].attn_norm.weight if i + 1 < n else self.norm.weight
             # Partials skip the module outputs, so only where no TP all-reduce hook needs them.
             if skinny and not (layer.attn._forward_hooks or layer.mlp._forward_hooks):
-                pf_o, pf_mlp, pf_qkv = self._prefetch_ranges(i)
-                a = layer.attn(h, self.inv_freq, meta, k_cache, v_cache, attn, partials=True, prefetch=pf_o)
-                h, res = add_rmsnorm_partials(a, res, layer.mlp_norm.weight, eps, prefetch=pf_mlp)
-                h, res = add_rmsnorm_partials(layer.mlp(h, partials=True), res, nxt, eps, prefetch=pf_qkv)
+                a = layer.attn(h, self.inv_freq, meta, k_cache, v_cache, attn, partials=True)
+                h, res = add_rmsnorm_partials(a, res, layer.mlp_norm.weight, eps)
+                h, res = add_rmsnorm_partials(layer.mlp(h, partials=True), res, nxt, eps)
                 continue
             a = layer.attn(h, self.inv_freq, meta, k_cache, v_cache, attn)
             h, res = add_rmsnorm(a, res, layer.mlp_norm.weight, eps)

@@ -128,44 +128,6 @@ def test_step_graph_replays_match_eager_forwards(dtype, tol, skinny, use_pdl, ro
         assert err <= tol, f"prefix {prefix}: relative error {err:.2e}"
 
 
-def test_l2_prefetch_leaves_graph_steps_bitwise_unchanged():
-    """Graphs captured with every L2 prefetch range on (kernels.l2_prefetch: the attention and both norms issue bulk
-    prefetches of the next weights, PDL on) replay 1- and 8-row steps bitwise like graphs without: a cache hint. The
-    requests are really compiled in: each range resolves to whole chunks on this GPU."""
-    from kernels.l2_prefetch import prefetch_capable, prefetch_operands
-    from kernels.pdl import pdl
-
-    if not prefetch_capable(torch.device("cuda")):
-        pytest.skip("bulk L2 prefetch needs sm_90+")
-    shape = MODEL_PRESETS["tiny-llama"]
-    attn = make_attention_backend("triton")
-    g = torch.Generator().manual_seed(1)
-    prompt = torch.randint(0, shape.vocab_size, (120,), generator=g)
-    runs = []
-    for budgets in ({}, {"o": 1 << 30, "mlp": 1 << 30, "qkv": 1 << 30}):
-        model = build_model(shape, "bfloat16", "cuda", seed=3).use_fused_kernels(skinny=True, rope_attention=True,
-                                                                                l2_prefetch=budgets)
-        if budgets:
-            w = model.layers[0].attn.wo.weight
-            assert prefetch_operands((w, 1 << 30), w.device, "test")[1] == w.numel() * 2 // 4096 > 0
-        layers, heads, head_dim = model.cache_spec()
-        cache = KVCache(layers, 200, heads, head_dim, model.dtype, "cuda")
-        with pdl(True):
-            graphs = {rows: StepGraph(model, cache, attn, rows, rows) for rows in (1, 8)}
-        model(prompt.cuda(), AttnMeta.causal(0, 120, "cuda"), cache, attn)
-        g2 = torch.Generator().manual_seed(2)
-        outs = []
-        for prefix in (120, 121):
-            for rows, graph in graphs.items():
-                ids = torch.randint(0, shape.vocab_size, (rows,), generator=g2)
-                parents = [-1] + [(i - 1) // 2 for i in range(1, rows)]
-                pos = torch.tensor([prefix + len(bin(i + 1)) - 3 for i in range(rows)])
-                outs.append(graph.replay(ids, pos, torch.arange(rows), prefix, ancestor_mask(parents, rows)).clone())
-        runs.append(outs)
-    for a, b in zip(*runs):
-        assert torch.equal(a, b)
-
-
 @torch.no_grad()
 def test_pinned_input_staging_replays_like_pageable():
     """kernels.input_staging=pinned: the same graph fed through pinned buffers and copies that do not block the

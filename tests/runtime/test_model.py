@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
 
 import pytest
 import torch
@@ -354,50 +353,3 @@ def test_rope_attention_matches_the_torch_path(max_tokens, monkeypatch):
         fused.use_fused_kernels(False, rope_attention=True)
     with pytest.raises(ValueError, match="pick one"):
         fused.use_fused_kernels(skinny=True, qkv_rope=True, rope_attention=True)
-
-
-def test_l2_prefetch_ranges_reach_the_kernels(monkeypatch):
-    """use_fused_kernels(l2_prefetch=...): each layer's attention launch is handed its o weight, the norm after o the
-    gate and up rows of its SwiGLU weight (half the budget each), the norm after down the next layer's QKV weight
-    (the last layer's none); single-token (fused RoPE) and tree steps alike; logits bitwise those without (on CPU
-    no request is issued: `prefetch_operands` returns none). Bad budgets name the key."""
-    pytest.importorskip("kernels")
-    import kernels.l2_prefetch
-    norm_mod, attn_mod = (importlib.import_module(f"kernels.{m}") for m in ("norm", "tree_attention"))
-
-    seen = []
-    real = kernels.l2_prefetch.prefetch_operands
-
-    def spy(spec, device, fn):
-        seen.append((fn, None if spec is None else (spec[0].data_ptr(), spec[1])))
-        return real(spec, device, fn)
-
-    monkeypatch.setattr(norm_mod, "prefetch_operands", spy)
-    monkeypatch.setattr(attn_mod, "prefetch_operands", spy)
-    shape = MODEL_PRESETS["tiny-llama"]
-    budgets = {"o": 1000, "mlp": 2048, "qkv": 4096}
-    plain = build_model(shape, torch.float32, "cpu", seed=6).use_fused_kernels(skinny=True, rope_attention=True)
-    pf = build_model(shape, torch.float32, "cpu", seed=6).use_fused_kernels(skinny=True, rope_attention=True,
-                                                                           l2_prefetch=budgets)
-    attn = make_attention_backend("triton")
-    ids = torch.randint(0, shape.vocab_size, (5,), generator=torch.Generator().manual_seed(4))
-    caches = [new_cache(plain, 8), new_cache(pf, 8)]
-    for tokens, meta in ((ids[:1], AttnMeta.causal(0, 1)), (ids[1:], AttnMeta.causal(1, 4))):
-        want = plain(tokens, meta, caches[0], attn)
-        seen.clear()
-        got = pf(tokens, meta, caches[1], attn)
-        assert torch.equal(got, want)
-        expect = []
-        for i, layer in enumerate(pf.layers):
-            w13 = layer.mlp.w13.weight
-            nxt = (pf.layers[i + 1].attn.wqkv.weight.data_ptr(), 4096) if i + 1 < len(pf.layers) else None
-            expect += [("tree_attention", (layer.attn.wo.weight.data_ptr(), 1000)),
-                       ("add_rmsnorm_partials", (w13.data_ptr(), 1024)),
-                       ("add_rmsnorm_partials", (w13[w13.shape[0] // 2:].data_ptr(), 1024)),
-                       ("add_rmsnorm_partials", nxt), ("add_rmsnorm_partials", None)]
-        assert seen == expect
-    for kw, match in (({"l2_prefetch": {"k": 1}}, "unknown range 'k'"),
-                      ({"l2_prefetch": {"o": -1}}, r"l2_prefetch.o: expected a byte count >= 0"),
-                      ({"skinny": False, "l2_prefetch": {"o": 1}}, "l2_prefetch: needs kernels.skinny")):
-        with pytest.raises(ValueError, match=match):
-            pf.use_fused_kernels(**{"skinny": True, **kw})
