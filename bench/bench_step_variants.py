@@ -53,8 +53,8 @@ from runtime.loader import build_model  # noqa: E402
 from runtime.tree import ancestor_mask  # noqa: E402
 
 # the modules, not the package's same-named functions (kernels/__init__.py re-exports skinny_linear, tree_attention)
-fused_mlp, norm, skinny_linear, tree_attention = (importlib.import_module(f"kernels.{m}") for m in
-                                                  ("fused_mlp", "norm", "skinny_linear", "tree_attention"))
+fused_mlp, skinny_linear, tree_attention = (importlib.import_module(f"kernels.{m}") for m in
+                                            ("fused_mlp", "skinny_linear", "tree_attention"))
 _EARLY = {"gemm": "early", "small": "early"}
 VARIANTS: dict[str, tuple[bool, dict[str, str] | None]] = {
     "base": (False, None),
@@ -87,11 +87,11 @@ def _skinny_tile(block_n: int, split_k: int = 1, block_k: int = 256) -> dict[str
 
 PATCHES: dict[str, tuple[str, object]] = {
     # Llama-3-8B projections (m bucket 16: 1-16 rows). Tuned: qkv block_n 64 (96 programs: one wave on 96 of 132
-    # SMs), o block_n 32 (128), down block_n 64 x split 4 (256).
+    # SMs), o block_n 32 x split 2 (256), down block_n 64 x split 4 (256).
     "qkv_n32": ("skinny", {(6144, 4096, 16): _skinny_tile(32)}),
     "qkv_n16": ("skinny", {(6144, 4096, 16): _skinny_tile(16)}),
     "o_n16": ("skinny", {(4096, 4096, 16): _skinny_tile(16)}),
-    "o_s2": ("skinny", {(4096, 4096, 16): _skinny_tile(32, split_k=2)}),
+    "o_s1": ("skinny", {(4096, 4096, 16): _skinny_tile(32, split_k=1)}),  # the tuned o tile before 2026-11-30
     "down_n32": ("skinny", {(4096, 14336, 16): _skinny_tile(32, split_k=4, block_k=128)}),
     # Llama-3.2-1B: qkv block_n 32 (96 programs), o block_n 16 (128)
     "dqkv_n16": ("skinny", {(3072, 2048, 16): _skinny_tile(16)}),
@@ -101,8 +101,6 @@ PATCHES: dict[str, tuple[str, object]] = {
     # tree attention: prefix keys per split of the wide tile (KEYS_PER_SPLIT, 256)
     "attn_k128": ("attention", 128),
     "attn_k64": ("attention", 64),
-    # the norm weight loaded before the PDL wait (kernels.norm.WEIGHT_BEFORE_WAIT)
-    "normw": ("norm", True),
 }
 """Tile / placement experiments appended to a variant as `variant+patch+...`: they set the module-level tile
 choices while that variant's graphs are captured (what a capture records is what its replays run)."""
@@ -122,7 +120,7 @@ def parse_variant(spec: str) -> tuple[str, list[str]]:
 @contextlib.contextmanager
 def patched(names: list[str]):
     """Apply PATCHES `names` to the kernel modules inside the block, restoring every value after it."""
-    saved = (dict(skinny_linear.CONFIGS), fused_mlp.BLOCK_I, tree_attention.KEYS_PER_SPLIT, norm.WEIGHT_BEFORE_WAIT)
+    saved = (dict(skinny_linear.CONFIGS), fused_mlp.BLOCK_I, tree_attention.KEYS_PER_SPLIT)
     try:
         for name in names:
             kind, value = PATCHES[name]
@@ -130,15 +128,13 @@ def patched(names: list[str]):
                 skinny_linear.CONFIGS.update(value)
             elif kind == "swiglu":
                 fused_mlp.BLOCK_I = value
-            elif kind == "attention":
-                tree_attention.KEYS_PER_SPLIT = value
             else:
-                norm.WEIGHT_BEFORE_WAIT = value
+                tree_attention.KEYS_PER_SPLIT = value
         yield
     finally:
         skinny_linear.CONFIGS.clear()
         skinny_linear.CONFIGS.update(saved[0])
-        fused_mlp.BLOCK_I, tree_attention.KEYS_PER_SPLIT, norm.WEIGHT_BEFORE_WAIT = saved[1:]
+        fused_mlp.BLOCK_I, tree_attention.KEYS_PER_SPLIT = saved[1:]
 
 
 def _variant_config(spec: str) -> dict:

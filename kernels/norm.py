@@ -21,22 +21,19 @@ import triton.language as tl
 
 from kernels.pdl import pdl_options, pdl_start
 
-WEIGHT_BEFORE_WAIT = False
-"""Load the norm weight before the PDL wait (no kernel writes it, so it may be read while the previous kernel
-still runs): one dependent global load off the kernel's critical path. An experiment (bench_step_variants'
-`+normw`); the measured launches keep the weight load after the row's reduction."""
-
 
 @triton.jit
 def _add_rmsnorm_kernel(
     X, R, W, Normed, NewRes, N, eps,
     stride_x, stride_r, stride_n, stride_nr,
-    HAS_RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr, W_EARLY: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr,
 ):
     cols = tl.arange(0, BLOCK_N)
     ok = cols < N
-    if W_EARLY:  # the weight is never written by a kernel: it may be read before the PDL wait
-        w = tl.load(W + cols, mask=ok, other=0.0).to(tl.float32)
+    # The weight first, before the PDL wait: no kernel writes it, so it may be read while the previous kernel still
+    # runs, and its load leaves the chain after the row's reduction (H200, 2026-11-30: -0.04 to -0.05 ms per 8B step,
+    # -0.018 ms per 1B step at 16 rows, bench/results/step_variants_2026-11-30_{tiles,prefetch}.json, variant normw).
+    w = tl.load(W + cols, mask=ok, other=0.0).to(tl.float32)
     pdl_start(USE_PDL)
     row = tl.program_id(0).to(tl.int64)
     h = tl.load(X + row * stride_x + cols, mask=ok, other=0.0).to(tl.float32)
@@ -46,8 +43,6 @@ def _add_rmsnorm_kernel(
         tl.store(NewRes + row * stride_nr + cols, h_rounded, mask=ok)
         h = h_rounded.to(tl.float32)
     rstd = 1.0 / tl.sqrt(tl.sum(h * h, axis=0) / N + eps)
-    if not W_EARLY:
-        w = tl.load(W + cols, mask=ok, other=0.0).to(tl.float32)
     tl.store(Normed + row * stride_n + cols, (h * rstd * w).to(Normed.dtype.element_ty), mask=ok)
 
 
@@ -85,7 +80,7 @@ def add_rmsnorm(
         x, residual if residual is not None else x, weight, normed, new_res, n, float(eps),
         x.stride(0), residual.stride(0) if residual is not None else 0, normed.stride(0), new_res.stride(0),
         HAS_RESIDUAL=residual is not None, BLOCK_N=block_n,
-        num_warps=min(16, max(1, block_n // 512)), W_EARLY=WEIGHT_BEFORE_WAIT, **pdl_options(x.device),
+        num_warps=min(16, max(1, block_n // 512)), **pdl_options(x.device),
     )
     return normed, new_res
 
@@ -94,12 +89,11 @@ def add_rmsnorm(
 def _add_rmsnorm_partials_kernel(
     P, R, W, Normed, NewRes, N, eps,
     stride_ps, stride_pm, stride_r, stride_n, stride_nr,
-    SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr, W_EARLY: tl.constexpr,
+    SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr,
 ):
     cols = tl.arange(0, BLOCK_N)
     ok = cols < N
-    if W_EARLY:  # as _add_rmsnorm_kernel
-        w = tl.load(W + cols, mask=ok, other=0.0).to(tl.float32)
+    w = tl.load(W + cols, mask=ok, other=0.0).to(tl.float32)  # before the PDL wait, as _add_rmsnorm_kernel
     pdl_start(USE_PDL)
     row = tl.program_id(0).to(tl.int64)
     p = P + row * stride_pm + cols
@@ -113,8 +107,6 @@ def _add_rmsnorm_partials_kernel(
     tl.store(NewRes + row * stride_nr + cols, h_rounded, mask=ok)
     h = h_rounded.to(tl.float32)
     rstd = 1.0 / tl.sqrt(tl.sum(h * h, axis=0) / N + eps)
-    if not W_EARLY:
-        w = tl.load(W + cols, mask=ok, other=0.0).to(tl.float32)
     tl.store(Normed + row * stride_n + cols, (h * rstd * w).to(Normed.dtype.element_ty), mask=ok)
 
 
@@ -163,6 +155,6 @@ def add_rmsnorm_partials(
         partials.stride(0), partials.stride(1), residual.stride(0), normed.stride(0), new_res.stride(0),
         SPLIT_K=s, BLOCK_N=block_n,
         num_warps=min(16, max(1, block_n // 512)),  # as add_rmsnorm: the same row reduction, bit for bit
-        W_EARLY=WEIGHT_BEFORE_WAIT, **pdl_options(residual.device),
+        **pdl_options(residual.device),
     )
     return normed, new_res

@@ -5,7 +5,8 @@ before its own thread blocks are launched, so every boundary pays the launch and
 kernel on top of the tail of the previous one. With PDL (``cudaLaunchAttributeProgrammaticStreamSerialization``,
 Triton's ``launch_pdl``) the next kernel may be launched while the previous one still runs; it then blocks in
 ``griddepcontrol.wait`` until the previous grid has completed and its memory is visible. So a kernel
-launched this way must not touch global memory before that wait.
+launched this way must not touch global memory another kernel writes before that wait (the norms load their
+weights before it: no kernel writes weights).
 
 Every kernel here that takes ``USE_PDL`` does, when it is > 0, at its very start::
 

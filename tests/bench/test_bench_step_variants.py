@@ -55,17 +55,17 @@ def test_patches_parse_apply_and_restore():
     skinny = importlib.import_module("kernels.skinny_linear")
     fused_mlp = importlib.import_module("kernels.fused_mlp")
     attention = importlib.import_module("kernels.tree_attention")
-    norm = importlib.import_module("kernels.norm")
-    assert parse_variant("runtime+qkv_n32+normw") == ("runtime", ["qkv_n32", "normw"])
+    assert parse_variant("runtime+qkv_n32+o_s1") == ("runtime", ["qkv_n32", "o_s1"])
     with pytest.raises(SystemExit, match=r"patch 'qkv_n8' of 'runtime\+qkv_n8' is not one of qkv_n32"):
         parse_variant("runtime+qkv_n8")
-    before = (dict(skinny.CONFIGS), fused_mlp.BLOCK_I, attention.KEYS_PER_SPLIT, norm.WEIGHT_BEFORE_WAIT)
-    with patched(["qkv_n32", "o_s2", "swiglu_i32", "attn_k128", "normw"]):
+    before = (dict(skinny.CONFIGS), fused_mlp.BLOCK_I, attention.KEYS_PER_SPLIT)
+    with patched(["qkv_n32", "o_s1", "swiglu_i32", "attn_k128"]):
         assert skinny.pick_config(1, 6144, 4096)["block_n"] == 32
-        assert skinny.pick_config(8, 4096, 4096)["split_k"] == 2
-        assert (fused_mlp.BLOCK_I, attention.KEYS_PER_SPLIT, norm.WEIGHT_BEFORE_WAIT) == (32, 128, True)
-    assert (dict(skinny.CONFIGS), fused_mlp.BLOCK_I, attention.KEYS_PER_SPLIT, norm.WEIGHT_BEFORE_WAIT) == before
-    assert set(PATCHES) >= {"qkv_n32", "o_n16", "down_n32", "dqkv_n16", "do_s2"}
+        assert skinny.pick_config(8, 4096, 4096)["split_k"] == 1
+        assert (fused_mlp.BLOCK_I, attention.KEYS_PER_SPLIT) == (32, 128)
+    assert (dict(skinny.CONFIGS), fused_mlp.BLOCK_I, attention.KEYS_PER_SPLIT) == before
+    assert skinny.pick_config(8, 4096, 4096)["split_k"] == 2
+    assert set(PATCHES) >= {"qkv_n32", "o_n16", "o_s1", "down_n32", "dqkv_n16", "do_s2"}
 
 
 @pytest.mark.parametrize("preset", ["llama3-8b", "llama3.2-1b"])
