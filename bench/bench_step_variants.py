@@ -93,14 +93,23 @@ PATCHES: dict[str, tuple[str, object]] = {
     "o_n16": ("skinny", {(4096, 4096, 16): _skinny_tile(16)}),
     "o_s1": ("skinny", {(4096, 4096, 16): _skinny_tile(32, split_k=1)}),  # the tuned o tile before 2026-11-30
     "down_n32": ("skinny", {(4096, 14336, 16): _skinny_tile(32, split_k=4, block_k=128)}),
+    # 128-element K steps: no spills (bench/kernel_resources.py --gemms: block_k 256 takes 255 registers and spills)
+    "qkv_k128": ("skinny", {(6144, 4096, 16): _skinny_tile(64, block_k=128)}),
+    "o_k128": ("skinny", {(4096, 4096, 16): _skinny_tile(32, split_k=2, block_k=128)}),
+    "dqkv_k128": ("skinny", {(3072, 2048, 16): _skinny_tile(32, block_k=128)}),
+    "do_k128": ("skinny", {(2048, 2048, 16): _skinny_tile(16, block_k=128)}),
     # Llama-3.2-1B: qkv block_n 32 (96 programs), o block_n 16 (128)
     "dqkv_n16": ("skinny", {(3072, 2048, 16): _skinny_tile(16)}),
     "do_s2": ("skinny", {(2048, 2048, 16): _skinny_tile(16, split_k=2)}),
     # SwiGLU intermediate columns per program (kernels.fused_mlp.BLOCK_I, 64: 224 programs at 8B, 128 at 1B)
     "swiglu_i32": ("swiglu", 32),
+    "swiglu_k64": ("swiglu_k", 64),  # kernels.fused_mlp.BLOCK_K (128: 255 registers and 440 B of spills; 64: none)
     # tree attention: prefix keys per split of the wide tile (KEYS_PER_SPLIT, 256)
     "attn_k128": ("attention", 128),
     "attn_k64": ("attention", 64),
+    # a register budget for the attention launch (kernels.tree_attention.MAX_REGISTERS; ptxas alone: 32 + spills)
+    "attn_r255": ("attention_regs", 255),
+    "attn_r128": ("attention_regs", 128),
 }
 """Tile / placement experiments appended to a variant as `variant+patch+...`: they set the module-level tile
 choices while that variant's graphs are captured (what a capture records is what its replays run)."""
@@ -120,7 +129,8 @@ def parse_variant(spec: str) -> tuple[str, list[str]]:
 @contextlib.contextmanager
 def patched(names: list[str]):
     """Apply PATCHES `names` to the kernel modules inside the block, restoring every value after it."""
-    saved = (dict(skinny_linear.CONFIGS), fused_mlp.BLOCK_I, tree_attention.KEYS_PER_SPLIT)
+    saved = (dict(skinny_linear.CONFIGS), fused_mlp.BLOCK_I, fused_mlp.BLOCK_K, tree_attention.KEYS_PER_SPLIT,
+             tree_attention.MAX_REGISTERS)
     try:
         for name in names:
             kind, value = PATCHES[name]
@@ -128,13 +138,17 @@ def patched(names: list[str]):
                 skinny_linear.CONFIGS.update(value)
             elif kind == "swiglu":
                 fused_mlp.BLOCK_I = value
+            elif kind == "swiglu_k":
+                fused_mlp.BLOCK_K = value
+            elif kind == "attention_regs":
+                tree_attention.MAX_REGISTERS = value
             else:
                 tree_attention.KEYS_PER_SPLIT = value
         yield
     finally:
         skinny_linear.CONFIGS.clear()
         skinny_linear.CONFIGS.update(saved[0])
-        fused_mlp.BLOCK_I, tree_attention.KEYS_PER_SPLIT = saved[1:]
+        fused_mlp.BLOCK_I, fused_mlp.BLOCK_K, tree_attention.KEYS_PER_SPLIT, tree_attention.MAX_REGISTERS = saved[1:]
 
 
 def _variant_config(spec: str) -> dict:

@@ -23,6 +23,8 @@ from kernels.pdl import pdl_options, pdl_start
 BLOCK_I = 64
 """Intermediate columns per program (the default tile; `block_i` overrides it per call): 224 programs for the 8B's
 I = 14336, 128 for the 1B's 8192."""
+BLOCK_K = 128
+"""K elements per step (at most next_pow2(K); `block_k` overrides it per call)."""
 
 
 @triton.jit
@@ -86,7 +88,7 @@ def swiglu(
     upcast = x.device.type == "cpu"
     bm = block_m or min(64, max(16, triton.next_power_of_2(m)))
     bi = block_i or BLOCK_I
-    bk = block_k or min(128, max(16, triton.next_power_of_2(k)))
+    bk = block_k or min(BLOCK_K, max(16, triton.next_power_of_2(k)))
     grid = (triton.cdiv(i, bi), triton.cdiv(m, bm))
     _swiglu_kernel[grid](
         x, w_gate, w_up, out, m, i, k,

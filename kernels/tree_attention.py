@@ -91,6 +91,10 @@ rows 1 4.523 -> 4.458 ms (logits identical); rows 8 4.669 -> 5.020, rows 16 4.90
 sin per (token, head) row or once per token: the same time), not with spills (bench/kernel_resources.py: the same
 registers and stack with and without the fused path); not understood yet (the last split's write, barrier and
 read-back are serial)."""
+MAX_REGISTERS: int | None = None
+"""A register budget per thread for the CUDA launch (Triton's `maxnreg`), or None: ptxas' own choice, which for the
+wide tile (8 warps, `.reqntid 256`) aims at full occupancy: 32 registers and ~10 KB of spill code for the 8B head
+size (bench/kernel_resources.py); 255 leaves ~2.6 KB."""
 _COUNTERS_INIT = 1024  # int32 counters per (device, stream), grown on demand
 
 _counter_cache: dict[tuple, torch.Tensor] = {}
@@ -507,6 +511,7 @@ def _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, rope, *, num
         ROPE=rope is not None,
         BLOCK_T=triton.next_power_of_2(t) if rope is not None else 1,
         num_warps=warps, num_stages=stages, **pdl_options(q.device),
+        **({"maxnreg": MAX_REGISTERS} if MAX_REGISTERS and q.is_cuda else {}),
     )
     return out
 
