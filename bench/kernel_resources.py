@@ -97,6 +97,45 @@ def compile_case(shape: str, rows: int, rope: bool, tile: dict, arch: int) -> di
             "shared_bytes": kernel.metadata.shared, **ptxas_report(kernel.asm["ptx"], arch)}
 
 
+GEMM_TILES = {
+    # (kernel, what, BLOCK_N or BLOCK_I, BLOCK_K, stages); BLOCK_M 16 (1-16 rows), 4 warps, bf16 operands
+    "qkv_8b": ("skinny", "Llama-3-8B QKV, tuned", 64, 256, 4),
+    "qkv_8b_k128": ("skinny", "Llama-3-8B QKV, 128-element K steps", 64, 128, 4),
+    "o_8b": ("skinny", "Llama-3-8B o, tuned", 32, 256, 4),
+    "o_8b_k128": ("skinny", "Llama-3-8B o, 128-element K steps", 32, 128, 4),
+    "down_8b": ("skinny", "Llama-3-8B down / LM head, tuned", 64, 128, 4),
+    "swiglu": ("swiglu", "SwiGLU, default (BLOCK_K 128)", 64, 128, 4),
+    "swiglu_k64": ("swiglu", "SwiGLU, BLOCK_K 64", 64, 64, 4),
+}
+"""The weight-streaming GEMM tiles of the decode step (`--gemms`): the tuned ones and the spill-free alternatives
+measured against them in the step (bench/bench_step_variants.py qkv_k128 / o_k128 / swiglu_k64: none faster)."""
+
+
+def compile_gemm_case(name: str, arch: int) -> dict:
+    """Compile one GEMM_TILES entry (skinny GEMM or SwiGLU kernel) and report its resources."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from kernels.fused_mlp import _swiglu_kernel
+    from kernels.skinny_linear import _skinny_kernel
+
+    kind, what, bn, bk, stages = GEMM_TILES[name]
+    common = {"BLOCK_M": 16, "BLOCK_K": bk, "UPCAST": False, "DOT_PRECISION": "tf32", "USE_PDL": 2}
+    if kind == "skinny":
+        fn, types, consts = _skinny_kernel, {"X": "*bf16", "W": "*bf16", "Out": "*fp32"}, \
+            {**common, "BLOCK_N": bn, "EVEN_K": True}
+    else:
+        fn, types, consts = _swiglu_kernel, {"X": "*bf16", "Wg": "*bf16", "Wu": "*bf16", "Out": "*bf16"}, \
+            {**common, "BLOCK_I": bn}
+    names = fn.arg_names
+    signature = {n: "constexpr" if n in consts else types.get(n, "i32") for n in names}
+    src = ASTSource(fn=fn, signature=signature, constexprs={(names.index(n),): v for n, v in consts.items()})
+    kernel = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": 4, "num_stages": stages})
+    return {"case": name, "kernel": kind, "what": what, "block_n": bn, "block_k": bk, "num_stages": stages,
+            "num_warps": 4, "shared_bytes": kernel.metadata.shared, **ptxas_report(kernel.asm["ptx"], arch)}
+
+
 def run(arch: int, quick: bool) -> list[dict]:
     """Every (shape, rows, rope, tile) case; --quick: the 8B rows-1 heuristic tile only."""
     cases = ([("llama3-8b", 1, False, {})] if quick else
@@ -116,7 +155,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--arch", type=int, default=90, help="compute capability to compile for (90: H100 / H200)")
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results")
     ap.add_argument("--quick", action="store_true", help="one case (tests)")
+    ap.add_argument("--gemms", action="store_true", help="the weight-streaming GEMM tiles instead (GEMM_TILES)")
     a = ap.parse_args(argv)
+    if a.gemms:
+        return gemm_main(a)
     import triton
 
     version = subprocess.run([str(ptxas_path()), "--version"], capture_output=True, text=True).stdout.strip()
@@ -136,6 +178,29 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"| {r['shape']} | {r['rows']} | {r['rope']} | {r['tile']} ({r['block_m']} x {r['block_n']}, "
               f"{r['num_stages']}, {r['num_warps']}) | {r['registers']} | {r['stack_bytes']} | "
               f"{r['spill_store_bytes']} |")
+    print(f"-> {path}")
+    return result
+
+
+def gemm_main(a: argparse.Namespace) -> dict:
+    """`--gemms`: every GEMM_TILES entry (--quick: the first), to <out>/kernel_resources_gemms_<date>.json."""
+    import triton
+
+    version = subprocess.run([str(ptxas_path()), "--version"], capture_output=True, text=True).stdout.strip()
+    today = datetime.date.today().isoformat()
+    rows = [compile_gemm_case(name, a.arch) for name in (list(GEMM_TILES)[:1] if a.quick else GEMM_TILES)]
+    result = {"benchmark": "kernel_resources_gemms", "date": today, "git_sha": git_sha(),
+              "device": f"offline compile for sm_{a.arch}a (no GPU)", "triton": triton.__version__,
+              "ptxas": version.splitlines()[-1] if version else "unknown",
+              "config": {"arch": a.arch, "tiles": GEMM_TILES, "quick": a.quick}, "rows": rows}
+    a.out.mkdir(parents=True, exist_ok=True)
+    path = a.out / f"kernel_resources_gemms_{today}{'_quick' if a.quick else ''}.json"
+    atomic_write_json(path, result)
+    print("| case | tile (BN x BK, stages) | registers | spill stores B | shared B |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['what']} | {r['block_n']} x {r['block_k']}, {r['num_stages']} | {r['registers']} | "
+              f"{r['spill_store_bytes']} | {r['shared_bytes']} |")
     print(f"-> {path}")
     return result
 

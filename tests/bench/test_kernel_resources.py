@@ -50,3 +50,20 @@ def test_interpreted_kernels_are_refused_with_a_clear_error():
         pytest.skip("the kernels were imported compiled, not interpreted")
     with pytest.raises(SystemExit, match="TRITON_INTERPRET=0"):
         kernel_resources.compile_case("llama3-8b", 1, False, {}, 90)
+
+
+def test_offline_compile_of_a_gemm_tile(tmp_path):
+    """--gemms --quick: the tuned 8B QKV skinny tile compiled for sm_90a, its registers and spills recorded."""
+    try:
+        kernel_resources.ptxas_path()
+    except SystemExit as e:
+        pytest.skip(str(e))
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    proc = subprocess.run([sys.executable, str(Path(kernel_resources.__file__)), "--gemms", "--quick", "--out",
+                           str(tmp_path)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    saved = json.loads(next(tmp_path.glob("kernel_resources_gemms_*_quick.json")).read_text())
+    (rec,) = saved["rows"]
+    assert (rec["case"], rec["kernel"], rec["block_n"], rec["block_k"]) == ("qkv_8b", "skinny", 64, 256)
+    assert 16 <= rec["registers"] <= 255 and rec["spill_store_bytes"] >= 0
+    assert "| Llama-3-8B QKV, tuned |" in proc.stdout
