@@ -20,6 +20,11 @@ max in one load, the accumulators in unrolled chunks) was measured at 2bd79c2 (+
 standalone) and removed.
 A first-weight-tile prefetch before the PDL wait (late_prefetch) was measured at 0eab9f8 (0.12-0.13 ms slower per
 8B step) and removed. A variant that fails to build or capture is recorded as failed and the others still run.
+`runtime` = what `kernels=graphs` runs (skinny_pdl_late, the fused RoPE attention on single-token steps only).
+`variant+patch+...` appends PATCHES: one module-level tile choice each (skinny tile per projection, SwiGLU BLOCK_I /
+BLOCK_K, attention keys per split or register budget), set while that variant's graphs are captured (2026-11-30:
+docs/BENCHMARKS_RUNTIME.md, eighth session). `--profile-kernels N` also profiles N replays per variant and charges
+each kernel its exposed time (bench/graph_profile.py).
 Random bf16 weights (never zeros). Plain argparse: runs on the GPU machine without Hydra.
 """
 
