@@ -1,0 +1,160 @@
+"""One decode step's kernels under Nsight Compute: where each one stalls, not only how long it takes.
+
+    bash scripts/gpu_ncu.sh OUT                       # GPU: ncu over this driver, rows 1 and 8 (the ncu command line)
+    python3 bench/ncu_step.py --summarize ncu.csv     # any machine: the table of an ncu CSV (--csv --page details)
+
+The driver builds the model as the runtime runs it (`kernels=graphs`: fused path, skinny GEMMs, PDL late, the fused
+RoPE attention on single-token steps), fills `--ctx` cached tokens with random ids, then runs one eager decode step of
+`--rows` tokens between `torch.cuda.profiler.start()` and `stop()`, so ncu (`--profile-from-start off`) sees that
+step's first layer only. ncu replays each kernel alone (no PDL overlap), so its durations are the kernels' own;
+bench/graph_profile.py gives their exposed share of a graph replay. `--summarize` reads ncu's CSV (`--page details`)
+and prints one row per kernel: duration, compute and memory throughput (% of peak), registers, achieved occupancy,
+and the top warp-stall reasons (cycles per issued instruction). Random bf16 weights (never zeros); plain argparse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import re
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+STALL_METRIC = re.compile(r"smsp__average_warps?_issue_stalled_(\w+?)_per_issue_active\.ratio$")
+"""The per-reason warp-stall metrics (cycles per issued instruction) `--metrics regex:...` adds to the details page
+(WarpStateStats' own chart reads them); the reason is the captured name, e.g. long_scoreboard, barrier, membar."""
+STALL_METRICS_REGEX = "regex:smsp__average_warps?_issue_stalled_.*_per_issue_active\\.ratio"
+"""The ncu `--metrics` argument that requests them."""
+
+
+def run_step(preset: str, rows: int, ctx: int) -> None:
+    """Build the model (runtime kernels), prefill `ctx` tokens, profile one eager step of `rows` tokens."""
+    import torch
+
+    from conf.presets import model_preset
+    from kernels.pdl import pdl
+    from runtime.attention import AttnMeta, make_attention_backend
+    from runtime.kv_cache import KVCache
+    from runtime.loader import build_model
+    from runtime.tree import ancestor_mask
+
+    device = torch.device("cuda")
+    shape = model_preset(preset)
+    model = build_model(shape, "bfloat16", device, seed=0).use_fused_kernels(True, skinny=True, rope_attention=True)
+    layers, heads, head_dim = model.cache_spec()
+    cache = KVCache(layers, ctx + 2 * rows + 64, heads, head_dim, model.dtype, device)
+    attn = make_attention_backend("triton")
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad(), pdl(True):
+        prompt = torch.randint(0, shape.vocab_size, (ctx,), generator=gen).to(device)
+        for start in range(0, ctx, 512):
+            n = min(512, ctx - start)
+            model(prompt[start:start + n], AttnMeta.causal(start, n, device), cache, attn)
+        parents = [-1] + [(i - 1) // 2 for i in range(1, rows)]
+        depth = [0] * rows
+        for i in range(1, rows):
+            depth[i] = depth[parents[i]] + 1
+        ids = torch.randint(0, shape.vocab_size, (rows,), generator=gen).to(device)
+        pos = torch.tensor([ctx + d for d in depth], device=device)
+        meta = AttnMeta.tree(ctx, rows, ctx + torch.arange(rows, device=device), pos,
+                             ancestor_mask(parents, rows).to(device))
+        for _ in range(2):  # warm: every kernel of the step compiled before the profiled one
+            model(ids, meta, cache, attn)
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+        model(ids, meta, cache, attn)
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+
+
+def summarize(text: str, top_stalls: int = 4) -> list[dict]:
+    """ncu `--csv --page details` text -> one dict per profiled kernel launch (in launch order)."""
+    start = text.find('"ID"')
+    if start < 0:
+        raise ValueError("ncu csv: no header row starting with \"ID\" (was it run with --csv --page details?)")
+    rows = list(csv.DictReader(io.StringIO(text[start:])))
+    need = {"ID", "Kernel Name", "Metric Name", "Metric Value"}
+    if not rows or not need <= set(rows[0]):
+        raise ValueError(f"ncu csv: expected the columns {sorted(need)}, got {sorted(rows[0]) if rows else 'no rows'}")
+    kernels: dict[str, dict] = {}
+    for r in rows:
+        if not str(r["ID"]).strip().isdigit():  # a "==PROF==" line of ncu's own among the CSV rows
+            continue
+        k = kernels.setdefault(r["ID"], {"id": int(r["ID"]), "kernel": r["Kernel Name"].split("(")[0][:40],
+                                         "grid": r.get("Grid Size", ""), "metrics": {}, "units": {}})
+        k["metrics"][r["Metric Name"]] = r["Metric Value"]
+        k["units"][r["Metric Name"]] = r.get("Metric Unit", "")
+    out = []
+    for k in sorted(kernels.values(), key=lambda k: k["id"]):
+        m = k["metrics"]
+
+        def num(name: str, m: dict = m) -> float | None:
+            try:
+                return float(str(m.get(name)).replace(",", ""))  # ncu writes thousands with commas
+            except (TypeError, ValueError):
+                return None
+
+        dur = num("Duration")
+        if dur is not None and k["units"].get("Duration") in ("nsecond", "ns"):
+            dur /= 1000.0  # -> us
+        elif dur is not None and k["units"].get("Duration") in ("msecond", "ms"):
+            dur *= 1000.0
+        stalls = sorted(((hit.group(1), v) for name in m if (hit := STALL_METRIC.match(name))
+                         and (v := num(name)) is not None), key=lambda s: -s[1])
+        out.append({"id": k["id"], "kernel": k["kernel"], "grid": k["grid"], "duration_us": dur,
+                    "compute_pct": num("Compute (SM) Throughput"), "memory_pct": num("Memory Throughput"),
+                    "dram_pct": num("DRAM Throughput"), "registers": num("Registers Per Thread"),
+                    "achieved_occupancy_pct": num("Achieved Occupancy"),
+                    "issued_ipc": num("Issued Ipc Active"), "stalls": stalls[:top_stalls]})
+    return out
+
+
+def table(kernels: list[dict]) -> str:
+    """Markdown, one row per kernel."""
+    lines = ["| # | kernel [grid] | us | SM % | mem % | DRAM % | regs | occ % | top stalls (cycles / instr) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+
+    def f(v, fmt="{:.1f}"):
+        return "-" if v is None else fmt.format(v)
+
+    for k in kernels:
+        stalls = ", ".join(f"{name} {v:.1f}" for name, v in k["stalls"])
+        lines.append(f"| {k['id']} | {k['kernel']} {k['grid']} | {f(k['duration_us'], '{:.2f}')} | "
+                     f"{f(k['compute_pct'])} | {f(k['memory_pct'])} | {f(k['dram_pct'])} | "
+                     f"{f(k['registers'], '{:.0f}')} | {f(k['achieved_occupancy_pct'])} | {stalls} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: see the module docstring."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--preset", default="llama3-8b")
+    p.add_argument("--rows", type=int, default=1, help="tokens in the profiled step")
+    p.add_argument("--ctx", type=int, default=1024, help="cached tokens before it")
+    p.add_argument("--summarize", type=Path, default=None, metavar="CSV", help="print the table of an ncu CSV")
+    a = p.parse_args(argv)
+    if a.summarize is not None:
+        if not a.summarize.is_file():
+            raise SystemExit(f"--summarize: no file {a.summarize}")
+        try:
+            print(table(summarize(a.summarize.read_text(errors="replace"))))
+        except ValueError as e:
+            raise SystemExit(f"--summarize {a.summarize}: {e}") from None
+        return 0
+    if not 1 <= a.rows <= 64 or a.ctx < 1:
+        raise SystemExit(f"--rows must be 1..64 and --ctx >= 1, got {a.rows}, {a.ctx}")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit("ncu_step: needs a CUDA GPU")
+    run_step(a.preset, a.rows, a.ctx)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# One device call: Nsight Compute over the first layer of one decode step (bench/ncu_step.py), per row count.
+# Results flat in OUTDIR: ncu_<preset>_r<rows>.csv (ncu --csv --page details), ncu_<preset>_r<rows>.md (the table).
+#   bash scripts/gpu_ncu.sh "$OUT"        (ROWS="1 8", PRESET=llama3-8b, CTX=1024)
+# ncu reads the hardware counters on the Firecracker machines with --clock-control none (library device/KINDS.md).
+set -uo pipefail
+OUT=${1:?usage: scripts/gpu_ncu.sh OUTDIR}
+OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
+cd "$(dirname "$0")/.."
+source scripts/device_env.sh
+PRESET=${PRESET:-llama3-8b}
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+[ -n "$NCU" ] || { echo "gpu_ncu: no ncu on this machine"; exit 2; }
+STALLS=$(python3 -c "from bench.ncu_step import STALL_METRICS_REGEX as s; print(s)")
+for rows in ${ROWS:-1 8}; do
+  tag="${PRESET}_r${rows}"
+  echo "=== $(date -u +%T) ncu, $PRESET, $rows rows"
+  timeout "${NCU_TIMEOUT_S:-180}" "$NCU" --profile-from-start off --clock-control none \
+    -k regex:'_skinny|_swiglu|_tree_attention|_add_rmsnorm|_rope_kv' --launch-count 9 \
+    --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy --metrics "$STALLS" \
+    --csv --page details python3 bench/ncu_step.py --preset "$PRESET" --rows "$rows" --ctx "${CTX:-1024}" \
+    > "$OUT/ncu_$tag.csv" 2> "$OUT/ncu_$tag.log" || { echo "ncu failed:"; tail -5 "$OUT/ncu_$tag.log"; tail -3 "$OUT/ncu_$tag.csv"; }
+  python3 bench/ncu_step.py --summarize "$OUT/ncu_$tag.csv" | tee "$OUT/ncu_$tag.md"
+done
+chmod -R a+rX "$OUT"
