@@ -98,7 +98,7 @@ PATCHES: dict[str, tuple[str, object]] = {
     "o_n16": ("skinny", {(4096, 4096, 16): _skinny_tile(16)}),
     "o_s1": ("skinny", {(4096, 4096, 16): _skinny_tile(32, split_k=1)}),  # the tuned o tile before 2026-11-30
     "down_n32": ("skinny", {(4096, 14336, 16): _skinny_tile(32, split_k=4, block_k=128)}),
-    # 128-element K steps: no spills (bench/kernel_resources.py --gemms: block_k 256 takes 255 registers and spills)
+    # 128-element K steps: half the pipelined shared memory per CTA (bench/kernel_resources.py --gemms)
     "qkv_k128": ("skinny", {(6144, 4096, 16): _skinny_tile(64, block_k=128)}),
     "o_k128": ("skinny", {(4096, 4096, 16): _skinny_tile(32, split_k=2, block_k=128)}),
     "dqkv_k128": ("skinny", {(3072, 2048, 16): _skinny_tile(32, block_k=128)}),
@@ -108,11 +108,11 @@ PATCHES: dict[str, tuple[str, object]] = {
     "do_s2": ("skinny", {(2048, 2048, 16): _skinny_tile(16, split_k=2)}),
     # SwiGLU intermediate columns per program (kernels.fused_mlp.BLOCK_I, 64: 224 programs at 8B, 128 at 1B)
     "swiglu_i32": ("swiglu", 32),
-    "swiglu_k64": ("swiglu_k", 64),  # kernels.fused_mlp.BLOCK_K (128: 255 registers and 440 B of spills; 64: none)
+    "swiglu_k64": ("swiglu_k", 64),  # kernels.fused_mlp.BLOCK_K (128 by default)
     # tree attention: prefix keys per split of the wide tile (KEYS_PER_SPLIT, 256)
     "attn_k128": ("attention", 128),
     "attn_k64": ("attention", 64),
-    # a register budget for the attention launch (kernels.tree_attention.MAX_REGISTERS; ptxas alone: 32 + spills)
+    # a register budget for the attention launch (kernels.tree_attention.MAX_REGISTERS; ptxas alone: ~240 at 8B)
     "attn_r255": ("attention_regs", 255),
     "attn_r128": ("attention_regs", 128),
 }

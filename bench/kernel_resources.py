@@ -1,16 +1,21 @@
-"""Registers, spills and shared memory of the tree-attention kernel per launch configuration, compiled offline.
+"""Registers, spills and shared memory of the decode step's kernels per launch configuration, compiled offline.
 
-    python bench/kernel_resources.py [--arch 90] [--out bench/results] [--quick]
+    python bench/kernel_resources.py [--arch 90] [--out bench/results] [--quick] [--gemms]
 
 No GPU needed: `triton.compile` lowers the kernel for a target (sm_90a by default) and the ptxas that ships with
 Triton assembles it with `-v`, whose report gives registers per thread, the stack frame and spill bytes. Each case
 is a runtime launch shape, Llama-3-8B (Hq 32, Hkv 8, D 128) or Llama-3.2-1B (Hq 32, Hkv 8, D 64) at T query tokens,
 with the tile the kernel's own heuristic picks on CUDA (`kernels.tree_attention.attention_tile`) and, next to it,
-a 64-key tile on 4 warps; with and without the fused RoPE + KV write (`rope_tree_attention`). The 2026-11-30
-finding it was written for: the wide tile (256 keys, 8 warps) compiles to 32 registers and a ~5 KB spill stack.
-Spills are not time: the GPU benchmarks (bench/bench_attention_splits.py, bench/bench_step_variants.py) decide;
-this is the check to run before and after a kernel change, in seconds, on any machine. Writes
-`<out>/kernel_resources_<date>.json` (git SHA, date, Triton and ptxas versions, target) and prints a table.
+a 64-key tile on 4 warps; with and without the fused RoPE + KV write (`rope_tree_attention`). `--gemms`: the
+weight-streaming GEMM tiles instead (GEMM_TILES).
+
+Each compile is specialised as the JIT specialises a runtime launch (`jit_specialization`): 16-byte-aligned
+pointers and integer arguments divisible by 16 get `tt.divisibility = 16`, integers equal to 1 become constants.
+Without that (this tool before 2026-11-30's eighth session) the loads are not vectorised and the wide attention tile
+compiled to 32 registers and ~10 KB of spill code, which the GPU never ran: Nsight Compute read 242 registers on the
+H200 (bench/results/ncu_2026-11-30_2eb4f15/), and this specialised compile gives ~212 and no spills. The device's
+Triton (3.6) and this machine's (3.7) still differ; the GPU decides (bench/bench_step_variants.py, scripts/gpu_ncu.sh).
+Writes `<out>/kernel_resources[_gemms]_<date>.json` (git SHA, date, Triton and ptxas versions, target) and a table.
 """
 
 from __future__ import annotations
@@ -68,72 +73,114 @@ def ptxas_report(ptx: str, arch: int) -> dict:
     return {"registers": regs, "stack_bytes": stack, "spill_store_bytes": spill_st, "spill_load_bytes": spill_ld}
 
 
-def compile_case(shape: str, rows: int, rope: bool, tile: dict, arch: int) -> dict:
-    """Compile the tree-attention kernel for one launch and report its resources."""
+def jit_specialization(fn, signature: dict[str, str], values: dict[str, int]) -> tuple[dict, dict]:
+    """(constexprs, attrs) for ASTSource as the JIT specialises a launch whose integer arguments have `values`: every
+    pointer 16-byte aligned (`tt.divisibility` 16), an int divisible by 16 likewise, an int equal to 1 a constant."""
+    names = fn.arg_names
+    constexprs, attrs = {}, {}
+    for name, kind in signature.items():
+        if kind == "constexpr":
+            continue
+        if kind.startswith("*"):
+            attrs[(names.index(name),)] = [["tt.divisibility", 16]]
+        elif kind == "i32":
+            if name not in values:
+                raise KeyError(f"kernel_resources: no launch value for {fn.__name__}'s integer argument {name!r}")
+            v = values[name]
+            if v == 1:
+                constexprs[name] = 1
+            elif v % 16 == 0:
+                attrs[(names.index(name),)] = [["tt.divisibility", 16]]
+    return constexprs, attrs
+
+
+def _compile(fn, types: dict[str, str], consts: dict, values: dict[str, int], arch: int, warps: int, stages: int):
+    """triton.compile of `fn` for sm_<arch>a with the JIT's specialisation of a launch with `values`."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from kernels.tree_attention import _tree_attention_kernel, attention_tile
-
-    if not isinstance(_tree_attention_kernel, triton.runtime.jit.JITFunction):
+    if not isinstance(fn, triton.runtime.jit.JITFunction):
         raise SystemExit("kernel_resources: the kernels were imported under TRITON_INTERPRET=1 (interpreted functions "
                          "do not compile); run with TRITON_INTERPRET=0")
+    names = fn.arg_names
+    signature = {n: "constexpr" if n in consts else types.get(n, "i32") for n in names}
+    ones, attrs = jit_specialization(fn, signature, values)
+    signature.update({n: "constexpr" for n in ones})
+    src = ASTSource(fn=fn, signature=signature,
+                    constexprs={(names.index(n),): v for n, v in {**consts, **ones}.items()}, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": warps, "num_stages": stages})
+
+
+def compile_case(shape: str, rows: int, rope: bool, tile: dict, arch: int) -> dict:
+    """Compile the tree-attention kernel for one launch (the CUDA-graph runtime's: a 2,048-slot cache, the prefix in
+    a device tensor, a tree of `rows` nodes) and report its resources."""
+    import triton
+
+    from kernels.tree_attention import (
+        MAX_SPLITS,
+        MIN_BLOCKS_PER_SPLIT,
+        TARGET_PROGRAMS_PER_SM,
+        _tree_attention_kernel,
+        attention_tile,
+    )
+
     hq, hkv, d = SHAPES[shape]
     group = hq // hkv
     bm, bn, stages, warps, wide = attention_tile(rows * group, d, 2, True, **tile)
     constexprs = {"GROUP": group, "BLOCK_M": bm, "BLOCK_N": bn, "HEAD_DIM": d, "SPLIT": True,
                   "PREFIX_IN_TENSOR": True, "UPCAST": False, "DOT_PRECISION": "tf32", "USE_PDL": 2, "ROPE": rope,
                   "BLOCK_T": triton.next_power_of_2(rows) if rope else 1}
-    names = _tree_attention_kernel.arg_names
-    signature = {n: "constexpr" if n in constexprs else POINTER_TYPES.get(n, "fp32" if n in FLOAT_ARGS else "i32")
-                 for n in names}
-    src = ASTSource(fn=_tree_attention_kernel, signature=signature,
-                    constexprs={(names.index(n),): v for n, v in constexprs.items()})
-    kernel = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": warps,
-                                                                               "num_stages": stages})
+    cap, m_blocks = 2048, triton.cdiv(rows * group, bm)
+    splits = max(1, min(MAX_SPLITS, triton.cdiv(cap - rows, bn), TARGET_PROGRAMS_PER_SM * 132 // (m_blocks * hkv)))
+    q_row = (hq + 2 * hkv) * d if rope else hq * d  # rope: q is a view of the QKV projection's rows
+    values = {"n_rows": rows * group, "tree_len": rows, "num_splits": splits,
+              "min_blocks": 1 if wide else MIN_BLOCKS_PER_SPLIT, "n_tok": rows, "num_q_heads": hq,
+              "stride_qt": q_row, "stride_qh": d, "stride_kc": hkv * d, "stride_kh": d, "stride_vc": hkv * d,
+              "stride_vh": d, "stride_ot": hq * d, "stride_oh": d, "stride_mt": rows,
+              "stride_pos": 1 if rope else 0, "stride_slot": 1 if rope else 0}
+    types = {**POINTER_TYPES, **{n: "fp32" for n in FLOAT_ARGS}}
+    kernel = _compile(_tree_attention_kernel, types, constexprs, values, arch, warps, stages)
     return {"shape": shape, "rows": rows, "rope": rope, "tile": "heuristic" if not tile else "alt",
             "block_m": bm, "block_n": bn, "num_stages": stages, "num_warps": warps, "wide": wide,
             "shared_bytes": kernel.metadata.shared, **ptxas_report(kernel.asm["ptx"], arch)}
 
 
 GEMM_TILES = {
-    # (kernel, what, BLOCK_N or BLOCK_I, BLOCK_K, stages); BLOCK_M 16 (1-16 rows), 4 warps, bf16 operands
-    "qkv_8b": ("skinny", "Llama-3-8B QKV, tuned", 64, 256, 4),
-    "qkv_8b_k128": ("skinny", "Llama-3-8B QKV, 128-element K steps", 64, 128, 4),
-    "o_8b": ("skinny", "Llama-3-8B o, tuned", 32, 256, 4),
-    "o_8b_k128": ("skinny", "Llama-3-8B o, 128-element K steps", 32, 128, 4),
-    "down_8b": ("skinny", "Llama-3-8B down / LM head, tuned", 64, 128, 4),
-    "swiglu": ("swiglu", "SwiGLU, default (BLOCK_K 128)", 64, 128, 4),
-    "swiglu_k64": ("swiglu", "SwiGLU, BLOCK_K 64", 64, 64, 4),
+    # (kernel, what, N, K, split_k, BLOCK_N or BLOCK_I, BLOCK_K, stages); one row (BLOCK_M 16), 4 warps, bf16
+    "qkv_8b": ("skinny", "Llama-3-8B QKV, tuned", 6144, 4096, 1, 64, 256, 4),
+    "qkv_8b_k128": ("skinny", "Llama-3-8B QKV, 128-element K steps", 6144, 4096, 1, 64, 128, 4),
+    "o_8b": ("skinny", "Llama-3-8B o, tuned", 4096, 4096, 2, 32, 256, 4),
+    "o_8b_k128": ("skinny", "Llama-3-8B o, 128-element K steps", 4096, 4096, 2, 32, 128, 4),
+    "down_8b": ("skinny", "Llama-3-8B down, tuned", 4096, 14336, 4, 64, 128, 4),
+    "swiglu": ("swiglu", "SwiGLU, default (BLOCK_K 128)", 14336, 4096, 1, 64, 128, 4),
+    "swiglu_k64": ("swiglu", "SwiGLU, BLOCK_K 64", 14336, 4096, 1, 64, 64, 4),
 }
 """The weight-streaming GEMM tiles of the decode step (`--gemms`): the tuned ones and the spill-free alternatives
 measured against them in the step (bench/bench_step_variants.py qkv_k128 / o_k128 / swiglu_k64: none faster)."""
 
 
 def compile_gemm_case(name: str, arch: int) -> dict:
-    """Compile one GEMM_TILES entry (skinny GEMM or SwiGLU kernel) and report its resources."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
+    """Compile one GEMM_TILES entry (skinny GEMM or SwiGLU kernel) for a one-row launch and report its resources."""
     from kernels.fused_mlp import _swiglu_kernel
-    from kernels.skinny_linear import _skinny_kernel
+    from kernels.skinny_linear import _skinny_kernel, split_chunk
 
-    kind, what, bn, bk, stages = GEMM_TILES[name]
+    kind, what, n, k, split, bn, bk, stages = GEMM_TILES[name]
     common = {"BLOCK_M": 16, "BLOCK_K": bk, "UPCAST": False, "DOT_PRECISION": "tf32", "USE_PDL": 2}
     if kind == "skinny":
-        fn, types, consts = _skinny_kernel, {"X": "*bf16", "W": "*bf16", "Out": "*fp32"}, \
-            {**common, "BLOCK_N": bn, "EVEN_K": True}
+        chunk = split_chunk(k, split) if split > 1 else k
+        kernel = _compile(_skinny_kernel, {"X": "*bf16", "W": "*bf16", "Out": "*fp32"},
+                          {**common, "BLOCK_N": bn, "EVEN_K": k % (split * bk) == 0},
+                          {"M": 1, "N": n, "K": k, "K_CHUNK": chunk, "stride_xm": k, "stride_wn": k,
+                           "stride_os": n if split > 1 else 0, "stride_om": n}, arch, 4, stages)
     else:
-        fn, types, consts = _swiglu_kernel, {"X": "*bf16", "Wg": "*bf16", "Wu": "*bf16", "Out": "*bf16"}, \
-            {**common, "BLOCK_I": bn}
-    names = fn.arg_names
-    signature = {n: "constexpr" if n in consts else types.get(n, "i32") for n in names}
-    src = ASTSource(fn=fn, signature=signature, constexprs={(names.index(n),): v for n, v in consts.items()})
-    kernel = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": 4, "num_stages": stages})
-    return {"case": name, "kernel": kind, "what": what, "block_n": bn, "block_k": bk, "num_stages": stages,
-            "num_warps": 4, "shared_bytes": kernel.metadata.shared, **ptxas_report(kernel.asm["ptx"], arch)}
+        kernel = _compile(_swiglu_kernel, {"X": "*bf16", "Wg": "*bf16", "Wu": "*bf16", "Out": "*bf16"},
+                          {**common, "BLOCK_I": bn},
+                          {"M": 1, "I": n, "K": k, "stride_xm": k, "stride_wgi": k, "stride_wui": k, "stride_om": n},
+                          arch, 4, stages)
+    return {"case": name, "kernel": kind, "what": what, "n": n, "k": k, "split_k": split, "block_n": bn,
+            "block_k": bk, "num_stages": stages, "num_warps": 4, "shared_bytes": kernel.metadata.shared,
+            **ptxas_report(kernel.asm["ptx"], arch)}
 
 
 def run(arch: int, quick: bool) -> list[dict]:

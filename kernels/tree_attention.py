@@ -92,9 +92,9 @@ sin per (token, head) row or once per token: the same time), not with spills (be
 registers and stack with and without the fused path); not understood yet (the last split's write, barrier and
 read-back are serial)."""
 MAX_REGISTERS: int | None = None
-"""A register budget per thread for the CUDA launch (Triton's `maxnreg`), or None: ptxas' own choice, which for the
-wide tile (8 warps, `.reqntid 256`) aims at full occupancy: 32 registers and ~10 KB of spill code for the 8B head
-size (bench/kernel_resources.py); 255 leaves ~2.6 KB."""
+"""A register budget per thread for the CUDA launch (Triton's `maxnreg`), or None: ptxas' own choice (~240 for the 8B
+wide tile, no spills: Nsight Compute and bench/kernel_resources.py agree). 128 measured slower, 255 the same
+(2026-11-30, bench/results/step_variants_2026-11-30_spills.json): an experiment switch, off."""
 _COUNTERS_INIT = 1024  # int32 counters per (device, stream), grown on demand
 
 _counter_cache: dict[tuple, torch.Tensor] = {}

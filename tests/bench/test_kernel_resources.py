@@ -67,3 +67,17 @@ def test_offline_compile_of_a_gemm_tile(tmp_path):
     assert (rec["case"], rec["kernel"], rec["block_n"], rec["block_k"]) == ("qkv_8b", "skinny", 64, 256)
     assert 16 <= rec["registers"] <= 255 and rec["spill_store_bytes"] >= 0
     assert "| Llama-3-8B QKV, tuned |" in proc.stdout
+
+
+def test_jit_specialization_marks_what_a_launch_specialises():
+    """Pointers and ints divisible by 16 get tt.divisibility 16, ints equal to 1 become constants, other ints stay;
+    an int without a launch value is named (the offline compile must see what the JIT would)."""
+    from types import SimpleNamespace
+
+    fn = SimpleNamespace(__name__="k", arg_names=["X", "M", "N", "stride", "BLOCK"])
+    sig = {"X": "*bf16", "M": "i32", "N": "i32", "stride": "i32", "BLOCK": "constexpr"}
+    consts, attrs = kernel_resources.jit_specialization(fn, sig, {"M": 1, "N": 8, "stride": 4096})
+    assert consts == {"M": 1}
+    assert attrs == {(0,): [["tt.divisibility", 16]], (3,): [["tt.divisibility", 16]]}
+    with pytest.raises(KeyError, match="k's integer argument 'N'"):
+        kernel_resources.jit_specialization(fn, sig, {"M": 1, "stride": 16})
