@@ -58,8 +58,8 @@ from runtime.loader import build_model  # noqa: E402
 from runtime.tree import ancestor_mask  # noqa: E402
 
 # the modules, not the package's same-named functions (kernels/__init__.py re-exports skinny_linear, tree_attention)
-fused_mlp, skinny_linear, tree_attention = (importlib.import_module(f"kernels.{m}") for m in
-                                            ("fused_mlp", "skinny_linear", "tree_attention"))
+fused_mlp, norm, skinny_linear, tree_attention = (importlib.import_module(f"kernels.{m}") for m in
+                                                  ("fused_mlp", "norm", "skinny_linear", "tree_attention"))
 _EARLY = {"gemm": "early", "small": "early"}
 VARIANTS: dict[str, tuple[bool, dict[str, str] | None]] = {
     "base": (False, None),
@@ -115,6 +115,9 @@ PATCHES: dict[str, tuple[str, object]] = {
     # a register budget for the attention launch (kernels.tree_attention.MAX_REGISTERS; ptxas alone: ~240 at 8B)
     "attn_r255": ("attention_regs", 255),
     "attn_r128": ("attention_regs", 128),
+    # warps per row program of the two norm kernels (kernels.norm.NUM_WARPS; default 8 at 8B, 4 at 1B)
+    "norm_w4": ("norm_warps", 4),
+    "norm_w16": ("norm_warps", 16),
 }
 """Tile / placement experiments appended to a variant as `variant+patch+...`: they set the module-level tile
 choices while that variant's graphs are captured (what a capture records is what its replays run)."""
@@ -135,7 +138,7 @@ def parse_variant(spec: str) -> tuple[str, list[str]]:
 def patched(names: list[str]):
     """Apply PATCHES `names` to the kernel modules inside the block, restoring every value after it."""
     saved = (dict(skinny_linear.CONFIGS), fused_mlp.BLOCK_I, fused_mlp.BLOCK_K, tree_attention.KEYS_PER_SPLIT,
-             tree_attention.MAX_REGISTERS)
+             tree_attention.MAX_REGISTERS, norm.NUM_WARPS)
     try:
         for name in names:
             kind, value = PATCHES[name]
@@ -147,13 +150,16 @@ def patched(names: list[str]):
                 fused_mlp.BLOCK_K = value
             elif kind == "attention_regs":
                 tree_attention.MAX_REGISTERS = value
+            elif kind == "norm_warps":
+                norm.NUM_WARPS = value
             else:
                 tree_attention.KEYS_PER_SPLIT = value
         yield
     finally:
         skinny_linear.CONFIGS.clear()
         skinny_linear.CONFIGS.update(saved[0])
-        fused_mlp.BLOCK_I, fused_mlp.BLOCK_K, tree_attention.KEYS_PER_SPLIT, tree_attention.MAX_REGISTERS = saved[1:]
+        (fused_mlp.BLOCK_I, fused_mlp.BLOCK_K, tree_attention.KEYS_PER_SPLIT, tree_attention.MAX_REGISTERS,
+         norm.NUM_WARPS) = saved[1:]
 
 
 def _variant_config(spec: str) -> dict:

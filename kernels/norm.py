@@ -21,6 +21,15 @@ import triton.language as tl
 
 from kernels.pdl import pdl_options, pdl_start
 
+NUM_WARPS: int | None = None
+"""Warps per row program of both norm kernels, or None: block_n / 512 (8 for the 8B's 4,096, 4 for the 1B's 2,048),
+at most 16. Both kernels take the same value, so their row reductions stay bit for bit alike. An experiment switch
+(bench/bench_step_variants.py norm_w4 / norm_w16)."""
+
+
+def _row_warps(block_n: int) -> int:
+    return NUM_WARPS or min(16, max(1, block_n // 512))
+
 
 @triton.jit
 def _add_rmsnorm_kernel(
@@ -80,7 +89,7 @@ def add_rmsnorm(
         x, residual if residual is not None else x, weight, normed, new_res, n, float(eps),
         x.stride(0), residual.stride(0) if residual is not None else 0, normed.stride(0), new_res.stride(0),
         HAS_RESIDUAL=residual is not None, BLOCK_N=block_n,
-        num_warps=min(16, max(1, block_n // 512)), **pdl_options(x.device),
+        num_warps=_row_warps(block_n), **pdl_options(x.device),
     )
     return normed, new_res
 
@@ -154,7 +163,7 @@ def add_rmsnorm_partials(
         partials, residual, weight, normed, new_res, n, float(eps),
         partials.stride(0), partials.stride(1), residual.stride(0), normed.stride(0), new_res.stride(0),
         SPLIT_K=s, BLOCK_N=block_n,
-        num_warps=min(16, max(1, block_n // 512)),  # as add_rmsnorm: the same row reduction, bit for bit
+        num_warps=_row_warps(block_n),  # as add_rmsnorm: the same row reduction, bit for bit
         **pdl_options(residual.device),
     )
     return normed, new_res

@@ -58,15 +58,17 @@ def test_patches_parse_apply_and_restore():
     assert parse_variant("runtime+qkv_n32+o_s1") == ("runtime", ["qkv_n32", "o_s1"])
     with pytest.raises(SystemExit, match=r"patch 'qkv_n8' of 'runtime\+qkv_n8' is not one of qkv_n32"):
         parse_variant("runtime+qkv_n8")
+    norm = importlib.import_module("kernels.norm")
+
     def state():
         return (dict(skinny.CONFIGS), fused_mlp.BLOCK_I, fused_mlp.BLOCK_K, attention.KEYS_PER_SPLIT,
-                attention.MAX_REGISTERS)
+                attention.MAX_REGISTERS, norm.NUM_WARPS)
 
     before = state()
-    with patched(["qkv_n32", "o_s1", "swiglu_i32", "swiglu_k64", "attn_k128", "attn_r255"]):
+    with patched(["qkv_n32", "o_s1", "swiglu_i32", "swiglu_k64", "attn_k128", "attn_r255", "norm_w16"]):
         assert skinny.pick_config(1, 6144, 4096)["block_n"] == 32
         assert skinny.pick_config(8, 4096, 4096)["split_k"] == 1
-        assert state()[1:] == (32, 64, 128, 255)
+        assert state()[1:] == (32, 64, 128, 255, 16)
     assert state() == before
     assert skinny.pick_config(8, 4096, 4096)["split_k"] == 2
     assert set(PATCHES) >= {"qkv_n32", "o_n16", "o_s1", "down_n32", "dqkv_n16", "do_s2"}
