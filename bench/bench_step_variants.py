@@ -115,7 +115,7 @@ PATCHES: dict[str, tuple[str, object]] = {
     # a register budget for the attention launch (kernels.tree_attention.MAX_REGISTERS; ptxas alone: ~240 at 8B)
     "attn_r255": ("attention_regs", 255),
     "attn_r128": ("attention_regs", 128),
-    # warps per row program of the two norm kernels (kernels.norm.NUM_WARPS; default 8 at 8B, 4 at 1B)
+    # warps per row program of the two norm kernels (kernels.norm.NUM_WARPS; 16 by default since 2026-11-30)
     "norm_w4": ("norm_warps", 4),
     "norm_w16": ("norm_warps", 16),
 }

@@ -22,13 +22,15 @@ import triton.language as tl
 from kernels.pdl import pdl_options, pdl_start
 
 NUM_WARPS: int | None = None
-"""Warps per row program of both norm kernels, or None: block_n / 512 (8 for the 8B's 4,096, 4 for the 1B's 2,048),
-at most 16. Both kernels take the same value, so their row reductions stay bit for bit alike. An experiment switch
-(bench/bench_step_variants.py norm_w4 / norm_w16)."""
+"""Warps per row program of both norm kernels, or None: block_n / 128, at most 16 (16 for the 8B's 4,096 and the 1B's
+2,048). Both kernels take the same value, so their row reductions stay bit for bit alike. H200 2026-11-30, two calls
+(bench/results/step_variants_2026-11-30_normwarps{,2}.json), 16 warps against the block_n / 512 of before (8 at 8B,
+4 at 1B): 8B step -0.012 / -0.015 ms at 1 / 8 rows, 1B step at 16 rows -0.012 / -0.014 ms (1.2%); 4 warps -0.001 to
+-0.011. An override for experiments (bench/bench_step_variants.py norm_w4 / norm_w16)."""
 
 
 def _row_warps(block_n: int) -> int:
-    return NUM_WARPS or min(16, max(1, block_n // 512))
+    return NUM_WARPS or min(16, max(1, block_n // 128))
 
 
 @triton.jit
