@@ -95,7 +95,7 @@ PATCHES: dict[str, tuple[str, object]] = {
     # SMs), o block_n 32 x split 2 (256), down block_n 64 x split 4 (256).
     "qkv_n32": ("skinny", {(6144, 4096, 16): _skinny_tile(32)}),
     "qkv_n16": ("skinny", {(6144, 4096, 16): _skinny_tile(16)}),
-    "o_n16": ("skinny", {(4096, 4096, 16): _skinny_tile(16)}),
+    "o_n16": ("skinny", {(4096, 4096, 16): _skinny_tile(16, split_k=2)}),
     "o_s1": ("skinny", {(4096, 4096, 16): _skinny_tile(32, split_k=1)}),  # the tuned o tile before 2026-11-30
     "down_n32": ("skinny", {(4096, 14336, 16): _skinny_tile(32, split_k=4, block_k=128)}),
     # 128-element K steps: half the pipelined shared memory per CTA (bench/kernel_resources.py --gemms)
@@ -115,9 +115,10 @@ PATCHES: dict[str, tuple[str, object]] = {
     # a register budget for the attention launch (kernels.tree_attention.MAX_REGISTERS; ptxas alone: ~240 at 8B)
     "attn_r255": ("attention_regs", 255),
     "attn_r128": ("attention_regs", 128),
-    # warps per row program of the two norm kernels (kernels.norm.NUM_WARPS; 16 by default since 2026-11-30)
+    # warps per row program of the two norm kernels (kernels.norm.NUM_WARPS; 16 at 8B / 1B since 2026-11-30; 8 was
+    # the 8B's before, and norm_w16 the name of the measured variant in step_variants_2026-11-30_normwarps*.json)
     "norm_w4": ("norm_warps", 4),
-    "norm_w16": ("norm_warps", 16),
+    "norm_w8": ("norm_warps", 8),
 }
 """Tile / placement experiments appended to a variant as `variant+patch+...`: they set the module-level tile
 choices while that variant's graphs are captured (what a capture records is what its replays run)."""
@@ -134,32 +135,34 @@ def parse_variant(spec: str) -> tuple[str, list[str]]:
     return base, patches
 
 
+KNOBS: dict[str, tuple[object, str]] = {
+    "swiglu": (fused_mlp, "BLOCK_I"), "swiglu_k": (fused_mlp, "BLOCK_K"),
+    "attention": (tree_attention, "KEYS_PER_SPLIT"), "attention_regs": (tree_attention, "MAX_REGISTERS"),
+    "norm_warps": (norm, "NUM_WARPS"),
+}
+"""The module-level value each non-skinny patch kind sets (skinny patches update skinny_linear.CONFIGS entries)."""
+
+
 @contextlib.contextmanager
 def patched(names: list[str]):
     """Apply PATCHES `names` to the kernel modules inside the block, restoring every value after it."""
-    saved = (dict(skinny_linear.CONFIGS), fused_mlp.BLOCK_I, fused_mlp.BLOCK_K, tree_attention.KEYS_PER_SPLIT,
-             tree_attention.MAX_REGISTERS, norm.NUM_WARPS)
+    configs = dict(skinny_linear.CONFIGS)
+    saved = {kind: getattr(module, attr) for kind, (module, attr) in KNOBS.items()}
     try:
         for name in names:
             kind, value = PATCHES[name]
             if kind == "skinny":
                 skinny_linear.CONFIGS.update(value)
-            elif kind == "swiglu":
-                fused_mlp.BLOCK_I = value
-            elif kind == "swiglu_k":
-                fused_mlp.BLOCK_K = value
-            elif kind == "attention_regs":
-                tree_attention.MAX_REGISTERS = value
-            elif kind == "norm_warps":
-                norm.NUM_WARPS = value
+            elif kind in KNOBS:
+                setattr(*KNOBS[kind], value)
             else:
-                tree_attention.KEYS_PER_SPLIT = value
+                raise ValueError(f"PATCHES[{name!r}]: unknown kind {kind!r}; expected skinny or one of {sorted(KNOBS)}")
         yield
     finally:
         skinny_linear.CONFIGS.clear()
-        skinny_linear.CONFIGS.update(saved[0])
-        (fused_mlp.BLOCK_I, fused_mlp.BLOCK_K, tree_attention.KEYS_PER_SPLIT, tree_attention.MAX_REGISTERS,
-         norm.NUM_WARPS) = saved[1:]
+        skinny_linear.CONFIGS.update(configs)
+        for kind, (module, attr) in KNOBS.items():
+            setattr(module, attr, saved[kind])
 
 
 def _variant_config(spec: str) -> dict:

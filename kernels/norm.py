@@ -22,15 +22,22 @@ import triton.language as tl
 from kernels.pdl import pdl_options, pdl_start
 
 NUM_WARPS: int | None = None
-"""Warps per row program of both norm kernels, or None: block_n / 128, at most 16 (16 for the 8B's 4,096 and the 1B's
-2,048). Both kernels take the same value, so their row reductions stay bit for bit alike. H200 2026-11-30, two calls
+"""Warps per row program of both norm kernels, or None: 16 for rows of 2,048 elements and more (the 8B's 4,096 and
+the 1B's 2,048), block_n / 512 below (SmolLM2-135M's 576 -> 2 warps, as before). Both kernels take the same value,
+so their row reductions stay bit for bit alike. H200 2026-11-30, two calls
 (bench/results/step_variants_2026-11-30_normwarps{,2}.json), 16 warps against the block_n / 512 of before (8 at 8B,
 4 at 1B): 8B step -0.012 / -0.015 ms at 1 / 8 rows, 1B step at 16 rows -0.012 / -0.014 ms (1.2%); 4 warps -0.001 to
--0.011. An override for experiments (bench/bench_step_variants.py norm_w4 / norm_w16)."""
+-0.011. Smaller rows were not measured, so they keep the old count. An override for experiments (a power of two,
+1-32; bench/bench_step_variants.py norm_w4 / norm_w8)."""
 
 
 def _row_warps(block_n: int) -> int:
-    return NUM_WARPS or min(16, max(1, block_n // 128))
+    """The warps of a norm row program over next_pow2(N) = block_n elements (NUM_WARPS when set)."""
+    if NUM_WARPS is not None:
+        if isinstance(NUM_WARPS, bool) or not isinstance(NUM_WARPS, int) or NUM_WARPS not in (1, 2, 4, 8, 16, 32):
+            raise ValueError(f"kernels.norm.NUM_WARPS: expected a power of two in 1..32 or None, got {NUM_WARPS!r}")
+        return NUM_WARPS
+    return 16 if block_n >= 2048 else min(16, max(1, block_n // 512))
 
 
 @triton.jit
@@ -43,7 +50,8 @@ def _add_rmsnorm_kernel(
     ok = cols < N
     # The weight first, before the PDL wait: no kernel writes it, so it may be read while the previous kernel still
     # runs, and its load leaves the chain after the row's reduction (H200, 2026-11-30: -0.04 to -0.05 ms per 8B step,
-    # -0.018 ms per 1B step at 16 rows, bench/results/step_variants_2026-11-30_{tiles,prefetch}.json, variant normw).
+    # -0.018 ms per 1B step at 16 rows, bench/results/step_variants_2026-11-30_{tiles,prefetch}.json, variant name
+    # normw in those files).
     w = tl.load(W + cols, mask=ok, other=0.0).to(tl.float32)
     pdl_start(USE_PDL)
     row = tl.program_id(0).to(tl.int64)

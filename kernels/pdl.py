@@ -8,7 +8,8 @@ Triton's ``launch_pdl``) the next kernel may be launched while the previous one 
 launched this way must not touch global memory another kernel writes before that wait (the norms load their
 weights before it: no kernel writes weights).
 
-Every kernel here that takes ``USE_PDL`` does, when it is > 0, at its very start::
+Every kernel here that takes ``USE_PDL`` does, when it is > 0, before it reads anything another kernel wrote (at
+its very start, except the norms' weight load)::
 
     gdc_wait()               # the previous kernel has completed; its writes are visible
     gdc_launch_dependents()  # (USE_PDL == 1, "early") the next kernel may launch now

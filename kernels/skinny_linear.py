@@ -52,8 +52,9 @@ CONFIG_KEYS = ("block_n", "block_k", "split_k", "num_warps", "num_stages")
 # Llama-3.2-1B decode projections at M = 1, 8, 16 (best total over the three). Other shapes: the heuristic.
 # (4096, 4096, 16), the 8B o projection, from the CUDA-graph step instead (its output is always split-K partials
 # summed in the next norm): split 2 over split 1 -0.015 / -0.03 ms per 8B step at 1 / 8 rows, H200 2026-11-30,
-# bench/results/step_variants_2026-11-30_{tiles,prefetch}.json (variant o_s2); the other tiles tried there
-# (narrower QKV / o / down / SwiGLU tiles: more programs per SM) were slower or equal.
+# bench/results/step_variants_2026-11-30_{tiles,prefetch,defaults}.json (variant name o_s2 in those files); the other
+# tiles tried there (narrower QKV / o / down / SwiGLU tiles: more programs per SM) were slower or equal. A plain
+# skinny_linear at this shape (not the partials the runtime's o projection takes) now adds a reduce launch.
 CONFIGS: dict[tuple[int, int, int], dict[str, int]] = {
     (2048, 2048, 16): {"block_k": 256, "block_n": 16, "num_stages": 4, "num_warps": 4, "split_k": 1},
     (2048, 8192, 16): {"block_k": 128, "block_n": 32, "num_stages": 4, "num_warps": 4, "split_k": 4},

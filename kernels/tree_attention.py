@@ -511,9 +511,19 @@ def _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, rope, *, num
         ROPE=rope is not None,
         BLOCK_T=triton.next_power_of_2(t) if rope is not None else 1,
         num_warps=warps, num_stages=stages, **pdl_options(q.device),
-        **({"maxnreg": MAX_REGISTERS} if MAX_REGISTERS and q.is_cuda else {}),
+        **_register_budget(q.device),
     )
     return out
+
+
+def _register_budget(device: torch.device) -> dict:
+    """The launch keyword for MAX_REGISTERS on CUDA (checked: an int in 24..255), else nothing."""
+    if MAX_REGISTERS is None or device.type != "cuda":
+        return {}
+    if isinstance(MAX_REGISTERS, bool) or not isinstance(MAX_REGISTERS, int) or not 24 <= MAX_REGISTERS <= 255:
+        raise ValueError(f"kernels.tree_attention.MAX_REGISTERS: expected an int in 24..255 or None, "
+                         f"got {MAX_REGISTERS!r}")
+    return {"maxnreg": MAX_REGISTERS}
 
 
 def default_scale(head_dim: int) -> float:

@@ -50,27 +50,24 @@ def test_patches_parse_apply_and_restore():
     """`variant+patch`: each patch sets a module-level tile choice only inside `patched`; unknown parts are named."""
     import importlib
 
-    from bench.bench_step_variants import PATCHES, parse_variant, patched
+    from bench.bench_step_variants import KNOBS, PATCHES, parse_variant, patched
 
     skinny = importlib.import_module("kernels.skinny_linear")
-    fused_mlp = importlib.import_module("kernels.fused_mlp")
-    attention = importlib.import_module("kernels.tree_attention")
     assert parse_variant("runtime+qkv_n32+o_s1") == ("runtime", ["qkv_n32", "o_s1"])
     with pytest.raises(SystemExit, match=r"patch 'qkv_n8' of 'runtime\+qkv_n8' is not one of qkv_n32"):
         parse_variant("runtime+qkv_n8")
-    norm = importlib.import_module("kernels.norm")
 
     def state():
-        return (dict(skinny.CONFIGS), fused_mlp.BLOCK_I, fused_mlp.BLOCK_K, attention.KEYS_PER_SPLIT,
-                attention.MAX_REGISTERS, norm.NUM_WARPS)
+        return dict(skinny.CONFIGS), {kind: getattr(module, attr) for kind, (module, attr) in KNOBS.items()}
 
     before = state()
-    with patched(["qkv_n32", "o_s1", "swiglu_i32", "swiglu_k64", "attn_k128", "attn_r255", "norm_w16"]):
+    with patched(["qkv_n32", "o_s1", "swiglu_i32", "swiglu_k64", "attn_k128", "attn_r255", "norm_w8"]):
         assert skinny.pick_config(1, 6144, 4096)["block_n"] == 32
         assert skinny.pick_config(8, 4096, 4096)["split_k"] == 1
-        assert state()[1:] == (32, 64, 128, 255, 16)
+        assert state()[1] == {"swiglu": 32, "swiglu_k": 64, "attention": 128, "attention_regs": 255, "norm_warps": 8}
     assert state() == before
     assert skinny.pick_config(8, 4096, 4096)["split_k"] == 2
+    assert {kind for kind, _ in PATCHES.values()} <= {"skinny", *KNOBS}
     assert set(PATCHES) >= {"qkv_n32", "o_n16", "o_s1", "down_n32", "dqkv_n16", "do_s2"}
 
 

@@ -247,3 +247,19 @@ def test_rope_tree_attention_rejects_bad_operands():
     with pytest.raises(ValueError, match="ROPE_MAX_TOKENS"):
         rope_tree_attention(big, pos_b, inv_freq, kb, vb, torch.arange(t), 8, 0, torch.ones(t, t, dtype=torch.bool),
                             0.25)
+
+
+def test_register_budget_is_checked_and_cuda_only(monkeypatch):
+    """kernels.tree_attention.MAX_REGISTERS: passed as Triton's maxnreg on CUDA launches only; a bad value is named."""
+    import importlib
+
+    ta = importlib.import_module("kernels.tree_attention")  # the module (the package re-exports the function)
+    monkeypatch.setattr(ta, "MAX_REGISTERS", 128)
+    assert ta._register_budget(torch.device("cpu")) == {}
+    assert ta._register_budget(torch.device("cuda", 0)) == {"maxnreg": 128}
+    for bad in (8, 300, 1.5, True):
+        monkeypatch.setattr(ta, "MAX_REGISTERS", bad)
+        with pytest.raises(ValueError, match="MAX_REGISTERS: expected an int in 24..255"):
+            ta._register_budget(torch.device("cuda", 0))
+    monkeypatch.setattr(ta, "MAX_REGISTERS", None)
+    assert ta._register_budget(torch.device("cuda", 0)) == {}
