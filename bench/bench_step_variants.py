@@ -175,6 +175,16 @@ def _variant_config(spec: str) -> dict:
                                if isinstance(PATCHES[name][1], dict) else PATCHES[name][1]) for name in patches}}
 
 
+def prefill_random(model: torch.nn.Module, cache: KVCache, attn: object, ctx: int, gen: torch.Generator) -> None:
+    """Fill the cache's first `ctx` slots with the K/V of `ctx` random token ids (512-token chunks), so a step's
+    attention reads real, non-zero keys."""
+    device = cache.kv.device
+    prompt = torch.randint(0, model.shape.vocab_size, (ctx,), generator=gen).to(device)
+    for start in range(0, ctx, 512):
+        n = min(512, ctx - start)
+        model(prompt[start:start + n], AttnMeta.causal(start, n, device), cache, attn)
+
+
 def tree_inputs(rows: int, ctx: int, vocab: int, gen: torch.Generator) -> tuple:
     """A binary tree of `rows` nodes after `ctx` cached tokens: ids, positions, tree slots, mask."""
     parents = [-1] + [(i - 1) // 2 for i in range(1, rows)]
@@ -216,10 +226,7 @@ def run_preset(preset: str, cases: list[tuple[int, int]], ctx: int, cap: int, va
         # attention reads non-zero K/V. A step writes K/V at ctx + tree slots only: every replay sees this cache.
         model.use_fused_kernels(True)
         gen = torch.Generator().manual_seed(0)
-        prompt = torch.randint(0, model.shape.vocab_size, (ctx,), generator=gen).to(device)
-        for start in range(0, ctx, 512):
-            n = min(512, ctx - start)
-            model(prompt[start:start + n], AttnMeta.causal(start, n, device), cache, attn)
+        prefill_random(model, cache, attn, ctx, gen)
     records = []
     for rows, tree_len in cases:
         ran = [name for name in variants if (rows, name) in graphs]

@@ -13,7 +13,7 @@ Each compile is specialised as the JIT specialises a runtime launch (`jit_specia
 pointers and integer arguments divisible by 16 get `tt.divisibility = 16`, integers equal to 1 become constants.
 Without that (this tool before 2026-11-30's eighth session) the loads are not vectorised and the wide attention tile
 compiled to 32 registers and ~10 KB of spill code, which the GPU never ran: Nsight Compute read 242 registers on the
-H200 (bench/results/ncu_2026-11-30_2eb4f15/), and this specialised compile gives ~212 and no spills. The device's
+H200 (bench/results/ncu_2026-11-30_2eb4f15/), and this specialised compile gives 240-242 and no spills. The device's
 Triton (3.6) and this machine's (3.7) still differ; the GPU decides (bench/bench_step_variants.py, scripts/gpu_ncu.sh).
 Writes `<out>/kernel_resources[_gemms]_<date>.json` (git SHA, date, Triton and ptxas versions, target) and a table.
 """
@@ -35,6 +35,7 @@ if str(REPO_ROOT) not in sys.path:
 from conf.rundir import atomic_write_json, git_sha  # noqa: E402
 
 SHAPES = {"llama3-8b": (32, 8, 128), "llama3.2-1b": (32, 8, 64)}
+H200_SMS = 132
 ROWS = (1, 8, 16)
 ALT_TILE = {"block_n": 64, "num_stages": 3, "num_warps": 4}
 """The non-wide tile next to the heuristic's (64 keys, 3 stages, 4 warps)."""
@@ -117,13 +118,7 @@ def compile_case(shape: str, rows: int, rope: bool, tile: dict, arch: int) -> di
     a device tensor, a tree of `rows` nodes) and report its resources."""
     import triton
 
-    from kernels.tree_attention import (
-        MAX_SPLITS,
-        MIN_BLOCKS_PER_SPLIT,
-        TARGET_PROGRAMS_PER_SM,
-        _tree_attention_kernel,
-        attention_tile,
-    )
+    from kernels.tree_attention import MIN_BLOCKS_PER_SPLIT, _tree_attention_kernel, attention_tile, num_splits_for
 
     hq, hkv, d = SHAPES[shape]
     group = hq // hkv
@@ -132,7 +127,7 @@ def compile_case(shape: str, rows: int, rope: bool, tile: dict, arch: int) -> di
                   "PREFIX_IN_TENSOR": True, "UPCAST": False, "DOT_PRECISION": "tf32", "USE_PDL": 2, "ROPE": rope,
                   "BLOCK_T": triton.next_power_of_2(rows) if rope else 1}
     cap, m_blocks = 2048, triton.cdiv(rows * group, bm)
-    splits = max(1, min(MAX_SPLITS, triton.cdiv(cap - rows, bn), TARGET_PROGRAMS_PER_SM * 132 // (m_blocks * hkv)))
+    splits = num_splits_for(H200_SMS, m_blocks * hkv, triton.cdiv(cap - rows, bn))
     q_row = (hq + 2 * hkv) * d if rope else hq * d  # rope: q is a view of the QKV projection's rows
     values = {"n_rows": rows * group, "tree_len": rows, "num_splits": splits,
               "min_blocks": 1 if wide else MIN_BLOCKS_PER_SPLIT, "n_tok": rows, "num_q_heads": hq,
@@ -205,49 +200,38 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--gemms", action="store_true", help="the weight-streaming GEMM tiles instead (GEMM_TILES)")
     a = ap.parse_args(argv)
     if a.gemms:
-        return gemm_main(a)
+        rows = [compile_gemm_case(name, a.arch) for name in (list(GEMM_TILES)[:1] if a.quick else GEMM_TILES)]
+        return write_results(a, "kernel_resources_gemms", {"tiles": GEMM_TILES}, rows,
+                             "| case | tile (BN x BK, stages) | registers | spill stores B | shared B |",
+                             lambda r: f"| {r['what']} | {r['block_n']} x {r['block_k']}, {r['num_stages']} | "
+                                       f"{r['registers']} | {r['spill_store_bytes']} | {r['shared_bytes']} |")
+    return write_results(a, "kernel_resources", {"shapes": SHAPES, "rows": list(ROWS), "alt_tile": ALT_TILE,
+                                                 "kernel": "kernels.tree_attention._tree_attention_kernel"},
+                         run(a.arch, a.quick),
+                         "| shape | rows | rope | tile (BM x BN, stages, warps) | registers | stack B | spill stores B"
+                         " |",
+                         lambda r: f"| {r['shape']} | {r['rows']} | {r['rope']} | {r['tile']} ({r['block_m']} x "
+                                   f"{r['block_n']}, {r['num_stages']}, {r['num_warps']}) | {r['registers']} | "
+                                   f"{r['stack_bytes']} | {r['spill_store_bytes']} |")
+
+
+def write_results(a: argparse.Namespace, name: str, config: dict, rows: list[dict], header: str, line) -> dict:
+    """<out>/<name>_<date>[_quick].json (git SHA, date, Triton and ptxas versions, target, config) and the table."""
     import triton
 
     version = subprocess.run([str(ptxas_path()), "--version"], capture_output=True, text=True).stdout.strip()
     today = datetime.date.today().isoformat()
-    result = {"benchmark": "kernel_resources", "date": today, "git_sha": git_sha(),
+    result = {"benchmark": name, "date": today, "git_sha": git_sha(),
               "device": f"offline compile for sm_{a.arch}a (no GPU)", "triton": triton.__version__,
               "ptxas": version.splitlines()[-1] if version else "unknown",
-              "config": {"arch": a.arch, "shapes": SHAPES, "rows": list(ROWS), "alt_tile": ALT_TILE, "quick": a.quick,
-                         "kernel": "kernels.tree_attention._tree_attention_kernel"},
-              "rows": run(a.arch, a.quick)}
+              "config": {"arch": a.arch, "quick": a.quick, **config}, "rows": rows}
     a.out.mkdir(parents=True, exist_ok=True)
-    path = a.out / f"kernel_resources_{today}{'_quick' if a.quick else ''}.json"
+    path = a.out / f"{name}_{today}{'_quick' if a.quick else ''}.json"
     atomic_write_json(path, result)
-    print("| shape | rows | rope | tile (BM x BN, stages, warps) | registers | stack B | spill stores B |")
-    print("|---|---|---|---|---|---|---|")
-    for r in result["rows"]:
-        print(f"| {r['shape']} | {r['rows']} | {r['rope']} | {r['tile']} ({r['block_m']} x {r['block_n']}, "
-              f"{r['num_stages']}, {r['num_warps']}) | {r['registers']} | {r['stack_bytes']} | "
-              f"{r['spill_store_bytes']} |")
-    print(f"-> {path}")
-    return result
-
-
-def gemm_main(a: argparse.Namespace) -> dict:
-    """`--gemms`: every GEMM_TILES entry (--quick: the first), to <out>/kernel_resources_gemms_<date>.json."""
-    import triton
-
-    version = subprocess.run([str(ptxas_path()), "--version"], capture_output=True, text=True).stdout.strip()
-    today = datetime.date.today().isoformat()
-    rows = [compile_gemm_case(name, a.arch) for name in (list(GEMM_TILES)[:1] if a.quick else GEMM_TILES)]
-    result = {"benchmark": "kernel_resources_gemms", "date": today, "git_sha": git_sha(),
-              "device": f"offline compile for sm_{a.arch}a (no GPU)", "triton": triton.__version__,
-              "ptxas": version.splitlines()[-1] if version else "unknown",
-              "config": {"arch": a.arch, "tiles": GEMM_TILES, "quick": a.quick}, "rows": rows}
-    a.out.mkdir(parents=True, exist_ok=True)
-    path = a.out / f"kernel_resources_gemms_{today}{'_quick' if a.quick else ''}.json"
-    atomic_write_json(path, result)
-    print("| case | tile (BN x BK, stages) | registers | spill stores B | shared B |")
-    print("|---|---|---|---|---|")
+    print(header)
+    print("|---" * header.count(" | ") + "|---|")
     for r in rows:
-        print(f"| {r['what']} | {r['block_n']} x {r['block_k']}, {r['num_stages']} | {r['registers']} | "
-              f"{r['spill_store_bytes']} | {r['shared_bytes']} |")
+        print(line(r))
     print(f"-> {path}")
     return result
 

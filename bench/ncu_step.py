@@ -4,7 +4,8 @@
     python3 bench/ncu_step.py --summarize ncu.csv     # any machine: the table of an ncu CSV (--csv --page details)
 
 The driver builds the model as the runtime runs it (`kernels=graphs`: fused path, skinny GEMMs, PDL late, the fused
-RoPE attention on single-token steps), fills `--ctx` cached tokens with random ids, then runs one eager decode step of
+RoPE attention on single-token steps; a `--cap`-slot cache, 2,048 as the runtime's default, which sizes the attention's
+splits), fills `--ctx` cached tokens with random ids, then runs one eager decode step of
 `--rows` tokens between `torch.cuda.profiler.start()` and `stop()`, so ncu (`--profile-from-start off`) sees that
 step's first layer only. ncu replays each kernel alone (no PDL overlap), so its durations are the kernels' own;
 bench/graph_profile.py gives their exposed share of a graph replay. `--summarize` reads ncu's CSV (`--page details`)
@@ -32,44 +33,39 @@ STALL_METRICS_REGEX = "regex:smsp__average_warps?_issue_stalled_.*_per_issue_act
 """The ncu `--metrics` argument that requests them."""
 
 
-def run_step(preset: str, rows: int, ctx: int) -> None:
-    """Build the model (runtime kernels), prefill `ctx` tokens, profile one eager step of `rows` tokens."""
+def run_step(preset: str, rows: int, ctx: int, cap: int, device: str = "cuda") -> None:
+    """Build the model (runtime kernels) with a `cap`-slot cache, prefill `ctx` tokens, run one eager step of `rows`
+    tokens (a binary tree, as bench/bench_step_variants.py's) between the CUDA profiler's start and stop (on CUDA)."""
     import torch
 
+    from bench.bench_step_variants import prefill_random, tree_inputs
     from conf.presets import model_preset
     from kernels.pdl import pdl
     from runtime.attention import AttnMeta, make_attention_backend
     from runtime.kv_cache import KVCache
     from runtime.loader import build_model
-    from runtime.tree import ancestor_mask
 
-    device = torch.device("cuda")
-    shape = model_preset(preset)
-    model = build_model(shape, "bfloat16", device, seed=0).use_fused_kernels(True, skinny=True, rope_attention=True)
+    dev = torch.device(device)
+    cuda = dev.type == "cuda"
+    model = build_model(model_preset(preset), "bfloat16" if cuda else "float32", dev, seed=0)
+    model.use_fused_kernels(True, skinny=True, rope_attention=True)
     layers, heads, head_dim = model.cache_spec()
-    cache = KVCache(layers, ctx + 2 * rows + 64, heads, head_dim, model.dtype, device)
+    cache = KVCache(layers, cap, heads, head_dim, model.dtype, dev)
     attn = make_attention_backend("triton")
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad(), pdl(True):
-        prompt = torch.randint(0, shape.vocab_size, (ctx,), generator=gen).to(device)
-        for start in range(0, ctx, 512):
-            n = min(512, ctx - start)
-            model(prompt[start:start + n], AttnMeta.causal(start, n, device), cache, attn)
-        parents = [-1] + [(i - 1) // 2 for i in range(1, rows)]
-        depth = [0] * rows
-        for i in range(1, rows):
-            depth[i] = depth[parents[i]] + 1
-        ids = torch.randint(0, shape.vocab_size, (rows,), generator=gen).to(device)
-        pos = torch.tensor([ctx + d for d in depth], device=device)
-        meta = AttnMeta.tree(ctx, rows, ctx + torch.arange(rows, device=device), pos,
-                             ancestor_mask(parents, rows).to(device))
+        prefill_random(model, cache, attn, ctx, gen)
+        ids, pos, slots, mask = (t.to(dev) for t in tree_inputs(rows, ctx, model.shape.vocab_size, gen))
+        meta = AttnMeta.tree(ctx, rows, ctx + slots, pos, mask)
         for _ in range(2):  # warm: every kernel of the step compiled before the profiled one
             model(ids, meta, cache, attn)
-        torch.cuda.synchronize()
-        torch.cuda.profiler.start()
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.profiler.start()
         model(ids, meta, cache, attn)
-        torch.cuda.synchronize()
-        torch.cuda.profiler.stop()
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()
 
 
 def summarize(text: str, top_stalls: int = 4) -> list[dict]:
@@ -136,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--preset", default="llama3-8b")
     p.add_argument("--rows", type=int, default=1, help="tokens in the profiled step")
     p.add_argument("--ctx", type=int, default=1024, help="cached tokens before it")
+    p.add_argument("--cap", type=int, default=2048,
+                   help="KV cache slots (the runtime's max_seq_len_tokens: it sizes the attention's splits)")
     p.add_argument("--summarize", type=Path, default=None, metavar="CSV", help="print the table of an ncu CSV")
     a = p.parse_args(argv)
     if a.summarize is not None:
@@ -146,13 +144,23 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as e:
             raise SystemExit(f"--summarize {a.summarize}: {e}") from None
         return 0
-    if not 1 <= a.rows <= 64 or a.ctx < 1:
-        raise SystemExit(f"--rows must be 1..64 and --ctx >= 1, got {a.rows}, {a.ctx}")
+    if not 1 <= a.rows <= 64:
+        raise SystemExit(f"--rows: expected 1..64 (a decode step), got {a.rows}")
+    if a.ctx < 1:
+        raise SystemExit(f"--ctx: expected >= 1 cached tokens, got {a.ctx}")
+    if a.cap < a.ctx + a.rows:
+        raise SystemExit(f"--cap: expected >= ctx + rows = {a.ctx + a.rows} slots, got {a.cap}")
+    from conf.presets import model_preset
+
+    try:
+        model_preset(a.preset, "--preset")
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
     import torch
 
     if not torch.cuda.is_available():
         raise SystemExit("ncu_step: needs a CUDA GPU")
-    run_step(a.preset, a.rows, a.ctx)
+    run_step(a.preset, a.rows, a.ctx, a.cap)
     return 0
 
 

@@ -319,11 +319,14 @@ def _fit_shared_memory(bm: int, bn: int, d: int, elt: int, stages: int) -> tuple
     return bn, stages
 
 
+def num_splits_for(sms: int, base_programs: int, n_blocks: int) -> int:
+    """Splits of each (row block, kv head) on a GPU of `sms` multiprocessors: TARGET_PROGRAMS_PER_SM programs per SM,
+    at most one prefix block each and MAX_SPLITS. Pure: bench/kernel_resources.py sizes its offline launches with it."""
+    return max(1, min(MAX_SPLITS, n_blocks, TARGET_PROGRAMS_PER_SM * sms // max(base_programs, 1)))
+
+
 def _pick_num_splits(device: torch.device, base_programs: int, n_blocks: int) -> int:
-    if device.type != "cuda":
-        return 1
-    target = TARGET_PROGRAMS_PER_SM * _sm_count(device)
-    return max(1, min(MAX_SPLITS, n_blocks, target // max(base_programs, 1)))
+    return num_splits_for(_sm_count(device), base_programs, n_blocks) if device.type == "cuda" else 1
 
 
 def tree_attention(

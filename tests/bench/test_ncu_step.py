@@ -48,5 +48,19 @@ def test_bad_input_is_named(tmp_path):
         main(["--summarize", str(bad)])
     with pytest.raises(SystemExit, match="--summarize: no file"):
         main(["--summarize", str(tmp_path / "missing.csv")])
-    with pytest.raises(SystemExit, match="--rows must be 1..64"):
+    with pytest.raises(SystemExit, match="--rows: expected 1..64"):
         main(["--rows", "0"])
+    with pytest.raises(SystemExit, match="--ctx: expected >= 1"):
+        main(["--ctx", "0"])
+    with pytest.raises(SystemExit, match="--cap: expected >= ctx"):
+        main(["--ctx", "2040", "--rows", "16"])
+    with pytest.raises(SystemExit, match="--preset: unknown model preset 'llama9'"):
+        main(["--preset", "llama9"])
+
+
+def test_the_driver_runs_a_step_on_cpu():
+    """The profiled step's code path (model with the runtime's kernels, prefill, a tree step) on a tiny model, CPU."""
+    pytest.importorskip("kernels")
+    from bench.ncu_step import run_step
+
+    run_step("tiny-llama", 4, 20, 32, device="cpu")
