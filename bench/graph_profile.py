@@ -35,12 +35,16 @@ def kernel_spans(trace: dict) -> list[tuple[str, float, float]]:
     if not isinstance(events, list):
         raise ValueError("trace: expected a Chrome trace dict with a 'traceEvents' list")
     spans = []
-    for e in events:
+    for i, e in enumerate(events):
         if not isinstance(e, dict) or e.get("cat") != "kernel" or e.get("ph") != "X":
             continue
         grid = (e.get("args") or {}).get("grid")
         key = str(e.get("name", "?"))[:80] + (f" {list(grid)}" if isinstance(grid, (list, tuple)) else "")
-        spans.append((key, float(e["ts"]), float(e.get("dur", 0.0))))
+        try:
+            spans.append((key, float(e["ts"]), float(e.get("dur", 0.0))))
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"trace: kernel event {i} ({e.get('name')!r}) needs numeric 'ts' and 'dur' (us), got "
+                             f"ts={e.get('ts')!r} dur={e.get('dur')!r}") from None
     spans.sort(key=lambda s: s[1])
     return spans
 

@@ -57,6 +57,8 @@ def test_a_replay_with_a_stray_kernel_is_dropped():
 def test_bad_input_is_named():
     with pytest.raises(ValueError, match="trace: expected a Chrome trace"):
         kernel_spans({"events": []})
+    with pytest.raises(ValueError, match=r"trace: kernel event 1 \('gemm'\) needs numeric 'ts'"):
+        kernel_spans({"traceEvents": [{"ph": "i"}, {"ph": "X", "cat": "kernel", "name": "gemm", "dur": 1.0}]})
     with pytest.raises(ValueError, match="replays: no kernels were recorded"):
         attribute([])
     with pytest.raises(SystemExit, match="--profile-kernels: expected a count >= 0"):
