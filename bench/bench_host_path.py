@@ -11,7 +11,8 @@ and the graph steps before b594258 read them), so a regression shows on a CPU ma
     verify: proposal_inputs, + StepBuffers.load_inputs (the staging write; a CPU "device" buffer here, so the
             copy is a memcpy), tensors (the five tensors the old path built)
     draft:  plan_expansion (w 16 over a grown tree), + StepBuffers.load_inputs, grow_topk (w x k children from
-            top-k tensors), select (top-bs subtree), reroot (hit)
+            top-k tensors), plan_expansion + grow_topk (one expansion's host part), select (top-bs subtree),
+            reroot (hit)
 
 Medians over `reps` calls after a warm-up, host clock; `<out>/host_path_<date>.json` (git SHA, machine, date,
 config, medians in us) and a table. Ratios between rows carry over to other hosts; absolute numbers do not.
@@ -108,6 +109,13 @@ def measure(reps: int) -> dict[str, float]:
         tree.grow_topk(nodes, lp, tok)
 
     out["draft.grow_topk"] = _time(grow, reps)
+    it = iter([fresh() for _ in range(WARMUP + reps)])
+
+    def expansion() -> None:  # one expansion's host part: take w nodes, then add their children
+        tree = next(it)
+        tree.grow_topk(tree.plan_expansion(W, PREFIX, MAX_LEN)[0], lp, tok)
+
+    out["draft.plan_expansion+grow_topk"] = _time(expansion, reps)
     out["draft.select"] = _time(lambda: base.select(BS), reps)
     child = next(c for c in base.nodes[0].children if base.nodes[c].children)  # an expanded child of the root
     path, bonus = [0, child], base.nodes[base.nodes[child].children[0]].token  # a hit one level down

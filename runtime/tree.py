@@ -9,7 +9,11 @@ SwiftSpec [P] §3.1-3.2 (notes: reference/paper-swiftspec.md §1.4-1.6). Glossar
 - **expanded**: a node fed to the draft forward. Its KV then sits at its **tree slot** in the draft
   cache's tree region (`prefix_len + slot`) and its top-k children are in the tree. Slots are given out in
   expansion order, so a parent's slot is below its children's and the used slots are `[0, num_slots)`.
-- **frontier**: the unexpanded nodes; each step expands the `w` of highest weight (ties: lower node id).
+- **frontier**: the unexpanded nodes; each step expands the `w` of highest weight (ties: lower node id). Kept
+  lazily: a parent's children come best first (their weights never increase, their ids do), so a later sibling is
+  never taken before an earlier one, and the heap holds only each parent's first unexpanded child; taking a node
+  pushes its next sibling. The order taken equals that of a heap of every unexpanded node, with w + 1 pushes per
+  expansion instead of w x k (bench/bench_host_path.py).
 
 This module is host-side bookkeeping plus the construction of the small padded tensors that the model's
 `AttnMeta` needs. It runs no model and touches no cache: `Reroot` says which tree slots the cache keeps.
@@ -19,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import heapq
-import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -192,7 +195,8 @@ class DraftTree:
         self.nodes: list[Node] = [Node(root_token, -1, 0, 0.0, 0.0)]
         self.num_slots = 0  # tree slots in use: [0, num_slots)
         self.stats = stats if stats is not None else TreeStats()
-        self._frontier: list[tuple[float, int]] = [(-0.0, 0)]  # heap of (-weight, node id), unexpanded
+        # heap of (-weight, node id): the root while unexpanded, then each parent's first unexpanded child
+        self._frontier: list[tuple[float, int]] = [(-0.0, 0)]
 
     # ---- queries -------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -205,7 +209,25 @@ class DraftTree:
 
     def frontier(self, w: int) -> list[int]:
         """The `w` highest-weight unexpanded nodes (fewer if the tree has fewer), best first."""
-        return [i for _, i in heapq.nsmallest(w, self._frontier)]
+        heap, out = list(self._frontier), []
+        while heap and len(out) < w:
+            _, i = heapq.heappop(heap)
+            out.append(i)
+            self._push_next_sibling(heap, i)
+        return out
+
+    def _push_next_sibling(self, heap: list[tuple[float, int]], i: int) -> None:
+        """Push node i's next sibling (the best child of its parent after it), if any, onto `heap`."""
+        p = self.nodes[i].parent
+        if p < 0:
+            return
+        children = self.nodes[p].children
+        r = i - children[0]  # children are consecutive ids (grow_topk, and _subtree keeps creation order)
+        if not (0 <= r < len(children) and children[r] == i):
+            r = children.index(i)
+        if r + 1 < len(children):
+            nxt = children[r + 1]
+            heapq.heappush(heap, (-self.nodes[nxt].weight, nxt))
 
     def select(self, bs: int) -> list[int]:
         """Node ids of the top-`bs` subtree, in best-first order (root first, parents before children).
@@ -257,7 +279,11 @@ class DraftTree:
         """
         if not self.can_expand(w, max_len):
             raise RuntimeError(f"cannot expand: {self.num_slots} + {w} slots > {max_len} or empty frontier")
-        chosen = [heapq.heappop(self._frontier)[1] for _ in range(min(w, len(self._frontier)))]
+        chosen, frontier = [], self._frontier
+        while frontier and len(chosen) < w:
+            i = heapq.heappop(frontier)[1]
+            chosen.append(i)
+            self._push_next_sibling(frontier, i)
         for i in chosen:
             self.nodes[i].slot = self.num_slots
             self.num_slots += 1
@@ -298,7 +324,8 @@ class DraftTree:
         log-probs and token ids, any device; only the first len(expanded) rows are read).
 
         Children are added in column order (so column 0 is the first child); a row's log-probs are clamped to
-        <= 0. One host transfer: both tensors' needed rows are read together.
+        <= 0 and must not increase along the row (torch.topk's order: the lazy frontier relies on it). One host
+        transfer: both tensors' needed rows are read together.
         `belief` (the oracle's `spec.oracle_belief=table`): the log-prob of a rank-r child of a node at depth k
         is `belief[min(k, len - 1)][r]` (non-increasing in r, covering every column) instead of the model's.
         """
@@ -312,20 +339,20 @@ class DraftTree:
         both = torch.stack((top_lp[:n].to(torch.float64), top_tok[:n].to(torch.float64))).cpu()
         lp_rows, tok_rows = both.tolist()
         # The draft's host time per expansion (w x k children; bench/bench_host_path.py): no call per child
-        # beyond the Node and the heap push.
-        nodes, frontier, push, add = self.nodes, self._frontier, heapq.heappush, self.nodes.append
+        # beyond the Node; one heap push per parent (its first child: the lazy frontier).
+        nodes, frontier, add = self.nodes, self._frontier, self.nodes.append
         for i, lps, toks in zip(expanded, lp_rows, tok_rows):
             parent = nodes[i]
             depth, base, first = parent.depth + 1, parent.weight, len(nodes)
             if belief is not None:
                 lps = belief[min(parent.depth, len(belief) - 1)][: len(toks)]
             parent.children.extend(range(first, first + min(len(lps), len(toks))))
-            for nid, lp, tok in zip(itertools.count(first), lps, toks):
+            for lp, tok in zip(lps, toks):
                 if lp > 0.0:  # log-softmax is <= 0; clamp so weights never increase along a path
                     lp = 0.0
-                weight = base + lp
-                push(frontier, (-weight, nid))
-                add(Node(int(tok), i, depth, lp, weight, -1, []))
+                add(Node(int(tok), i, depth, lp, base + lp, -1, []))
+            if len(nodes) > first:
+                heapq.heappush(frontier, (-nodes[first].weight, first))
 
     # ---- re-rooting ----------------------------------------------------------------------------------
     def reroot(self, path: list[int], bonus: int) -> Reroot:
@@ -384,6 +411,13 @@ class DraftTree:
             for i, n in ((i, self.nodes[i]) for i in members)
         ]
         tree.num_slots = len(old_slots)
-        tree._frontier = [(-n.weight, k) for k, n in enumerate(tree.nodes) if not n.expanded]
+        # the lazy frontier: the root if unexpanded, else each expanded node's first unexpanded child (its expanded
+        # children are a prefix of its children: siblings are taken best first)
+        heads = [] if tree.nodes[0].expanded else [0]
+        for n in tree.nodes:
+            first = next((c for c in n.children if not tree.nodes[c].expanded), None) if n.expanded else None
+            if first is not None:
+                heads.append(first)
+        tree._frontier = [(-tree.nodes[k].weight, k) for k in heads]
         heapq.heapify(tree._frontier)
         return tree, old_slots

@@ -325,3 +325,34 @@ def test_expected_tokens_match_the_simulators_tree():
     sid, _ = ts.expand(EMPTY, 2)
     for bs in (1, 4, 6):
         assert tree.expected_tokens(tree.select(bs)) == pytest.approx(ts.expected_tokens(sid, bs))
+
+
+def _eager_frontier(tree: DraftTree) -> list[int]:
+    """Every unexpanded node, best first (ties: lower id): what the lazy frontier must give."""
+    return [i for _, i in sorted((-n.weight, i) for i, n in enumerate(tree.nodes) if not n.expanded)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), steps=st.integers(1, 8), w=st.integers(1, 5), topk=st.integers(1, 5),
+       ties=st.booleans(), reroot_at=st.integers(0, 7))
+def test_lazy_frontier_takes_nodes_as_a_heap_of_every_unexpanded_node(seed, steps, w, topk, ties, reroot_at):
+    """The frontier keeps only each parent's first unexpanded child; the nodes it gives and plan_expansion takes
+    equal those of a full best-first order of every unexpanded node, through growth (with tied log-probs) and a
+    re-root onto a surviving subtree."""
+    gen = torch.Generator().manual_seed(seed)
+    tree, max_len = DraftTree(0), 128
+    for step in range(steps):
+        if step == reroot_at and len(tree) > 1:
+            child = tree.nodes[0].children[0] if tree.nodes[0].expanded else None
+            if child is not None and tree.nodes[child].children:
+                bonus = tree.nodes[tree.nodes[child].children[0]].token
+                tree = tree.reroot([0, child], bonus).tree
+        assert tree.frontier(len(tree)) == _eager_frontier(tree)
+        if not tree.can_expand(w, max_len):
+            break
+        want = _eager_frontier(tree)[:w]
+        nodes, _ = tree.plan_expansion(w, PREFIX, max_len)
+        assert nodes == want
+        logits = torch.randn(w, 6, generator=gen) * 2
+        tree.grow(nodes, torch.log_softmax(logits.round() if ties else logits, -1), topk)
+    assert tree.frontier(len(tree)) == _eager_frontier(tree)
