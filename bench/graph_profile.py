@@ -118,10 +118,11 @@ def profile_graph(replay: Callable[[], None], reps: int = 5, trace_out: Path | N
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(path))
-        trace = json.loads(path.read_text())
+        text = path.read_text()
+        trace = json.loads(text)
         if trace_out is not None:
             trace_out.parent.mkdir(parents=True, exist_ok=True)
-            trace_out.write_text(path.read_text())
+            trace_out.write_text(text)
     return attribute(split_replays(kernel_spans(trace)))
 
 
