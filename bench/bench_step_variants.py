@@ -49,7 +49,7 @@ from bench.graph_profile import table as profile_table  # noqa: E402
 from bench.profile_step import byte_floor_s  # noqa: E402
 from conf.presets import model_preset  # noqa: E402
 from conf.rundir import atomic_write_json, git_sha  # noqa: E402
-from kernels.pdl import pdl  # noqa: E402
+from kernels.pdl import DEFAULT_POLICY, pdl  # noqa: E402
 from kernels.tree_attention import ROPE_MAX_TOKENS  # noqa: E402
 from runtime.attention import AttnMeta, make_attention_backend  # noqa: E402
 from runtime.graphs import StepGraph  # noqa: E402
@@ -60,29 +60,36 @@ from runtime.tree import ancestor_mask  # noqa: E402
 # the modules, not the package's same-named functions (kernels/__init__.py re-exports skinny_linear, tree_attention)
 fused_mlp, norm, skinny_linear, tree_attention = (importlib.import_module(f"kernels.{m}") for m in
                                                   ("fused_mlp", "norm", "skinny_linear", "tree_attention"))
-_EARLY = {"gemm": "early", "small": "early"}
+_EARLY = {"gemm": "early", "small": "early", "pre_attention": "early"}
+_LATE = {"gemm": "late", "small": "late", "pre_attention": "late"}
 VARIANTS: dict[str, tuple[bool, dict[str, str] | None]] = {
     "base": (False, None),
     "pdl": (False, _EARLY),
-    "pdl_late": (False, {"gemm": "late", "small": "late"}),
+    "pdl_late": (False, _LATE),
     "skinny": (True, None),
     "skinny_pdl": (True, _EARLY),
-    "skinny_pdl_late": (True, {"gemm": "late", "small": "late"}),
-    "skinny_pdl_small": (True, {"gemm": "off", "small": "early"}),
-    "skinny_pdl_small_late": (True, {"gemm": "off", "small": "late"}),
-    "skinny_pdl_gemm_late": (True, {"gemm": "late", "small": "early"}),
-    "skinny_pdl_small_late_gemm_early": (True, {"gemm": "early", "small": "late"}),
-    "skinny_pdl_late_qkvrope": (True, {"gemm": "late", "small": "late"}),
-    "skinny_pdl_late_ropeattn": (True, {"gemm": "late", "small": "late"}),
-    "runtime": (True, {"gemm": "late", "small": "late"}),
+    "skinny_pdl_late": (True, _LATE),
+    "skinny_pdl_small": (True, {"gemm": "off", "small": "early", "pre_attention": "early"}),
+    "skinny_pdl_small_late": (True, {"gemm": "off", "small": "late", "pre_attention": "late"}),
+    "skinny_pdl_gemm_late": (True, {"gemm": "late", "small": "early", "pre_attention": "early"}),
+    "skinny_pdl_small_late_gemm_early": (True, {"gemm": "early", "small": "late", "pre_attention": "late"}),
+    "skinny_pdl_late_qkvrope": (True, _LATE),
+    "skinny_pdl_late_ropeattn": (True, _LATE),
+    "runtime": (True, dict(DEFAULT_POLICY)),
+    "runtime_pre_late": (True, _LATE),
+    "runtime_pre_early": (True, {"gemm": "late", "small": "late", "pre_attention": "early"}),
 }
-"""name -> (kernels.skinny, the PDL trigger per kernel role or None for ordinary launches: kernels/pdl.py)."""
+"""name -> (kernels.skinny, the PDL trigger per kernel role or None for ordinary launches: kernels/pdl.py). The
+pre_attention role (2026-11-30, ninth session: the launch right before the attention, the QKV GEMM on single-token
+steps with the fused RoPE attention, rope_kv_write otherwise) takes the trigger its launch had before in the older
+variants (the small kernels' where the two roles differ). runtime_pre_late / runtime_pre_early: the runtime with that
+one launch late or early (with `attn_noprefetch`: the attention's prefix load after its wait, as before)."""
 QKV_ROPE_VARIANTS = frozenset({"skinny_pdl_late_qkvrope"})
 """Variants whose QKV GEMM also does RoPE + the KV write (`kernels.qkv_rope_kv_write`; not a runtime config yet)."""
 ROPE_ATTENTION_VARIANTS = frozenset({"skinny_pdl_late_ropeattn"})
 """Variants whose tree attention does RoPE + the KV write at every row count (`kernels.rope_tree_attention`; the
 runtime's `kernels.rope_attention` uses it for single-token steps only: ROPE_FASTER_MAX_TOKENS)."""
-RUNTIME_VARIANTS = frozenset({"runtime"})
+RUNTIME_VARIANTS = frozenset({"runtime", "runtime_pre_late", "runtime_pre_early"})
 """What `kernels=graphs` runs: skinny_pdl_late with the fused RoPE attention on single-token steps only."""
 
 
@@ -119,6 +126,8 @@ PATCHES: dict[str, tuple[str, object]] = {
     # the 8B's before, and norm_w16 the name of the measured variant in step_variants_2026-11-30_normwarps*.json)
     "norm_w4": ("norm_warps", 4),
     "norm_w8": ("norm_warps", 8),
+    # the attention's first prefix block loaded after its PDL wait, not before (kernels.tree_attention.PREFETCH_PREFIX)
+    "attn_noprefetch": ("attention_prefetch", False),
 }
 """Tile / placement experiments appended to a variant as `variant+patch+...`: they set the module-level tile
 choices while that variant's graphs are captured (what a capture records is what its replays run)."""
@@ -138,7 +147,7 @@ def parse_variant(spec: str) -> tuple[str, list[str]]:
 KNOBS: dict[str, tuple[object, str]] = {
     "swiglu": (fused_mlp, "BLOCK_I"), "swiglu_k": (fused_mlp, "BLOCK_K"),
     "attention": (tree_attention, "KEYS_PER_SPLIT"), "attention_regs": (tree_attention, "MAX_REGISTERS"),
-    "norm_warps": (norm, "NUM_WARPS"),
+    "norm_warps": (norm, "NUM_WARPS"), "attention_prefetch": (tree_attention, "PREFETCH_PREFIX"),
 }
 """The module-level value each non-skinny patch kind sets (skinny patches update skinny_linear.CONFIGS entries)."""
 

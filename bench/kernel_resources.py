@@ -113,9 +113,11 @@ def _compile(fn, types: dict[str, str], consts: dict, values: dict[str, int], ar
     return triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": warps, "num_stages": stages})
 
 
-def compile_case(shape: str, rows: int, rope: bool, tile: dict, arch: int) -> dict:
+def compile_case(shape: str, rows: int, rope: bool, tile: dict, arch: int, prefetch: bool = True,
+                 kernel_out: list | None = None) -> dict:
     """Compile the tree-attention kernel for one launch (the CUDA-graph runtime's: a 2,048-slot cache, the prefix in
-    a device tensor, a tree of `rows` nodes) and report its resources."""
+    a device tensor, a tree of `rows` nodes, `prefetch` as the runtime's prefix_ready launch) and report its
+    resources; `kernel_out`: a list the compiled kernel is appended to (its PTX / SASS for inspection)."""
     import triton
 
     from kernels.tree_attention import MIN_BLOCKS_PER_SPLIT, _tree_attention_kernel, attention_tile, num_splits_for
@@ -125,7 +127,8 @@ def compile_case(shape: str, rows: int, rope: bool, tile: dict, arch: int) -> di
     bm, bn, stages, warps, wide = attention_tile(rows * group, d, 2, True, **tile)
     constexprs = {"GROUP": group, "BLOCK_M": bm, "BLOCK_N": bn, "HEAD_DIM": d, "SPLIT": True,
                   "PREFIX_IN_TENSOR": True, "UPCAST": False, "DOT_PRECISION": "tf32", "USE_PDL": 2, "ROPE": rope,
-                  "BLOCK_T": triton.next_power_of_2(rows) if rope else 1}
+                  "BLOCK_T": triton.next_power_of_2(rows) if rope else 1,
+                  "PREFETCH": prefetch}
     cap, m_blocks = 2048, triton.cdiv(rows * group, bm)
     splits = num_splits_for(H200_SMS, m_blocks * hkv, triton.cdiv(cap - rows, bn))
     q_row = (hq + 2 * hkv) * d if rope else hq * d  # rope: q is a view of the QKV projection's rows
@@ -136,7 +139,10 @@ def compile_case(shape: str, rows: int, rope: bool, tile: dict, arch: int) -> di
               "stride_pos": 1 if rope else 0, "stride_slot": 1 if rope else 0}
     types = {**POINTER_TYPES, **{n: "fp32" for n in FLOAT_ARGS}}
     kernel = _compile(_tree_attention_kernel, types, constexprs, values, arch, warps, stages)
-    return {"shape": shape, "rows": rows, "rope": rope, "tile": "heuristic" if not tile else "alt",
+    if kernel_out is not None:
+        kernel_out.append(kernel)
+    return {"shape": shape, "rows": rows, "rope": rope, "prefetch": prefetch,
+            "tile": "heuristic" if not tile else "alt",
             "block_m": bm, "block_n": bn, "num_stages": stages, "num_warps": warps, "wide": wide,
             "shared_bytes": kernel.metadata.shared, **ptxas_report(kernel.asm["ptx"], arch)}
 

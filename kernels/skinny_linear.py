@@ -40,7 +40,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.pdl import pdl_options, pdl_start
+from kernels.pdl import ROLES, pdl_options, pdl_start
 
 MAX_M = 64  # one M tile per program; larger batches are compute-bound enough for cuBLAS
 DEFAULT_SM_COUNT = 132  # H200; used off CUDA (the CPU interpreter)
@@ -205,8 +205,8 @@ def _resolve(x: torch.Tensor, m: int, n: int, k: int, fn: str, **overrides: int 
 
 
 def _launch_partials(x: torch.Tensor, w: torch.Tensor, dst: torch.Tensor, cfg: dict[str, int], m: int, n: int,
-                     k: int) -> None:
-    """The GEMM kernel: dst is [M, N] (split_k 1) or [split_k, M, N] float32."""
+                     k: int, pdl_role: str = "gemm") -> None:
+    """The GEMM kernel: dst is [M, N] (split_k 1) or [split_k, M, N] float32; launched with `pdl_role`'s trigger."""
     sk, bk = cfg["split_k"], cfg["block_k"]
     chunk = split_chunk(k, sk) if sk > 1 else k
     upcast = x.device.type == "cpu"
@@ -216,7 +216,7 @@ def _launch_partials(x: torch.Tensor, w: torch.Tensor, dst: torch.Tensor, cfg: d
         x.stride(0), w.stride(0), dst.stride(0) if dst.dim() == 3 else 0, dst.stride(-2),
         BLOCK_M=m_bucket(m), BLOCK_N=cfg["block_n"], BLOCK_K=bk, EVEN_K=k % (sk * bk) == 0,
         UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or x.dtype == torch.float32) else "tf32",
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **pdl_options(x.device, "gemm"),
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **pdl_options(x.device, pdl_role),
     )
 
 
@@ -271,12 +271,16 @@ def skinny_linear(
     split_k: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    pdl_role: str = "gemm",
 ) -> torch.Tensor:
     """x @ w.T with x [M, K] (M <= 64), w [N, K]; returns [M, N] in x.dtype (float32 accumulation).
 
     ``out``: optional [M, N] buffer (any float dtype: the result is rounded once to it). ``workspace``: for
     split_k > 1, a contiguous float32 tensor of >= split_k * M * N elements (its first ones are used);
-    without it one is allocated. The other keywords override ``CONFIGS`` and the heuristic.
+    without it one is allocated. ``pdl_role``: the `kernels.pdl` role whose trigger the GEMM launches with
+    ("pre_attention" for the QKV projection feeding the fused RoPE attention); with split_k > 1 the GEMM keeps
+    "gemm" and the reduce, the last launch, takes the role ("small" for "gemm").
+    The other keywords override ``CONFIGS`` and the heuristic.
     """
     fn = "skinny_linear"
     m, n, k = _check_operands(x, w, fn)
@@ -291,8 +295,10 @@ def skinny_linear(
     if m == 0 or n == 0:
         return out
     sk = cfg["split_k"]
+    if pdl_role not in ROLES:
+        raise ValueError(f"{fn}: pdl_role must be one of {ROLES}, got {pdl_role!r}")
     if sk == 1:
-        _launch_partials(x, w, out, cfg, m, n, k)
+        _launch_partials(x, w, out, cfg, m, n, k, pdl_role)
         return out
     need = sk * m * n
     if workspace is None:
@@ -307,6 +313,6 @@ def skinny_linear(
     block = min(1024, triton.next_power_of_2(n))
     _reduce_partials_kernel[(triton.cdiv(n, block), m)](
         partials, out, n, partials.stride(0), partials.stride(1), out.stride(0),
-        SPLIT_K=sk, BLOCK_N=block, num_warps=4, **pdl_options(x.device),
+        SPLIT_K=sk, BLOCK_N=block, num_warps=4, **pdl_options(x.device, "small" if pdl_role == "gemm" else pdl_role),
     )
     return out

@@ -91,6 +91,10 @@ rows 1 4.523 -> 4.458 ms (logits identical); rows 8 4.669 -> 5.020, rows 16 4.90
 sin per (token, head) row or once per token: the same time), not with spills (bench/kernel_resources.py: the same
 registers and stack with and without the fused path); not understood yet (the last split's write, barrier and
 read-back are serial)."""
+PREFETCH_PREFIX = True
+"""Whether a launch whose caller says `prefix_ready` loads its first prefix K/V block (and q's RoPE angles) before its
+PDL wait, i.e. beside the kernel launched right before it (with a `pre_attention` early release: kernels/pdl.py). An
+experiment switch for side-by-side runs (bench/bench_step_variants.py `attn_noprefetch`)."""
 MAX_REGISTERS: int | None = None
 """A register budget per thread for the CUDA launch (Triton's `maxnreg`), or None: ptxas' own choice (~240 for the 8B
 wide tile, no spills: Nsight Compute and bench/kernel_resources.py agree). 128 measured slower, 255 the same
@@ -102,18 +106,20 @@ _sm_count_cache: dict[int, int] = {}
 
 
 @triton.jit
-def _attend_block(
-    acc, m_i, l_i, q, k_ptrs, v_ptrs, key_ok, visible, qk_scale,
-    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, L2_ONLY: tl.constexpr,
-):
-    """One online-softmax step over a BLOCK_N key tile; scores live in the log2 domain. `L2_ONLY`: load it with
-    ``.cg`` (keys this program wrote itself)."""
+def _load_kv(k_ptrs, v_ptrs, key_ok, L2_ONLY: tl.constexpr):
+    """A key tile: K as [D, BLOCK_N], V as [BLOCK_N, D]. `L2_ONLY`: ``.cg`` (keys this program wrote itself)."""
     if L2_ONLY:
-        k = tl.load(k_ptrs, mask=key_ok[None, :], other=0.0, cache_modifier=".cg")  # [D, BLOCK_N]
-        v = tl.load(v_ptrs, mask=key_ok[:, None], other=0.0, cache_modifier=".cg")  # [BLOCK_N, D]
+        k = tl.load(k_ptrs, mask=key_ok[None, :], other=0.0, cache_modifier=".cg")
+        v = tl.load(v_ptrs, mask=key_ok[:, None], other=0.0, cache_modifier=".cg")
     else:
         k = tl.load(k_ptrs, mask=key_ok[None, :], other=0.0)
         v = tl.load(v_ptrs, mask=key_ok[:, None], other=0.0)
+    return k, v
+
+
+@triton.jit
+def _attend_tile(acc, m_i, l_i, q, k, v, visible, qk_scale, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """One online-softmax step over a loaded key tile (`_load_kv`); scores live in the log2 domain."""
     if UPCAST:
         k = k.to(tl.float32)
         v = v.to(tl.float32)
@@ -130,13 +136,29 @@ def _attend_block(
 
 
 @triton.jit
-def _rope_rows(ptrs, swapped_ptrs, mask, pos, freq, sign):
-    """RoPE (rotate-half) of rows loaded at `ptrs` [R, D], in float32: x * cos + sign * x[(d + D/2) % D] * sin,
-    the angle float32(pos) * inv_freq[d % (D/2)] (`kernels.rope`'s maths on whole rows: no split halves)."""
+def _attend_block(
+    acc, m_i, l_i, q, k_ptrs, v_ptrs, key_ok, visible, qk_scale,
+    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, L2_ONLY: tl.constexpr,
+):
+    """Load a BLOCK_N key tile and fold it in (`_load_kv`, `_attend_tile`)."""
+    k, v = _load_kv(k_ptrs, v_ptrs, key_ok, L2_ONLY)
+    return _attend_tile(acc, m_i, l_i, q, k, v, visible, qk_scale, UPCAST, DOT_PRECISION)
+
+
+@triton.jit
+def _rope_angles(pos, freq):
+    """cos and sin [R, D] of the RoPE angles float32(pos) * inv_freq[d % (D/2)] (`kernels.rope`'s maths)."""
+    angle = pos[:, None] * freq[None, :]
+    return tl.cos(angle), tl.sin(angle)
+
+
+@triton.jit
+def _rope_rows(ptrs, swapped_ptrs, mask, cos, sin, sign):
+    """RoPE (rotate-half) of rows loaded at `ptrs` [R, D], in float32: x * cos + sign * x[(d + D/2) % D] * sin
+    (whole rows: no split halves)."""
     x = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
     xs = tl.load(swapped_ptrs, mask=mask, other=0.0).to(tl.float32)
-    angle = pos[:, None] * freq[None, :]
-    return x * tl.cos(angle) + sign[None, :] * xs * tl.sin(angle)
+    return x * cos + sign[None, :] * xs * sin
 
 
 @triton.jit
@@ -160,9 +182,13 @@ def _tree_attention_kernel(
     stride_pos, stride_slot,
     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
     SPLIT: tl.constexpr, PREFIX_IN_TENSOR: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    USE_PDL: tl.constexpr, ROPE: tl.constexpr, BLOCK_T: tl.constexpr,
+    USE_PDL: tl.constexpr, ROPE: tl.constexpr, BLOCK_T: tl.constexpr, PREFETCH: tl.constexpr,
 ):
-    pdl_start(USE_PDL)
+    # PREFETCH (the caller's `prefix_ready`: the prefix K/V, prefix_len and the positions were not written by the
+    # launch right before this one): this split's first prefix block and q's RoPE angles are loaded before the PDL
+    # wait, beside the previous kernel; everything the previous kernel writes (q, the new k / v) is read after it.
+    if not PREFETCH:
+        pdl_start(USE_PDL)
     pid_m = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -176,22 +202,6 @@ def _tree_attention_kernel(
     tok = rows // GROUP
     head = kvh * GROUP + rows % GROUP
     d = tl.arange(0, HEAD_DIM)
-    q_ptrs = Q + tok[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :]
-    if ROPE:  # Q is the QKV projection's output: rotate this program's q rows in registers
-        d_swap = (d + HEAD_DIM // 2) % HEAD_DIM
-        sign = tl.where(d < HEAD_DIM // 2, -1.0, 1.0)
-        freq = tl.load(InvFreq + d % (HEAD_DIM // 2))
-        pos = tl.load(Pos + tok * stride_pos, mask=row_ok, other=0).to(tl.float32)
-        q = _rope_rows(q_ptrs, Q + tok[:, None] * stride_qt + head[:, None] * stride_qh + d_swap[None, :],
-                       row_ok[:, None], pos, freq, sign).to(Q.dtype.element_ty)
-    else:
-        q = tl.load(q_ptrs, mask=row_ok[:, None], other=0.0)
-    if UPCAST:
-        q = q.to(tl.float32)
-
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     k_head = K + kvh * stride_kh
     v_head = V + kvh * stride_vh
 
@@ -200,7 +210,39 @@ def _tree_attention_kernel(
     per_split = tl.maximum(tl.cdiv(n_blocks, num_splits), min_blocks)  # >= min_blocks: fewer partials to merge
     lo = split * per_split
     hi = tl.minimum(lo + per_split, n_blocks)
-    for b in range(lo, hi):
+    if PREFETCH:  # block lo (all keys masked off when this split owns none: lo * BLOCK_N >= prefix_len)
+        keys0 = lo * BLOCK_N + tl.arange(0, BLOCK_N)
+        ok0 = keys0 < prefix_len
+        k0, v0 = _load_kv(k_head + keys0[None, :].to(tl.int64) * stride_kc + d[:, None],
+                          v_head + keys0[:, None].to(tl.int64) * stride_vc + d[None, :], ok0, False)
+    if ROPE:
+        d_swap = (d + HEAD_DIM // 2) % HEAD_DIM
+        sign = tl.where(d < HEAD_DIM // 2, -1.0, 1.0)
+        freq = tl.load(InvFreq + d % (HEAD_DIM // 2))
+        pos = tl.load(Pos + tok * stride_pos, mask=row_ok, other=0).to(tl.float32)
+        q_cos, q_sin = _rope_angles(pos, freq)
+    if PREFETCH:
+        pdl_start(USE_PDL)
+
+    q_ptrs = Q + tok[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :]
+    if ROPE:  # Q is the QKV projection's output: rotate this program's q rows in registers
+        q = _rope_rows(q_ptrs, Q + tok[:, None] * stride_qt + head[:, None] * stride_qh + d_swap[None, :],
+                       row_ok[:, None], q_cos, q_sin, sign).to(Q.dtype.element_ty)
+    else:
+        q = tl.load(q_ptrs, mask=row_ok[:, None], other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    first = lo
+    if PREFETCH:
+        if lo < hi:
+            acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, k0, v0, ok0[None, :] & row_ok[:, None], qk_scale,
+                                         UPCAST, DOT_PRECISION)
+        first = lo + 1
+    for b in range(first, hi):
         keys = b * BLOCK_N + tl.arange(0, BLOCK_N)
         key_ok = keys < prefix_len
         acc, m_i, l_i = _attend_block(
@@ -220,8 +262,9 @@ def _tree_attention_kernel(
             k_col = (num_q_heads + kvh) * HEAD_DIM
             v_col = (num_q_heads + tl.num_programs(1) + kvh) * HEAD_DIM
             t_pos = tl.load(Pos + t_idx * stride_pos, mask=t_ok, other=0).to(tl.float32)
-            k_new = _rope_rows(t_row + k_col + d[None, :], t_row + k_col + d_swap[None, :], t_ok[:, None], t_pos,
-                               freq, sign)
+            t_cos, t_sin = _rope_angles(t_pos, freq)
+            k_new = _rope_rows(t_row + k_col + d[None, :], t_row + k_col + d_swap[None, :], t_ok[:, None], t_cos,
+                               t_sin, sign)
             v_new = tl.load(t_row + v_col + d[None, :], mask=t_ok[:, None], other=0.0)
             slot = tl.load(Slots + t_idx * stride_slot, mask=t_ok, other=0).to(tl.int64)
             tl.store(k_head + slot[:, None] * stride_kc + d[None, :], k_new.to(K.dtype.element_ty), mask=t_ok[:, None])
@@ -344,6 +387,7 @@ def tree_attention(
     num_warps: int | None = None,
     num_stages: int | None = None,
     min_blocks_per_split: int | None = None,
+    prefix_ready: bool = False,
 ) -> torch.Tensor:
     """Attention of q [T,Hq,D] over k/v_cache [cap,Hkv,D] keys [0, prefix_len) + masked tree keys.
 
@@ -359,6 +403,10 @@ def tree_attention(
             None picks the heuristic.
         min_blocks_per_split: prefix blocks a split takes at least (None: 1 for the wide tile, else
             MIN_BLOCKS_PER_SPLIT).
+        prefix_ready: the caller's promise that the launch right before this one (in stream order) writes
+            neither the prefix keys / values [0, prefix_len) nor prefix_len (the runtime's step: that launch is
+            the QKV projection or rope_kv_write, which write tree slots). With PDL the kernel then loads its
+            first prefix block before waiting for that launch (PREFETCH_PREFIX).
 
     Returns:
         out [T, Hq, D] in q's dtype.
@@ -370,7 +418,7 @@ def tree_attention(
     out = _out_buffer("tree_attention", out, q.shape, q.dtype, q.device)
     return _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, None, num_splits=num_splits,
                    block_n=block_n, block_m=block_m, num_warps=num_warps, num_stages=num_stages,
-                   min_blocks_per_split=min_blocks_per_split)
+                   min_blocks_per_split=min_blocks_per_split, prefix_ready=prefix_ready)
 
 
 def rope_tree_attention(
@@ -388,6 +436,7 @@ def rope_tree_attention(
     out: torch.Tensor | None = None,
     num_splits: int | None = None,
     block_n: int | None = None,
+    prefix_ready: bool = False,
 ) -> torch.Tensor:
     """``kernels.rope_kv_write`` and ``tree_attention`` in one launch: the q rows are rotated in registers, and the
     last split of each kv head rotates the T new keys, writes them and the values to the caches at
@@ -396,8 +445,8 @@ def rope_tree_attention(
     Args:
         qkv: [T, (Hq + 2 Hkv) * D] QKV projection output (not rotated); last dim contiguous, any row stride.
         positions, inv_freq, write_slots, num_heads: as ``kernels.rope_kv_write`` (Hkv is k_cache's).
-        k_cache, v_cache, prefix_len, tree_mask, scale, out, num_splits, block_n: as ``tree_attention`` (out is
-            [T, Hq, D] of qkv's dtype).
+        k_cache, v_cache, prefix_len, tree_mask, scale, out, num_splits, block_n, prefix_ready: as
+            ``tree_attention`` (out is [T, Hq, D] of qkv's dtype; prefix_ready also covers `positions`).
 
     Extra contract (not checked: that would sync with the host): every write slot is a tree slot,
     ``prefix_len <= write_slots[t] < prefix_len + tree_len`` (the prefix splits read their keys while the last
@@ -429,7 +478,7 @@ def rope_tree_attention(
     _check_attention_operands("rope_tree_attention", q, k_cache, v_cache, prefix_len, tree_mask)
     out = _out_buffer("rope_tree_attention", out, q.shape, qkv.dtype, qkv.device)
     return _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, (positions, inv_freq, write_slots),
-                   num_splits=num_splits, block_n=block_n)
+                   num_splits=num_splits, block_n=block_n, prefix_ready=prefix_ready)
 
 
 def _out_buffer(fn: str, out: torch.Tensor | None, shape: torch.Size, dtype: torch.dtype,
@@ -467,7 +516,8 @@ def _check_attention_operands(fn: str, q, k_cache, v_cache, prefix_len, tree_mas
 
 
 def _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, rope, *, num_splits=None, block_n=None,
-            block_m=None, num_warps=None, num_stages=None, min_blocks_per_split=None) -> torch.Tensor:
+            block_m=None, num_warps=None, num_stages=None, min_blocks_per_split=None,
+            prefix_ready=False) -> torch.Tensor:
     """The kernel launch behind tree_attention and rope_tree_attention (`rope`: positions, inv_freq, slots)."""
     t, hq, d = q.shape
     cap, hkv, _ = k_cache.shape
@@ -513,6 +563,7 @@ def _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, rope, *, num
         UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or q.dtype == torch.float32) else "tf32",
         ROPE=rope is not None,
         BLOCK_T=triton.next_power_of_2(t) if rope is not None else 1,
+        PREFETCH=bool(prefix_ready and PREFETCH_PREFIX),
         num_warps=warps, num_stages=stages, **pdl_options(q.device),
         **_register_budget(q.device),
     )

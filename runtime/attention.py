@@ -155,7 +155,7 @@ class TritonAttention(AttentionBackend):
         self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta, scale: float
     ) -> torch.Tensor:
         """q [T, Hq, D], k_cache / v_cache [capacity, Hkv, D] -> [T, Hq, D] in q's dtype."""
-        return self._tree_attention(q, k_cache, v_cache, meta.prefix_len, meta.tree_mask, scale)
+        return self._tree_attention(q, k_cache, v_cache, meta.prefix_len, meta.tree_mask, scale, prefix_ready=True)
 
     def rope_attend(
         self, qkv: torch.Tensor, inv_freq: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta,
@@ -165,7 +165,7 @@ class TritonAttention(AttentionBackend):
         not rotated -> [T, Hq, D]. For T <= `rope_max_tokens`; meta's write slots must be tree slots (every producer
         in the runtime writes at prefix_len + tree slot)."""
         return self._rope_tree_attention(qkv, meta.positions, inv_freq, k_cache, v_cache, meta.write_slots, num_heads,
-                                         meta.prefix_len, meta.tree_mask, scale)
+                                         meta.prefix_len, meta.tree_mask, scale, prefix_ready=True)
 
 
 _BACKENDS: dict[str, type[AttentionBackend]] = {"reference": ReferenceAttention, "triton": TritonAttention}

@@ -64,11 +64,12 @@ SKINNY_MAX_ROWS = 64
 
 
 def _skinny(x: torch.Tensor, weight: torch.Tensor, *, partials: bool = False,
-            out: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ weight.T by the Triton skinny GEMM; `partials`: float32 split-K partials [S, T, N] at the tuned split."""
+            out: torch.Tensor | None = None, pdl_role: str = "gemm") -> torch.Tensor:
+    """x @ weight.T by the Triton skinny GEMM; `partials`: float32 split-K partials [S, T, N] at the tuned split.
+    `pdl_role`: the kernels.pdl role of the launch ("pre_attention" right before the fused RoPE attention)."""
     from kernels import skinny_linear, skinny_linear_partials
 
-    return skinny_linear_partials(x, weight) if partials else skinny_linear(x, weight, out=out)
+    return skinny_linear_partials(x, weight) if partials else skinny_linear(x, weight, out=out, pdl_role=pdl_role)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -137,14 +138,18 @@ class Attention(nn.Module):
             q = qkv_rope_kv_write(x, self.wqkv.weight, meta.positions, rope, k_cache, v_cache, meta.write_slots,
                                   self.num_heads, self.num_kv_heads)
         elif isinstance(rope, torch.Tensor):
-            qkv = self.wqkv(x) if not skinny or self.wqkv.bias is not None else _skinny(x, self.wqkv.weight)
-            if self.rope_attention and t <= attn.rope_max_tokens:
+            # The launch right before the attention takes the "pre_attention" PDL role (kernels/pdl.py): the
+            # attention prefetches its prefix K/V beside it (kernels.tree_attention `prefix_ready`).
+            fuse_rope = self.rope_attention and t <= attn.rope_max_tokens
+            qkv = (self.wqkv(x) if not skinny or self.wqkv.bias is not None else
+                   _skinny(x, self.wqkv.weight, pdl_role="pre_attention" if fuse_rope else "gemm"))
+            if fuse_rope:
                 out = attn.rope_attend(qkv, rope, k_cache, v_cache, meta, self.scale, self.num_heads)
                 return self._project(out.reshape(t, self.num_heads * d), partials)
             from kernels import rope_kv_write
 
             q = rope_kv_write(qkv, meta.positions, rope, k_cache, v_cache, meta.write_slots, self.num_heads,
-                              self.num_kv_heads)
+                              self.num_kv_heads, pdl_role="pre_attention")
         else:
             qkv = self.wqkv(x)
             cos, sin = rope

@@ -168,6 +168,23 @@ def test_many_splits_few_blocks_merge_only_the_used_ones(prefix):
                          f"8 splits, >= {min_blocks} blocks each")
 
 
+@pytest.mark.parametrize("splits,min_blocks", [(1, 1), (3, 1), (8, 1), (3, 2)], ids=lambda x: str(x))
+@pytest.mark.parametrize("prefix", [0, BLOCK_N - 1, BLOCK_N + 1, 3 * BLOCK_N + 5], ids=lambda p: f"prefix{p}")
+def test_prefix_ready_prefetch_gives_the_same_bits(prefix, splits, min_blocks):
+    """prefix_ready (the first prefix block loaded before the PDL wait, then blocks lo+1.. in the loop) folds the
+    blocks in the same order as the plain launch: the same output bits, with splits that own no block (8 splits),
+    one block, or several (min_blocks 2), and a prefix of 0 (every prefetched key masked off)."""
+    parent = build("random", 7, seed=prefix + splits)
+    mask = ancestor_mask(parent)
+    q, k, v = _inputs(7, 8, HKV, 32, prefix + 7 + 8 * BLOCK_N, torch.float16, seed=prefix + 3)
+    kw = {"num_splits": splits, "block_n": BLOCK_N, "min_blocks_per_split": min_blocks}
+    for p in (prefix, torch.tensor([prefix])):
+        plain = _run(q, k, v, p, mask, **kw)
+        ready = _run(q, k, v, p, mask, prefix_ready=True, **kw)
+        assert torch.equal(ready, plain), f"max |diff| {(ready.float() - plain.float()).abs().max().item():.3g}"
+    assert_close(ready, tree_attention_ref(q, k, v, prefix, mask, 1 / math.sqrt(32)), torch.float16, "vs reference")
+
+
 def _rope_operands(t, hq, hkv, d, cap, dtype, seed):
     g = torch.Generator().manual_seed(seed)
     qkv = torch.randn(t, (hq + 2 * hkv) * d, generator=g).to(dtype)
@@ -219,6 +236,11 @@ def test_rope_tree_attention_equals_rope_kv_write_then_attention(case, dtype, gr
                               scale, out=poisoned((t, hq, d), dtype), **tune)
     assert torch.equal(k_fused, k_sep) and torch.equal(v_fused, v_sep), "cache contents differ"
     assert torch.equal(got, want), f"max |diff| {(got.float() - want.float()).abs().max().item():.3g}"
+    # prefix_ready (first prefix block and q's RoPE angles before the PDL wait, as the runtime launches it): same bits
+    k_pre, v_pre = k.clone(), v.clone()
+    pre = rope_tree_attention(qkv, positions, inv_freq, k_pre, v_pre, slots, hq, torch.tensor([prefix]), mask, scale,
+                              prefix_ready=True, **tune)
+    assert torch.equal(k_pre, k_sep) and torch.equal(v_pre, v_sep) and torch.equal(pre, want), "prefix_ready differs"
     k_ref, v_ref = k.clone(), v.clone()
     q_ref = rope_kv_write_ref(qkv, positions, inv_freq, k_ref, v_ref, slots, hq, hkv)
     assert_close(got, tree_attention_ref(q_ref, k_ref, v_ref, prefix, mask, scale), dtype, f"{case} vs reference")
