@@ -80,10 +80,11 @@ VARIANTS: dict[str, tuple[bool, dict[str, str] | None]] = {
     "runtime_pre_early": (True, {"gemm": "late", "small": "late", "pre_attention": "early"}),
 }
 """name -> (kernels.skinny, the PDL trigger per kernel role or None for ordinary launches: kernels/pdl.py). The
-pre_attention role (2026-11-30, ninth session: the launch right before the attention, the QKV GEMM on single-token
-steps with the fused RoPE attention, rope_kv_write otherwise) takes the trigger its launch had before in the older
-variants (the small kernels' where the two roles differ). runtime_pre_late / runtime_pre_early: the runtime with that
-one launch late or early (with `attn_noprefetch`: the attention's prefix load after its wait, as before)."""
+pre_attention role (2026-11-30, ninth session: the QKV GEMM right before the fused RoPE attention of single-token
+steps) takes the trigger of the small kernels in the older variants. runtime_pre_late / runtime_pre_early: the runtime
+with that launch late or early (with `attn_noprefetch`: the attention's prefix load after its wait, as before).
+In step_variants_2026-11-30_prefetch.json (c23bfd2) the role also covered rope_kv_write and the attention of
+multi-token steps prefetched as well; that measured slower there and is off since."""
 QKV_ROPE_VARIANTS = frozenset({"skinny_pdl_late_qkvrope"})
 """Variants whose QKV GEMM also does RoPE + the KV write (`kernels.qkv_rope_kv_write`; not a runtime config yet)."""
 ROPE_ATTENTION_VARIANTS = frozenset({"skinny_pdl_late_ropeattn"})

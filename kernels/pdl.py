@@ -39,16 +39,18 @@ TRIGGERS = {"off": 0, "early": 1, "late": 2}
 its own wait; late = PDL without an explicit release (the next kernel launches as this one's blocks exit)."""
 ROLES = ("gemm", "small", "pre_attention")
 """gemm: the weight-streaming kernels (skinny GEMM, SwiGLU), whose bandwidth needs their blocks spread over every
-SM; small: the rest (norms, RoPE + KV write, tree attention, the split-K reduce); pre_attention: the launch right
-before a tree attention in the model's step (the QKV GEMM when the attention does RoPE itself, else rope_kv_write),
-whose dependent loads its first prefix K/V block before its wait (`kernels.tree_attention`, `prefix_ready`): an
-early release lets that load run beside this kernel."""
-DEFAULT_POLICY = {"gemm": "late", "small": "late", "pre_attention": "late"}
+SM; small: the rest (norms, RoPE + KV write, tree attention, the split-K reduce); pre_attention: the QKV GEMM right
+before the fused RoPE attention of a single-token step, whose dependent loads its first prefix K/V block and q's
+RoPE angles before its wait (`kernels.tree_attention`, `prefix_ready`): an early release lets the attention's
+blocks take the SMs the GEMM leaves idle (96 programs on 132 SMs at 8B) and run that load beside it."""
+DEFAULT_POLICY = {"gemm": "late", "small": "late", "pre_attention": "early"}
 """What `set_pdl(True)` (`kernels.pdl=true`) uses: the best of bench/bench_step_variants.py on the H200
 (2026-11-30, bench/results/step_variants_2026-11-30_15085c8.json, CUDA-graph replay, skinny path): late/late
 Llama-3-8B rows 1 / 8 / 16: 4.531 / 4.720 / 4.862 ms, against 4.574 / 4.753 / 4.908 without PDL and
 4.741 / 4.830 / 5.151 with early/early (an early release lets a GEMM's blocks take the SMs while the previous kernel
 still holds some of them: its blocks pile up two per SM and its weight stream slows); 1B rows 16 1.154 ms.
+pre_attention early with the attention's prefetch (bench/results/step_variants_2026-11-30_prefetch.json): 8B rows 1
+4.416 -> 4.363 ms (the attention's exposed time 376 -> 304 us per step, the QKV GEMM's 495 -> 520 us).
 With cuBLAS projections (no skinny path) early/early was the better one (4.600 vs 4.674 ms at rows 1)."""
 
 _policy = {role: "off" for role in ROLES}

@@ -54,7 +54,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.pdl import ROLES, pdl_options, pdl_start
+from kernels.pdl import pdl_options, pdl_start
 
 TILE_ELEMS = 4096  # heads x D elements per program
 
@@ -159,7 +159,6 @@ def rope_kv_write(
     num_kv_heads: int,
     *,
     q_out: torch.Tensor | None = None,
-    pdl_role: str = "small",
 ) -> torch.Tensor:
     """Rotate q and k of ``qkv`` by RoPE, write k and v to the caches at ``write_slots``; returns q.
 
@@ -172,8 +171,6 @@ def rope_kv_write(
         write_slots: [T] int32/int64 distinct cache slots in [0, cap).
         num_heads, num_kv_heads: Hq and Hkv (of this tensor-parallel shard).
         q_out: optional [T, Hq, D] buffer, last dim contiguous (may alias qkv's q columns).
-        pdl_role: the `kernels.pdl` role whose trigger the launch uses ("pre_attention" right before a tree
-            attention in the model's step).
 
     Returns:
         q [T, Hq, D]: ``q_out`` if given, else a new contiguous tensor of qkv's dtype.
@@ -191,8 +188,6 @@ def rope_kv_write(
     if not qkv.dtype.is_floating_point:
         raise ValueError(f"rope_kv_write: qkv must be floating point, got {qkv.dtype}")
     q_out = q_out_buffer("rope_kv_write", q_out, t, num_heads, d, qkv.dtype, qkv.device)
-    if pdl_role not in ROLES:
-        raise ValueError(f"rope_kv_write: pdl_role must be one of {ROLES}, got {pdl_role!r}")
     if t == 0:
         return q_out
 
@@ -206,6 +201,6 @@ def rope_kv_write(
         num_heads, num_kv_heads, half,
         qkv.stride(0), positions.stride(0), write_slots.stride(0), q_out.stride(0), q_out.stride(1),
         k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
-        BLOCK_H=block_h, BLOCK_HALF=block_half, num_warps=4, **pdl_options(qkv.device, pdl_role),
+        BLOCK_H=block_h, BLOCK_HALF=block_half, num_warps=4, **pdl_options(qkv.device),
     )
     return q_out

@@ -155,7 +155,9 @@ class TritonAttention(AttentionBackend):
         self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta, scale: float
     ) -> torch.Tensor:
         """q [T, Hq, D], k_cache / v_cache [capacity, Hkv, D] -> [T, Hq, D] in q's dtype."""
-        return self._tree_attention(q, k_cache, v_cache, meta.prefix_len, meta.tree_mask, scale, prefix_ready=True)
+        # Not prefix_ready: after rope_kv_write (multi-token steps) the prefetch measured slower (H200 2026-11-30,
+        # step_variants_2026-11-30_prefetch.json: 8B rows 8 +0.04 ms, 1B rows 16 +0.11 ms per step).
+        return self._tree_attention(q, k_cache, v_cache, meta.prefix_len, meta.tree_mask, scale)
 
     def rope_attend(
         self, qkv: torch.Tensor, inv_freq: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta,

@@ -138,7 +138,7 @@ class Attention(nn.Module):
             q = qkv_rope_kv_write(x, self.wqkv.weight, meta.positions, rope, k_cache, v_cache, meta.write_slots,
                                   self.num_heads, self.num_kv_heads)
         elif isinstance(rope, torch.Tensor):
-            # The launch right before the attention takes the "pre_attention" PDL role (kernels/pdl.py): the
+            # Before the fused RoPE attention the QKV GEMM takes the "pre_attention" PDL role (kernels/pdl.py): the
             # attention prefetches its prefix K/V beside it (kernels.tree_attention `prefix_ready`).
             fuse_rope = self.rope_attention and t <= attn.rope_max_tokens
             qkv = (self.wqkv(x) if not skinny or self.wqkv.bias is not None else
@@ -149,7 +149,7 @@ class Attention(nn.Module):
             from kernels import rope_kv_write
 
             q = rope_kv_write(qkv, meta.positions, rope, k_cache, v_cache, meta.write_slots, self.num_heads,
-                              self.num_kv_heads, pdl_role="pre_attention")
+                              self.num_kv_heads)
         else:
             qkv = self.wqkv(x)
             cos, sin = rope

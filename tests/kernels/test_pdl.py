@@ -53,15 +53,10 @@ def test_cpu_launches_never_use_pdl():
 
 
 def test_pdl_role_of_a_launch_is_checked():
-    """skinny_linear / rope_kv_write take the kernels.pdl role of their launch; an unknown one is named."""
-    from kernels import rope_kv_write, skinny_linear
+    """skinny_linear takes the kernels.pdl role of its launch; an unknown one is named."""
+    from kernels import skinny_linear
 
     x, w = torch.randn(2, 32), torch.randn(48, 32)
     torch.testing.assert_close(skinny_linear(x, w, pdl_role="pre_attention"), x @ w.T, rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="skinny_linear: pdl_role must be one of .*got 'qkv'"):
         skinny_linear(x, w, pdl_role="qkv")
-    qkv = torch.randn(2, (2 + 2 * 1) * 16)
-    k, v = torch.zeros(8, 1, 16), torch.zeros(8, 1, 16)
-    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, 16, 2, dtype=torch.float32) / 16))
-    with pytest.raises(ValueError, match="rope_kv_write: pdl_role must be one of"):
-        rope_kv_write(qkv, torch.arange(2), inv_freq, k, v, torch.arange(2), 2, 1, pdl_role="late")
