@@ -126,6 +126,73 @@ def table(kernels: list[dict]) -> str:
     return "\n".join(lines)
 
 
+MMA_OPCODES = ("HMMA", "HGMMA")
+"""SASS tensor-core opcodes: the first one marks the end of a kernel's set-up in `summarize_sass`."""
+
+
+def _sass_opcode(source: str) -> str:
+    """The opcode of a SASS line (its predicate and modifiers dropped): '@!P1 LDG.E.128 R4, ...' -> 'LDG'."""
+    parts = source.split()
+    if parts and parts[0].startswith("@"):
+        parts = parts[1:]
+    return parts[0].split(".")[0] if parts else ""
+
+
+def summarize_sass(text: str, top: int = 12) -> dict:
+    """ncu `--page source --print-source sass --csv` text (one kernel) -> where its executed instructions and its
+    warp-stall samples fall: totals, the share before the first tensor-core instruction (set-up: addresses, q,
+    RoPE), the opcode mix of executed instructions, and the `top` SASS lines by stall samples."""
+    start = text.find('"Address"')
+    if start < 0:
+        raise ValueError('ncu sass csv: no header row starting with "Address" (was it run with --page source '
+                         "--print-source sass --csv?)")
+    rows = list(csv.DictReader(io.StringIO(text[start:])))
+    need = {"Address", "Source", "Instructions Executed", "Warp Stall Sampling (All Samples)"}
+    if not rows or not need <= set(rows[0]):
+        got = sorted(rows[0]) if rows else "no rows"
+        raise ValueError(f"ncu sass csv: expected the columns {sorted(need)}, got {got}")
+
+    def num(v) -> float:
+        try:
+            return float(str(v).replace(",", ""))
+        except ValueError:
+            return 0.0
+
+    lines = [(r["Source"].strip(), num(r["Instructions Executed"]), num(r["Warp Stall Sampling (All Samples)"]))
+             for r in rows]
+    first_mma = next((i for i, (src, _, _) in enumerate(lines) if _sass_opcode(src) in MMA_OPCODES), len(lines))
+    executed = sum(n for _, n, _ in lines)
+    samples = sum(s for _, _, s in lines)
+    mix: dict[str, float] = {}
+    for src, n, _ in lines:
+        mix[_sass_opcode(src)] = mix.get(_sass_opcode(src), 0.0) + n
+    hot = sorted(range(len(lines)), key=lambda i: -lines[i][2])[:top]
+    return {"sass_lines": len(lines), "executed": executed, "stall_samples": samples,
+            "first_mma_line": first_mma if first_mma < len(lines) else None,
+            "executed_before_mma": sum(n for _, n, _ in lines[:first_mma]),
+            "samples_before_mma": sum(s for _, _, s in lines[:first_mma]),
+            "opcodes": sorted(mix.items(), key=lambda kv: -kv[1])[:top],
+            "hot_lines": [{"line": i, "samples": lines[i][2], "executed": lines[i][1], "sass": lines[i][0][:80]}
+                          for i in sorted(hot) if lines[i][2] > 0]}
+
+
+def sass_table(summary: dict, warps: int | None = None) -> str:
+    """Markdown of `summarize_sass`; `warps`: the launch's warp count, for instructions per warp."""
+    ex, smp = summary["executed"], summary["stall_samples"]
+    per_warp = f", {ex / warps:,.0f} per warp" if warps else ""
+    out = [f"{summary['sass_lines']} SASS lines; {ex:,.0f} warp instructions executed{per_warp}; {smp:,.0f} stall "
+           f"samples",
+           f"before the first tensor-core instruction (line {summary['first_mma_line']}): "
+           f"{summary['executed_before_mma'] / max(ex, 1):.0%} of the instructions, "
+           f"{summary['samples_before_mma'] / max(smp, 1):.0%} of the samples",
+           "", "| opcode | executed | share |", "|---|---|---|"]
+    out += [f"| {op or '-'} | {n:,.0f} | {n / max(ex, 1):.1%} |" for op, n in summary["opcodes"]]
+    out += ["", "| SASS line | samples | executed | instruction |", "|---|---|---|---|"]
+    out += [f"| {h['line']} | {h['samples']:.0f} | {h['executed']:,.0f} | `{h['sass']}` |"
+            for h in summary["hot_lines"]]
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line: see the module docstring."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -135,7 +202,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cap", type=int, default=2048,
                    help="KV cache slots (the runtime's max_seq_len_tokens: it sizes the attention's splits)")
     p.add_argument("--summarize", type=Path, default=None, metavar="CSV", help="print the table of an ncu CSV")
+    p.add_argument("--sass", type=Path, default=None, metavar="CSV",
+                   help="print where one kernel's instructions and stall samples fall (ncu --page source "
+                        "--print-source sass --csv)")
+    p.add_argument("--warps", type=int, default=None, help="with --sass: the launch's warps (instructions per warp)")
     a = p.parse_args(argv)
+    if a.sass is not None:
+        if not a.sass.is_file():
+            raise SystemExit(f"--sass: no file {a.sass}")
+        try:
+            print(sass_table(summarize_sass(a.sass.read_text(errors="replace")), a.warps))
+        except ValueError as e:
+            raise SystemExit(f"--sass {a.sass}: {e}") from None
+        return 0
     if a.summarize is not None:
         if not a.summarize.is_file():
             raise SystemExit(f"--summarize: no file {a.summarize}")

@@ -2,6 +2,8 @@
 # One device call: Nsight Compute over the first layer of one decode step (bench/ncu_step.py), per row count.
 # Results flat in OUTDIR: ncu_<preset>_r<rows>.csv (ncu --csv --page details), ncu_<preset>_r<rows>.md (the table).
 #   bash scripts/gpu_ncu.sh "$OUT"        (ROWS="1 8", PRESET=llama3-8b, CTX=1024)
+#   SOURCE=1 bash scripts/gpu_ncu.sh "$OUT"   also the SASS source page of the first attention launch (KERNEL regex):
+#                                         ncu_<preset>_r<rows>_sass.csv.gz + _sass.md (bench/ncu_step.py --sass)
 # ncu reads the hardware counters on the Firecracker machines with --clock-control none (library device/KINDS.md).
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_ncu.sh OUTDIR}
@@ -21,5 +23,14 @@ for rows in ${ROWS:-1 8}; do
     --csv --page details python3 bench/ncu_step.py --preset "$PRESET" --rows "$rows" --ctx "${CTX:-1024}" \
     > "$OUT/ncu_$tag.csv" 2> "$OUT/ncu_$tag.log" || { echo "ncu failed:"; tail -5 "$OUT/ncu_$tag.log"; tail -3 "$OUT/ncu_$tag.csv"; }
   python3 bench/ncu_step.py --summarize "$OUT/ncu_$tag.csv" | tee "$OUT/ncu_$tag.md"
+  if [ "${SOURCE:-0}" = 1 ]; then  # executed instructions and stall samples per SASS line of one launch
+    timeout "${NCU_TIMEOUT_S:-180}" "$NCU" --profile-from-start off --clock-control none \
+      -k regex:"${KERNEL:-_tree_attention}" --launch-count 1 --section SourceCounters --import-source yes \
+      -o "/tmp/ncu_src_$tag" -f python3 bench/ncu_step.py --preset "$PRESET" --rows "$rows" --ctx "${CTX:-1024}" \
+      > "$OUT/ncu_${tag}_sass.log" 2>&1 || tail -3 "$OUT/ncu_${tag}_sass.log"
+    "$NCU" --import "/tmp/ncu_src_$tag.ncu-rep" --page source --print-source sass --csv > "/tmp/ncu_src_$tag.csv"
+    python3 bench/ncu_step.py --sass "/tmp/ncu_src_$tag.csv" | tee "$OUT/ncu_${tag}_sass.md"
+    gzip -c "/tmp/ncu_src_$tag.csv" > "$OUT/ncu_${tag}_sass.csv.gz"
+  fi
 done
 chmod -R a+rX "$OUT"

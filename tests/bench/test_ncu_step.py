@@ -64,3 +64,37 @@ def test_the_driver_runs_a_step_on_cpu():
     from bench.ncu_step import run_step
 
     run_step("tiny-llama", 4, 20, 32, device="cpu")
+
+
+SASS_HEADER = ('"Kernel Name","_tree_attention_kernel",\n'
+               '"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)",'
+               '"# Samples","Instructions Executed"\n')
+
+
+def _sass(lines):
+    return SASS_HEADER + "".join(f'"0x{i:x}","{src}","{smp}","0","0","{n}"\n' for i, (src, smp, n) in enumerate(lines))
+
+
+def test_sass_summary_splits_set_up_from_the_tensor_core_part(tmp_path, capsys):
+    """--sass: totals, the share before the first HMMA / HGMMA, the opcode mix (predicates and modifiers dropped) and
+    the hottest lines by stall samples; a file without the source page's header is named."""
+    from bench.ncu_step import summarize_sass
+
+    text = _sass([("LDC R1, c[0x0][0x28]", 2, 256), ("IMAD.WIDE R2, R3, 0x2, R4", 0, "1,024"),
+                  ("@!P1 LDG.E.128 R4, desc[UR4][R2.64]", 6, 512), ("HMMA.16816.F32.BF16 R8, R4, R6, RZ", 1, 256),
+                  ("LDS R11, [UR4]", 9, 256), ("EXIT", 0, 0)])
+    s = summarize_sass(text, top=3)
+    assert s["sass_lines"] == 6 and s["executed"] == 2304 and s["stall_samples"] == 18
+    assert s["first_mma_line"] == 3 and s["executed_before_mma"] == 1792 and s["samples_before_mma"] == 8
+    assert s["opcodes"][0] == ("IMAD", 1024) and ("LDG", 512) in s["opcodes"]
+    assert [h["line"] for h in s["hot_lines"]] == [0, 2, 4]
+    path = tmp_path / "sass.csv"
+    path.write_text(text)
+    assert main(["--sass", str(path), "--warps", "256"]) == 0
+    out = capsys.readouterr().out
+    assert "2,304 warp instructions executed, 9 per warp" in out and "78% of the instructions" in out
+    path.write_text('"ID","Kernel Name"\n"0","x"\n')
+    with pytest.raises(SystemExit, match=r"--sass .*sass.csv: ncu sass csv: no header row starting with \"Address\""):
+        main(["--sass", str(path)])
+    with pytest.raises(SystemExit, match="--sass: no file"):
+        main(["--sass", str(tmp_path / "missing.csv")])
