@@ -33,9 +33,12 @@ STALL_METRICS_REGEX = "regex:smsp__average_warps?_issue_stalled_.*_per_issue_act
 """The ncu `--metrics` argument that requests them."""
 
 
-def run_step(preset: str, rows: int, ctx: int, cap: int, device: str = "cuda") -> None:
+def run_step(preset: str, rows: int, ctx: int, cap: int, device: str = "cuda",
+             rope_attention_all: bool = False):
     """Build the model (runtime kernels) with a `cap`-slot cache, prefill `ctx` tokens, run one eager step of `rows`
-    tokens (a binary tree, as bench/bench_step_variants.py's) between the CUDA profiler's start and stop (on CUDA)."""
+    tokens (a binary tree, as bench/bench_step_variants.py's) between the CUDA profiler's start and stop (on CUDA).
+    `rope_attention_all`: the fused RoPE attention at every row count (bench_step_variants' *_ropeattn variants; the
+    runtime fuses single-token steps only). Returns the profiled step's logits."""
     import torch
 
     from bench.bench_step_variants import prefill_random, tree_inputs
@@ -52,6 +55,10 @@ def run_step(preset: str, rows: int, ctx: int, cap: int, device: str = "cuda") -
     layers, heads, head_dim = model.cache_spec()
     cache = KVCache(layers, cap, heads, head_dim, model.dtype, dev)
     attn = make_attention_backend("triton")
+    if rope_attention_all:
+        from kernels.tree_attention import ROPE_MAX_TOKENS
+
+        attn.rope_max_tokens = ROPE_MAX_TOKENS
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad(), pdl(True):
         prefill_random(model, cache, attn, ctx, gen)
@@ -62,10 +69,11 @@ def run_step(preset: str, rows: int, ctx: int, cap: int, device: str = "cuda") -
         if cuda:
             torch.cuda.synchronize()
             torch.cuda.profiler.start()
-        model(ids, meta, cache, attn)
+        logits = model(ids, meta, cache, attn)
         if cuda:
             torch.cuda.synchronize()
             torch.cuda.profiler.stop()
+    return logits
 
 
 def summarize(text: str, top_stalls: int = 4) -> list[dict]:
@@ -201,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ctx", type=int, default=1024, help="cached tokens before it")
     p.add_argument("--cap", type=int, default=2048,
                    help="KV cache slots (the runtime's max_seq_len_tokens: it sizes the attention's splits)")
+    p.add_argument("--rope-attention-all", action="store_true",
+                   help="the fused RoPE attention at every row count (the runtime: single-token steps only)")
     p.add_argument("--summarize", type=Path, default=None, metavar="CSV", help="print the table of an ncu CSV")
     p.add_argument("--sass", type=Path, default=None, metavar="CSV",
                    help="print where one kernel's instructions and stall samples fall (ncu --page source "
@@ -239,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if not torch.cuda.is_available():
         raise SystemExit("ncu_step: needs a CUDA GPU")
-    run_step(a.preset, a.rows, a.ctx, a.cap)
+    run_step(a.preset, a.rows, a.ctx, a.cap, rope_attention_all=a.rope_attention_all)
     return 0
 
 

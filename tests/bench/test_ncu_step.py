@@ -59,11 +59,17 @@ def test_bad_input_is_named(tmp_path):
 
 
 def test_the_driver_runs_a_step_on_cpu():
-    """The profiled step's code path (model with the runtime's kernels, prefill, a tree step) on a tiny model, CPU."""
+    """The profiled step's code path (model with the runtime's kernels, prefill, a tree step) on a tiny model, CPU:
+    finite logits of one row per token, the same with the fused RoPE attention at every row count."""
     pytest.importorskip("kernels")
+    import torch
+
     from bench.ncu_step import run_step
 
-    run_step("tiny-llama", 4, 20, 32, device="cpu")
+    logits = run_step("tiny-llama", 4, 20, 32, device="cpu")
+    assert logits.shape[0] == 4 and torch.isfinite(logits).all()
+    fused = run_step("tiny-llama", 4, 20, 32, device="cpu", rope_attention_all=True)
+    torch.testing.assert_close(fused, logits, rtol=1e-4, atol=1e-4)
 
 
 SASS_HEADER = ('"Kernel Name","_tree_attention_kernel",\n'
