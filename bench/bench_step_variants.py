@@ -78,16 +78,19 @@ VARIANTS: dict[str, tuple[bool, dict[str, str] | None]] = {
     "runtime": (True, dict(DEFAULT_POLICY)),
     "runtime_pre_late": (True, _LATE),
     "runtime_pre_early": (True, {"gemm": "late", "small": "late", "pre_attention": "early"}),
+    "ropeattn_pre_early": (True, {"gemm": "late", "small": "late", "pre_attention": "early"}),
 }
 """name -> (kernels.skinny, the PDL trigger per kernel role or None for ordinary launches: kernels/pdl.py). The
 pre_attention role (2026-11-30, ninth session: the QKV GEMM right before the fused RoPE attention of single-token
 steps) takes the trigger of the small kernels in the older variants. runtime_pre_late / runtime_pre_early: the runtime
 with that launch late or early (with `attn_noprefetch`: the attention's prefix load after its wait, as before).
 In step_variants_2026-11-30_prefetch.json (c23bfd2) the role also covered rope_kv_write and the attention of
-multi-token steps prefetched as well; that measured slower there and is off since."""
+multi-token steps prefetched as well; that measured slower there and is off since. ropeattn_pre_early: the fused RoPE
+attention at every row count with the QKV GEMM released early (its q RoPE angles and first prefix block loaded beside
+the GEMM)."""
 QKV_ROPE_VARIANTS = frozenset({"skinny_pdl_late_qkvrope"})
 """Variants whose QKV GEMM also does RoPE + the KV write (`kernels.qkv_rope_kv_write`; not a runtime config yet)."""
-ROPE_ATTENTION_VARIANTS = frozenset({"skinny_pdl_late_ropeattn"})
+ROPE_ATTENTION_VARIANTS = frozenset({"skinny_pdl_late_ropeattn", "ropeattn_pre_early"})
 """Variants whose tree attention does RoPE + the KV write at every row count (`kernels.rope_tree_attention`; the
 runtime's `kernels.rope_attention` uses it for single-token steps only: ROPE_FASTER_MAX_TOKENS)."""
 RUNTIME_VARIANTS = frozenset({"runtime", "runtime_pre_late", "runtime_pre_early"})
