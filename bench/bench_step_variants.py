@@ -132,6 +132,8 @@ PATCHES: dict[str, tuple[str, object]] = {
     "norm_w8": ("norm_warps", 8),
     # the attention's first prefix block loaded after its PDL wait, not before (kernels.tree_attention.PREFETCH_PREFIX)
     "attn_noprefetch": ("attention_prefetch", False),
+    # 16 warps per wide-tile attention program (kernels.tree_attention.WIDE_WARPS; 8 by default)
+    "attn_w16": ("attention_warps", 16),
 }
 """Tile / placement experiments appended to a variant as `variant+patch+...`: they set the module-level tile
 choices while that variant's graphs are captured (what a capture records is what its replays run)."""
@@ -152,6 +154,7 @@ KNOBS: dict[str, tuple[object, str]] = {
     "swiglu": (fused_mlp, "BLOCK_I"), "swiglu_k": (fused_mlp, "BLOCK_K"),
     "attention": (tree_attention, "KEYS_PER_SPLIT"), "attention_regs": (tree_attention, "MAX_REGISTERS"),
     "norm_warps": (norm, "NUM_WARPS"), "attention_prefetch": (tree_attention, "PREFETCH_PREFIX"),
+    "attention_warps": (tree_attention, "WIDE_WARPS"),
 }
 """The module-level value each non-skinny patch kind sets (skinny patches update skinny_linear.CONFIGS entries)."""
 

@@ -99,6 +99,11 @@ MAX_REGISTERS: int | None = None
 """A register budget per thread for the CUDA launch (Triton's `maxnreg`), or None: ptxas' own choice (~240 for the 8B
 wide tile, no spills: Nsight Compute and bench/kernel_resources.py agree). 128 measured slower, 255 the same
 (2026-11-30, bench/results/step_variants_2026-11-30_spills.json): an experiment switch, off."""
+WIDE_WARPS: int | None = None
+"""Warps of the wide tile's programs (None: 8). An experiment switch (bench/bench_step_variants.py `attn_w16`): Nsight
+Compute reads the 8-warp program as instruction-latency-bound (2 warps per scheduler, ~10 cycles per instruction);
+16 warps give each scheduler 4 at <= 128 registers a thread (offline sm_90a compile: 8B rows 1 / 8 spill 20 / 4 bytes,
+the 1B's 64-row tile 896). Not measured on a GPU yet."""
 _COUNTERS_INIT = 1024  # int32 counters per (device, stream), grown on demand
 
 _counter_cache: dict[tuple, torch.Tensor] = {}
@@ -325,6 +330,10 @@ def attention_tile(n_rows: int, head_dim: int, elt_size: int, cuda: bool, *, blo
     stages = num_stages or (1 if wide else 3)
     if not (block_n or num_stages):  # shrink the pipeline until q + K/V stages fit in shared memory
         bn, stages = _fit_shared_memory(bm, bn, head_dim, elt_size, stages)
+    if num_warps is None and wide and WIDE_WARPS is not None:
+        if isinstance(WIDE_WARPS, bool) or not isinstance(WIDE_WARPS, int) or WIDE_WARPS not in (4, 8, 16):
+            raise ValueError(f"kernels.tree_attention.WIDE_WARPS: expected 4, 8, 16 or None, got {WIDE_WARPS!r}")
+        num_warps = WIDE_WARPS
     return bm, bn, stages, num_warps or (4 if bm < 64 and bn < 256 else 8), wide
 
 

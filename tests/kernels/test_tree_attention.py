@@ -285,3 +285,20 @@ def test_register_budget_is_checked_and_cuda_only(monkeypatch):
             ta._register_budget(torch.device("cuda", 0))
     monkeypatch.setattr(ta, "MAX_REGISTERS", None)
     assert ta._register_budget(torch.device("cuda", 0)) == {}
+
+
+def test_wide_warps_switch_is_checked_and_applies_to_the_wide_tile_only(monkeypatch):
+    """kernels.tree_attention.WIDE_WARPS sets the warps of the wide tile's programs (CUDA), not of other tiles or of an
+    explicit num_warps; a bad value is named."""
+    import importlib
+
+    ta = importlib.import_module("kernels.tree_attention")
+    assert ta.attention_tile(4, 128, 2, True)[3:] == (8, True)
+    monkeypatch.setattr(ta, "WIDE_WARPS", 16)
+    assert ta.attention_tile(4, 128, 2, True)[3:] == (16, True)
+    assert ta.attention_tile(4, 128, 2, True, num_warps=4)[3] == 4
+    assert ta.attention_tile(4, 128, 2, False)[3:] == (4, False)  # CPU: the 64-key tile
+    for bad in (2, 12, True, 8.0):
+        monkeypatch.setattr(ta, "WIDE_WARPS", bad)
+        with pytest.raises(ValueError, match="kernels.tree_attention.WIDE_WARPS: expected 4, 8, 16 or None"):
+            ta.attention_tile(4, 128, 2, True)
