@@ -36,6 +36,18 @@ resets the counter to 0. No spinning, no co-residency assumption, one launch, st
 in CUDA graphs. The counters live in a cached buffer per (device, stream) that is zero between launches;
 two launches on *different streams of one device at the same time* each get their own buffer.
 
+Prefetch before the PDL wait (``prefix_ready=True``, PREFETCH_PREFIX). Under programmatic dependent launch the kernel
+may start while the launch before it still runs; by default it waits (``griddepcontrol.wait``) before reading
+anything. A caller that knows the launch right before this one writes neither the prefix keys / values nor
+``prefix_len`` nor the positions (the runtime's single-token step: that launch is the QKV GEMM, which writes q and the
+new k / v only) passes ``prefix_ready``: each program then loads its first prefix block and computes q's RoPE angles
+before the wait, and folds that block in first (the same order as the loop: bitwise the same output). With the QKV
+GEMM released early (``kernels.pdl`` role ``pre_attention``) the attention's programs take the SMs the GEMM leaves
+idle and stream their K/V beside it. H200 2026-11-30 (bench/results/step_variants_2026-11-30_prefetch.json,
+..._pre_attention_default.json): Llama-3-8B single-token step 4.362 -> 4.307 ms, the attention's exposed time 376 ->
+304 us per step; after rope_kv_write on multi-token steps it measured slower (8B rows 8 +0.04 ms, 1B rows 16
++0.11 ms), so the runtime passes it on the fused single-token path only.
+
 For CUDA graphs, ``prefix_len`` may be a 1-element integer device tensor: the grid and split count are
 then sized from ``cap`` and the kernel reads the length on device, so one graph serves every step.
 
