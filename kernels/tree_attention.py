@@ -101,8 +101,10 @@ replays (bench/bench_step_variants.py, bench/results/step_variants_2026-11-30_{2
 rows 1 4.523 -> 4.458 ms (logits identical); rows 8 4.669 -> 5.020, rows 16 4.903 -> 5.703, Llama-3.2-1B rows 16
 1.153 -> 1.334 ms. The extra time grows with T x D, the new-key tile the last split rotates and writes (q's cos /
 sin per (token, head) row or once per token: the same time), not with spills (bench/kernel_resources.py: the same
-registers and stack with and without the fused path); not understood yet (the last split's write, barrier and
-read-back are serial)."""
+registers and stack with and without the fused path). Nsight Compute (2026-11-30, 8B rows 8,
+bench/results/ncu_2026-11-30_60a42eb_r8_attention/): 32.5 us against 5.4 + 18.0 us, 45% more instructions (the
+accurate sin / cos per (token, head) row: 4x redundant across the GQA group) from a program twice as long, whose
+top stall is instruction fetch; with the QKV GEMM released early it still loses at 8 / 16 rows."""
 PREFETCH_PREFIX = True
 """Whether a launch whose caller says `prefix_ready` loads its first prefix K/V block (and q's RoPE angles) before its
 PDL wait, i.e. beside the kernel launched right before it (with a `pre_attention` early release: kernels/pdl.py). An
