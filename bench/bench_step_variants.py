@@ -60,6 +60,7 @@ from runtime.tree import ancestor_mask  # noqa: E402
 # the modules, not the package's same-named functions (kernels/__init__.py re-exports skinny_linear, tree_attention)
 fused_mlp, norm, skinny_linear, tree_attention = (importlib.import_module(f"kernels.{m}") for m in
                                                   ("fused_mlp", "norm", "skinny_linear", "tree_attention"))
+runtime_model = importlib.import_module("runtime.model")
 _EARLY = {"gemm": "early", "small": "early", "pre_attention": "early"}
 _LATE = {"gemm": "late", "small": "late", "pre_attention": "late"}
 VARIANTS: dict[str, tuple[bool, dict[str, str] | None]] = {
@@ -134,6 +135,8 @@ PATCHES: dict[str, tuple[str, object]] = {
     "attn_noprefetch": ("attention_prefetch", False),
     # 16 warps per wide-tile attention program (kernels.tree_attention.WIDE_WARPS; 8 by default)
     "attn_w16": ("attention_warps", 16),
+    # the norms of the o / down partials in the prologue of the next SwiGLU / QKV GEMM (runtime.model.NORM_PROLOGUE)
+    "norm_prologue": ("norm_prologue", True),
 }
 """Tile / placement experiments appended to a variant as `variant+patch+...`: they set the module-level tile
 choices while that variant's graphs are captured (what a capture records is what its replays run)."""
@@ -154,7 +157,7 @@ KNOBS: dict[str, tuple[object, str]] = {
     "swiglu": (fused_mlp, "BLOCK_I"), "swiglu_k": (fused_mlp, "BLOCK_K"),
     "attention": (tree_attention, "KEYS_PER_SPLIT"), "attention_regs": (tree_attention, "MAX_REGISTERS"),
     "norm_warps": (norm, "NUM_WARPS"), "attention_prefetch": (tree_attention, "PREFETCH_PREFIX"),
-    "attention_warps": (tree_attention, "WIDE_WARPS"),
+    "attention_warps": (tree_attention, "WIDE_WARPS"), "norm_prologue": (runtime_model, "NORM_PROLOGUE"),
 }
 """The module-level value each non-skinny patch kind sets (skinny patches update skinny_linear.CONFIGS entries)."""
 

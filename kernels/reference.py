@@ -209,3 +209,28 @@ def add_rmsnorm_partials_ref(
     for s in range(1, partials.shape[0]):
         acc += partials[s]
     return add_rmsnorm_ref(acc.to(residual.dtype), residual, weight, eps)
+
+
+def skinny_linear_normed_ref(
+    partials: torch.Tensor,  # [S, M, K] float32
+    residual: torch.Tensor,  # [M, K]
+    norm_weight: torch.Tensor,  # [K]
+    eps: float,
+    w: torch.Tensor,  # [N, K]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(skinny_linear_ref(x, w), new_residual) of x, new_residual = add_rmsnorm_partials_ref(...)."""
+    x, new_res = add_rmsnorm_partials_ref(partials, residual, norm_weight, eps)
+    return skinny_linear_ref(x, w), new_res
+
+
+def swiglu_normed_ref(
+    partials: torch.Tensor,  # [S, M, K] float32
+    residual: torch.Tensor,  # [M, K]
+    norm_weight: torch.Tensor,  # [K]
+    eps: float,
+    w_gate: torch.Tensor,  # [I, K]
+    w_up: torch.Tensor,  # [I, K]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(swiglu_ref(x, w_gate, w_up), new_residual) of x, new_residual = add_rmsnorm_partials_ref(...)."""
+    x, new_res = add_rmsnorm_partials_ref(partials, residual, norm_weight, eps)
+    return swiglu_ref(x, w_gate, w_up), new_res
