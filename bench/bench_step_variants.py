@@ -135,6 +135,8 @@ PATCHES: dict[str, tuple[str, object]] = {
     "attn_noprefetch": ("attention_prefetch", False),
     # 16 warps per wide-tile attention program (kernels.tree_attention.WIDE_WARPS; 8 by default)
     "attn_w16": ("attention_warps", 16),
+    # the prefix K/V blocks through TMA tensor descriptors (kernels.tree_attention.TMA_PREFIX; pointers by default)
+    "attn_tma": ("attention_tma", True),
     # the norms of the o / down partials in the prologue of the next SwiGLU / QKV GEMM (runtime.model.NORM_PROLOGUE)
     "norm_prologue": ("norm_prologue", True),
 }
@@ -157,7 +159,8 @@ KNOBS: dict[str, tuple[object, str]] = {
     "swiglu": (fused_mlp, "BLOCK_I"), "swiglu_k": (fused_mlp, "BLOCK_K"),
     "attention": (tree_attention, "KEYS_PER_SPLIT"), "attention_regs": (tree_attention, "MAX_REGISTERS"),
     "norm_warps": (norm, "NUM_WARPS"), "attention_prefetch": (tree_attention, "PREFETCH_PREFIX"),
-    "attention_warps": (tree_attention, "WIDE_WARPS"), "norm_prologue": (runtime_model, "NORM_PROLOGUE"),
+    "attention_warps": (tree_attention, "WIDE_WARPS"), "attention_tma": (tree_attention, "TMA_PREFIX"),
+    "norm_prologue": (runtime_model, "NORM_PROLOGUE"),
 }
 """The module-level value each non-skinny patch kind sets (skinny patches update skinny_linear.CONFIGS entries)."""
 

@@ -39,10 +39,11 @@ H200_SMS = 132
 ROWS = (1, 8, 16)
 ALT_TILE = {"block_n": 64, "num_stages": 3, "num_warps": 4}
 """The non-wide tile next to the heuristic's (64 keys, 3 stages, 4 warps)."""
-POINTER_TYPES = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "Out": "*bf16", "Mask": "*u8", "prefix_arg": "*i32",
-                 "WsAcc": "*fp32", "WsM": "*fp32", "WsL": "*fp32", "Counter": "*i32", "Pos": "*i64",
-                 "InvFreq": "*fp32", "Slots": "*i64"}
-"""Types of the kernel's pointer arguments as the CUDA-graph runtime passes them (bf16 model, tensor prefix)."""
+POINTER_TYPES = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "KDesc": "*bf16", "VDesc": "*bf16", "Out": "*bf16",
+                 "Mask": "*u8", "prefix_arg": "*i32", "WsAcc": "*fp32", "WsM": "*fp32", "WsL": "*fp32",
+                 "Counter": "*i32", "Pos": "*i64", "InvFreq": "*fp32", "Slots": "*i64"}
+"""Types of the kernel's pointer arguments as the CUDA-graph runtime passes them (bf16 model, tensor prefix; KDesc /
+VDesc are tensor descriptors only with `tma`, else unused pointers)."""
 FLOAT_ARGS = {"qk_scale"}
 _PTXAS_REPORT = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads.*?"
                            r"Used (\d+) registers", re.S)
@@ -114,7 +115,7 @@ def _compile(fn, types: dict[str, str], consts: dict, values: dict[str, int], ar
 
 
 def compile_case(shape: str, rows: int, rope: bool, tile: dict, arch: int, prefetch: bool = True,
-                 kernel_out: list | None = None) -> dict:
+                 kernel_out: list | None = None, tma: bool = False) -> dict:
     """Compile the tree-attention kernel for one launch (the CUDA-graph runtime's: a 2,048-slot cache, the prefix in
     a device tensor, a tree of `rows` nodes, `prefetch` as the runtime's prefix_ready launch) and report its
     resources; `kernel_out`: a list the compiled kernel is appended to (its PTX / SASS for inspection)."""
@@ -128,7 +129,7 @@ def compile_case(shape: str, rows: int, rope: bool, tile: dict, arch: int, prefe
     constexprs = {"GROUP": group, "BLOCK_M": bm, "BLOCK_N": bn, "HEAD_DIM": d, "SPLIT": True,
                   "PREFIX_IN_TENSOR": True, "UPCAST": False, "DOT_PRECISION": "tf32", "USE_PDL": 2, "ROPE": rope,
                   "BLOCK_T": triton.next_power_of_2(rows) if rope else 1,
-                  "PREFETCH": prefetch}
+                  "PREFETCH": prefetch, "TMA": tma}
     cap, m_blocks = 2048, triton.cdiv(rows * group, bm)
     splits = num_splits_for(H200_SMS, m_blocks * hkv, triton.cdiv(cap - rows, bn))
     q_row = (hq + 2 * hkv) * d if rope else hq * d  # rope: q is a view of the QKV projection's rows
@@ -138,6 +139,8 @@ def compile_case(shape: str, rows: int, rope: bool, tile: dict, arch: int, prefe
               "stride_vh": d, "stride_ot": hq * d, "stride_oh": d, "stride_mt": rows,
               "stride_pos": 1 if rope else 0, "stride_slot": 1 if rope else 0}
     types = {**POINTER_TYPES, **{n: "fp32" for n in FLOAT_ARGS}}
+    if tma:  # kernels.tree_attention.TMA_PREFIX: the prefix K/V through [BLOCK_N, D] tensor descriptors
+        types.update({n: f"tensordesc<bf16[{bn}, {d}]>" for n in ("KDesc", "VDesc")})
     kernel = _compile(_tree_attention_kernel, types, constexprs, values, arch, warps, stages)
     if kernel_out is not None:
         kernel_out.append(kernel)

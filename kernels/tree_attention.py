@@ -113,6 +113,12 @@ MAX_REGISTERS: int | None = None
 """A register budget per thread for the CUDA launch (Triton's `maxnreg`), or None: ptxas' own choice (~240 for the 8B
 wide tile, no spills: Nsight Compute and bench/kernel_resources.py agree). 128 measured slower, 255 the same
 (2026-11-30, bench/results/step_variants_2026-11-30_spills.json): an experiment switch, off."""
+TMA_PREFIX = False
+"""Experiment switch (not measured on a GPU yet; bench/bench_step_variants.py patch `attn_tma`): load the prefix K/V
+blocks as whole [BLOCK_N, D] boxes through tensor descriptors (TMA on Hopper) instead of per-element pointers, whose
+address arithmetic is ~20% of the wide tile's instructions (Nsight Compute source counters, 2026-11-30). Contract
+while on: cache rows past prefix_len hold finite values (they are read and masked in the scores only; the runtime's
+KVCache is zero-initialised and written with finite K/V). Caches that are not row-contiguous keep the pointers."""
 WIDE_WARPS: int | None = None
 """Warps of the wide tile's programs (None: 8). An experiment switch (bench/bench_step_variants.py `attn_w16`): Nsight
 Compute reads the 8-warp program as instruction-latency-bound (2 warps per scheduler, ~10 cycles per instruction);
@@ -134,6 +140,15 @@ def _load_kv(k_ptrs, v_ptrs, key_ok, L2_ONLY: tl.constexpr):
         k = tl.load(k_ptrs, mask=key_ok[None, :], other=0.0)
         v = tl.load(v_ptrs, mask=key_ok[:, None], other=0.0)
     return k, v
+
+
+@triton.jit
+def _prefix_tile_tma(KDesc, VDesc, b, prefix_len, col, BLOCK_N: tl.constexpr):
+    """TMA_PREFIX: prefix block `b` as whole [BLOCK_N, D] boxes through the tensor descriptors at (b * BLOCK_N, col):
+    (K [D, BLOCK_N], V [BLOCK_N, D], key_ok [BLOCK_N]). No per-element addresses; rows past the cache read as zeros,
+    keys past prefix_len are read too and masked in the scores only (the caller's cache holds finite values there)."""
+    keys = b * BLOCK_N + tl.arange(0, BLOCK_N)
+    return tl.trans(KDesc.load([b * BLOCK_N, col])), VDesc.load([b * BLOCK_N, col]), keys < prefix_len
 
 
 @triton.jit
@@ -195,13 +210,13 @@ def _merge_partial(m_tot, l_tot, o_tot, WsAcc, WsM, WsL, ws, d, HEAD_DIM: tl.con
 
 @triton.jit
 def _tree_attention_kernel(
-    Q, K, V, Out, Mask, prefix_arg, WsAcc, WsM, WsL, Counter, Pos, InvFreq, Slots,
+    Q, K, V, KDesc, VDesc, Out, Mask, prefix_arg, WsAcc, WsM, WsL, Counter, Pos, InvFreq, Slots,
     n_rows, tree_len, num_splits, min_blocks, qk_scale, n_tok, num_q_heads,
     stride_qt, stride_qh, stride_kc, stride_kh, stride_vc, stride_vh, stride_ot, stride_oh, stride_mt,
     stride_pos, stride_slot,
     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
     SPLIT: tl.constexpr, PREFIX_IN_TENSOR: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    USE_PDL: tl.constexpr, ROPE: tl.constexpr, BLOCK_T: tl.constexpr, PREFETCH: tl.constexpr,
+    USE_PDL: tl.constexpr, ROPE: tl.constexpr, BLOCK_T: tl.constexpr, PREFETCH: tl.constexpr, TMA: tl.constexpr,
 ):
     # PREFETCH (the caller's `prefix_ready`: the prefix K/V, prefix_len and the positions were not written by the
     # launch right before this one): this split's first prefix block and q's RoPE angles are loaded before the PDL
@@ -230,10 +245,13 @@ def _tree_attention_kernel(
     lo = split * per_split
     hi = tl.minimum(lo + per_split, n_blocks)
     if PREFETCH:  # block lo (all keys masked off when this split owns none: lo * BLOCK_N >= prefix_len)
-        keys0 = lo * BLOCK_N + tl.arange(0, BLOCK_N)
-        ok0 = keys0 < prefix_len
-        k0, v0 = _load_kv(k_head + keys0[None, :].to(tl.int64) * stride_kc + d[:, None],
-                          v_head + keys0[:, None].to(tl.int64) * stride_vc + d[None, :], ok0, False)
+        if TMA:
+            k0, v0, ok0 = _prefix_tile_tma(KDesc, VDesc, lo, prefix_len, kvh * HEAD_DIM, BLOCK_N)
+        else:
+            keys0 = lo * BLOCK_N + tl.arange(0, BLOCK_N)
+            ok0 = keys0 < prefix_len
+            k0, v0 = _load_kv(k_head + keys0[None, :].to(tl.int64) * stride_kc + d[:, None],
+                              v_head + keys0[:, None].to(tl.int64) * stride_vc + d[None, :], ok0, False)
     if ROPE:
         d_swap = (d + HEAD_DIM // 2) % HEAD_DIM
         sign = tl.where(d < HEAD_DIM // 2, -1.0, 1.0)
@@ -262,14 +280,19 @@ def _tree_attention_kernel(
                                          UPCAST, DOT_PRECISION)
         first = lo + 1
     for b in range(first, hi):
-        keys = b * BLOCK_N + tl.arange(0, BLOCK_N)
-        key_ok = keys < prefix_len
-        acc, m_i, l_i = _attend_block(
-            acc, m_i, l_i, q,
-            k_head + keys[None, :].to(tl.int64) * stride_kc + d[:, None],
-            v_head + keys[:, None].to(tl.int64) * stride_vc + d[None, :],
-            key_ok, key_ok[None, :] & row_ok[:, None], qk_scale, UPCAST, DOT_PRECISION, False,
-        )
+        if TMA:
+            k, v, key_ok = _prefix_tile_tma(KDesc, VDesc, b, prefix_len, kvh * HEAD_DIM, BLOCK_N)
+            acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, k, v, key_ok[None, :] & row_ok[:, None], qk_scale, UPCAST,
+                                         DOT_PRECISION)
+        else:
+            keys = b * BLOCK_N + tl.arange(0, BLOCK_N)
+            key_ok = keys < prefix_len
+            acc, m_i, l_i = _attend_block(
+                acc, m_i, l_i, q,
+                k_head + keys[None, :].to(tl.int64) * stride_kc + d[:, None],
+                v_head + keys[:, None].to(tl.int64) * stride_vc + d[None, :],
+                key_ok, key_ok[None, :] & row_ok[:, None], qk_scale, UPCAST, DOT_PRECISION, False,
+            )
 
     # Tree keys prefix_len + j: visible per (token, j) through the mask. Owned by the last split.
     if split == num_splits - 1:
@@ -576,8 +599,10 @@ def _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, rope, *, num
 
     upcast = q.device.type == "cpu"  # the interpreter computes bf16 wrongly: upcast right after loads
     grid = (m_blocks, hkv, splits)
+    descs = _prefix_descriptors(k_cache, v_cache, bn) if TMA_PREFIX else None
+    k_desc, v_desc = descs if descs is not None else (k_cache, v_cache)  # unused without TMA (pruned)
     _tree_attention_kernel[grid](
-        q, k_cache, v_cache, out, mask, prefix_len, ws_acc, ws_m, ws_l, counter, pos, freq, slots,
+        q, k_cache, v_cache, k_desc, v_desc, out, mask, prefix_len, ws_acc, ws_m, ws_l, counter, pos, freq, slots,
         n_rows, tree_len, splits, max(1, min_blocks_per_split or (1 if wide else MIN_BLOCKS_PER_SPLIT)),
         float(scale) * LOG2E, t, hq,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
@@ -586,11 +611,25 @@ def _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, rope, *, num
         UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or q.dtype == torch.float32) else "tf32",
         ROPE=rope is not None,
         BLOCK_T=triton.next_power_of_2(t) if rope is not None else 1,
-        PREFETCH=bool(prefix_ready and PREFETCH_PREFIX),
+        PREFETCH=bool(prefix_ready and PREFETCH_PREFIX), TMA=descs is not None,
         num_warps=warps, num_stages=stages, **pdl_options(q.device),
         **_register_budget(q.device),
     )
     return out
+
+
+def _prefix_descriptors(k_cache: torch.Tensor, v_cache: torch.Tensor, block_n: int):
+    """TMA_PREFIX: (K, V) tensor descriptors over the caches as [cap, Hkv * D] with [block_n, D] boxes, or None where
+    a cache cannot be one (not row-contiguous, or rows not 16-byte multiples: TMA's alignment)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    cap, hkv, d = k_cache.shape
+    out = []
+    for c in (k_cache, v_cache):
+        if c.stride() != (hkv * d, d, 1) or (hkv * d * c.element_size()) % 16 or c.data_ptr() % 16:
+            return None
+        out.append(TensorDescriptor.from_tensor(c.view(cap, hkv * d), [block_n, d]))
+    return tuple(out)
 
 
 def _register_budget(device: torch.device) -> dict:

@@ -302,3 +302,62 @@ def test_wide_warps_switch_is_checked_and_applies_to_the_wide_tile_only(monkeypa
         monkeypatch.setattr(ta, "WIDE_WARPS", bad)
         with pytest.raises(ValueError, match="kernels.tree_attention.WIDE_WARPS: expected 4, 8, 16 or None"):
             ta.attention_tile(4, 128, 2, True)
+
+
+@pytest.mark.parametrize("prefetch", [False, True], ids=["plain", "prefix_ready"])
+@pytest.mark.parametrize("splits", [1, 3, 8], ids=lambda s: f"splits{s}")
+@pytest.mark.parametrize("prefix", [0, BLOCK_N - 1, 3 * BLOCK_N + 5], ids=lambda p: f"prefix{p}")
+def test_tma_prefix_descriptors_give_the_pointer_path_result(monkeypatch, prefix, splits, prefetch):
+    """kernels.tree_attention.TMA_PREFIX: the prefix blocks through tensor descriptors (whole boxes, keys past
+    prefix_len read and masked in the scores, rows past the cache zero) give the pointer loads' output bits, with
+    splits that own no block, one or several, and a last block that runs past the cache's end."""
+    import importlib
+
+    ta = importlib.import_module("kernels.tree_attention")
+    parent = build("random", 6, seed=prefix + splits)
+    mask = ancestor_mask(parent)
+    cap = prefix + 6 + 3  # not a multiple of BLOCK_N: the last prefix box reaches past the cache
+    q, k, v = _inputs(6, 8, HKV, 32, cap, torch.float16, seed=prefix + 11)
+    kw = {"num_splits": splits, "block_n": BLOCK_N, "min_blocks_per_split": 1, "prefix_ready": prefetch}
+    for p in (prefix, torch.tensor([prefix])):
+        monkeypatch.setattr(ta, "TMA_PREFIX", False)
+        plain = _run(q, k, v, p, mask, **kw)
+        monkeypatch.setattr(ta, "TMA_PREFIX", True)
+        assert ta._prefix_descriptors(k, v, BLOCK_N) is not None
+        tma = _run(q, k, v, p, mask, **kw)
+        assert torch.equal(tma, plain), f"max |diff| {(tma.float() - plain.float()).abs().max().item():.3g}"
+    assert_close(tma, tree_attention_ref(q, k, v, prefix, mask, 1 / math.sqrt(32)), torch.float16, "vs reference")
+
+
+def test_tma_prefix_keeps_pointers_for_caches_a_descriptor_cannot_cover():
+    """A cache that is not row-contiguous (a strided view) gets no descriptors: the launch keeps the pointer loads."""
+    import importlib
+
+    ta = importlib.import_module("kernels.tree_attention")
+    q, k, v = _inputs(2, 4, HKV, 32, 40, torch.float32, seed=3)
+    wide = torch.randn(40, HKV, 64)[:, :, :32]  # rows strided 128 elements apart, not HKV * D
+    assert ta._prefix_descriptors(k, v, BLOCK_N) is not None
+    assert ta._prefix_descriptors(wide, v, BLOCK_N) is None and ta._prefix_descriptors(k, wide, BLOCK_N) is None
+
+
+def test_tma_prefix_in_the_fused_rope_attention(monkeypatch):
+    """rope_tree_attention with TMA_PREFIX: the same output and cache bits as with pointer loads (the last split
+    writes the new keys past prefix_len while the prefix boxes may read those rows: masked either way)."""
+    import importlib
+
+    from kernels import rope_tree_attention
+
+    ta = importlib.import_module("kernels.tree_attention")
+    hq, hkv, d, prefix = 8, 2, 32, 2 * BLOCK_N + 3
+    mask = ancestor_mask(build("random", 5, seed=4))
+    qkv, k, v, positions, inv_freq = _rope_operands(5, hq, hkv, d, prefix + 5 + BLOCK_N, torch.float16, seed=9)
+    slots = prefix + torch.arange(5)
+    outs = []
+    for tma in (False, True):
+        monkeypatch.setattr(ta, "TMA_PREFIX", tma)
+        kc, vc = k.clone(), v.clone()
+        out = rope_tree_attention(qkv, positions, inv_freq, kc, vc, slots, hq, torch.tensor([prefix]), mask,
+                                  1 / math.sqrt(d), num_splits=3, block_n=BLOCK_N, prefix_ready=True)
+        outs.append((out, kc, vc))
+    (o0, k0, v0), (o1, k1, v1) = outs
+    assert torch.equal(o0, o1) and torch.equal(k0, k1) and torch.equal(v0, v1)
