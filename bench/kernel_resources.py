@@ -1,6 +1,6 @@
 """Registers, spills and shared memory of the decode step's kernels per launch configuration, compiled offline.
 
-    python bench/kernel_resources.py [--arch 90] [--out bench/results] [--quick] [--gemms]
+    python bench/kernel_resources.py [--arch 90] [--out bench/results] [--quick] [--gemms | --attention-variants]
 
 No GPU needed: `triton.compile` lowers the kernel for a target (sm_90a by default) and the ptxas that ships with
 Triton assembles it with `-v`, whose report gives registers per thread, the stack frame and spill bytes. Each case
@@ -205,6 +205,61 @@ def compile_gemm_case(name: str, arch: int) -> dict:
             **ptxas_report(kernel.asm["ptx"], arch)}
 
 
+ATTENTION_CASES = (("llama3-8b", 1, True), ("llama3-8b", 8, False), ("llama3.2-1b", 16, False),
+                   ("llama3.2-1b", 1, True))
+"""(shape, rows, fused RoPE) of the runtime's attention launches: single-token steps fuse RoPE, tree steps do not."""
+ATTENTION_VARIANTS = {
+    "runtime": {},
+    "no_prefetch": {"prefetch": False},
+    "tma": {"tma": True},
+    "w16": {"tile": {"num_warps": 16}},
+}
+"""`--attention-variants`: the runtime's launch (prefix_ready on the fused single-token path only) and the experiment
+switches of kernels.tree_attention next to it: PREFETCH_PREFIX off, TMA_PREFIX, WIDE_WARPS 16."""
+SASS_OPCODES = ("IMAD", "LEA", "LDG", "STS", "LDS", "UTMALDG", "HMMA", "HGMMA", "MUFU")
+
+
+def sass_stats(ptx: str, arch: int) -> dict:
+    """Static SASS of `ptx` (ptxas, then cuobjdump -sass from Triton's NVIDIA binaries): instruction lines and the
+    count of each SASS_OPCODES opcode (predicated or not). Static counts: a line executes once per warp in the
+    straight-line wide tile, so they track the executed ones there (Nsight Compute source counters, 2026-11-30)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src, obj = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.o"
+        src.write_text(ptx)
+        proc = subprocess.run([str(ptxas_path()), f"-arch=sm_{arch}a", str(src), "-o", str(obj)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"kernel_resources: ptxas failed: {proc.stderr[-500:]}")
+        dump = subprocess.run([str(ptxas_path().parent / "cuobjdump"), "-sass", str(obj)], capture_output=True,
+                              text=True)
+    if dump.returncode != 0:
+        raise RuntimeError(f"kernel_resources: cuobjdump failed: {dump.stderr[-500:]}")
+    ops = []
+    for line in dump.stdout.splitlines():
+        if re.match(r"\s+/\*[0-9a-f]{4}\*/", line):
+            tokens = line.split("*/", 1)[1].split()
+            if tokens and tokens[0].startswith("@"):  # a predicate: @P0, @!UP1, ...
+                tokens = tokens[1:]
+            ops.append(tokens[0].split(".")[0] if tokens else "")
+    return {"sass_lines": len(ops), "sass_opcodes": {op: ops.count(op) for op in SASS_OPCODES}}
+
+
+def run_attention_variants(arch: int, quick: bool) -> list[dict]:
+    """Each ATTENTION_CASES launch under each ATTENTION_VARIANTS entry: resources and static SASS."""
+    cases = ATTENTION_CASES[:1] if quick else ATTENTION_CASES
+    out = []
+    for shape, rows, rope in cases:
+        for name, v in ATTENTION_VARIANTS.items():
+            kernels: list = []
+            rec = compile_case(shape, rows, rope, v.get("tile", {}), arch, prefetch=v.get("prefetch", rope),
+                               kernel_out=kernels, tma=v.get("tma", False))
+            rec = {"variant": name, **rec, **sass_stats(kernels[0].asm["ptx"], arch)}
+            out.append(rec)
+            print(f"{shape} rows {rows} {name}: {rec['registers']} registers, {rec['spill_store_bytes']} B spill "
+                  f"stores, {rec['sass_lines']} SASS lines", flush=True)
+    return out
+
+
 def run(arch: int, quick: bool) -> list[dict]:
     """Every (shape, rows, rope, tile) case; --quick: the 8B rows-1 heuristic tile only."""
     cases = ([("llama3-8b", 1, False, {})] if quick else
@@ -225,7 +280,19 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results")
     ap.add_argument("--quick", action="store_true", help="one case (tests)")
     ap.add_argument("--gemms", action="store_true", help="the weight-streaming GEMM tiles instead (GEMM_TILES)")
+    ap.add_argument("--attention-variants", action="store_true",
+                    help="the attention's experiment switches side by side (ATTENTION_VARIANTS), with static SASS")
     a = ap.parse_args(argv)
+    if a.attention_variants:
+        return write_results(a, "kernel_resources_attention_variants",
+                             {"cases": [list(c) for c in ATTENTION_CASES], "variants": ATTENTION_VARIANTS},
+                             run_attention_variants(a.arch, a.quick),
+                             "| shape | rows | variant | warps | registers | spill stores B | shared B | SASS lines | "
+                             "IMAD | LDG | STS | UTMALDG |",
+                             lambda r: f"| {r['shape']} | {r['rows']} | {r['variant']} | {r['num_warps']} | "
+                                       f"{r['registers']} | {r['spill_store_bytes']} | {r['shared_bytes']} | "
+                                       f"{r['sass_lines']} | " + " | ".join(str(r['sass_opcodes'][op]) for op in
+                                                                            ("IMAD", "LDG", "STS", "UTMALDG")) + " |")
     if a.gemms:
         rows = [compile_gemm_case(name, a.arch) for name in (list(GEMM_TILES)[:1] if a.quick else GEMM_TILES)]
         return write_results(a, "kernel_resources_gemms", {"tiles": GEMM_TILES}, rows,

@@ -80,3 +80,17 @@ def test_jit_specialization_marks_what_a_launch_specialises():
     assert attrs == {(0,): [["tt.divisibility", 16]], (3,): [["tt.divisibility", 16]]}
     with pytest.raises(KeyError, match="k's integer argument 'N'"):
         kernel_resources.jit_specialization(fn, sig, {"M": 1, "stride": 16})
+
+
+def test_attention_variants_side_by_side_with_static_sass(tmp_path):
+    """--attention-variants --quick: the 8B single-token launch as the runtime runs it (prefix_ready), without the
+    prefetch, through TMA descriptors and at 16 warps: resources and static SASS per variant."""
+    out, saved = run_tool(tmp_path, "--attention-variants", "--quick")
+    by = {r["variant"]: r for r in saved["rows"]}
+    assert set(by) == set(kernel_resources.ATTENTION_VARIANTS)
+    assert by["runtime"]["prefetch"] and not by["no_prefetch"]["prefetch"] and by["runtime"]["rope"]
+    assert by["w16"]["num_warps"] == 16 and by["w16"]["registers"] <= 128 and by["runtime"]["num_warps"] == 8
+    assert by["tma"]["sass_opcodes"]["UTMALDG"] > 0 and by["runtime"]["sass_opcodes"]["UTMALDG"] == 0
+    assert by["tma"]["sass_opcodes"]["IMAD"] < by["runtime"]["sass_opcodes"]["IMAD"]
+    assert all(r["sass_lines"] > 1000 and r["sass_opcodes"]["HMMA"] > 0 for r in by.values())
+    assert "| llama3-8b | 1 | tma | 8 |" in out
