@@ -5,11 +5,15 @@ before its own thread blocks are launched, so every boundary pays the launch and
 kernel on top of the tail of the previous one. With PDL (``cudaLaunchAttributeProgrammaticStreamSerialization``,
 Triton's ``launch_pdl``) the next kernel may be launched while the previous one still runs; it then blocks in
 ``griddepcontrol.wait`` until the previous grid has completed and its memory is visible. So a kernel
-launched this way must not touch global memory another kernel writes before that wait (the norms load their
-weights before it: no kernel writes weights).
+launched this way must not touch global memory the previous kernel writes before that wait (the norms load their
+weights before it: no kernel writes weights). Data written two or more launches back is safe to read before the
+wait, because of the rule below: a kernel can only launch once every block of the previous one has passed its own
+wait, i.e. once the kernel before that has completed. The tree attention relies on it with ``prefix_ready`` (its
+first prefix K/V block, prefix_len and the positions, which the QKV GEMM right before it does not write).
 
-Every kernel here that takes ``USE_PDL`` does, when it is > 0, before it reads anything another kernel wrote (at
-its very start, except the norms' weight load)::
+The rule: every kernel here that takes ``USE_PDL`` does, when it is > 0, before it reads anything the previous
+kernel wrote (at its very start, except the norms' weight load and the attention's prefix_ready loads), and never
+releases before it waits::
 
     gdc_wait()               # the previous kernel has completed; its writes are visible
     gdc_launch_dependents()  # (USE_PDL == 1, "early") the next kernel may launch now
@@ -58,7 +62,8 @@ _capable: dict[int, bool] = {}
 
 
 def set_pdl(enabled: bool, **policy: str) -> None:
-    """Turn programmatic dependent launch on (DEFAULT_POLICY, or `gemm=`/`small=` triggers) or off, process-wide."""
+    """Turn programmatic dependent launch on (DEFAULT_POLICY, or per-role triggers: `gemm=`, `small=`,
+    `pre_attention=`) or off, process-wide."""
     global _policy
     for role, trigger in policy.items():
         if role not in ROLES or trigger not in TRIGGERS:

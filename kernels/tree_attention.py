@@ -116,9 +116,9 @@ wide tile, no spills: Nsight Compute and bench/kernel_resources.py agree). 128 m
 TMA_PREFIX = False
 """Experiment switch (not measured on a GPU yet; bench/bench_step_variants.py patch `attn_tma`): load the prefix K/V
 blocks as whole [BLOCK_N, D] boxes through tensor descriptors (TMA on Hopper) instead of per-element pointers, whose
-address arithmetic is ~20% of the wide tile's instructions (Nsight Compute source counters, 2026-11-30). Contract
-while on: cache rows past prefix_len hold finite values (they are read and masked in the scores only; the runtime's
-KVCache is zero-initialised and written with finite K/V). Caches that are not row-contiguous keep the pointers."""
+address arithmetic is ~20% of the wide tile's instructions (Nsight Compute source counters, 2026-11-30). Keys past
+prefix_len in the last block are read and masked (scores -inf, V rows zeroed): the same result as the masked
+pointer loads. Caches a descriptor cannot cover (not row-contiguous, boxes over 256) keep the pointers."""
 WIDE_WARPS: int | None = None
 """Warps of the wide tile's programs (None: 8). An experiment switch (bench/bench_step_variants.py `attn_w16`): Nsight
 Compute reads the 8-warp program as instruction-latency-bound (2 warps per scheduler, ~10 cycles per instruction);
@@ -142,13 +142,25 @@ def _load_kv(k_ptrs, v_ptrs, key_ok, L2_ONLY: tl.constexpr):
     return k, v
 
 
+TMA_OUT_OF_BOUNDS_ROW = tl.constexpr(1 << 30)
+"""A box row past any cache: a TMA box there moves no data and reads as zeros (an empty split's prefetch)."""
+
+
 @triton.jit
-def _prefix_tile_tma(KDesc, VDesc, b, prefix_len, col, BLOCK_N: tl.constexpr):
+def _prefix_tile_tma(KDesc, VDesc, b, owned, prefix_len, col, BLOCK_N: tl.constexpr):
     """TMA_PREFIX: prefix block `b` as whole [BLOCK_N, D] boxes through the tensor descriptors at (b * BLOCK_N, col):
-    (K [D, BLOCK_N], V [BLOCK_N, D], key_ok [BLOCK_N]). No per-element addresses; rows past the cache read as zeros,
-    keys past prefix_len are read too and masked in the scores only (the caller's cache holds finite values there)."""
+    (K [D, BLOCK_N], V [BLOCK_N, D], key_ok [BLOCK_N]), no per-element addresses. `owned` False (an empty split):
+    the box lies past the cache and moves nothing. Keys past prefix_len come in the block that straddles it: their
+    scores are masked and their V rows zeroed there (what a masked load gives: a non-finite stale value cannot leak
+    through p = 0); rows past the cache read as zeros."""
     keys = b * BLOCK_N + tl.arange(0, BLOCK_N)
-    return tl.trans(KDesc.load([b * BLOCK_N, col])), VDesc.load([b * BLOCK_N, col]), keys < prefix_len
+    key_ok = keys < prefix_len
+    row = tl.where(owned, b * BLOCK_N, TMA_OUT_OF_BOUNDS_ROW)
+    k = tl.trans(KDesc.load([row, col]))
+    v = VDesc.load([row, col])
+    if (b + 1) * BLOCK_N > prefix_len:  # the straddling block only: one select
+        v = tl.where(key_ok[:, None], v, 0.0)
+    return k, v, key_ok
 
 
 @triton.jit
@@ -246,7 +258,7 @@ def _tree_attention_kernel(
     hi = tl.minimum(lo + per_split, n_blocks)
     if PREFETCH:  # block lo (all keys masked off when this split owns none: lo * BLOCK_N >= prefix_len)
         if TMA:
-            k0, v0, ok0 = _prefix_tile_tma(KDesc, VDesc, lo, prefix_len, kvh * HEAD_DIM, BLOCK_N)
+            k0, v0, ok0 = _prefix_tile_tma(KDesc, VDesc, lo, lo < hi, prefix_len, kvh * HEAD_DIM, BLOCK_N)
         else:
             keys0 = lo * BLOCK_N + tl.arange(0, BLOCK_N)
             ok0 = keys0 < prefix_len
@@ -281,7 +293,7 @@ def _tree_attention_kernel(
         first = lo + 1
     for b in range(first, hi):
         if TMA:
-            k, v, key_ok = _prefix_tile_tma(KDesc, VDesc, b, prefix_len, kvh * HEAD_DIM, BLOCK_N)
+            k, v, key_ok = _prefix_tile_tma(KDesc, VDesc, b, True, prefix_len, kvh * HEAD_DIM, BLOCK_N)
             acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, k, v, key_ok[None, :] & row_ok[:, None], qk_scale, UPCAST,
                                          DOT_PRECISION)
         else:
@@ -450,9 +462,10 @@ def tree_attention(
         min_blocks_per_split: prefix blocks a split takes at least (None: 1 for the wide tile, else
             MIN_BLOCKS_PER_SPLIT).
         prefix_ready: the caller's promise that the launch right before this one (in stream order) writes
-            neither the prefix keys / values [0, prefix_len) nor prefix_len (the runtime's step: that launch is
-            the QKV projection or rope_kv_write, which write tree slots). With PDL the kernel then loads its
-            first prefix block before waiting for that launch (PREFETCH_PREFIX).
+            neither the prefix keys / values [0, prefix_len) nor prefix_len (e.g. a QKV projection or
+            rope_kv_write, which write q and tree slots; the runtime passes it on the fused single-token path
+            only, where it measured faster). With PDL the kernel then loads its first prefix block before
+            waiting for that launch (PREFETCH_PREFIX).
 
     Returns:
         out [T, Hq, D] in q's dtype.
@@ -620,10 +633,13 @@ def _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, rope, *, num
 
 def _prefix_descriptors(k_cache: torch.Tensor, v_cache: torch.Tensor, block_n: int):
     """TMA_PREFIX: (K, V) tensor descriptors over the caches as [cap, Hkv * D] with [block_n, D] boxes, or None where
-    a cache cannot be one (not row-contiguous, or rows not 16-byte multiples: TMA's alignment)."""
+    a cache cannot be one (not row-contiguous, rows not 16-byte multiples: TMA's alignment; a box dimension over
+    256 elements: TMA's limit)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     cap, hkv, d = k_cache.shape
+    if block_n > 256 or d > 256:
+        return None
     out = []
     for c in (k_cache, v_cache):
         if c.stride() != (hkv * d, d, 1) or (hkv * d * c.element_size()) % 16 or c.data_ptr() % 16:

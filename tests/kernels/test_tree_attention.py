@@ -329,8 +329,28 @@ def test_tma_prefix_descriptors_give_the_pointer_path_result(monkeypatch, prefix
     assert_close(tma, tree_attention_ref(q, k, v, prefix, mask, 1 / math.sqrt(32)), torch.float16, "vs reference")
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered in matmul:RuntimeWarning")  # q . inf, then masked
+def test_tma_prefix_ignores_non_finite_stale_rows_past_the_prefix(monkeypatch):
+    """Rows past prefix_len may hold anything (a rejected token's overflowed K / V): the TMA boxes read them, the
+    scores are masked and the V rows zeroed, so the output is the pointer path's (which never loads them). The tree
+    keys themselves sit further on and are finite."""
+    import importlib
+
+    ta = importlib.import_module("kernels.tree_attention")
+    prefix, t = BLOCK_N + 5, 4
+    mask = ancestor_mask(build("chain", t, seed=0))
+    q, k, v = _inputs(t, 8, HKV, 32, 4 * BLOCK_N, torch.float16, seed=5)
+    k[prefix + t:], v[prefix + t:] = float("inf"), float("nan")  # past the tree: stale garbage
+    outs = []
+    for tma in (False, True):
+        monkeypatch.setattr(ta, "TMA_PREFIX", tma)
+        outs.append(_run(q, k, v, prefix, mask, num_splits=3, block_n=BLOCK_N, min_blocks_per_split=1))
+    assert torch.isfinite(outs[0]).all() and torch.equal(outs[1], outs[0])
+
+
 def test_tma_prefix_keeps_pointers_for_caches_a_descriptor_cannot_cover():
-    """A cache that is not row-contiguous (a strided view) gets no descriptors: the launch keeps the pointer loads."""
+    """A cache that is not row-contiguous (a strided view), or a box over 256 rows, gets no descriptors: the launch
+    keeps the pointer loads."""
     import importlib
 
     ta = importlib.import_module("kernels.tree_attention")
@@ -338,6 +358,7 @@ def test_tma_prefix_keeps_pointers_for_caches_a_descriptor_cannot_cover():
     wide = torch.randn(40, HKV, 64)[:, :, :32]  # rows strided 128 elements apart, not HKV * D
     assert ta._prefix_descriptors(k, v, BLOCK_N) is not None
     assert ta._prefix_descriptors(wide, v, BLOCK_N) is None and ta._prefix_descriptors(k, wide, BLOCK_N) is None
+    assert ta._prefix_descriptors(k, v, 512) is None  # a box of 512 rows: over TMA's 256
 
 
 def test_tma_prefix_in_the_fused_rope_attention(monkeypatch):
