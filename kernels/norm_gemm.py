@@ -23,7 +23,9 @@ Cost model: per program the prologue reads each of its rows twice (pre-pass and 
 per row per pass (partials, residual; plus the norm weight, 2 K bytes per program), from L2: at 8B (K = 4096, bf16,
 M = 1) 40 KiB per pass for the SwiGLU (S = 2, the o projection's split) and 72 KiB for the QKV (S = 4, the down
 projection's), against the 1 MiB / 512 KiB of weights such a program streams; plus the pre-pass's latency before the
-first weight tile's dot. The weights stream as before.
+first weight tile's dot. The weights stream as before. The prologue's bytes grow with M: at the 8-row verify
+(S = 4) ~1.1 MiB of partials per program per pass against its 512 KiB of weights (QKV), likely more than the ~2.7 us
+launch it saves; measure per row count (bench/bench_step_variants.py's cases) before making it a default anywhere.
 Tiles: the plain kernels' (``pick_config`` split_k 1; ``fused_mlp.BLOCK_I`` / ``BLOCK_K``), except that the software
 pipeline now also stages the float32 partials and the residual: ``prologue_tile`` halves BLOCK_K (then drops stages)
 while num_stages such K steps would exceed ``kernels.skinny_linear.SMEM_BUDGET``, the plain heuristic's rule. The

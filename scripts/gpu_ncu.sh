@@ -4,7 +4,9 @@
 #   bash scripts/gpu_ncu.sh "$OUT"        (ROWS="1 8", PRESET=llama3-8b, CTX=1024)
 #   STEP_ARGS=--rope-attention-all ...   extra bench/ncu_step.py arguments (tag suffix TAG)
 #   SOURCE=1 bash scripts/gpu_ncu.sh "$OUT"   also the SASS source page of the first attention launch (KERNEL regex):
-#                                         ncu_<preset>_r<rows>_sass.csv.gz + _sass.md (bench/ncu_step.py --sass)
+#                                         ncu_<preset>_r<rows>_sass.csv.gz + _sass.md (bench/ncu_step.py --sass;
+#                                         WARPS=<total warps of the launch> for per-warp figures). The device returns
+#                                         at most 8 files: use one row count per call with SOURCE=1.
 # ncu reads the hardware counters on the Firecracker machines with --clock-control none (library device/KINDS.md).
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_ncu.sh OUTDIR}
@@ -28,9 +30,11 @@ for rows in ${ROWS:-1 8}; do
     timeout "${NCU_TIMEOUT_S:-180}" "$NCU" --profile-from-start off --clock-control none \
       -k regex:"${KERNEL:-_tree_attention}" --launch-count 1 --section SourceCounters --import-source yes \
       -o "/tmp/ncu_src_$tag" -f python3 bench/ncu_step.py --preset "$PRESET" --rows "$rows" --ctx "${CTX:-1024}" ${STEP_ARGS:-} \
-      > "$OUT/ncu_${tag}_sass.log" 2>&1 || tail -3 "$OUT/ncu_${tag}_sass.log"
-    "$NCU" --import "/tmp/ncu_src_$tag.ncu-rep" --page source --print-source sass --csv > "/tmp/ncu_src_$tag.csv"
-    python3 bench/ncu_step.py --sass "/tmp/ncu_src_$tag.csv" | tee "$OUT/ncu_${tag}_sass.md"
+      > "$OUT/ncu_${tag}_sass.log" 2>&1 || { echo "ncu (source) failed:"; tail -3 "$OUT/ncu_${tag}_sass.log"; continue; }
+    "$NCU" --import "/tmp/ncu_src_$tag.ncu-rep" --page source --print-source sass --csv > "/tmp/ncu_src_$tag.csv" \
+      || { echo "ncu --import failed"; continue; }
+    # per-warp figures: WARPS=<programs x warps per program of the launch> (e.g. 32 x 8 = 256)
+    python3 bench/ncu_step.py --sass "/tmp/ncu_src_$tag.csv" ${WARPS:+--warps "$WARPS"} | tee "$OUT/ncu_${tag}_sass.md"
     gzip -c "/tmp/ncu_src_$tag.csv" > "$OUT/ncu_${tag}_sass.csv.gz"
   fi
 done
