@@ -1,4 +1,5 @@
-# Project recipes. Figures read run dirs only; `make examples` re-runs the simulator for the example runs.
+# Project recipes. Figures read run dirs (fig08: a measured benchmark results file); `make examples` re-runs the
+# simulator for the example runs.
 #   make figures                        docs/figures/ from examples/runs/
 #   make figures MEASURED="runs/generate/*"   also pair runtime run dirs in fig04/fig05
 #   make examples                       regenerate examples/runs/ (python simulate.py sweeps)
@@ -20,6 +21,8 @@ figures:
 	$(PY) analysis/fig05_timeline.py $(EXAMPLES)/fig05_timeline $(MEASURED) --out $(FIGDIR)/fig05_timeline
 	$(PY) analysis/fig06_ablation.py $(EXAMPLES)/fig06_ablation --out $(FIGDIR)/fig06_ablation
 	$(PY) analysis/fig07_acceptance_hist.py $(EXAMPLES)/fig06_ablation --out $(FIGDIR)/fig07_acceptance_hist
+	$(PY) analysis/fig08_step_breakdown.py bench/results/step_variants_2026-11-30_prefetch.json \
+	    --out $(FIGDIR)/fig08_step_breakdown
 
 examples:
 	PY=$(PY) bash analysis/make_examples.sh $(EXAMPLES)
