@@ -58,8 +58,9 @@ from runtime.loader import build_model  # noqa: E402
 from runtime.tree import ancestor_mask  # noqa: E402
 
 # the modules, not the package's same-named functions (kernels/__init__.py re-exports skinny_linear, tree_attention)
-fused_mlp, norm, skinny_linear, tree_attention = (importlib.import_module(f"kernels.{m}") for m in
-                                                  ("fused_mlp", "norm", "skinny_linear", "tree_attention"))
+fused_mlp, norm, qkv_rope, skinny_linear, tree_attention = (
+    importlib.import_module(f"kernels.{m}")
+    for m in ("fused_mlp", "norm", "qkv_rope", "skinny_linear", "tree_attention"))
 runtime_model = importlib.import_module("runtime.model")
 _EARLY = {"gemm": "early", "small": "early", "pre_attention": "early"}
 _LATE = {"gemm": "late", "small": "late", "pre_attention": "late"}
@@ -80,6 +81,7 @@ VARIANTS: dict[str, tuple[bool, dict[str, str] | None]] = {
     "runtime_pre_late": (True, _LATE),
     "runtime_pre_early": (True, {"gemm": "late", "small": "late", "pre_attention": "early"}),
     "ropeattn_pre_early": (True, {"gemm": "late", "small": "late", "pre_attention": "early"}),
+    "qkvrope_pre_early": (True, {"gemm": "late", "small": "late", "pre_attention": "early"}),
 }
 """name -> (kernels.skinny, the PDL trigger per kernel role or None for ordinary launches: kernels/pdl.py). The
 pre_attention role (2026-11-30, ninth session: the QKV GEMM right before the fused RoPE attention of single-token
@@ -88,8 +90,10 @@ with that launch late or early (with `attn_noprefetch`: the attention's prefix l
 In step_variants_2026-11-30_prefetch.json (c23bfd2) the role also covered rope_kv_write and the attention of
 multi-token steps prefetched as well; that measured slower there and is off since. ropeattn_pre_early: the fused RoPE
 attention at every row count with the QKV GEMM released early (its q RoPE angles and first prefix block loaded beside
-the GEMM)."""
-QKV_ROPE_VARIANTS = frozenset({"skinny_pdl_late_qkvrope"})
+the GEMM). qkvrope_pre_early: the QKV GEMM with RoPE + the KV write in its epilogue (kernels.qkv_rope), released early,
+and the attention after it prefix_ready (since the ninth session every *qkvrope variant's attention is prefix_ready;
+at 0eab9f8 it was not)."""
+QKV_ROPE_VARIANTS = frozenset({"skinny_pdl_late_qkvrope", "qkvrope_pre_early"})
 """Variants whose QKV GEMM also does RoPE + the KV write (`kernels.qkv_rope_kv_write`; not a runtime config yet)."""
 ROPE_ATTENTION_VARIANTS = frozenset({"skinny_pdl_late_ropeattn", "ropeattn_pre_early"})
 """Variants whose tree attention does RoPE + the KV write at every row count (`kernels.rope_tree_attention`; the
@@ -137,6 +141,8 @@ PATCHES: dict[str, tuple[str, object]] = {
     "attn_w16": ("attention_warps", 16),
     # the prefix K/V blocks through TMA tensor descriptors (kernels.tree_attention.TMA_PREFIX; pointers by default)
     "attn_tma": ("attention_tma", True),
+    # the fused QKV + RoPE GEMM at two programs per head (96 at 8B, the skinny QKV's count; kernels.qkv_rope.PAIR_SPLIT)
+    "qkvrope_split2": ("qkv_rope_split", 2),
     # the norms of the o / down partials in the prologue of the next SwiGLU / QKV GEMM (runtime.model.NORM_PROLOGUE)
     "norm_prologue": ("norm_prologue", True),
 }
@@ -160,7 +166,7 @@ KNOBS: dict[str, tuple[object, str]] = {
     "attention": (tree_attention, "KEYS_PER_SPLIT"), "attention_regs": (tree_attention, "MAX_REGISTERS"),
     "norm_warps": (norm, "NUM_WARPS"), "attention_prefetch": (tree_attention, "PREFETCH_PREFIX"),
     "attention_warps": (tree_attention, "WIDE_WARPS"), "attention_tma": (tree_attention, "TMA_PREFIX"),
-    "norm_prologue": (runtime_model, "NORM_PROLOGUE"),
+    "norm_prologue": (runtime_model, "NORM_PROLOGUE"), "qkv_rope_split": (qkv_rope, "PAIR_SPLIT"),
 }
 """The module-level value each non-skinny patch kind sets (skinny patches update skinny_linear.CONFIGS entries)."""
 

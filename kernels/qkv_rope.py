@@ -1,9 +1,11 @@
 """Fused decode-step QKV projection + RoPE + KV-cache write: ``skinny_linear`` and ``rope_kv_write`` in one launch.
 
-NOT yet run on a GPU and not a runtime config: it is tested only under the Triton CPU interpreter
-(tests/kernels/test_qkv_rope.py, tests/runtime/test_model.py) and reachable only as an experiment
-(``Transformer.use_fused_kernels(skinny=True, qkv_rope=True)``, bench/bench_step_variants.py variant
-skinny_pdl_late_qkvrope). Its speed on the H200 is unmeasured (see Roofline).
+Not a runtime config: an experiment (``Transformer.use_fused_kernels(skinny=True, qkv_rope=True)``,
+bench/bench_step_variants.py variants skinny_pdl_late_qkvrope and qkvrope_pre_early, patch qkvrope_split2), tested
+under the Triton CPU interpreter (tests/kernels/test_qkv_rope.py, tests/runtime/test_model.py). Measured once in the
+CUDA-graph step on the H200 (2026-11-30, git 0eab9f8, bench/results/step_variants_2026-11-30_0eab9f8.json, one program
+per head): Llama-3-8B rows 1 / 8 / 16 4.573 / 4.740 / 4.937 ms against 4.520 / 4.670 / 4.897 with the skinny GEMM +
+rope_kv_write, Llama-3.2-1B rows 16 1.124 against 1.151 (see Roofline: 48 programs for 132 SMs at 8B).
 
 Contract (reference: ``rope_kv_write_ref(skinny_linear_ref(x, w_qkv), ...)`` in ``kernels.reference``)::
 
@@ -43,10 +45,11 @@ but would no longer reproduce the two-kernel path, so it is kept. Under ``TRITON
 upcast to float32 right after the loads (bf16 arithmetic is wrong in the interpreter) and float32 -> bf16 casts
 truncate instead of rounding to nearest (the interpreter's quirk, shared by both paths there).
 
-Work split. Program h (grid (Hq + 2 Hkv,), one program per head, no split-K) streams the D weight rows of head
-h, [h*D, (h+1)*D), over the whole of K, as two [BLOCK_K, D/2] tiles (rows h*D + i and h*D + D/2 + i) into two
-[BLOCK_M, D/2] float32 accumulators, so the epilogue pairs column i with i + D/2 without shuffles (BLOCK_M =
-next_pow2(T) >= 16 for tl.dot; D/2 is masked up to a power of two >= 16). x [T, K] is re-read from L2 by every
+Work split. Program (h, c) (grid (Hq + 2 Hkv, PAIR_SPLIT), no split-K) streams chunk c of head h's rotation
+pairs over the whole of K: PAIR_SPLIT 1 takes all D/2 pairs, 2 half of them. For its pair columns i it loads two
+[BLOCK_K, BLOCK_HALF] weight tiles (rows h*D + i and h*D + D/2 + i) into two [BLOCK_M, BLOCK_HALF] float32
+accumulators, so the epilogue pairs column i with i + D/2 without shuffles (BLOCK_M = next_pow2(T) >= 16 for tl.dot;
+BLOCK_HALF = the chunk, masked up to a power of two >= 16). x [T, K] is re-read from L2 by every
 program. Head h < Hq is rotated and stored to q; h < Hq + Hkv is rotated and stored at
 k_cache[write_slots[t], h - Hq]; the rest is stored raw at v_cache[write_slots[t], h - Hq - Hkv]. BLOCK_K is
 256 (128 from T > 16 on), halved while ``num_stages`` pipelined x and w tiles exceed ``skinny_linear.SMEM_BUDGET``.
@@ -63,7 +66,7 @@ workspace and the RoPE epilogue in the reduce, or several programs per head.)
 of the writers, unspecified which. ``q_out`` must not overlap x, w_qkv or the caches (every program reads all
 of x). CUDA graphs: capturable; the launch configuration depends only on shapes (T, K, heads, D), positions
 and slots are read on device, nothing syncs with the host, and nothing is allocated when ``q_out`` is given.
-PDL: ``pdl_start(USE_PDL)`` is the first statement; launched with the "gemm" role's trigger.
+PDL: ``pdl_start(USE_PDL)`` is the first statement; launched with ``pdl_role``'s trigger ("gemm" by default).
 """
 
 from __future__ import annotations
@@ -72,11 +75,15 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.pdl import pdl_options, pdl_start
+from kernels.pdl import ROLES, pdl_options, pdl_start
 from kernels.rope import check_rope_operands, q_out_buffer
 from kernels.skinny_linear import MAX_M, SMEM_BUDGET, m_bucket
 
 FN = "qkv_rope_kv_write"
+PAIR_SPLIT = 1
+"""Programs per head (each takes an equal share of its D/2 rotation pairs, at least MIN_DOT of them): 1 (48 programs
+at 8B, as measured at 0eab9f8) or 2 (96, the tuned skinny QKV GEMM's count). An experiment switch
+(bench/bench_step_variants.py patch qkvrope_split2); not measured on a GPU at 2."""
 MIN_DOT = 16  # tl.dot needs every tile dim >= 16
 
 
@@ -92,7 +99,7 @@ def _qkv_rope_kv_write_kernel(
     pdl_start(USE_PDL)
     h = tl.program_id(0)  # head index in the q|k|v row; neighbouring programs stream neighbouring weight rows
     rm = tl.arange(0, BLOCK_M)
-    i = tl.arange(0, BLOCK_HALF)  # column inside one half of the head
+    i = tl.program_id(1) * BLOCK_HALF + tl.arange(0, BLOCK_HALF)  # column inside one half of the head
     rk = tl.arange(0, BLOCK_K)
     m_ok = rm < T
     i_ok = i < half
@@ -174,6 +181,7 @@ def qkv_rope_kv_write(
     block_k: int | None = None,
     num_warps: int = 4,
     num_stages: int = 4,
+    pdl_role: str = "gemm",
 ) -> torch.Tensor:
     """x @ w_qkv.T, RoPE on q and k, k and v written to the caches at ``write_slots``; returns q (module docstring).
 
@@ -188,7 +196,8 @@ def qkv_rope_kv_write(
         num_heads, num_kv_heads: Hq and Hkv (of this tensor-parallel shard).
         q_out: optional float [T, Hq, D] buffer with a contiguous last dim (not overlapping the inputs).
         block_k, num_warps, num_stages: tile configuration overrides (block_k: a power of two >= 16; default
-            from T, K, D and the shared-memory budget). Untuned: nothing has run on a GPU yet.
+            from T, K, D and the shared-memory budget). Untuned.
+        pdl_role: the `kernels.pdl` role of the launch ("pre_attention" when a prefix_ready attention follows).
 
     Returns:
         q [T, Hq, D]: ``q_out`` if given, else a new contiguous tensor of x's dtype.
@@ -218,8 +227,12 @@ def qkv_rope_kv_write(
     for name, v in (("num_warps", num_warps), ("num_stages", num_stages)):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"{FN}: {name} must be a positive int, got {v!r}")
+    if pdl_role not in ROLES:
+        raise ValueError(f"{FN}: pdl_role must be one of {ROLES}, got {pdl_role!r}")
+    if isinstance(PAIR_SPLIT, bool) or PAIR_SPLIT not in (1, 2, 4):
+        raise ValueError(f"kernels.qkv_rope.PAIR_SPLIT: expected 1, 2 or 4, got {PAIR_SPLIT!r}")
     half = d // 2
-    block_half = max(MIN_DOT, triton.next_power_of_2(half))
+    block_half = max(MIN_DOT, triton.next_power_of_2(triton.cdiv(half, PAIR_SPLIT)))
     if block_k is None:
         block_k = _block_k(t, k, block_half, x.element_size(), num_stages)
     elif not isinstance(block_k, int) or block_k < MIN_DOT or block_k & (block_k - 1):
@@ -228,13 +241,13 @@ def qkv_rope_kv_write(
         return q_out
 
     upcast = x.device.type == "cpu"
-    _qkv_rope_kv_write_kernel[(num_heads + 2 * num_kv_heads,)](
+    _qkv_rope_kv_write_kernel[(num_heads + 2 * num_kv_heads, triton.cdiv(half, block_half))](
         x, w_qkv, positions, inv_freq, q_out, k_cache, v_cache, write_slots,
         t, k, num_heads, num_kv_heads, half,
         x.stride(0), w_qkv.stride(0), positions.stride(0), write_slots.stride(0),
         q_out.stride(0), q_out.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
         BLOCK_M=m_bucket(t), BLOCK_HALF=block_half, BLOCK_K=block_k, EVEN_K=k % block_k == 0,
         UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or x.dtype == torch.float32) else "tf32",
-        num_warps=num_warps, num_stages=num_stages, **pdl_options(x.device, "gemm"),
+        num_warps=num_warps, num_stages=num_stages, **pdl_options(x.device, pdl_role),
     )
     return q_out

@@ -107,9 +107,12 @@ class AttentionBackend:
     """Steps of up to this many tokens may call `rope_attend` (RoPE + K/V write inside the attention); 0: none."""
 
     def __call__(
-        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta, scale: float
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta, scale: float,
+        prefix_ready: bool = False,
     ) -> torch.Tensor:
-        """q [T, Hq, D], k_cache / v_cache [capacity, Hkv, D] -> [T, Hq, D] in q's dtype."""
+        """q [T, Hq, D], k_cache / v_cache [capacity, Hkv, D] -> [T, Hq, D] in q's dtype. `prefix_ready`: the launch
+        right before wrote neither the prefix K/V nor prefix_len nor the positions (kernels.tree_attention: a
+        backend may then load the prefix before its PDL wait; others ignore it)."""
         raise NotImplementedError
 
 
@@ -119,9 +122,10 @@ class ReferenceAttention(AttentionBackend):
     name = "reference"
 
     def __call__(
-        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta, scale: float
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta, scale: float,
+        prefix_ready: bool = False,
     ) -> torch.Tensor:
-        """q [T, Hq, D], k_cache / v_cache [capacity, Hkv, D] -> [T, Hq, D] in q's dtype."""
+        """q [T, Hq, D], k_cache / v_cache [capacity, Hkv, D] -> [T, Hq, D] in q's dtype (`prefix_ready` ignored)."""
         t, hq, d = q.shape
         n = meta.visible_len
         hkv = k_cache.shape[1]
@@ -152,12 +156,15 @@ class TritonAttention(AttentionBackend):
         self.rope_max_tokens = ROPE_FASTER_MAX_TOKENS  # where the fused launch measured faster (single-token steps)
 
     def __call__(
-        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta, scale: float
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta, scale: float,
+        prefix_ready: bool = False,
     ) -> torch.Tensor:
-        """q [T, Hq, D], k_cache / v_cache [capacity, Hkv, D] -> [T, Hq, D] in q's dtype."""
-        # Not prefix_ready: after rope_kv_write (multi-token steps) the prefetch measured slower (H200 2026-11-30,
-        # step_variants_2026-11-30_prefetch.json: 8B rows 8 +0.04 ms, 1B rows 16 +0.11 ms per step).
-        return self._tree_attention(q, k_cache, v_cache, meta.prefix_len, meta.tree_mask, scale)
+        """q [T, Hq, D], k_cache / v_cache [capacity, Hkv, D] -> [T, Hq, D] in q's dtype. The model passes
+        `prefix_ready` only after the fused QKV + RoPE experiment (kernels.qkv_rope); after rope_kv_write
+        (multi-token steps) the prefetch measured slower (H200 2026-11-30, step_variants_2026-11-30_prefetch.json:
+        8B rows 8 +0.04 ms, 1B rows 16 +0.11 ms per step)."""
+        return self._tree_attention(q, k_cache, v_cache, meta.prefix_len, meta.tree_mask, scale,
+                                    prefix_ready=prefix_ready)
 
     def rope_attend(
         self, qkv: torch.Tensor, inv_freq: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta,

@@ -148,8 +148,11 @@ class Attention(nn.Module):
         if qkv is None and skinny and self.qkv_rope and self.wqkv.bias is None and isinstance(rope, torch.Tensor):
             from kernels import qkv_rope_kv_write
 
+            # it writes q and the tree slots' K/V only: the attention may load its prefix beside it (prefix_ready)
             q = qkv_rope_kv_write(x, self.wqkv.weight, meta.positions, rope, k_cache, v_cache, meta.write_slots,
-                                  self.num_heads, self.num_kv_heads)
+                                  self.num_heads, self.num_kv_heads, pdl_role="pre_attention")
+            out = attn(q, k_cache, v_cache, meta, self.scale, prefix_ready=True).reshape(t, self.num_heads * d)
+            return self._project(out, partials)
         elif isinstance(rope, torch.Tensor):
             # Before the fused RoPE attention the QKV GEMM takes the "pre_attention" PDL role (kernels/pdl.py): the
             # attention prefetches its prefix K/V beside it (kernels.tree_attention `prefix_ready`).

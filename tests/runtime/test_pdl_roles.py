@@ -18,7 +18,7 @@ pytest.importorskip("kernels")
 
 ENTRY_POINTS = ("add_rmsnorm", "add_rmsnorm_partials", "skinny_linear", "skinny_linear_partials",
                 "skinny_linear_normed", "swiglu", "swiglu_normed", "rope_kv_write", "tree_attention",
-                "rope_tree_attention")
+                "rope_tree_attention", "qkv_rope_kv_write")
 
 
 def _record(monkeypatch) -> list[tuple[str, str | None, bool]]:
@@ -37,28 +37,34 @@ def _record(monkeypatch) -> list[tuple[str, str | None, bool]]:
     return log
 
 
-@pytest.mark.parametrize("norm_prologue", [False, True], ids=["norm_kernels", "norm_prologue"])
-def test_prefix_ready_attention_follows_its_pre_attention_qkv(monkeypatch, norm_prologue):
+@pytest.mark.parametrize("mode", ["default", "norm_prologue", "qkv_rope"])
+def test_prefix_ready_attention_follows_its_pre_attention_qkv(monkeypatch, mode):
+    """default / norm_prologue: single-token steps (the fused RoPE attention) only; qkv_rope (experiment): every step,
+    the prefill's too, after the fused QKV + RoPE GEMM."""
     import runtime.model
 
-    monkeypatch.setattr(runtime.model, "NORM_PROLOGUE", norm_prologue)
+    monkeypatch.setattr(runtime.model, "NORM_PROLOGUE", mode == "norm_prologue")
     log = _record(monkeypatch)
     shape = MODEL_PRESETS["tiny-llama"]
-    model = build_model(shape, torch.float32, "cpu", seed=0).use_fused_kernels(True, skinny=True,
-                                                                                rope_attention=True)
+    model = build_model(shape, torch.float32, "cpu", seed=0).use_fused_kernels(
+        True, skinny=True, rope_attention=mode != "qkv_rope", qkv_rope=mode == "qkv_rope")
     attn = make_attention_backend("triton")  # created after the wrapping: it binds the wrapped entry points
     cache = new_cache(model, 16)
     ids = torch.randint(0, shape.vocab_size, (8,), generator=torch.Generator().manual_seed(0))
-    model(ids[:5], AttnMeta.causal(0, 5), cache, attn)  # prefill: multi-token, no prefix_ready
+    model(ids[:5], AttnMeta.causal(0, 5), cache, attn)  # prefill: 5 tokens
     prefill = len(log)
-    for t in range(5, 8):  # single-token steps: the fused RoPE attention, prefix_ready
+    for t in range(5, 8):  # single-token steps
         model(ids[t:t + 1], AttnMeta.causal(t, 1), cache, attn)
     ready = [i for i, (name, _, pr) in enumerate(log) if pr]
-    assert ready and all(i >= prefill for i in ready)
-    assert len(ready) == 3 * shape.num_layers and all(log[i][0] == "rope_tree_attention" for i in ready)
+    steps = 4 if mode == "qkv_rope" else 3
+    assert len(ready) == steps * shape.num_layers
+    want = {"qkv_rope": ("tree_attention", ("qkv_rope_kv_write",))}.get(
+        mode, ("rope_tree_attention", ("skinny_linear", "skinny_linear_normed")))
     for i in ready:
+        assert log[i][0] == want[0]
         name, role, _ = log[i - 1]
-        assert name in ("skinny_linear", "skinny_linear_normed") and role == "pre_attention", log[i - 1]
+        assert name in want[1] and role == "pre_attention", log[i - 1]
     pre = [i for i, (_, role, _) in enumerate(log) if role == "pre_attention"]
     assert [i + 1 for i in pre] == ready  # the role is taken only right before a prefix_ready attention
-    assert all(not pr for name, _, pr in log[:prefill])
+    if mode != "qkv_rope":
+        assert ready[0] >= prefill  # the prefill's multi-token attention is not prefix_ready
