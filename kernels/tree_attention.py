@@ -46,7 +46,12 @@ GEMM released early (``kernels.pdl`` role ``pre_attention``) the attention's pro
 idle and stream their K/V beside it. H200 2026-11-30 (bench/results/step_variants_2026-11-30_prefetch.json,
 ..._pre_attention_default.json): Llama-3-8B single-token step 4.362 -> 4.307 ms, the attention's exposed time 376 ->
 304 us per step; after rope_kv_write on multi-token steps it measured slower (8B rows 8 +0.04 ms, 1B rows 16
-+0.11 ms), so the runtime passes it on the fused single-token path only.
++0.11 ms), so the runtime passes it on the fused single-token path only. Why (compiled offline with the device's
+Triton 3.6): Triton stages each loaded tile into shared memory right after its load (the TTGIR puts the tile's
+`local_alloc` next to its `tt.load`, before the wait), so a program reaches the wait only once its K/V have arrived,
+and q's load, issued after the wait, adds a second memory latency. Behind a long launch (the QKV GEMM, ~12-16 us)
+the first one is hidden; behind rope_kv_write (~3 us) it is not, and the two latencies now run in series where the
+plain launch overlapped them.
 
 For CUDA graphs, ``prefix_len`` may be a 1-element integer device tensor: the grid and split count are
 then sized from ``cap`` and the kernel reads the length on device, so one graph serves every step.
