@@ -141,6 +141,8 @@ PATCHES: dict[str, tuple[str, object]] = {
     "attn_w16": ("attention_warps", 16),
     # the prefix K/V blocks through TMA tensor descriptors (kernels.tree_attention.TMA_PREFIX; pointers by default)
     "attn_tma": ("attention_tma", True),
+    # the prefetched K/V kept in flight across the PDL wait (kernels.tree_attention.PREFETCH_HOLD)
+    "attn_hold": ("attention_hold", True),
     # the fused QKV + RoPE GEMM at two programs per head (96 at 8B, the skinny QKV's count; kernels.qkv_rope.PAIR_SPLIT)
     "qkvrope_split2": ("qkv_rope_split", 2),
     # the norms of the o / down partials in the prologue of the next SwiGLU / QKV GEMM (runtime.model.NORM_PROLOGUE)
@@ -166,6 +168,7 @@ KNOBS: dict[str, tuple[object, str]] = {
     "attention": (tree_attention, "KEYS_PER_SPLIT"), "attention_regs": (tree_attention, "MAX_REGISTERS"),
     "norm_warps": (norm, "NUM_WARPS"), "attention_prefetch": (tree_attention, "PREFETCH_PREFIX"),
     "attention_warps": (tree_attention, "WIDE_WARPS"), "attention_tma": (tree_attention, "TMA_PREFIX"),
+    "attention_hold": (tree_attention, "PREFETCH_HOLD"),
     "norm_prologue": (runtime_model, "NORM_PROLOGUE"), "qkv_rope_split": (qkv_rope, "PAIR_SPLIT"),
 }
 """The module-level value each non-skinny patch kind sets (skinny patches update skinny_linear.CONFIGS entries)."""

@@ -115,7 +115,7 @@ def _compile(fn, types: dict[str, str], consts: dict, values: dict[str, int], ar
 
 
 def compile_case(shape: str, rows: int, rope: bool, tile: dict, arch: int, prefetch: bool = True,
-                 kernel_out: list | None = None, tma: bool = False) -> dict:
+                 kernel_out: list | None = None, tma: bool = False, hold: bool = False) -> dict:
     """Compile the tree-attention kernel for one launch (the CUDA-graph runtime's: a 2,048-slot cache, the prefix in
     a device tensor, a tree of `rows` nodes, `prefetch` as the runtime's prefix_ready launch) and report its
     resources; `kernel_out`: a list the compiled kernel is appended to (its PTX / SASS for inspection)."""
@@ -129,7 +129,7 @@ def compile_case(shape: str, rows: int, rope: bool, tile: dict, arch: int, prefe
     constexprs = {"GROUP": group, "BLOCK_M": bm, "BLOCK_N": bn, "HEAD_DIM": d, "SPLIT": True,
                   "PREFIX_IN_TENSOR": True, "UPCAST": False, "DOT_PRECISION": "tf32", "USE_PDL": 2, "ROPE": rope,
                   "BLOCK_T": triton.next_power_of_2(rows) if rope else 1,
-                  "PREFETCH": prefetch, "TMA": tma}
+                  "PREFETCH": prefetch, "TMA": tma, "HOLD": hold}
     cap, m_blocks = 2048, triton.cdiv(rows * group, bm)
     splits = num_splits_for(H200_SMS, m_blocks * hkv, triton.cdiv(cap - rows, bn))
     q_row = (hq + 2 * hkv) * d if rope else hq * d  # rope: q is a view of the QKV projection's rows
@@ -213,16 +213,20 @@ ATTENTION_VARIANTS = {
     "no_prefetch": {"prefetch": False},
     "tma": {"tma": True},
     "w16": {"tile": {"num_warps": 16}},
+    "hold": {"prefetch": True, "hold": True},
 }
 """`--attention-variants`: the runtime's launch (prefix_ready on the fused single-token path only) and the experiment
-switches of kernels.tree_attention next to it: PREFETCH_PREFIX off, TMA_PREFIX, WIDE_WARPS 16."""
-SASS_OPCODES = ("IMAD", "LEA", "LDG", "STS", "LDS", "UTMALDG", "HMMA", "HGMMA", "MUFU")
+switches of kernels.tree_attention next to it: PREFETCH_PREFIX off, TMA_PREFIX, WIDE_WARPS 16, PREFETCH_HOLD (with the
+prefetch on, at every row count)."""
+SASS_OPCODES = ("IMAD", "LEA", "LDG", "STS", "LDS", "UTMALDG", "HMMA", "HGMMA", "MUFU", "ACQBULK")
 
 
 def sass_stats(ptx: str, arch: int) -> dict:
     """Static SASS of `ptx` (ptxas, then cuobjdump -sass from Triton's NVIDIA binaries): instruction lines and the
     count of each SASS_OPCODES opcode (predicated or not). Static counts: a line executes once per warp in the
-    straight-line wide tile, so they track the executed ones there (Nsight Compute source counters, 2026-11-30)."""
+    straight-line wide tile, so they track the executed ones there (Nsight Compute source counters, 2026-11-30).
+    `before_pdl_wait`: global loads, shared-memory stores and TMA loads placed before the first griddepcontrol.wait
+    (ACQBULK): a prefetch's loads are there, and a store there waits for its load before the kernel can wait."""
     with tempfile.TemporaryDirectory() as tmp:
         src, obj = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.o"
         src.write_text(ptx)
@@ -241,7 +245,9 @@ def sass_stats(ptx: str, arch: int) -> dict:
             if tokens and tokens[0].startswith("@"):  # a predicate: @P0, @!UP1, ...
                 tokens = tokens[1:]
             ops.append(tokens[0].split(".")[0] if tokens else "")
-    return {"sass_lines": len(ops), "sass_opcodes": {op: ops.count(op) for op in SASS_OPCODES}}
+    wait = ops.index("ACQBULK") if "ACQBULK" in ops else 0  # griddepcontrol.wait: what a PDL launch does before it
+    return {"sass_lines": len(ops), "sass_opcodes": {op: ops.count(op) for op in SASS_OPCODES},
+            "before_pdl_wait": {op: ops[:wait].count(op) for op in ("LDG", "STS", "UTMALDG")}}
 
 
 def run_attention_variants(arch: int, quick: bool) -> list[dict]:
@@ -252,7 +258,7 @@ def run_attention_variants(arch: int, quick: bool) -> list[dict]:
         for name, v in ATTENTION_VARIANTS.items():
             kernels: list = []
             rec = compile_case(shape, rows, rope, v.get("tile", {}), arch, prefetch=v.get("prefetch", rope),
-                               kernel_out=kernels, tma=v.get("tma", False))
+                               kernel_out=kernels, tma=v.get("tma", False), hold=v.get("hold", False))
             rec = {"variant": name, **rec, **sass_stats(kernels[0].asm["ptx"], arch)}
             out.append(rec)
             print(f"{shape} rows {rows} {name}: {rec['registers']} registers, {rec['spill_store_bytes']} B spill "
@@ -288,11 +294,12 @@ def main(argv: list[str] | None = None) -> dict:
                              {"cases": [list(c) for c in ATTENTION_CASES], "variants": ATTENTION_VARIANTS},
                              run_attention_variants(a.arch, a.quick),
                              "| shape | rows | variant | warps | registers | spill stores B | shared B | SASS lines | "
-                             "IMAD | LDG | STS | UTMALDG |",
+                             "IMAD | LDG | STS | UTMALDG | LDG / STS before the PDL wait |",
                              lambda r: f"| {r['shape']} | {r['rows']} | {r['variant']} | {r['num_warps']} | "
                                        f"{r['registers']} | {r['spill_store_bytes']} | {r['shared_bytes']} | "
                                        f"{r['sass_lines']} | " + " | ".join(str(r['sass_opcodes'][op]) for op in
-                                                                            ("IMAD", "LDG", "STS", "UTMALDG")) + " |")
+                                                                            ("IMAD", "LDG", "STS", "UTMALDG"))
+                                       + f" | {r['before_pdl_wait']['LDG']} / {r['before_pdl_wait']['STS']} |")
     if a.gemms:
         rows = [compile_gemm_case(name, a.arch) for name in (list(GEMM_TILES)[:1] if a.quick else GEMM_TILES)]
         return write_results(a, "kernel_resources_gemms", {"tiles": GEMM_TILES}, rows,

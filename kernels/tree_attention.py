@@ -118,6 +118,12 @@ MAX_REGISTERS: int | None = None
 """A register budget per thread for the CUDA launch (Triton's `maxnreg`), or None: ptxas' own choice (~240 for the 8B
 wide tile, no spills: Nsight Compute and bench/kernel_resources.py agree). 128 measured slower, 255 the same
 (2026-11-30, bench/results/step_variants_2026-11-30_spills.json): an experiment switch, off."""
+PREFETCH_HOLD = False
+"""Experiment switch (CUDA only; not measured on a GPU yet; bench/bench_step_variants.py patch `attn_hold`): with
+prefix_ready, pass the prefetched K/V tiles through an opaque move after the PDL wait, so their shared-memory staging
+is placed after the wait and the loads stay in flight across it (without it Triton stages them before the wait, and
+q's load, after the wait, runs in series with them: the prefetch's loss behind short launches). Offline (Triton 3.6,
+sm_90a): the same registers and SASS length, no shared-memory store before the wait (32 before it without)."""
 TMA_PREFIX = False
 """Experiment switch (not measured on a GPU yet; bench/bench_step_variants.py patch `attn_tma`): load the prefix K/V
 blocks as whole [BLOCK_N, D] boxes through tensor descriptors (TMA on Hopper) instead of per-element pointers, whose
@@ -166,6 +172,13 @@ def _prefix_tile_tma(KDesc, VDesc, b, owned, prefix_len, col, BLOCK_N: tl.conste
     if (b + 1) * BLOCK_N > prefix_len:  # the straddling block only: one select
         v = tl.where(key_ok[:, None], v, 0.0)
     return k, v, key_ok
+
+
+@triton.jit
+def _hold(x):
+    """x through an opaque PTX move with side effects (CUDA only): ordered after the PDL wait that precedes it, so what
+    consumes it (the tile's shared-memory store) cannot be placed before that wait, while the load stays in flight."""
+    return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=x.dtype, is_pure=False, pack=2)
 
 
 @triton.jit
@@ -234,6 +247,7 @@ def _tree_attention_kernel(
     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
     SPLIT: tl.constexpr, PREFIX_IN_TENSOR: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
     USE_PDL: tl.constexpr, ROPE: tl.constexpr, BLOCK_T: tl.constexpr, PREFETCH: tl.constexpr, TMA: tl.constexpr,
+    HOLD: tl.constexpr,
 ):
     # PREFETCH (the caller's `prefix_ready`: the prefix K/V, prefix_len and the positions were not written by the
     # launch right before this one): this split's first prefix block and q's RoPE angles are loaded before the PDL
@@ -277,6 +291,9 @@ def _tree_attention_kernel(
         q_cos, q_sin = _rope_angles(pos, freq)
     if PREFETCH:
         pdl_start(USE_PDL)
+        if HOLD:  # the tiles pass through an opaque move after the wait: their shared-memory staging comes after it
+            k0 = _hold(k0)
+            v0 = _hold(v0)
 
     q_ptrs = Q + tok[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :]
     if ROPE:  # Q is the QKV projection's output: rotate this program's q rows in registers
@@ -630,6 +647,7 @@ def _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, rope, *, num
         ROPE=rope is not None,
         BLOCK_T=triton.next_power_of_2(t) if rope is not None else 1,
         PREFETCH=bool(prefix_ready and PREFETCH_PREFIX), TMA=descs is not None,
+        HOLD=bool(prefix_ready and PREFETCH_PREFIX and PREFETCH_HOLD and q.is_cuda),  # inline PTX: not interpreted
         num_warps=warps, num_stages=stages, **pdl_options(q.device),
         **_register_budget(q.device),
     )

@@ -382,3 +382,17 @@ def test_tma_prefix_in_the_fused_rope_attention(monkeypatch):
         outs.append((out, kc, vc))
     (o0, k0, v0), (o1, k1, v1) = outs
     assert torch.equal(o0, o1) and torch.equal(k0, k1) and torch.equal(v0, v1)
+
+
+def test_prefetch_hold_is_cuda_only(monkeypatch):
+    """kernels.tree_attention.PREFETCH_HOLD is inline PTX: off the GPU (the interpreter) a prefix_ready launch runs as
+    without it (its SASS placement is checked offline: tests/bench/test_kernel_resources.py)."""
+    import importlib
+
+    ta = importlib.import_module("kernels.tree_attention")
+    mask = ancestor_mask(build("random", 5, seed=1))
+    q, k, v = _inputs(5, 8, HKV, 32, 3 * BLOCK_N + 10, torch.float16, seed=2)
+    kw = {"num_splits": 3, "block_n": BLOCK_N, "prefix_ready": True}
+    plain = _run(q, k, v, 2 * BLOCK_N + 1, mask, **kw)
+    monkeypatch.setattr(ta, "PREFETCH_HOLD", True)
+    assert torch.equal(_run(q, k, v, 2 * BLOCK_N + 1, mask, **kw), plain)
