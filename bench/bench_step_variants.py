@@ -51,7 +51,7 @@ from conf.presets import model_preset  # noqa: E402
 from conf.rundir import atomic_write_json, git_sha  # noqa: E402
 from kernels.pdl import DEFAULT_POLICY, pdl  # noqa: E402
 from kernels.tree_attention import ROPE_MAX_TOKENS  # noqa: E402
-from runtime.attention import AttnMeta, make_attention_backend  # noqa: E402
+from runtime.attention import AttnMeta, TritonAttention, make_attention_backend  # noqa: E402
 from runtime.graphs import StepGraph  # noqa: E402
 from runtime.kv_cache import KVCache  # noqa: E402
 from runtime.loader import build_model  # noqa: E402
@@ -143,6 +143,8 @@ PATCHES: dict[str, tuple[str, object]] = {
     "attn_tma": ("attention_tma", True),
     # the prefetched K/V kept in flight across the PDL wait (kernels.tree_attention.PREFETCH_HOLD)
     "attn_hold": ("attention_hold", True),
+    # prefix_ready on multi-token steps too, after rope_kv_write (runtime.attention.TritonAttention.tree_prefix_ready)
+    "attn_tree_prefetch": ("attention_tree_prefetch", True),
     # the fused QKV + RoPE GEMM at two programs per head (96 at 8B, the skinny QKV's count; kernels.qkv_rope.PAIR_SPLIT)
     "qkvrope_split2": ("qkv_rope_split", 2),
     # the norms of the o / down partials in the prologue of the next SwiGLU / QKV GEMM (runtime.model.NORM_PROLOGUE)
@@ -169,6 +171,7 @@ KNOBS: dict[str, tuple[object, str]] = {
     "norm_warps": (norm, "NUM_WARPS"), "attention_prefetch": (tree_attention, "PREFETCH_PREFIX"),
     "attention_warps": (tree_attention, "WIDE_WARPS"), "attention_tma": (tree_attention, "TMA_PREFIX"),
     "attention_hold": (tree_attention, "PREFETCH_HOLD"),
+    "attention_tree_prefetch": (TritonAttention, "tree_prefix_ready"),
     "norm_prologue": (runtime_model, "NORM_PROLOGUE"), "qkv_rope_split": (qkv_rope, "PAIR_SPLIT"),
 }
 """The module-level value each non-skinny patch kind sets (skinny patches update skinny_linear.CONFIGS entries)."""

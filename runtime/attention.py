@@ -145,6 +145,10 @@ class TritonAttention(AttentionBackend):
     """Triton tree attention (`kernels.tree_attention`): split-KV over prefix + tree block, GQA, one launch."""
 
     name = "triton"
+    tree_prefix_ready = False
+    """Experiment switch (bench/bench_step_variants.py patch `attn_tree_prefetch`): every call prefix_ready, i.e. also
+    after rope_kv_write on multi-token steps (which writes q and tree slots only: the contract holds). Measured slower
+    there without the hold (kernels.tree_attention.PREFETCH_HOLD); with it, not measured yet."""
 
     def __init__(self) -> None:
         """Import the kernels package lazily, so the reference path never needs Triton."""
@@ -164,7 +168,7 @@ class TritonAttention(AttentionBackend):
         (multi-token steps) the prefetch measured slower (H200 2026-11-30, step_variants_2026-11-30_prefetch.json:
         8B rows 8 +0.04 ms, 1B rows 16 +0.11 ms per step)."""
         return self._tree_attention(q, k_cache, v_cache, meta.prefix_len, meta.tree_mask, scale,
-                                    prefix_ready=prefix_ready)
+                                    prefix_ready=prefix_ready or self.tree_prefix_ready)
 
     def rope_attend(
         self, qkv: torch.Tensor, inv_freq: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta,
