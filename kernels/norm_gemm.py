@@ -43,7 +43,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.pdl import ROLES, pdl_options, pdl_start
+from kernels.pdl import check_role, pdl_options, pdl_start
 
 # the modules, not the package's same-named functions (kernels/__init__.py re-exports skinny_linear); their tile
 # choices are read at call time, so the benchmarks' patches of CONFIGS / BLOCK_I apply here too
@@ -275,8 +275,7 @@ def skinny_linear_normed(
     """
     fn = "skinny_linear_normed"
     s, m, k, n = _check_operands(fn, partials, residual, norm_weight, {"w": w})
-    if pdl_role not in ROLES:
-        raise ValueError(f"{fn}: pdl_role must be one of {ROLES}, got {pdl_role!r}")
+    check_role(fn, pdl_role)
     cfg = _skinny.pick_config(m, n, k, sms=_skinny.sm_count(residual.device), elem_bytes=residual.element_size())
     if cfg["split_k"] != 1:
         raise ValueError(f"{fn}: the tuned split_k for [{n}, {k}] is {cfg['split_k']}; the normed prologue needs "

@@ -103,6 +103,12 @@ def launch_pdl(device: torch.device, role: str = "small") -> bool:
     return _capable[idx]
 
 
+def check_role(fn: str, role: str) -> None:
+    """A kernel entry point's `pdl_role` argument: one of ROLES, else a ValueError naming `fn`."""
+    if role not in ROLES:
+        raise ValueError(f"{fn}: pdl_role must be one of {ROLES}, got {role!r}")
+
+
 def pdl_options(device: torch.device, role: str = "small") -> dict:
     """Launch keywords for a kernel with a ``USE_PDL`` constexpr (0 ordinary, 1 early release, 2 late)."""
     if launch_pdl(device, role):

@@ -75,7 +75,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.pdl import ROLES, pdl_options, pdl_start
+from kernels.pdl import check_role, pdl_options, pdl_start
 from kernels.rope import check_rope_operands, q_out_buffer
 from kernels.skinny_linear import MAX_M, SMEM_BUDGET, m_bucket
 
@@ -227,8 +227,7 @@ def qkv_rope_kv_write(
     for name, v in (("num_warps", num_warps), ("num_stages", num_stages)):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"{FN}: {name} must be a positive int, got {v!r}")
-    if pdl_role not in ROLES:
-        raise ValueError(f"{FN}: pdl_role must be one of {ROLES}, got {pdl_role!r}")
+    check_role(FN, pdl_role)
     if isinstance(PAIR_SPLIT, bool) or PAIR_SPLIT not in (1, 2, 4):
         raise ValueError(f"kernels.qkv_rope.PAIR_SPLIT: expected 1, 2 or 4, got {PAIR_SPLIT!r}")
     half = d // 2

@@ -40,7 +40,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.pdl import ROLES, pdl_options, pdl_start
+from kernels.pdl import check_role, pdl_options, pdl_start
 
 MAX_M = 64  # one M tile per program; larger batches are compute-bound enough for cuBLAS
 DEFAULT_SM_COUNT = 132  # H200; used off CUDA (the CPU interpreter)
@@ -295,8 +295,7 @@ def skinny_linear(
     if m == 0 or n == 0:
         return out
     sk = cfg["split_k"]
-    if pdl_role not in ROLES:
-        raise ValueError(f"{fn}: pdl_role must be one of {ROLES}, got {pdl_role!r}")
+    check_role(fn, pdl_role)
     if sk == 1:
         _launch_partials(x, w, out, cfg, m, n, k, pdl_role)
         return out

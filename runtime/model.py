@@ -156,10 +156,11 @@ class Attention(nn.Module):
         elif isinstance(rope, torch.Tensor):
             # Before the fused RoPE attention the QKV GEMM takes the "pre_attention" PDL role (kernels/pdl.py): the
             # attention prefetches its prefix K/V beside it (kernels.tree_attention `prefix_ready`).
-            fuse_rope = self._qkv_role(t, attn) == "pre_attention"
+            role = self._qkv_role(t, attn)
+            fuse_rope = role == "pre_attention"
             if qkv is None:
                 qkv = (self.wqkv(x) if not skinny or self.wqkv.bias is not None else
-                       _skinny(x, self.wqkv.weight, pdl_role=self._qkv_role(t, attn)))
+                       _skinny(x, self.wqkv.weight, pdl_role=role))
             if fuse_rope:
                 out = attn.rope_attend(qkv, rope, k_cache, v_cache, meta, self.scale, self.num_heads)
                 return self._project(out.reshape(t, self.num_heads * d), partials)
