@@ -182,6 +182,15 @@ def _hold(x):
 
 
 @triton.jit
+def _prefix_block(k_head, v_head, b, prefix_len, d, stride_kc, stride_vc, BLOCK_N: tl.constexpr):
+    """Prefix block `b`: its K [D, BLOCK_N] and V [BLOCK_N, D] pointers (for `_load_kv`) and its keys' mask."""
+    keys = b * BLOCK_N + tl.arange(0, BLOCK_N)
+    key_ok = keys < prefix_len
+    return (k_head + keys[None, :].to(tl.int64) * stride_kc + d[:, None],
+            v_head + keys[:, None].to(tl.int64) * stride_vc + d[None, :], key_ok)
+
+
+@triton.jit
 def _attend_tile(acc, m_i, l_i, q, k, v, visible, qk_scale, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """One online-softmax step over a loaded key tile (`_load_kv`); scores live in the log2 domain."""
     if UPCAST:
@@ -279,10 +288,8 @@ def _tree_attention_kernel(
         if TMA:
             k0, v0, ok0 = _prefix_tile_tma(KDesc, VDesc, lo, lo < hi, prefix_len, kvh * HEAD_DIM, BLOCK_N)
         else:
-            keys0 = lo * BLOCK_N + tl.arange(0, BLOCK_N)
-            ok0 = keys0 < prefix_len
-            k0, v0 = _load_kv(k_head + keys0[None, :].to(tl.int64) * stride_kc + d[:, None],
-                              v_head + keys0[:, None].to(tl.int64) * stride_vc + d[None, :], ok0, False)
+            k_ptrs, v_ptrs, ok0 = _prefix_block(k_head, v_head, lo, prefix_len, d, stride_kc, stride_vc, BLOCK_N)
+            k0, v0 = _load_kv(k_ptrs, v_ptrs, ok0, False)
     if ROPE:
         d_swap = (d + HEAD_DIM // 2) % HEAD_DIM
         sign = tl.where(d < HEAD_DIM // 2, -1.0, 1.0)
@@ -319,14 +326,9 @@ def _tree_attention_kernel(
             acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, k, v, key_ok[None, :] & row_ok[:, None], qk_scale, UPCAST,
                                          DOT_PRECISION)
         else:
-            keys = b * BLOCK_N + tl.arange(0, BLOCK_N)
-            key_ok = keys < prefix_len
-            acc, m_i, l_i = _attend_block(
-                acc, m_i, l_i, q,
-                k_head + keys[None, :].to(tl.int64) * stride_kc + d[:, None],
-                v_head + keys[:, None].to(tl.int64) * stride_vc + d[None, :],
-                key_ok, key_ok[None, :] & row_ok[:, None], qk_scale, UPCAST, DOT_PRECISION, False,
-            )
+            k_ptrs, v_ptrs, key_ok = _prefix_block(k_head, v_head, b, prefix_len, d, stride_kc, stride_vc, BLOCK_N)
+            acc, m_i, l_i = _attend_block(acc, m_i, l_i, q, k_ptrs, v_ptrs, key_ok, key_ok[None, :] & row_ok[:, None],
+                                          qk_scale, UPCAST, DOT_PRECISION, False)
 
     # Tree keys prefix_len + j: visible per (token, j) through the mask. Owned by the last split.
     if split == num_splits - 1:
