@@ -59,20 +59,28 @@ def ptxas_path() -> Path:
     return path
 
 
-def ptxas_report(ptx: str, arch: int) -> dict:
-    """Assemble `ptx` with `ptxas -v`: registers, stack frame and spill bytes of its one kernel."""
+def ptxas_report(ptx: str, arch: int, sass: bool = False) -> dict:
+    """Assemble `ptx` once with `ptxas -v`: registers, stack frame and spill bytes of its one kernel; with `sass`,
+    also its static SASS (`sass_stats` of cuobjdump -sass over the same object)."""
     with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "kernel.ptx"
+        src, obj = Path(tmp) / "kernel.ptx", Path(tmp) / "k.o"
         src.write_text(ptx)
-        proc = subprocess.run([str(ptxas_path()), f"-arch=sm_{arch}a", "-v", str(src), "-o", str(Path(tmp) / "k.o")],
+        proc = subprocess.run([str(ptxas_path()), f"-arch=sm_{arch}a", "-v", str(src), "-o", str(obj)],
                               capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"kernel_resources: ptxas failed: {proc.stderr[-500:]}")
+        if proc.returncode != 0:
+            raise RuntimeError(f"kernel_resources: ptxas failed: {proc.stderr[-500:]}")
+        dump = None
+        if sass:
+            dump = subprocess.run([str(ptxas_path().parent / "cuobjdump"), "-sass", str(obj)], capture_output=True,
+                                  text=True)
+            if dump.returncode != 0:
+                raise RuntimeError(f"kernel_resources: cuobjdump failed: {dump.stderr[-500:]}")
     m = _PTXAS_REPORT.search(proc.stderr)
     if m is None:
         raise RuntimeError(f"kernel_resources: no resource line in ptxas' report: {proc.stderr[-500:]}")
     stack, spill_st, spill_ld, regs = map(int, m.groups())
-    return {"registers": regs, "stack_bytes": stack, "spill_store_bytes": spill_st, "spill_load_bytes": spill_ld}
+    report = {"registers": regs, "stack_bytes": stack, "spill_store_bytes": spill_st, "spill_load_bytes": spill_ld}
+    return {**report, **sass_stats(dump.stdout)} if dump is not None else report
 
 
 def jit_specialization(fn, signature: dict[str, str], values: dict[str, int]) -> tuple[dict, dict]:
@@ -115,10 +123,11 @@ def _compile(fn, types: dict[str, str], consts: dict, values: dict[str, int], ar
 
 
 def compile_case(shape: str, rows: int, rope: bool, tile: dict, arch: int, prefetch: bool = True,
-                 kernel_out: list | None = None, tma: bool = False, hold: bool = False) -> dict:
+                 kernel_out: list | None = None, tma: bool = False, hold: bool = False, sass: bool = False) -> dict:
     """Compile the tree-attention kernel for one launch (the CUDA-graph runtime's: a 2,048-slot cache, the prefix in
     a device tensor, a tree of `rows` nodes, `prefetch` as the runtime's prefix_ready launch) and report its
-    resources; `kernel_out`: a list the compiled kernel is appended to (its PTX / SASS for inspection)."""
+    resources (`sass`: also its static SASS, `sass_stats`); `kernel_out`: a list the compiled kernel is appended to
+    (its PTX, for inspection)."""
     import triton
 
     from kernels.tree_attention import MIN_BLOCKS_PER_SPLIT, _tree_attention_kernel, attention_tile, num_splits_for
@@ -147,7 +156,7 @@ def compile_case(shape: str, rows: int, rope: bool, tile: dict, arch: int, prefe
     return {"shape": shape, "rows": rows, "rope": rope, "prefetch": prefetch,
             "tile": "heuristic" if not tile else "alt",
             "block_m": bm, "block_n": bn, "num_stages": stages, "num_warps": warps, "wide": wide,
-            "shared_bytes": kernel.metadata.shared, **ptxas_report(kernel.asm["ptx"], arch)}
+            "shared_bytes": kernel.metadata.shared, **ptxas_report(kernel.asm["ptx"], arch, sass)}
 
 
 GEMM_TILES = {
@@ -221,25 +230,14 @@ prefetch on, at every row count)."""
 SASS_OPCODES = ("IMAD", "LEA", "LDG", "STS", "LDS", "UTMALDG", "HMMA", "HGMMA", "MUFU", "ACQBULK")
 
 
-def sass_stats(ptx: str, arch: int) -> dict:
-    """Static SASS of `ptx` (ptxas, then cuobjdump -sass from Triton's NVIDIA binaries): instruction lines and the
+def sass_stats(dump: str) -> dict:
+    """Static SASS from cuobjdump -sass text (`ptxas_report(sass=True)`): instruction lines and the
     count of each SASS_OPCODES opcode (predicated or not). Static counts: a line executes once per warp in the
     straight-line wide tile, so they track the executed ones there (Nsight Compute source counters, 2026-11-30).
     `before_pdl_wait`: global loads, shared-memory stores and TMA loads placed before the first griddepcontrol.wait
     (ACQBULK): a prefetch's loads are there, and a store there waits for its load before the kernel can wait."""
-    with tempfile.TemporaryDirectory() as tmp:
-        src, obj = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.o"
-        src.write_text(ptx)
-        proc = subprocess.run([str(ptxas_path()), f"-arch=sm_{arch}a", str(src), "-o", str(obj)],
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"kernel_resources: ptxas failed: {proc.stderr[-500:]}")
-        dump = subprocess.run([str(ptxas_path().parent / "cuobjdump"), "-sass", str(obj)], capture_output=True,
-                              text=True)
-    if dump.returncode != 0:
-        raise RuntimeError(f"kernel_resources: cuobjdump failed: {dump.stderr[-500:]}")
     ops = []
-    for line in dump.stdout.splitlines():
+    for line in dump.splitlines():
         if re.match(r"\s+/\*[0-9a-f]{4}\*/", line):
             tokens = line.split("*/", 1)[1].split()
             if tokens and tokens[0].startswith("@"):  # a predicate: @P0, @!UP1, ...
@@ -256,10 +254,9 @@ def run_attention_variants(arch: int, quick: bool) -> list[dict]:
     out = []
     for shape, rows, rope in cases:
         for name, v in ATTENTION_VARIANTS.items():
-            kernels: list = []
-            rec = compile_case(shape, rows, rope, v.get("tile", {}), arch, prefetch=v.get("prefetch", rope),
-                               kernel_out=kernels, tma=v.get("tma", False), hold=v.get("hold", False))
-            rec = {"variant": name, **rec, **sass_stats(kernels[0].asm["ptx"], arch)}
+            rec = {"variant": name, **compile_case(shape, rows, rope, v.get("tile", {}), arch,
+                                                   prefetch=v.get("prefetch", rope), tma=v.get("tma", False),
+                                                   hold=v.get("hold", False), sass=True)}
             out.append(rec)
             print(f"{shape} rows {rows} {name}: {rec['registers']} registers, {rec['spill_store_bytes']} B spill "
                   f"stores, {rec['sass_lines']} SASS lines", flush=True)
