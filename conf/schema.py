@@ -97,6 +97,11 @@ class ParallelConfig(_Frozen):
     """How the two group leaders exchange messages: auto (unix when both leaders run on one host, else dist),
     dist (torch.distributed: NCCL on GPUs, gloo on CPU), unix (a Unix-domain socket; both leaders on one host).
     H200, 2026-11-30: leader round trip 16.5 us unix vs 348 us dist; async_tree 244 vs 218 tok/s (workload a)."""
+    host_threads: int = 0
+    """torch intra-op CPU threads per rank. 0 (auto): OMP_NUM_THREADS when set; else 1 on a GPU rank, whose host
+    work is small-tensor bookkeeping that a thread pool slows down (H200, 2026-11-30, one call: async bs 8 w 8
+    352 vs 321 tok/s with 16 threads per rank, serial +6%, autoregressive unchanged); else, on CPU ranks, the
+    host's cores shared between its ranks. > 0: that many threads."""
 
     @property
     def world_size(self) -> int:
@@ -112,6 +117,9 @@ class ParallelConfig(_Frozen):
         _require(self.timeout_s > 0, "parallel.timeout_s", f"must be > 0, got {self.timeout_s}")
         _require(self.leader_channel in ("auto", "dist", "unix"), "parallel.leader_channel",
                  f"{self.leader_channel!r} is not one of auto, dist, unix")
+        _require(isinstance(self.host_threads, int) and not isinstance(self.host_threads, bool)
+                 and self.host_threads >= 0, "parallel.host_threads",
+                 f"expected an integer >= 0 (0 = auto), got {self.host_threads!r}")
 
     def check_world(self, world_size: int) -> None:
         """Raise unless the split fits in `world_size` ranks (GPUs)."""

@@ -46,7 +46,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from conf.schema import ExperimentConfig
+from conf.schema import ExperimentConfig, ParallelConfig
 from runtime.parallel import ParallelContext, check_world_size, close_parallel, init_parallel, resolve_device, role_of
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ def _run_under_launcher(fn: RankFn, cfg: ExperimentConfig) -> Any:
     launcher = "torchrun" if "TORCHELASTIC_RUN_ID" in env else "deepspeed" if "CROSS_RANK" in env else "env"
     role = role_of(cfg.parallel, rank)
     configure_logging(rank, role, is_leader=rank in (0, cfg.parallel.target_gpus))
-    _limit_cpu_threads(local_world)
+    _limit_cpu_threads(cfg.parallel, local_world)
     try:
         ctx = init_parallel(cfg.parallel, rank, world_size, "env://", local_rank=local_rank,
                             local_world_size=local_world, extra={"launcher": launcher})
@@ -297,7 +297,7 @@ def _child_main(fn: RankFn, cfg: ExperimentConfig, rank: int, world_size: int, p
     _watch_parent(parent_pid)
     role = role_of(cfg.parallel, rank)
     configure_logging(rank, role, is_leader=rank in (0, cfg.parallel.target_gpus), level=log_level)
-    _limit_cpu_threads(world_size)
+    _limit_cpu_threads(cfg.parallel, world_size)
     code = 0
     try:
         store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False,
@@ -366,10 +366,21 @@ def configure_logging(rank: int, role: str, *, is_leader: bool, level: int = log
     root.setLevel(level if is_leader else max(level, logging.WARNING))
 
 
-def _limit_cpu_threads(ranks_on_host: int) -> None:
-    """Share the host's cores between its ranks unless OMP_NUM_THREADS says otherwise (CPU runs)."""
-    if "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, ranks_on_host)))
+def host_threads(pcfg: ParallelConfig, ranks_on_host: int) -> int | None:
+    """torch intra-op threads for one rank (`parallel.host_threads`; None: leave torch's as OMP_NUM_THREADS set)."""
+    if pcfg.host_threads > 0:
+        return pcfg.host_threads
+    if "OMP_NUM_THREADS" in os.environ:
+        return None
+    if pcfg.device == "cuda" or (pcfg.device == "auto" and torch.cuda.is_available()):
+        return 1
+    return max(1, (os.cpu_count() or 1) // max(1, ranks_on_host))
+
+
+def _limit_cpu_threads(pcfg: ParallelConfig, ranks_on_host: int) -> None:
+    n = host_threads(pcfg, ranks_on_host)
+    if n is not None:
+        torch.set_num_threads(n)
 
 
 def _flush_std() -> None:

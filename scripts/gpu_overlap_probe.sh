@@ -4,9 +4,10 @@
 # variant, then bench/expand_positions.py prints each run's refill vs overlapped expansion medians.
 #
 #   SWIFTSPEC_GIT_SHA=<sha> bash scripts/gpu_overlap_probe.sh OUTDIR
-#   PROBE_VARIANTS="default omp1" PROBE_BUDGET_S=60 MULTI_GPU_TESTS=1 override the defaults.
-# Variants: default (each rank takes cpu_count / ranks intra-op threads, runtime/launch.py); omp1
-# (OMP_NUM_THREADS=1: one intra-op thread per rank). OUTDIR gets probe_<variant>.tar.gz (run dirs),
+#   PROBE_VARIANTS="share default share_b" PROBE_BUDGET_S=45 MULTI_GPU_TESTS=0 override the defaults.
+# Variants (a trailing _<tag> repeats one, for an A-B-A order): default (parallel.host_threads auto: one intra-op
+# thread per GPU rank, runtime/launch.py); omp1 (OMP_NUM_THREADS=1); share (OMP_NUM_THREADS = cores / 2, what
+# each of the two ranks took before host_threads). OUTDIR gets probe_<variant>.tar.gz (run dirs),
 # expand_positions_<variant>.json, probe.log and, with MULTI_GPU_TESTS=1, multi_gpu_tests.log.
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_overlap_probe.sh OUTDIR}
@@ -16,11 +17,12 @@ source scripts/device_env.sh
 LOG="$OUT/probe.log"
 stage() { echo "=== $(date -u +%T) $1" | tee -a "$LOG"; }
 WORK=$(mktemp -d)
-for v in ${PROBE_VARIANTS:-default omp1}; do
-  case "$v" in
+for v in ${PROBE_VARIANTS:-share default share_b}; do
+  case "${v%%_*}" in
     default) envs=() ;;
     omp1) envs=(OMP_NUM_THREADS=1) ;;
-    *) echo "gpu_overlap_probe: unknown variant $v (expected default or omp1)" | tee -a "$LOG"; exit 2 ;;
+    share) envs=("OMP_NUM_THREADS=$(( $(nproc) / 2 ))") ;;
+    *) echo "gpu_overlap_probe: unknown variant $v (expected default, omp1 or share[_tag])" | tee -a "$LOG"; exit 2 ;;
   esac
   stage "variant $v: ${envs[*]:-(no extra env)}"
   timeout $(( ${PROBE_BUDGET_S:-60} + 60 )) env "${envs[@]}" python3 bench/validate.py run --out "$WORK/$v" \
@@ -28,7 +30,7 @@ for v in ${PROBE_VARIANTS:-default omp1}; do
   python3 bench/expand_positions.py "$WORK/$v/runtime" --json "$OUT/expand_positions_$v.json" 2>&1 | tee -a "$LOG"
   tar czf "$OUT/probe_$v.tar.gz" -C "$WORK" "$v" 2>/dev/null
 done
-if [ "${MULTI_GPU_TESTS:-1}" = 1 ]; then
+if [ "${MULTI_GPU_TESTS:-0}" = 1 ]; then
   stage "multi-GPU tests (random weights)"
   timeout "${TESTS_TIMEOUT_S:-200}" python3 -m pytest -q -m multi_gpu tests/gpu -k "not real" -p no:cacheprovider \
     --timeout=150 > "$OUT/multi_gpu_tests.log" 2>&1

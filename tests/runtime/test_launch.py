@@ -148,3 +148,29 @@ def test_spawn_needs_a_module_level_function():
 
 if __name__ == "__main__":
     _run_script(sys.argv[1:])
+
+
+@pytest.mark.parametrize(
+    ("device", "cuda", "configured", "omp", "expected"),
+    [
+        ("auto", True, 0, None, 1),  # GPU rank: one thread (host bookkeeping only)
+        ("cuda", True, 0, None, 1),
+        ("auto", False, 0, None, 4),  # CPU ranks share the 8 cores between 2 ranks
+        ("cpu", True, 0, None, 4),
+        ("auto", True, 0, "3", None),  # OMP_NUM_THREADS set: torch keeps what it read
+        ("auto", True, 6, "3", 6),  # explicit parallel.host_threads wins
+    ],
+)
+def test_host_threads(monkeypatch, device, cuda, configured, omp, expected):
+    import dataclasses
+
+    import runtime.launch as launch_mod
+
+    monkeypatch.setattr(launch_mod.torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(launch_mod.os, "cpu_count", lambda: 8)
+    if omp is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", omp)
+    pcfg = dataclasses.replace(make_cfg(1, 1, device=device).parallel, host_threads=configured)
+    assert launch_mod.host_threads(pcfg, ranks_on_host=2) == expected
