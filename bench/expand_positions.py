@@ -24,11 +24,12 @@ from conf.rundir import atomic_write_json
 
 def expand_positions(run_dir: Path) -> dict[str, Any]:
     """{"positions": {"<i><phase initial>": {"median_ms", "n"}}, "phase": {phase: {"median_ms", "n"}},
-    "overlap_minus_refill_ms": float | None} for one run dir."""
+    "device_phase": the same over the spans' device_s (trace.graph_events runs), "overlap_minus_refill_ms"}
+    for one run dir."""
     path = run_dir / "traces.jsonl"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no traces.jsonl (expected a runtime run dir)")
-    by_iteration: dict[int, list[tuple[float, float, str]]] = collections.defaultdict(list)
+    by_iteration: dict[int, list[tuple[float, float, str, Any]]] = collections.defaultdict(list)
     with path.open() as fh:
         for n, line in enumerate(fh, 1):
             if not line.strip():
@@ -40,14 +41,19 @@ def expand_positions(run_dir: Path) -> dict[str, Any]:
             if ev.get("name") != "step.expand":
                 continue
             extra = ev.get("extra") or "{}"
-            phase = (json.loads(extra) if isinstance(extra, str) else extra).get("phase", "?")
-            by_iteration[int(ev["iteration"])].append((float(ev["start_s"]), float(ev["duration_s"]), phase))
+            extra = json.loads(extra) if isinstance(extra, str) else extra
+            phase = extra.get("phase", "?")
+            by_iteration[int(ev["iteration"])].append((float(ev["start_s"]), float(ev["duration_s"]), phase,
+                                                       extra.get("device_s")))
     positions: dict[str, list[float]] = collections.defaultdict(list)
     phases: dict[str, list[float]] = collections.defaultdict(list)
+    device: dict[str, list[float]] = collections.defaultdict(list)  # trace.graph_events runs only
     for spans in by_iteration.values():
-        for i, (_, dur, phase) in enumerate(sorted(spans)):
+        for i, (_, dur, phase, device_s) in enumerate(sorted(spans)):
             positions[f"{i}{phase[0]}"].append(dur)
             phases[phase].append(dur)
+            if device_s is not None:
+                device[phase].append(float(device_s))
 
     def summary(values: list[float]) -> dict[str, Any]:
         return {"median_ms": round(statistics.median(values) * 1e3, 4), "n": len(values)}
@@ -56,6 +62,7 @@ def expand_positions(run_dir: Path) -> dict[str, Any]:
     gap = (med["overlap"] - med["refill"]) * 1e3 if "overlap" in med and "refill" in med else None
     return {"run": run_dir.name, "positions": {k: summary(v) for k, v in sorted(positions.items())},
             "phase": {k: summary(v) for k, v in sorted(phases.items())},
+            "device_phase": {k: summary(v) for k, v in sorted(device.items())},
             "overlap_minus_refill_ms": None if gap is None else round(gap, 4)}
 
 
@@ -74,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         cells = " ".join(f"{k}:{v['median_ms']:.3f}({v['n']})" for k, v in r["positions"].items() if v["n"] >= 5)
         gap = r["overlap_minus_refill_ms"]
-        print(f"{r['run']:30s} overlap-refill {'-' if gap is None else f'{gap:+.3f}'} ms | {cells}")
+        dev = " ".join(f"{k}:{v['median_ms']:.3f}" for k, v in r["device_phase"].items())
+        print(f"{r['run']:30s} overlap-refill {'-' if gap is None else f'{gap:+.3f}'} ms | {cells}"
+              + (f" | device {dev}" if dev else ""))
     if args.json:
         atomic_write_json(Path(args.json), {"runs": rows})
     return 0

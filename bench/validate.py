@@ -239,6 +239,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     t_start = time.time()
     deadline = t_start + args.budget_s
     base, configs = (SMOKE_BASE, SMOKE_CONFIGS) if args.smoke else (BASE, CONFIGS)
+    base = [*base, *args.override]
     jobs = [(name, compose([*base, *ov, f"run_name=val_{name}"])) for name, ov in configs]
     notes: dict[str, Any] = {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                              "budget_s": args.budget_s, "failed": {}, "skipped": []}
@@ -282,7 +283,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         notes["skipped"] += [n for n, _ in remaining]
 
     real = [] if args.smoke else real_pair_jobs(Path(args.out), notes)
-    tp2 = [] if args.smoke else [(n, compose([*BASE, *ov, f"run_name=val_{n}"])) for n, ov in TP2_CONFIGS]
+    tp2 = [] if args.smoke else [(n, compose([*base, *ov, f"run_name=val_{n}"])) for n, ov in TP2_CONFIGS]
     measure(jobs + real, deadline)
     if tp2 and args.tp2 and deadline - time.time() >= TP2_MIN_LEFT_S:
         measure(tp2, deadline)
@@ -544,6 +545,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--no-warmup", action="store_true", help="measure the first run (compile time included)")
     r.add_argument("--repeats", type=int, default=2, help="measured runs per configuration (noise floor)")
     r.add_argument("--smoke", action="store_true", help="tiny model on CPU: tests the code paths")
+    r.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="Hydra override added to every oracle-pair configuration, TP-2 included, not the real pair's "
+                        "(repeatable), e.g. trace.graph_events=true")
     c = sub.add_parser("compare", help="simulate the measured runs, write the validation table (CPU)")
     c.add_argument("--runs", required=True, help="folder of measured run dirs (OUT/runtime)")
     c.add_argument("--profile", default=None, help="profile JSON (none: the analytic prior)")

@@ -402,7 +402,9 @@ class TraceConfig(_Frozen):
     `device_s` in the leader's step.verify span extra (read after the verdict's own sync; needs
     kernels.cuda_graphs), split into `gpu_inputs_s` (span start -> input copies on the device), `gpu_copies_s`,
     `gpu_replay_s`, with the host's marks `inputs_s` (inputs built), `copied_s`, `launched_s` (replay queued)
-    and `decided_s` (verdict known), seconds after the span's start. Tells host gaps from device time."""
+    and `decided_s` (verdict known), seconds after the span's start. Tells host gaps from device time. Also
+    around every replayed draft expansion: `device_s`, `gpu_copies_s`, `gpu_replay_s` and the host's marks
+    `planned_s`, `copied_s`, `launched_s` in its step.expand span's extra."""
 
 
 @dataclass

@@ -20,6 +20,8 @@ It knows nothing of messages' transport, timing or stop rules (runtime/engine.py
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from conf.messages import DraftProposal
@@ -35,7 +37,8 @@ class DraftWorker:
     """The draft model, its KV cache and the current request's tree."""
 
     def __init__(self, model: Transformer, attn: AttentionBackend, *, w: int, topk: int, max_tree_nodes: int,
-                 max_seq_len: int, temperature: float, cuda_graphs: bool = False, staging: str = "pageable") -> None:
+                 max_seq_len: int, temperature: float, cuda_graphs: bool = False, staging: str = "pageable",
+                 graph_events: bool = False) -> None:
         """Allocate the cache: `max_seq_len` prefix slots plus the `max_tree_nodes` tree region.
 
         `cuda_graphs`: capture the expansion step (w rows over the whole tree region, log-softmax and top-k
@@ -45,6 +48,8 @@ class DraftWorker:
         (bench/results/runtime_runs_2026-11-29_graphs). More than one pending token (never produced by
         DraftTree.reroot, which leaves at most the path's last node without KV) runs eagerly. Both graphs
         start with the owed re-root compaction (at most `max_tree_nodes` slots: `runtime.graphs` keep_rows).
+        `graph_events` (`trace.graph_events`, CUDA graphs only): CUDA events around every replayed expansion's
+        input copies + replay (`last_device_split`).
         """
         self.model, self.attn = model, attn
         self.w, self.topk, self.max_len = w, topk, max_tree_nodes
@@ -65,6 +70,12 @@ class DraftWorker:
                                    staging=staging, keep_rows=max_tree_nodes)
             self.pending_graph = StepGraph(model, self.cache, attn, w + 1, max_tree_nodes + 1,
                                            head=self._pending_children, staging=staging, keep_rows=max_tree_nodes)
+        # trace.graph_events: CUDA events before the replayed expansion's input copies, between them and the
+        # replay, and after it; host marks (time.perf_counter()) once planned, copied and queued.
+        self._events = ({k: torch.cuda.Event(enable_timing=True) for k in ("load", "copied", "end")}
+                        if graph_events and cuda_graphs else None)
+        self._timed = False
+        self.host_marks: dict[str, float] = {}  # "start", "planned", "copied", "launched" of the last timed one
 
     @property
     def stats(self) -> TreeStats:
@@ -87,15 +98,28 @@ class DraftWorker:
         """
         if not self.can_expand():
             return False
+        t_start = time.perf_counter()
         shift = len(self.pending)
         graph = self.graph if not shift else self.pending_graph if shift == 1 else None
         nodes, inp = self.tree.plan_expansion(self.w, self.prefix_len + shift, self.max_len)
         if shift:
             inp = with_pending(inp, self.pending, self.prefix_len)
+        ev = self._events if graph is not None else None
+        self._timed = ev is not None
         if graph is not None:  # the owed compaction rides in the replay (owed until the load succeeded)
+            t_planned = time.perf_counter()
+            if ev is not None:
+                ev["load"].record()
             graph.load_inputs(inp, self.prefix_len, self._owed_compaction())
             self._deferred = None
+            if ev is not None:
+                ev["copied"].record()
+            t_copied = time.perf_counter()
             top_lp, top_tok = graph.launch()
+            if ev is not None:
+                ev["end"].record()
+                self.host_marks = {"start": t_start, "planned": t_planned, "copied": t_copied,
+                                   "launched": time.perf_counter()}
         else:
             self.compact(force=True)
             logits = self.model(inp.token_ids.to(self.device), step_meta(inp, self.prefix_len, self.device),
@@ -105,6 +129,20 @@ class DraftWorker:
         self.pending = ()
         self.tree.grow_topk(nodes, top_lp, top_tok, self.belief)
         return True
+
+    def last_device_split(self) -> dict[str, float] | None:
+        """The last expansion, if replayed and timed (`graph_events`), else None: device seconds of its input
+        copies (`copies_s`) and from their end to the graph's end (`replay_s`: launch latency included), and the
+        host's marks in seconds after the expansion's start: `planned_s` (tree planned, inputs built),
+        `copied_s` (copies queued), `launched_s` (replay queued). Call after the expansion (which synchronised
+        on its top-k read-back)."""
+        if not self._timed:
+            return None
+        ev, marks = self._events, self.host_marks
+        ev["end"].synchronize()
+        return {"copies_s": ev["load"].elapsed_time(ev["copied"]) * 1e-3,
+                "replay_s": ev["copied"].elapsed_time(ev["end"]) * 1e-3,
+                **{f"{k}_s": marks[k] - marks["start"] for k in ("planned", "copied", "launched")}}
 
     def _top_children(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """[w, vocab] logits -> the top-k children's (log-probs, token ids) [w, k], on the device."""

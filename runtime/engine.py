@@ -105,7 +105,7 @@ class Engine:
             self.draft = DraftWorker(self._model(cfg.model.draft), attn, w=self.shape.w, topk=self.shape.topk,
                                      max_tree_nodes=spec.max_tree_nodes, max_seq_len=seq,
                                      temperature=spec.temperature, cuda_graphs=graphs,
-                                     staging=cfg.kernels.input_staging)
+                                     staging=cfg.kernels.input_staging, graph_events=cfg.trace.graph_events)
             if self.oracle_on and spec.oracle_belief == "table":
                 self.draft.belief = oracle_belief(cfg.acceptance, self.shape.topk)
         # Greedy autoregressive decoding on one GPU with graphs: step i + 1 is queued before token i is read.
@@ -283,8 +283,14 @@ class Engine:
         if done:
             took = self.tl.now() - start
             self.tuner.expanded(took)
+            extra: dict[str, object] = {"phase": phase}
+            split = self.draft.last_device_split()  # trace.graph_events: the replay's device time, host marks
+            if split is not None:
+                extra.update(device_s=split["copies_s"] + split["replay_s"], gpu_copies_s=split["copies_s"],
+                             gpu_replay_s=split["replay_s"],
+                             **{k: split[k] for k in ("planned_s", "copied_s", "launched_s")})
             self.tl.add("step.expand", start, took, iteration=it, tokens=self.shape.w,
-                        ctx_len=self.draft.prefix_len, extra={"phase": phase})
+                        ctx_len=self.draft.prefix_len, extra=extra)
         return done
 
     def _verify(self, prop: DraftProposal, emitter: Emitter, gen: torch.Generator | None,

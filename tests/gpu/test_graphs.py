@@ -386,3 +386,25 @@ def test_graph_events_time_the_verify_replay():
     split = worker.last_device_split()
     assert set(split) == {"inputs_s", "copies_s", "replay_s"} and all(v >= 0 for v in split.values())
     assert split["copies_s"] + split["replay_s"] == pytest.approx(device_s)
+
+
+def test_graph_events_time_the_draft_expansion():
+    """trace.graph_events on the draft: a replayed expansion's device time (input copies + replay) and the
+    host's marks lie inside the host-timed expansion, in order."""
+    import time
+
+    from runtime.draft_worker import DraftWorker
+
+    model = build_model(MODEL_PRESETS["tiny-llama"], "bfloat16", "cuda", seed=4).use_fused_kernels(skinny=True)
+    draft = DraftWorker(model, make_attention_backend("triton"), w=4, topk=4, max_tree_nodes=16, max_seq_len=64,
+                        temperature=0.0, cuda_graphs=True, graph_events=True)
+    draft.start(list(range(10, 30)))
+    assert draft.last_device_split() is None  # no expansion yet
+    t0 = time.perf_counter()
+    assert draft.expand()
+    wall = time.perf_counter() - t0
+    split = draft.last_device_split()
+    assert split is not None and set(split) == {"copies_s", "replay_s", "planned_s", "copied_s", "launched_s"}
+    assert 0 < split["copies_s"] + split["replay_s"] <= wall
+    assert 0 <= split["planned_s"] <= split["copied_s"] <= split["launched_s"] < wall
+

@@ -248,6 +248,12 @@ def test_graph_events_need_graphs():
     worker.forward(DraftProposal(0, 0, (4, 5), (-1, 0)))
     worker.decide(None)
     assert worker.last_device_s() is None and worker.last_device_split() is None and worker.host_marks == {}
+    from runtime.draft_worker import DraftWorker
+
+    draft = DraftWorker(model, make_attention_backend("reference"), w=2, topk=2, max_tree_nodes=8, max_seq_len=32,
+                        temperature=0.0, graph_events=True)
+    draft.start([1, 2, 3])
+    assert draft.expand() and draft.last_device_split() is None and draft.host_marks == {}
     # and the engine refuses the option without graphs, naming it
     import dataclasses
 
