@@ -99,9 +99,9 @@ class ParallelConfig(_Frozen):
     H200, 2026-11-30: leader round trip 16.5 us unix vs 348 us dist; async_tree 244 vs 218 tok/s (workload a)."""
     host_threads: int = 0
     """torch intra-op CPU threads per rank. 0 (auto): OMP_NUM_THREADS when set; else 1 on a GPU rank, whose host
-    work is small-tensor bookkeeping that a thread pool slows down (H200, 2026-11-30, one call: async bs 8 w 8
-    352 vs 321 tok/s with 16 threads per rank, serial +6%, autoregressive unchanged); else, on CPU ranks, the
-    host's cores shared between its ranks. > 0: that many threads."""
+    work is single-threaded bookkeeping on tiny tensors; else, on CPU ranks, the host's cores shared between its
+    ranks. > 0: that many threads. H200 2 x, 2026-11-30: 1 vs 16 threads per rank measured the same in an A-B-A
+    call (async bs 8 w 8 339-356 vs 346-353 tok/s); a first call's +9% for 1 thread was the call's order."""
 
     @property
     def world_size(self) -> int:

@@ -8,6 +8,11 @@ where ``x, new_residual = kernels.norm.add_rmsnorm_partials(partials, residual, 
 step's norm between the o / down projection partials and the next QKV / SwiGLU GEMM becomes part of that GEMM, one
 launch (~2.7 us of exposed time on the H200, one CTA's latency) fewer per norm.
 
+Measured slower (H200, 2026-11-30, bench/results/step_variants_experiments_053c53d.json): every program of the
+consuming GEMM re-reads the partials and redoes the norm, so the QKV / SwiGLU GEMMs grow from 508 / 1,892 us to
+2,066 / 3,016 us per Llama-3-8B step at 8 rows: 7.14 vs 4.61 ms (1B: 1.79 vs 1.13 ms). Kept as an experiment
+switch (`runtime.model.NORM_PROLOGUE`), off.
+
 Rounding contract (add_rmsnorm_partials's, per row, the residual's dtype ``dt``): y = sum of the S float32 partials
 in split order; h = round_dt(round_dt(y) + residual) (fp32 add) is new_residual; rstd = 1 / sqrt(sum(h^2) / K + eps);
 x = round_dt(h * rstd * norm_weight) is what the GEMM multiplies (as the norm kernel's output would be). Every
