@@ -13,38 +13,28 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
 from conf.rundir import atomic_write_json
+from conf.trace import TRACE_FILE, read_traces
 
 
 def expand_positions(run_dir: Path) -> dict[str, Any]:
     """{"positions": {"<i><phase initial>": {"median_ms", "n"}}, "phase": {phase: {"median_ms", "n"}},
     "device_phase": the same over the spans' device_s (trace.graph_events runs), "overlap_minus_refill_ms"}
     for one run dir."""
-    path = run_dir / "traces.jsonl"
+    path = run_dir / TRACE_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no traces.jsonl (expected a runtime run dir)")
+        raise FileNotFoundError(f"{path}: no {TRACE_FILE} (expected a runtime run dir)")
     by_iteration: dict[int, list[tuple[float, float, str, Any]]] = collections.defaultdict(list)
-    with path.open() as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                ev = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{n}: not a JSON line ({exc})") from None
-            if ev.get("name") != "step.expand":
-                continue
-            extra = ev.get("extra") or "{}"
-            extra = json.loads(extra) if isinstance(extra, str) else extra
-            phase = extra.get("phase", "?")
-            by_iteration[int(ev["iteration"])].append((float(ev["start_s"]), float(ev["duration_s"]), phase,
-                                                       extra.get("device_s")))
+    for rec in read_traces(path):
+        if rec.name == "step.expand":
+            extra = rec.extra_fields(f"{path}: step.expand of iteration {rec.iteration}")
+            by_iteration[rec.iteration].append((rec.start_s, rec.duration_s, extra.get("phase", "?"),
+                                                extra.get("device_s")))
     positions: dict[str, list[float]] = collections.defaultdict(list)
     phases: dict[str, list[float]] = collections.defaultdict(list)
     device: dict[str, list[float]] = collections.defaultdict(list)  # trace.graph_events runs only
@@ -73,9 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     dirs: list[Path] = []
     for r in map(Path, args.runs):
-        dirs += [r] if (r / "traces.jsonl").exists() else sorted(p.parent for p in r.glob("*/traces.jsonl"))
+        dirs += [r] if (r / TRACE_FILE).exists() else sorted(p.parent for p in r.glob(f"*/{TRACE_FILE}"))
     if not dirs:
-        print(f"expand_positions: no run dir with traces.jsonl under {args.runs}", file=sys.stderr)
+        print(f"expand_positions: no run dir with {TRACE_FILE} under {args.runs}", file=sys.stderr)
         return 2
     rows = [expand_positions(d) for d in dirs]
     for r in rows:

@@ -9,9 +9,10 @@ import pytest
 from bench.expand_positions import expand_positions, main
 
 
-def _span(it, start, dur, phase, device_s=None):
+def _span(it, start, dur, phase, device_s=None, name="step.expand"):
     extra = {"phase": phase} | ({} if device_s is None else {"device_s": device_s})
-    return {"name": "step.expand", "iteration": it, "start_s": start, "duration_s": dur, "extra": json.dumps(extra)}
+    return {"name": name, "shapes": "", "tp": 1, "ctx": 0, "device": "cpu", "start_s": start, "duration_s": dur,
+            "run_id": "r", "group": "draft", "rank": 1, "iteration": it, "tokens": 8, "extra": json.dumps(extra)}
 
 
 def test_positions_phases_and_device_time(tmp_path):
@@ -22,7 +23,7 @@ def test_positions_phases_and_device_time(tmp_path):
         t = 10.0 * it
         spans += [_span(it, t + 2, 0.0014, "overlap", 0.0011), _span(it, t, 0.0010, "refill", 0.0009),
                   _span(it, t + 1, 0.0012, "overlap", 0.0010)]
-    spans.append({"name": "step.verify", "iteration": 0, "start_s": 0.5, "duration_s": 0.005, "extra": "{}"})
+    spans.append(_span(0, 0.5, 0.005, "-", name="step.verify"))
     (run / "traces.jsonl").write_text("\n".join(json.dumps(s) for s in spans) + "\n")
     got = expand_positions(run)
     assert got["positions"] == {"0r": {"median_ms": 1.0, "n": 3}, "1o": {"median_ms": 1.2, "n": 3},
@@ -39,7 +40,7 @@ def test_bad_inputs_name_the_file(tmp_path, capsys):
     with pytest.raises(FileNotFoundError, match="no traces.jsonl"):
         expand_positions(tmp_path)
     (tmp_path / "traces.jsonl").write_text('{"name": "step.expand"\n')
-    with pytest.raises(ValueError, match=r"traces\.jsonl:1: not a JSON line"):
+    with pytest.raises(ValueError, match=r"traces\.jsonl:1: not JSON"):
         expand_positions(tmp_path)
     assert main([str(tmp_path / "missing")]) == 2 and "no run dir" in capsys.readouterr().err
 
