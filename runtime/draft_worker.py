@@ -76,6 +76,7 @@ class DraftWorker:
                         if graph_events and cuda_graphs else None)
         self._timed = False
         self.host_marks: dict[str, float] = {}  # "start", "planned", "copied", "launched" of the last timed one
+        self.last_rows = 0  # real (not padding) rows of the last expansion: its host cost grows with them
 
     @property
     def stats(self) -> TreeStats:
@@ -102,6 +103,7 @@ class DraftWorker:
         shift = len(self.pending)
         graph = self.graph if not shift else self.pending_graph if shift == 1 else None
         nodes, inp = self.tree.plan_expansion(self.w, self.prefix_len + shift, self.max_len)
+        self.last_rows = len(nodes)  # real rows of this expansion (the rest of its w rows are padding)
         if shift:
             inp = with_pending(inp, self.pending, self.prefix_len)
         ev = self._events if graph is not None else None

@@ -283,7 +283,7 @@ class Engine:
         if done:
             took = self.tl.now() - start
             self.tuner.expanded(took)
-            extra: dict[str, object] = {"phase": phase}
+            extra: dict[str, object] = {"phase": phase, "rows": self.draft.last_rows}
             split = self.draft.last_device_split()  # trace.graph_events: the replay's device time, host marks
             if split is not None:
                 extra.update(device_s=split["copies_s"] + split["replay_s"], gpu_copies_s=split["copies_s"],

@@ -232,10 +232,13 @@ class GroupCost:
     """
 
     def __init__(self, ops: Operators, shape: ModelShape, weight_bits: int, tp: int, fused: bool = True,
-                 extra_s: float = 0.0, extra_per_token_s: float = 0.0, broadcast_s: float = 0.0) -> None:
+                 extra_s: float = 0.0, extra_per_token_s: float = 0.0, broadcast_s: float = 0.0,
+                 extra_per_real_row_s: float = 0.0) -> None:
         self.ops, self.shape, self.weight_bits, self.tp, self.fused = ops, shape, weight_bits, tp, fused
-        # fitted host time per step of the runtime's loop (profile `runtime`): constant + per query row
+        # fitted host time per step of the runtime's loop (profile `runtime`): constant + per query row + per real
+        # (not padding) row
         self.extra_s, self.extra_per_token_s = extra_s, extra_per_token_s
+        self.extra_per_real_row_s = extra_per_real_row_s
         # a TP > 1 target's leader broadcasts each step's verdict to its group (not after a prefill)
         self.broadcast_s = broadcast_s
         self._affine: dict[int, tuple[float, float]] = {}
@@ -255,10 +258,13 @@ class GroupCost:
             self._affine[tokens] = line
         return line
 
-    def forward_s(self, tokens: int, kv_len: int) -> float:
-        """Seconds of a decode step (a verify or an expansion) of `tokens` queries over `kv_len` keys."""
+    def forward_s(self, tokens: int, kv_len: int, real_rows: float | None = None) -> float:
+        """Seconds of a decode step (a verify or an expansion) of `tokens` queries over `kv_len` keys, `real_rows`
+        of them real (None: all; padding rows cost device time but no host bookkeeping)."""
         a, b = self._line(tokens)
-        return _with_extra(a + b * kv_len, self.extra_s + self.extra_per_token_s * tokens) + self.broadcast_s
+        real = tokens if real_rows is None else real_rows
+        extra = self.extra_s + self.extra_per_token_s * tokens + self.extra_per_real_row_s * real
+        return _with_extra(a + b * kv_len, extra) + self.broadcast_s
 
     def prefill_s(self, prompt_tokens: int) -> float:
         """Prompt prefill: all prompt tokens at once, causal (on average half the prompt attended); 0 if empty.
@@ -285,7 +291,7 @@ class FixedCost:
     def __init__(self, forward_s: float, prefill_s: float = 0.0, compaction_s: float = 0.0) -> None:
         self._forward_s, self._prefill_s, self._compaction_s = forward_s, prefill_s, compaction_s
 
-    def forward_s(self, tokens: int, kv_len: int) -> float:
+    def forward_s(self, tokens: int, kv_len: int, real_rows: float | None = None) -> float:
         """The constant forward time, whatever the shape."""
         return self._forward_s
 

@@ -145,13 +145,15 @@ def _compaction_s(sim: Simulation, kept_tokens: int, deferred: bool) -> float:
     return sim.draft_cost.compaction_s(kept_tokens)
 
 
-def _expand_s(sim: Simulation, n: int, ctx: int, expanded: int) -> float:
-    """n draft forwards of w leaves, attending prefix + tree region (its mean size over the n forwards);
-    each forward is reported to the DepthTuner under sim.d_rule=runtime, as the runtime's expansions are."""
+def _expand_s(sim: Simulation, n: int, ctx: int, expanded: int, grown: int | None = None) -> float:
+    """n draft forwards of w rows, attending prefix + tree region (its mean size over the n forwards), `grown`
+    real rows in all (the nodes they expanded; None: n * w): a forward's host part grows with its real rows (a
+    refill after a miss expands the root alone). Each forward is reported to the DepthTuner under
+    sim.d_rule=runtime, as the runtime's expansions are."""
     if n == 0:
         return 0.0
     w = sim.w
-    total = n * sim.draft_cost.forward_s(w, ctx + expanded + w * (n + 1) // 2)
+    total = n * sim.draft_cost.forward_s(w, ctx + expanded + w * (n + 1) // 2, None if grown is None else grown / n)
     if sim.tuner is not None:
         for _ in range(n):
             sim.tuner.expanded(total / n)
@@ -169,7 +171,7 @@ def grow_tree_async(sim: Simulation) -> Generator[Any, Any, None]:
         ctx = sim.prompt_tokens - 1
         pf = sim.draft_cost.prefill_s(ctx)
         sid, n = refill(0, bs)
-        tx = _expand_s(sim, n, ctx, 0)
+        tx = _expand_s(sim, n, ctx, 0, num_expanded(sid))
         busy = pf + tx + sim.tree_op_s
         if record:
             events.append(("step.prefill", "draft", env.now, pf, req, -1, ctx, 0))
@@ -188,7 +190,7 @@ def grow_tree_async(sim: Simulation) -> Generator[Any, Any, None]:
                     sid, k = expand(sid, 1)
                     if not k:
                         break
-                    t1 = _expand_s(sim, 1, ctx, e0)
+                    t1 = _expand_s(sim, 1, ctx, e0, num_expanded(sid) - e0)
                     if record:
                         events.append(("step.expand", "draft", env.now, t1, req, it, w, ctx))
                     yield env.timeout(t1)
@@ -199,7 +201,7 @@ def grow_tree_async(sim: Simulation) -> Generator[Any, Any, None]:
             else:
                 e0 = num_expanded(sid)
                 sid, n = expand(sid, d if sim.tuner is None else sim.tuner.shared_d())
-                te = _expand_s(sim, n, ctx, e0)
+                te = _expand_s(sim, n, ctx, e0, num_expanded(sid) - e0)
                 if te:
                     if record:
                         events.append(("step.expand", "draft", env.now, te, req, it, n * w, ctx))
@@ -225,7 +227,7 @@ def grow_tree_async(sim: Simulation) -> Generator[Any, Any, None]:
             deferred = n == 0 and not sim.colocated  # no refill: the proposal leaves before the compaction
             tc = _compaction_s(sim, kept + len(ranks), deferred)
             tr = sim.tree_op_s + tc
-            tx = _expand_s(sim, n, ctx, e0)
+            tx = _expand_s(sim, n, ctx, e0, num_expanded(sid) - e0)
             if record:
                 events.append(("step.reroot", "draft", env.now, tr, req, it, kept, ctx))
                 if n:
@@ -266,7 +268,7 @@ def grow_tree_serial(sim: Simulation) -> Generator[Any, Any, None]:
             e0 = trees.num_expanded(sid)
             sid, n2 = trees.refill(sid, bs)
             sid, n = trees.expand(sid, extra)
-            tx = _expand_s(sim, n + n2, ctx, e0)
+            tx = _expand_s(sim, n + n2, ctx, e0, trees.num_expanded(sid) - e0)
             if record:
                 if it > 0:
                     events.append(("step.reroot", "draft", env.now, tr, req, it - 1, 0, ctx))

@@ -82,7 +82,11 @@ RUNTIME_COSTS: dict[str, str] = {
     "compact_s": "draft host time of a re-root's deferred KV compaction (after the proposal is sent), mean over "
                  "those compactions; absent: the compaction operator",
     "expand_extra_s": "per draft forward (one expansion of w leaves) beyond the operator model: constant part",
-    "expand_extra_per_row_s": "per draft forward beyond the operator model: part per expanded leaf (w)",
+    "expand_extra_per_row_s": "per draft forward beyond the operator model: part per row (w, padding included)",
+    "expand_extra_per_real_row_s": "per draft forward beyond the operator model: part per real (not padding) row, "
+                                   "the w x topk tree nodes it creates on the host (a refill after a miss "
+                                   "expands one real row, an overlapped expansion w); fitted from spans that "
+                                   "record their rows",
     "verify_message_s": "target host time per verify in draft modes: take the proposal, send the verified path",
     "draft_round_s": "draft host time per round: take the verified path, re-root (the runtime's step.reroot span), "
                      "select, send the proposal (the KV compaction follows the send when no refill is needed: "

@@ -13,9 +13,11 @@ simulator/profile.py RUNTIME_COSTS:
     tp_step_extra_s   the same over runs of a TP > 1 target (the other two: one-GPU targets)
     keep_s            mean target `step.keep` span (the KV keep after a verify, most moving nothing)
     compact_s         mean draft `step.compact` span of the deferred compactions (after the proposal's send)
-    expand_extra_s    a + b * w through the fit runs' medians of  span - forward_s(w, ctx + w)  over draft
-      (+ _per_row_s)  `step.expand` spans (the host work of one expansion grows with its w leaves: building
-                      w x topk tree nodes; least squares over runs, b >= 0; one distinct w: b = 0)
+    expand_extra_s    a + c * rows through the (run, real row count) medians of  span - forward_s(w, ctx + w)
+      (+ _per_real_row_s) over draft `step.expand` spans that record their real rows (`rows`: the host builds
+                      rows x topk tree nodes; a refill after a miss expands 1 row; least squares, c >= 0);
+      (+ _per_row_s)  for older runs without `rows`: a + b * w through the fit runs' medians (one distinct w:
+                      b = 0)
     verify_message_s  target `comm.send` median + receive host cost
     draft_round_s     draft `step.reroot` + `step.select` + `comm.send` medians + receive host cost
 
@@ -45,6 +47,8 @@ from simulator.profile import RUNTIME_COSTS, SIGNED_RUNTIME_COSTS, Profile
 SKIP_ITERATIONS = 1
 """Spans of iterations below this (prefill, first refill) are left out: they are not the steady loop."""
 RECV_PERCENTILE = 10
+MIN_SPANS_PER_ROWS = 5
+"""A row count enters the per-real-row fit with at least this many expansion spans in a run."""
 
 
 def _leader_spans(records: Sequence[TraceRecord]) -> dict[tuple[str, str], list[TraceRecord]]:
@@ -90,9 +94,18 @@ def run_components(run_dir: str | Path, profile: Profile) -> dict[str, Any]:
                 if r.extra_fields(f"{path}: {r.name}").get("deferred", True)]
     out["compact_s"] = float(np.mean(compacts)) if compacts else None
     if costs.draft is not None:
-        out["expand_residual_s"] = median_or_none([r.duration_s - costs.draft.forward_s(r.tokens, r.ctx + r.tokens)
-                                            for r in spans.get((draft_group, "step.expand"), [])
-                                            if 0 < r.tokens <= width])  # one forward per span (the runtime's)
+        expands = [r for r in spans.get((draft_group, "step.expand"), [])
+                   if 0 < r.tokens <= width]  # one forward per span (the runtime's)
+        residual = [r.duration_s - costs.draft.forward_s(r.tokens, r.ctx + r.tokens) for r in expands]
+        out["expand_residual_s"] = median_or_none(residual)
+        # spans that record their real rows (runs since the tenth session of 2026-11-30): median per row count
+        by_rows: dict[int, list[float]] = defaultdict(list)
+        for r, res in zip(expands, residual):
+            real = r.extra_fields(f"{path}: {r.name}").get("rows")
+            if real is not None:
+                by_rows[int(real)].append(res)
+        out["expand_rows_residual_s"] = {n: (float(np.median(v)), len(v)) for n, v in sorted(by_rows.items())
+                                         if len(v) >= MIN_SPANS_PER_ROWS}
     if not colocated and costs.draft is not None:
         for group in ("target", "draft"):
             out[f"{group}_send_s"] = median_or_none([r.duration_s for r in spans.get((group, "comm.send"), [])])
@@ -108,7 +121,7 @@ def _pooled(rows: Sequence[dict[str, Any]], key: str) -> float | None:
 
 
 def _line_in_w(points: Sequence[tuple[int, float]]) -> tuple[float | None, float | None]:
-    """(a, b) of residual = a + b * w by least squares over the runs; b >= 0; one distinct w: (median, 0)."""
+    """(a, b) of residual = a + b * x (x: w, or real rows) by least squares; b >= 0; one distinct x: (median, 0)."""
     if not points:
         return None, None
     ws = np.array([p[0] for p in points], dtype=float)
@@ -140,8 +153,12 @@ def fit_runtime_costs(run_dirs: Sequence[str | Path], profile: Profile) -> tuple
                                     "ar_step_extra_s": _pooled(rows, "ar_step_residual_s"),
                                     "tp_step_extra_s": _pooled(rows, "tp_step_residual_s"),
                                     "keep_s": _pooled(rows, "keep_s"), "compact_s": _pooled(rows, "compact_s")}
-    raw["expand_extra_s"], raw["expand_extra_per_row_s"] = _line_in_w(
-        [(r["w"], r["expand_residual_s"]) for r in rows if r.get("expand_residual_s") is not None])
+    by_rows = [(n, res) for r in rows for n, (res, _) in (r.get("expand_rows_residual_s") or {}).items()]
+    if len({n for n, _ in by_rows}) >= 2:  # host part per real row, over (run, row count) medians
+        raw["expand_extra_s"], raw["expand_extra_per_real_row_s"] = _line_in_w(by_rows)
+    else:  # older runs: per row of w, over the runs' medians
+        raw["expand_extra_s"], raw["expand_extra_per_row_s"] = _line_in_w(
+            [(r["w"], r["expand_residual_s"]) for r in rows if r.get("expand_residual_s") is not None])
     t_send, d_send = _pooled(rows, "target_send_s"), _pooled(rows, "draft_send_s")
     reroot, select = _pooled(rows, "reroot_s"), _pooled(rows, "select_s")
     if t_send is not None and recv is not None:

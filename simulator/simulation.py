@@ -62,8 +62,8 @@ from simulator.tree import TreeStates
 class StepCost(Protocol):
     """What processes need from a group's cost model (GroupCost, FixedCost)."""
 
-    def forward_s(self, tokens: int, kv_len: int) -> float:
-        """Seconds of one forward of `tokens` queries over `kv_len` keys."""
+    def forward_s(self, tokens: int, kv_len: int, real_rows: float | None = None) -> float:
+        """Seconds of one forward of `tokens` queries over `kv_len` keys (`real_rows` of them real; None: all)."""
         ...
 
     def prefill_s(self, prompt_tokens: int) -> float:
@@ -101,7 +101,7 @@ def proposal_nodes(config: ExperimentConfig) -> int:
     return config.spec.gamma + 1 if config.spec.mode == "chain" else config.spec.bs
 
 
-DRAFT_HOST_KEYS = ("expand_extra_s", "expand_extra_per_row_s", "draft_round_s")
+DRAFT_HOST_KEYS = ("expand_extra_s", "expand_extra_per_row_s", "expand_extra_per_real_row_s", "draft_round_s")
 """The profile's fitted draft host costs (`runtime` block) that `sim.draft_host_scale` scales."""
 
 
@@ -150,7 +150,8 @@ def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Cos
         assert config.model.draft is not None
         draft = GroupCost(ops, model_preset(config.model.draft.preset), config.model.draft.weight_bits,
                           draft_tp(config), fused, extra_s=host.get("expand_extra_s", 0.0),
-                          extra_per_token_s=host.get("expand_extra_per_row_s", 0.0))
+                          extra_per_token_s=host.get("expand_extra_per_row_s", 0.0),
+                          extra_per_real_row_s=host.get("expand_extra_per_real_row_s", 0.0))
         if par.draft_gpus > 0:
             proposal_s = ops.message_s(nbytes, par.target_gpus)
             verified_s = ops.message_s(nbytes, par.draft_gpus)

@@ -43,6 +43,9 @@ def test_generate_end_to_end(tmp_path):
     traces = read_traces(run_dir / "traces.jsonl")
     assert {r.rank for r in traces} == {0, 1}  # both ranks' spans were merged on rank 0
     assert {"step.verify", "step.expand", "comm.send", "comm.recv"} <= {r.name for r in traces}
+    expands = [r for r in traces if r.name == "step.expand"]  # each records its real rows (1..w): the first
+    rows = [r.extra_fields()["rows"] for r in sorted(expands, key=lambda r: r.start_s)]  # expands the root alone
+    assert rows[0] == 1 and all(1 <= n <= r.tokens for n, r in zip(rows, expands))
     chrome = json.loads((run_dir / "chrome_trace.json").read_text())
     assert len(chrome["traceEvents"]) == len(traces)
     with open(run_dir / "iterations.csv") as f:

@@ -395,3 +395,35 @@ def test_negative_runtime_correction_is_capped_at_a_share_of_the_step():
     tp = cfg(*BASE, "spec=autoregressive", "parallel=2x0")
     fitted = build_costs(tp, profile=Profile("p", {"gpu": "h200"}, {}, {}, {"step_extra_s": -5e-4})).target
     assert fitted.forward_s(8, 500) == pytest.approx(build_costs(tp, profile=PRIOR).target.forward_s(8, 500))
+
+
+def test_expand_host_cost_per_real_row_is_fitted_and_charged(tmp_path):
+    """Spans that record their real rows: the fit finds the host cost per real row (a refill after a miss
+    expands 1 row, overlapped expansions w), and the simulator charges it by the rows each forward expanded,
+    so a tree that expands fewer real rows costs less host time at the same w."""
+    config, run_dir = _recorded_run(tmp_path)
+    costs = build_costs(config, profile=PRIOR)
+    a, c = 1.0e-4, 1.0e-5
+    recs = []
+    for it in range(1, 61):
+        ctx = 600 + it
+        for rows in (1, 8, 8):  # a refill of the new root, then two overlapped expansions of w = 8 real rows
+            recs.append(_span("step.expand", "draft", 1, it, costs.draft.forward_s(8, ctx + 8) + a + c * rows, 8,
+                              ctx, phase="overlap", rows=rows))
+        recs.append(_span("step.expand", "draft", 1, it, costs.draft.forward_s(8, ctx + 8) + a + 4 * c, 8, ctx,
+                          rows=4) if it <= 3 else _span("step.select", "draft", 1, it, 1e-5))  # too few: left out
+    write_traces(run_dir / TRACE_FILE, recs)
+    fitted, report = fit_runtime_costs([run_dir], PRIOR)
+    assert fitted["expand_extra_s"] == pytest.approx(a, rel=1e-6)
+    assert fitted["expand_extra_per_real_row_s"] == pytest.approx(c, rel=1e-6)
+    assert "expand_extra_per_row_s" not in fitted
+    assert sorted(report["per_run"][0]["expand_rows_residual_s"]) == [1, 8]
+
+    charged = build_costs(config, profile=Profile("p", {"gpu": "h200"}, {}, {}, fitted))
+    assert charged.draft.forward_s(8, 700) - charged.draft.forward_s(8, 700, real_rows=1) == pytest.approx(7 * c)
+    assert charged.draft.forward_s(8, 700, real_rows=8) == charged.draft.forward_s(8, 700)  # None: all rows real
+    sim = Simulation(config, charged).run()
+    flat = Simulation(config, build_costs(config, profile=Profile(
+        "p", {"gpu": "h200"}, {}, {}, {"expand_extra_s": a, "expand_extra_per_row_s": c}))).run()
+    # per real row, the refills of a few real rows cost less than the same c charged per row of w
+    assert 0 < sim.tally.expand_s < flat.tally.expand_s
