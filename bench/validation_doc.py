@@ -72,12 +72,14 @@ LIMITS = """\
   runs fall back to a ~4 us analytic prior and under-predict TP-2 steps by ~0.5 ms). A TP > 1 target's own
   host residual is `tp_step_extra_s`, fitted when a TP > 1 run is among the fit runs (item 5); without one a TP > 1
   step takes the one-GPU `step_extra_s`.
-- One cost per draft expansion, whether it overlaps a verify or not. Measured (053c53d runs, medians per
-  position): expansions that run while the target verifies take longer than refills (target idle) by
-  0.01-0.03 ms at w 4, 0.04-0.09 ms at w 8 and 0.15-0.25 ms (10-17%) at w 16, from the first overlapped one on,
-  so not the tree's growth. The fitted per-row cost (w 1 and 8 fit runs) misses the w 16 excess: w 16
-  configurations come out 7-17% optimistic, their draft hidden on paper but not in the run. Cause not yet
-  isolated (host or device interference between the two groups).
+- The draft expansion's host cost grows with its real (not padding) rows: a refill after a miss expands the root
+  alone, an overlapped expansion w rows, each creating top-k tree nodes. Measured with `trace.graph_events`
+  (053c53d-74dc57d): overlapped and refill expansions take the same device time, and the overlapped ones 0.015 /
+  0.075 / 0.165 ms more host time at w 4 / 8 / 16. Since 316715c the runtime records each expansion's rows and
+  the profile charges `expand_extra_per_real_row_s` (14 us fitted) instead of a cost per row of w; on the
+  316715c runs this moved the held-out tokens/s error from 3.1% mean / 6.5% max (per row of w) to 2.7% / 6.4%,
+  and the expansion's max error from 13.1% to 9.0%. The host's speed itself varies between machines: the same
+  w 16 expansions measured 1.70 ms in one call and 1.47-1.53 ms in another.
 - Since git 23cfdda a one-GPU target runs its projections through the skinny GEMMs with PDL launches
   (`kernels=graphs`). Since 68741c4 the operator profile times each GEMM with the kernel the runtime runs for
   that matrix, TP degree and row count (bench/runtime_kernels.py) and whole steps with the `kernels=graphs`
