@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import heapq
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -39,7 +39,9 @@ class Node:
     logprob: float  # draft log-prob of `token` after its parent's path (0 for the root)
     weight: float  # cumulative log-prob of the path from the root (0 for the root)
     slot: int = -1  # tree slot of its KV in the draft cache; -1 = not fed to the draft yet
-    children: list[int] = field(default_factory=list)  # node ids, in descending draft log-prob
+    # node ids, in descending draft log-prob: a list once the node has children; a leaf shares the empty tuple
+    # (no list per leaf: half the GC-tracked objects an expansion allocates, w x k nodes)
+    children: list[int] | tuple[int, ...] = ()
 
     @property
     def expanded(self) -> bool:
@@ -346,11 +348,15 @@ class DraftTree:
             depth, base, first = parent.depth + 1, parent.weight, len(nodes)
             if belief is not None:
                 lps = belief[min(parent.depth, len(belief) - 1)][: len(toks)]
-            parent.children.extend(range(first, first + min(len(lps), len(toks))))
+            kids = range(first, first + min(len(lps), len(toks)))
+            if parent.children:
+                parent.children.extend(kids)  # type: ignore[union-attr]  # a list: it has children already
+            else:
+                parent.children = list(kids)
             for lp, tok in zip(lps, toks):
                 if lp > 0.0:  # log-softmax is <= 0; clamp so weights never increase along a path
                     lp = 0.0
-                add(Node(int(tok), i, depth, lp, base + lp, -1, []))
+                add(Node(int(tok), i, depth, lp, base + lp))
             if len(nodes) > first:
                 heapq.heappush(frontier, (-nodes[first].weight, first))
 
@@ -406,7 +412,7 @@ class DraftTree:
                 logprob=n.logprob if i != top else 0.0,
                 weight=n.weight - base.weight if i != top else 0.0,
                 slot=new_slot[n.slot] if n.expanded else -1,
-                children=[new_id[c] for c in n.children],
+                children=[new_id[c] for c in n.children] if n.children else (),
             )
             for i, n in ((i, self.nodes[i]) for i in members)
         ]
