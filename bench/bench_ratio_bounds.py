@@ -14,7 +14,7 @@ Acceptance tables: `smollm2` (the real pair's measured positional table, depth-d
 feeds its oracle), then one-row tables with a top-1 acceptance of `--top1`, whose lower ranks are the measured
 table's first row rescaled so the same share of the rest is caught by ranks 1..7. Host scale:
 `sim.draft_host_scale`, the profile's fitted draft host costs (runtime block: `expand_extra_s`,
-`expand_extra_per_row_s`, `draft_round_s`) times the scale, for both tree modes alike (a what-if on the draft's
+`expand_extra_per_row_s` or `expand_extra_per_real_row_s`, `draft_round_s`) times the scale, for both tree modes alike (a what-if on the draft's
 Python and launches, not on its kernels).
 
 Writes `<out>/ratio_bounds_<date>.json` (git SHA, date, config, every cell's best configurations) and prints a
@@ -100,7 +100,11 @@ def main(argv: list[str] | None = None) -> dict:
     if not path.is_file():
         raise SystemExit(f"--profile: {args.profile} is not a file (a calibrated profile, e.g. profiles/h200.json)")
     profile = json.loads(path.read_text())
-    missing = [k for k in DRAFT_HOST_KEYS if k not in profile.get("runtime", {})]
+    runtime = profile.get("runtime", {})
+    missing = [k for k in ("expand_extra_s", "draft_round_s") if k not in runtime]
+    per_row = ("expand_extra_per_row_s", "expand_extra_per_real_row_s")  # per row of w (older fits) or real row
+    if not any(k in runtime for k in per_row):
+        missing.append(" or runtime.".join(per_row))
     if missing:
         raise SystemExit(f"--profile: {args.profile} has no runtime.{', runtime.'.join(missing)} (a profile fitted "
                          "with runtime runs: calibrate.py runs=[...])")
