@@ -14,8 +14,8 @@ Acceptance tables: `smollm2` (the real pair's measured positional table, depth-d
 feeds its oracle), then one-row tables with a top-1 acceptance of `--top1`, whose lower ranks are the measured
 table's first row rescaled so the same share of the rest is caught by ranks 1..7. Host scale:
 `sim.draft_host_scale`, the profile's fitted draft host costs (runtime block: `expand_extra_s`,
-`expand_extra_per_row_s` or `expand_extra_per_real_row_s`, `draft_round_s`) times the scale, for both tree modes alike (a what-if on the draft's
-Python and launches, not on its kernels).
+`expand_extra_per_row_s` or `expand_extra_per_real_row_s`, `draft_round_s`) times the scale, for both tree modes
+alike (a what-if on the draft's Python and launches, not on its kernels).
 
 Writes `<out>/ratio_bounds_<date>.json` (git SHA, date, config, every cell's best configurations) and prints a
 table. Simulated, not measured: the profile's validation (docs/VALIDATION.md) says how far to trust it.
