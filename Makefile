@@ -23,6 +23,8 @@ figures:
 	$(PY) analysis/fig07_acceptance_hist.py $(EXAMPLES)/fig06_ablation --out $(FIGDIR)/fig07_acceptance_hist
 	$(PY) analysis/fig08_step_breakdown.py bench/results/step_variants_2026-11-30_prefetch.json \
 	    --out $(FIGDIR)/fig08_step_breakdown
+	$(PY) analysis/fig08_step_breakdown.py bench/results/step_variants_experiments_053c53d.json \
+	    --case llama3-8b:8 --case llama3-8b:1 --top 9 --out $(FIGDIR)/fig08_experiments
 
 examples:
 	PY=$(PY) bash analysis/make_examples.sh $(EXAMPLES)

@@ -88,6 +88,20 @@ def select(cases: list[dict[str, Any]], wanted: Sequence[str]) -> list[dict[str,
     return [have[w] for w in wanted]
 
 
+EXTRA_COLOURS = ("#882255", "#44aa99", "#999933", "#aa4499", "#332288", "#661100")
+"""Colours after Okabe-Ito's seven (its black marks the byte floor), for more kernels over all panels (Tol's muted
+set)."""
+
+
+def _largest(case: dict[str, Any], top: int) -> list[str]:
+    """The `top` kernels of a case by their largest exposed time in any variant, largest first."""
+    peak: dict[str, float] = {}
+    for v in case["variants"].values():
+        for k, us in v["kernels"].items():
+            peak[k] = max(peak.get(k, 0.0), us)
+    return sorted(peak, key=lambda k: -peak[k])[:top]
+
+
 @style.styled
 def make_figure(cases: list[dict[str, Any]], top: int = 7) -> tuple[Figure, FigureData]:
     """One panel per case: a stacked bar per variant, exposed us per kernel, the floor as a dashed line."""
@@ -95,15 +109,18 @@ def make_figure(cases: list[dict[str, Any]], top: int = 7) -> tuple[Figure, Figu
         raise StepResultsError(f"--top: expected >= 1 kernels per panel, got {top}")
     fig, axes = style.new_figure(len(cases), 1, panel_height_in=0.55 + 0.42 * max(len(c["variants"]) for c in cases))
     data = FigureData(title="decode step by kernel (exposed time in a CUDA-graph replay)")
-    for ax, case in zip(axes, cases):
-        totals: dict[str, float] = {}
-        for v in case["variants"].values():
-            for k, us in v["kernels"].items():
-                totals[k] = totals.get(k, 0.0) + us
-        named = sorted(totals, key=lambda k: -totals[k])[:top]
-        segments = named + ([OTHER] if len(totals) > len(named) else [])
-        colours = dict(zip(segments, [*style.OKABE_ITO, "#bbbbbb", "#dddddd"]))
-        colours[OTHER] = "#bbbbbb"
+    # Per panel, the kernels with their own segment are those largest in any one variant (a kernel only one
+    # variant launches still shows); one colour per kernel across all panels.
+    named_in = [_largest(case, top) for case in cases]
+    everywhere = list(dict.fromkeys(k for named in named_in for k in named))
+    palette = [c for c in (*style.OKABE_ITO, *EXTRA_COLOURS) if c != "#000000"]  # black: the floor's line
+    if len(everywhere) > len(palette):
+        raise StepResultsError(f"--top: {len(everywhere)} kernels to colour over all panels, at most "
+                               f"{len(palette)}; lower --top or pass fewer --case")
+    colours = {**dict(zip(everywhere, palette)), OTHER: "#bbbbbb"}
+    for ax, case, named in zip(axes, cases, named_in):
+        kernels = {k for v in case["variants"].values() for k in v["kernels"]}
+        segments = named + ([OTHER] if len(kernels) > len(named) else [])
         title = f"{case['preset']}, {case['rows']} row{'s' if case['rows'] != 1 else ''} (git {case['git_sha'][:7]})"
         panel = data.panels.setdefault(title, Panel(xlabel="exposed time per step (us)", ylabel="variant",
                                                     title=title))

@@ -83,3 +83,21 @@ def test_cli_writes_png_pdf_and_data(tmp_path, capsys):
     saved = json.loads((tmp_path / "figs" / "fig08.json").read_text())
     assert list(saved["panels"]) == ["llama3-8b, 1 row (git abc1234)"]
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["cases"] == 1
+
+
+def test_a_kernel_one_variant_launches_gets_its_segment_and_colours_hold_across_panels(tmp_path):
+    """Panels name the kernels largest in any one variant (a fused kernel only its variant launches is not lost
+    in `other`), and a kernel has one colour in every panel."""
+    cases = fig08.load_cases([_results(tmp_path)])
+    fused = {"_qkv_rope_kv_write_kernel [48, 2, 1]": 600.0, "_swiglu_kernel [224, 1, 1]": 1869.0}
+    cases[0]["variants"]["fused"] = {"replay_s": 4.2e-3, "kernels": {fig08.kernel_label(k): v for k, v in fused.items()}}
+    fig, data = fig08.make_figure(cases, top=2)
+    first, second = data.panels.values()
+    assert set(first.series) == {"swiglu [224, 1, 1]", "qkv_rope_kv_write [48, 2, 1]", "other", "replay_us"}
+    colour = {}
+    for ax in fig.axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            if label != "byte floor":
+                assert colour.setdefault(label, handle.patches[0].get_facecolor()) == handle.patches[0].get_facecolor()
+    assert len({colour[k] for k in colour if k != "other"}) == len([k for k in colour if k != "other"])
+    assert set(second.series) >= {"swiglu [128, 1, 1]", "tree_attention [1, 8, 8]"}
