@@ -90,7 +90,8 @@ def test_a_kernel_one_variant_launches_gets_its_segment_and_colours_hold_across_
     in `other`), and a kernel has one colour in every panel."""
     cases = fig08.load_cases([_results(tmp_path)])
     fused = {"_qkv_rope_kv_write_kernel [48, 2, 1]": 600.0, "_swiglu_kernel [224, 1, 1]": 1869.0}
-    cases[0]["variants"]["fused"] = {"replay_s": 4.2e-3, "kernels": {fig08.kernel_label(k): v for k, v in fused.items()}}
+    labelled = {fig08.kernel_label(k): v for k, v in fused.items()}
+    cases[0]["variants"]["fused"] = {"replay_s": 4.2e-3, "kernels": labelled}
     fig, data = fig08.make_figure(cases, top=2)
     first, second = data.panels.values()
     assert set(first.series) == {"swiglu [224, 1, 1]", "qkv_rope_kv_write [48, 2, 1]", "other", "replay_us"}
