@@ -99,29 +99,29 @@ class DraftWorker:
         """
         if not self.can_expand():
             return False
-        t_start = time.perf_counter()
         shift = len(self.pending)
         graph = self.graph if not shift else self.pending_graph if shift == 1 else None
+        ev = self._events if graph is not None else None  # trace.graph_events: time this replay
+        self._timed = ev is not None
+        marks = {"start": time.perf_counter()} if ev is not None else None
         nodes, inp = self.tree.plan_expansion(self.w, self.prefix_len + shift, self.max_len)
         self.last_rows = len(nodes)  # real rows of this expansion (the rest of its w rows are padding)
         if shift:
             inp = with_pending(inp, self.pending, self.prefix_len)
-        ev = self._events if graph is not None else None
-        self._timed = ev is not None
         if graph is not None:  # the owed compaction rides in the replay (owed until the load succeeded)
-            t_planned = time.perf_counter()
             if ev is not None:
+                marks["planned"] = time.perf_counter()
                 ev["load"].record()
             graph.load_inputs(inp, self.prefix_len, self._owed_compaction())
             self._deferred = None
             if ev is not None:
                 ev["copied"].record()
-            t_copied = time.perf_counter()
+                marks["copied"] = time.perf_counter()
             top_lp, top_tok = graph.launch()
             if ev is not None:
                 ev["end"].record()
-                self.host_marks = {"start": t_start, "planned": t_planned, "copied": t_copied,
-                                   "launched": time.perf_counter()}
+                marks["launched"] = time.perf_counter()
+                self.host_marks = marks
         else:
             self.compact(force=True)
             logits = self.model(inp.token_ids.to(self.device), step_meta(inp, self.prefix_len, self.device),

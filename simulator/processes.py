@@ -145,15 +145,15 @@ def _compaction_s(sim: Simulation, kept_tokens: int, deferred: bool) -> float:
     return sim.draft_cost.compaction_s(kept_tokens)
 
 
-def _expand_s(sim: Simulation, n: int, ctx: int, expanded: int, grown: int | None = None) -> float:
+def _expand_s(sim: Simulation, n: int, ctx: int, expanded: int, grown: int) -> float:
     """n draft forwards of w rows, attending prefix + tree region (its mean size over the n forwards), `grown`
-    real rows in all (the nodes they expanded; None: n * w): a forward's host part grows with its real rows (a
-    refill after a miss expands the root alone). Each forward is reported to the DepthTuner under
-    sim.d_rule=runtime, as the runtime's expansions are."""
+    real rows in all (the nodes they expanded): a forward's host part grows with its real rows (a refill after a
+    miss expands the root alone). Each forward is reported to the DepthTuner under sim.d_rule=runtime, as the
+    runtime's expansions are."""
     if n == 0:
         return 0.0
     w = sim.w
-    total = n * sim.draft_cost.forward_s(w, ctx + expanded + w * (n + 1) // 2, None if grown is None else grown / n)
+    total = n * sim.draft_cost.forward_s(w, ctx + expanded + w * (n + 1) // 2, grown / n)
     if sim.tuner is not None:
         for _ in range(n):
             sim.tuner.expanded(total / n)
