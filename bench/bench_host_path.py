@@ -117,8 +117,8 @@ def measure(reps: int) -> dict[str, float]:
 
     out["draft.plan_expansion+grow_topk"] = _time(expansion, reps)
     out["draft.select"] = _time(lambda: base.select(BS), reps)
-    child = next(c for c in base.nodes[0].children if base.nodes[c].children)  # an expanded child of the root
-    path, bonus = [0, child], base.nodes[base.nodes[child].children[0]].token  # a hit one level down
+    child = next(c for c in base.children(0) if base.children(c))  # an expanded child of the root
+    path, bonus = [0, child], base.tokens[base.children(child)[0]]  # a hit one level down
     out["draft.reroot (hit)"] = _time(lambda: base.reroot(path, bonus), reps)
     return {k: v * 1e6 for k, v in out.items()}
 

@@ -178,17 +178,17 @@ class DraftWorker:
         """Draft ranks of a verified path (proposal indices, root first) and its bonus token, before `advance`:
         each accepted node's rank among its parent's children in the draft tree, then the bonus token's among
         the last node's children (-1: not one of them, a miss). iterations.csv's `ranks` column."""
-        nodes = self.tree.nodes
+        tree = self.tree
         path = [self.selection[k] for k in node_indices]
-        ranks = [nodes[p].children.index(c) for p, c in zip(path, path[1:])]
-        kids = [nodes[c].token for c in nodes[path[-1]].children]
+        ranks = [tree.children(p).index(c) for p, c in zip(path, path[1:])]
+        kids = [tree.tokens[c] for c in tree.children(path[-1])]
         ranks.append(kids.index(bonus) if bonus in kids else -1)
         return ranks
 
     def children_tokens(self, proposal_index: int) -> list[int]:
         """Tokens of a proposed node's children in the draft tree, by draft rank (for the oracle)."""
-        node = self.tree.nodes[self.selection[proposal_index]]
-        return [self.tree.nodes[c].token for c in node.children]
+        tree = self.tree
+        return [tree.tokens[c] for c in tree.children(self.selection[proposal_index])]
 
     def advance(self, node_indices: tuple[int, ...], bonus: int) -> Reroot:
         """Follow a verified path (proposal indices, root first) and its bonus token.

@@ -13,7 +13,7 @@ SwiftSpec [P] §3.1-3.2 (notes: reference/paper-swiftspec.md §1.4-1.6). Glossar
   lazily: a parent's children come best first (their weights never increase, their ids do), so a later sibling is
   never taken before an earlier one, and the heap holds only each parent's first unexpanded child; taking a node
   pushes its next sibling. The order taken equals that of a heap of every unexpanded node, with w + 1 pushes per
-  expansion instead of w x k (bench/bench_host_path.py).
+  expansion instead of w x k (bench/bench_host_path.py). `select` walks the same way.
 
 This module is host-side bookkeeping plus the construction of the small padded tensors that the model's
 `AttnMeta` needs. It runs no model and touches no cache: `Reroot` says which tree slots the cache keeps.
@@ -24,29 +24,44 @@ from __future__ import annotations
 import functools
 import heapq
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Node:
-    """One draft-tree node."""
+    """A snapshot of one draft-tree node (`DraftTree.nodes[i]`: built on access, for tests and diagnostics; the
+    tree itself keeps its nodes in parallel lists)."""
 
     token: int
     parent: int  # node id of the parent; -1 for the root
     depth: int  # 0 for the root
-    logprob: float  # draft log-prob of `token` after its parent's path (0 for the root)
+    logprob: float  # its weight minus its parent's: the (clamped) draft log-prob of `token` (0 for the root)
     weight: float  # cumulative log-prob of the path from the root (0 for the root)
     slot: int = -1  # tree slot of its KV in the draft cache; -1 = not fed to the draft yet
-    # node ids, in descending draft log-prob: a list once the node has children; a leaf shares the empty tuple
-    # (no list per leaf: half the GC-tracked objects an expansion allocates, w x k nodes)
-    children: list[int] | tuple[int, ...] = ()
+    children: list[int] | tuple[int, ...] = ()  # node ids, in descending draft log-prob; () for a leaf
 
     @property
     def expanded(self) -> bool:
         """True once the node's KV is written (it was fed to a draft forward)."""
         return self.slot >= 0
+
+
+class _NodeView(Sequence[Node]):
+    """`DraftTree.nodes`: read-only `Node` snapshots of a tree's parallel lists."""
+
+    def __init__(self, tree: DraftTree) -> None:
+        self._tree = tree
+
+    def __len__(self) -> int:
+        return len(self._tree.tokens)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self._tree.node(k) for k in range(*i.indices(len(self)))]
+        return self._tree.node(range(len(self))[i])
 
 
 @dataclass
@@ -191,10 +206,22 @@ class Reroot:
 
 
 class DraftTree:
-    """A draft tree for one request. Mutated by `plan_expansion` / `grow(_topk)`; `reroot` returns a new tree."""
+    """A draft tree for one request. Mutated by `plan_expansion` / `grow(_topk)`; `reroot` returns a new tree.
+
+    Nodes are ids into parallel lists (`tokens`, `parents`, `weights`, ...): an expansion appends w x k children
+    with a few list extends per parent, not w x k objects (bench/bench_host_path.py; the draft's host time per
+    expansion is on the async loop's critical path). A parent's children are consecutive ids, created together,
+    best first: `children(i)` is a range. `nodes[i]` gives a `Node` snapshot.
+    """
 
     def __init__(self, root_token: int, stats: TreeStats | None = None) -> None:
-        self.nodes: list[Node] = [Node(root_token, -1, 0, 0.0, 0.0)]
+        self.tokens: list[int] = [root_token]
+        self.parents: list[int] = [-1]  # -1 for the root
+        self.depths: list[int] = [0]
+        self.weights: list[float] = [0.0]  # cumulative log-prob from the root
+        self.slots: list[int] = [-1]  # tree slot of the node's KV; -1 = not expanded
+        self.first_child: list[int] = [-1]  # id of the first child; -1 = a leaf
+        self.num_children: list[int] = [0]
         self.num_slots = 0  # tree slots in use: [0, num_slots)
         self.stats = stats if stats is not None else TreeStats()
         # heap of (-weight, node id): the root while unexpanded, then each parent's first unexpanded child
@@ -202,12 +229,30 @@ class DraftTree:
 
     # ---- queries -------------------------------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self.nodes)
+        return len(self.tokens)
 
     @property
     def root_token(self) -> int:
         """Token of the root (the last verified token)."""
-        return self.nodes[0].token
+        return self.tokens[0]
+
+    @property
+    def nodes(self) -> _NodeView:
+        """Read-only `Node` snapshots, indexable by node id (built on access: not for the hot path)."""
+        return _NodeView(self)
+
+    def node(self, i: int) -> Node:
+        """A snapshot of node i."""
+        p = self.parents[i]
+        kids = self.children(i)
+        return Node(token=self.tokens[i], parent=p, depth=self.depths[i],
+                    logprob=self.weights[i] - self.weights[p] if p >= 0 else 0.0, weight=self.weights[i],
+                    slot=self.slots[i], children=list(kids) if kids else ())
+
+    def children(self, i: int) -> range:
+        """Node ids of node i's children, best first (empty for a leaf)."""
+        first = self.first_child[i]
+        return range(first, first + self.num_children[i])
 
     def frontier(self, w: int) -> list[int]:
         """The `w` highest-weight unexpanded nodes (fewer if the tree has fewer), best first."""
@@ -220,44 +265,40 @@ class DraftTree:
 
     def _push_next_sibling(self, heap: list[tuple[float, int]], i: int) -> None:
         """Push node i's next sibling (the best child of its parent after it), if any, onto `heap`."""
-        p = self.nodes[i].parent
-        if p < 0:
-            return
-        children = self.nodes[p].children
-        r = i - children[0]  # children are consecutive ids (grow_topk, and _subtree keeps creation order)
-        if not (0 <= r < len(children) and children[r] == i):
-            r = children.index(i)
-        if r + 1 < len(children):
-            nxt = children[r + 1]
-            heapq.heappush(heap, (-self.nodes[nxt].weight, nxt))
+        p = self.parents[i]
+        if p >= 0 and i + 1 < self.first_child[p] + self.num_children[p]:
+            heapq.heappush(heap, (-self.weights[i + 1], i + 1))
 
     def select(self, bs: int) -> list[int]:
         """Node ids of the top-`bs` subtree, in best-first order (root first, parents before children).
 
         A best-first walk from the root: it pops the highest-weight node whose parent is already taken,
         so the result is ancestor-closed even under equal weights, and (weights being non-increasing
-        along paths) it is exactly the set of the `min(bs, len(self))` highest-weight nodes.
+        along paths) it is exactly the set of the `min(bs, len(self))` highest-weight nodes. Lazily, as the
+        frontier: a taken node pushes its first child and its next sibling.
         """
         heap = [(-0.0, 0)]
         taken: list[int] = []
+        first, weights = self.first_child, self.weights
         while heap and len(taken) < bs:
             _, i = heapq.heappop(heap)
             taken.append(i)
-            for c in self.nodes[i].children:
-                heapq.heappush(heap, (-self.nodes[c].weight, c))
+            if first[i] >= 0:
+                heapq.heappush(heap, (-weights[first[i]], first[i]))
+            self._push_next_sibling(heap, i)
         return taken
 
     def expected_tokens(self, selection: list[int]) -> float:
         """Expected tokens of verifying `selection` (from `select`, root first) if the weights were the acceptance
         log-probabilities: 1 for the bonus token (the root's weight is 0) + each node's exp(weight), the
         probability that its whole path is accepted. The DepthTuner's trial yield (runtime/depth_tuner.py)."""
-        return sum(math.exp(self.nodes[i].weight) for i in selection)
+        return sum(math.exp(self.weights[i]) for i in selection)
 
     def proposal(self, selection: list[int]) -> tuple[list[int], list[int]]:
         """(token ids, parent indices within the selection) of a selection, as `DraftProposal` wants."""
         index = {node: k for k, node in enumerate(selection)}
-        tokens = [self.nodes[i].token for i in selection]
-        parents = [index[self.nodes[i].parent] if k else -1 for k, i in enumerate(selection)]
+        tokens = [self.tokens[i] for i in selection]
+        parents = [index[self.parents[i]] if k else -1 for k, i in enumerate(selection)]
         return tokens, parents
 
     def path_to(self, node: int) -> list[int]:
@@ -265,7 +306,7 @@ class DraftTree:
         path = []
         while node >= 0:
             path.append(node)
-            node = self.nodes[node].parent
+            node = self.parents[node]
         return path[::-1]
 
     # ---- growth --------------------------------------------------------------------------------------
@@ -286,25 +327,27 @@ class DraftTree:
             i = heapq.heappop(frontier)[1]
             chosen.append(i)
             self._push_next_sibling(frontier, i)
-        for i in chosen:
-            self.nodes[i].slot = self.num_slots
-            self.num_slots += 1
-        pad = list(range(self.num_slots, self.num_slots + w - len(chosen)))  # free slots for padding rows
+        slots, parents = self.slots, self.parents
+        start = self.num_slots
+        for s, i in enumerate(chosen, start):
+            slots[i] = s
+        self.num_slots = start + len(chosen)
+        pad = list(range(self.num_slots, start + w))  # free slots for padding rows
         # The [w, max_len] mask as bytes (this runs on the critical path of every draft step).
         flat = bytearray(w * max_len)
         for row, i in enumerate(chosen):
             base, node = row * max_len, i
             while node >= 0:  # the node and its ancestors (all expanded, so all hold slots)
-                flat[base + self.nodes[node].slot] = 1
-                node = self.nodes[node].parent
+                flat[base + slots[node]] = 1
+                node = parents[node]
         for row, s in enumerate(pad, start=len(chosen)):
             flat[row * max_len + s] = 1
         self.stats.expansions += 1
         self.stats.expanded_nodes += len(chosen)
         return chosen, StepInputs(
-            ids=[self.nodes[i].token for i in chosen] + [0] * len(pad),
-            pos=[prefix_len + self.nodes[i].depth for i in chosen] + [prefix_len] * len(pad),
-            slots=[self.nodes[i].slot for i in chosen] + pad,
+            ids=[self.tokens[i] for i in chosen] + [0] * len(pad),
+            pos=[prefix_len + self.depths[i] for i in chosen] + [prefix_len] * len(pad),
+            slots=list(range(start, self.num_slots)) + pad,
             mask_flat=flat,
             max_len=max_len,
             parent_rows=[-1] * w,
@@ -327,7 +370,7 @@ class DraftTree:
 
         Children are added in column order (so column 0 is the first child); a row's log-probs are clamped to
         <= 0 and must not increase along the row (torch.topk's order: the lazy frontier relies on it). One host
-        transfer: both tensors' needed rows are read together.
+        transfer: both tensors' needed rows are read together. A node gets its children once (expanded once).
         `belief` (the oracle's `spec.oracle_belief=table`): the log-prob of a rank-r child of a node at depth k
         is `belief[min(k, len - 1)][r]` (non-increasing in r, covering every column) instead of the model's.
         """
@@ -335,30 +378,35 @@ class DraftTree:
         if top_lp.shape[0] < n or top_tok.shape[0] < n or top_lp.shape[-1] != top_tok.shape[-1]:
             raise ValueError(f"top-k tensors {tuple(top_lp.shape)} / {tuple(top_tok.shape)} do not cover "
                              f"{n} expanded nodes with equal k")
-        if n == 0:
+        k = top_tok.shape[-1]
+        if n == 0 or k == 0:
             return
+        if belief is not None and min(len(row) for row in belief) < k:
+            raise ValueError(f"belief rows cover {min(len(row) for row in belief)} ranks, fewer than top-k {k}")
+        first_child, num_children, depths = self.first_child, self.num_children, self.depths
+        for i in expanded:
+            if first_child[i] >= 0:
+                raise RuntimeError(f"node {i} already has children (a node is expanded once)")
         # One device -> host copy: token ids (< 2**24 for any vocabulary here) ride along as float64 exactly.
         both = torch.stack((top_lp[:n].to(torch.float64), top_tok[:n].to(torch.float64))).cpu()
         lp_rows, tok_rows = both.tolist()
-        # The draft's host time per expansion (w x k children; bench/bench_host_path.py): no call per child
-        # beyond the Node; one heap push per parent (its first child: the lazy frontier).
-        nodes, frontier, add = self.nodes, self._frontier, self.nodes.append
-        for i, lps, toks in zip(expanded, lp_rows, tok_rows):
-            parent = nodes[i]
-            depth, base, first = parent.depth + 1, parent.weight, len(nodes)
-            if belief is not None:
-                lps = belief[min(parent.depth, len(belief) - 1)][: len(toks)]
-            kids = range(first, first + min(len(lps), len(toks)))
-            if parent.children:
-                parent.children.extend(kids)  # type: ignore[union-attr]  # a list: it has children already
-            else:
-                parent.children = list(kids)
-            for lp, tok in zip(lps, toks):
-                if lp > 0.0:  # log-softmax is <= 0; clamp so weights never increase along a path
-                    lp = 0.0
-                add(Node(int(tok), i, depth, lp, base + lp))
-            if len(nodes) > first:
-                heapq.heappush(frontier, (-nodes[first].weight, first))
+        # The draft's host time per expansion (w x k children; bench/bench_host_path.py): per parent, a few list
+        # extends; constant columns once per expansion; one heap push per parent (its first child: lazy frontier).
+        first, weights, parents = len(self.tokens), self.weights, self.parents
+        for toks in tok_rows:
+            self.tokens.extend(map(int, toks))
+        for r, i in enumerate(expanded):
+            lps = lp_rows[r] if belief is None else belief[min(depths[i], len(belief) - 1)][:k]
+            base = weights[i]
+            weights.extend([base + lp if lp < 0.0 else base for lp in lps])  # clamped: weights never increase
+            parents.extend([i] * k)
+            depths.extend([depths[i] + 1] * k)
+            first_child[i], num_children[i] = first + r * k, k
+            heapq.heappush(self._frontier, (-weights[first + r * k], first + r * k))
+        added = n * k
+        self.slots.extend([-1] * added)
+        first_child.extend([-1] * added)
+        num_children.extend([0] * added)
 
     # ---- re-rooting ----------------------------------------------------------------------------------
     def reroot(self, path: list[int], bonus: int) -> Reroot:
@@ -372,13 +420,14 @@ class DraftTree:
         if not path or path[0] != 0:
             raise ValueError(f"verified path must start at the root (node 0), got {path}")
         for a, b in zip(path, path[1:]):
-            if self.nodes[b].parent != a:
+            if self.parents[b] != a:
                 raise ValueError(f"verified path {path} is not a root-down path of the tree")
-        with_kv = [i for i in path if self.nodes[i].expanded]
+        slots = self.slots
+        with_kv = [i for i in path if slots[i] >= 0]
         if with_kv != path[: len(with_kv)]:
             raise RuntimeError(f"path nodes with KV must be a prefix of the path: {path}")
-        pending = tuple(self.nodes[i].token for i in path[len(with_kv):])
-        landing = next((c for c in self.nodes[path[-1]].children if self.nodes[c].token == bonus), None)
+        pending = tuple(self.tokens[i] for i in path[len(with_kv):])
+        landing = next((c for c in self.children(path[-1]) if self.tokens[c] == bonus), None)
         if landing is None:
             self.stats.misses += 1
             new_tree, survivors = DraftTree(bonus, self.stats), []
@@ -388,7 +437,7 @@ class DraftTree:
         return Reroot(
             tree=new_tree,
             hit=landing is not None,
-            keep_slots=tuple(self.nodes[i].slot for i in with_kv) + tuple(survivors),
+            keep_slots=tuple(slots[i] for i in with_kv) + tuple(survivors),
             num_promoted=len(with_kv),
             pending=pending,
         )
@@ -397,33 +446,30 @@ class DraftTree:
         """A new tree holding `top`'s subtree, and the old slots of its expanded nodes in slot order."""
         members = [top]
         for i in members:  # breadth-first; appending while iterating visits every descendant
-            members.extend(self.nodes[i].children)
-        members.sort()  # creation order: parents before children
-        old_slots = sorted(self.nodes[i].slot for i in members if self.nodes[i].expanded)
+            members.extend(self.children(i))
+        members.sort()  # creation order: parents before children (and each parent's children stay consecutive)
+        slots, weights, depths = self.slots, self.weights, self.depths
+        old_slots = sorted(slots[i] for i in members if slots[i] >= 0)
         new_slot = {s: k for k, s in enumerate(old_slots)}
         new_id = {old: k for k, old in enumerate(members)}
-        base = self.nodes[top]
-        tree = DraftTree(base.token, self.stats)
-        tree.nodes = [
-            Node(
-                token=n.token,
-                parent=new_id[n.parent] if i != top else -1,
-                depth=n.depth - base.depth,
-                logprob=n.logprob if i != top else 0.0,
-                weight=n.weight - base.weight if i != top else 0.0,
-                slot=new_slot[n.slot] if n.expanded else -1,
-                children=[new_id[c] for c in n.children] if n.children else (),
-            )
-            for i, n in ((i, self.nodes[i]) for i in members)
-        ]
+        tree = DraftTree(self.tokens[top], self.stats)
+        w0, d0 = weights[top], depths[top]
+        tree.tokens = [self.tokens[i] for i in members]
+        tree.parents = [-1] + [new_id[self.parents[i]] for i in members[1:]]
+        tree.depths = [depths[i] - d0 for i in members]
+        tree.weights = [0.0] + [weights[i] - w0 for i in members[1:]]
+        tree.slots = [new_slot[slots[i]] if slots[i] >= 0 else -1 for i in members]
+        tree.first_child = [new_id[self.first_child[i]] if self.first_child[i] >= 0 else -1 for i in members]
+        tree.num_children = [self.num_children[i] for i in members]
         tree.num_slots = len(old_slots)
         # the lazy frontier: the root if unexpanded, else each expanded node's first unexpanded child (its expanded
         # children are a prefix of its children: siblings are taken best first)
-        heads = [] if tree.nodes[0].expanded else [0]
-        for n in tree.nodes:
-            first = next((c for c in n.children if not tree.nodes[c].expanded), None) if n.expanded else None
-            if first is not None:
-                heads.append(first)
-        tree._frontier = [(-tree.nodes[k].weight, k) for k in heads]
+        heads = [] if tree.slots[0] >= 0 else [0]
+        for i in range(len(members)):
+            if tree.slots[i] >= 0:
+                first = next((c for c in tree.children(i) if tree.slots[c] < 0), None)
+                if first is not None:
+                    heads.append(first)
+        tree._frontier = [(-tree.weights[k], k) for k in heads]
         heapq.heapify(tree._frontier)
         return tree, old_slots

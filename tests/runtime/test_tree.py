@@ -277,6 +277,51 @@ def test_grow_topk_clamps_positive_logprobs_and_reads_only_real_rows():
     assert tree.nodes[0].children == [1, 2]
 
 
+def _brute_select(tree: DraftTree, bs: int) -> list[int]:
+    """The old eager walk: every child of a taken node goes on the heap (ties: lower id)."""
+    import heapq
+
+    heap, taken = [(-0.0, 0)], []
+    while heap and len(taken) < bs:
+        _, i = heapq.heappop(heap)
+        taken.append(i)
+        for c in tree.nodes[i].children:
+            heapq.heappush(heap, (-tree.nodes[c].weight, c))
+    return taken
+
+
+@settings(max_examples=60, deadline=None)
+@given(**tree_params, bs=st.integers(1, 20))
+def test_lazy_selection_takes_the_eager_walks_order(seed, steps, w, topk, bs):
+    """select pushes a taken node's first child and next sibling only; the order equals the walk that pushes
+    every child (ties included: rounded logits below give equal log-probs)."""
+    tree = _random_tree(seed, steps, w, topk)
+    assert tree.select(bs) == _brute_select(tree, bs)
+
+
+def test_children_are_a_range_of_consecutive_ids_and_nodes_are_snapshots():
+    tree = _seven_node_tree()
+    assert tree.children(0) == range(1, 3) and tree.children(2) == range(5, 7) and not tree.children(3)
+    assert [list(tree.children(i)) for i in range(len(tree))] == [list(n.children) for n in tree.nodes]
+    assert tree.nodes[-1] == tree.node(6) and len(tree.nodes[2:5]) == 3
+    with pytest.raises(IndexError):
+        tree.nodes[7]
+    with pytest.raises(AttributeError):  # a snapshot: writing it cannot change the tree
+        tree.nodes[3].slot = 5  # type: ignore[misc]
+
+
+def test_grow_topk_refuses_a_second_growth_of_one_node_and_a_short_belief():
+    tree = DraftTree(9)
+    nodes, _ = tree.plan_expansion(1, PREFIX, 8)
+    lp, tok = torch.tensor([[-0.1, -2.0]]), torch.tensor([[4, 5]])
+    with pytest.raises(ValueError, match="belief rows cover 1 ranks, fewer than top-k 2"):
+        tree.grow_topk(nodes, lp, tok, belief=[[-0.5]])
+    tree.grow_topk(nodes, lp, tok)
+    with pytest.raises(RuntimeError, match="node 0 already has children"):
+        tree.grow_topk(nodes, lp, tok)
+    assert len(tree) == 3  # the refused calls added nothing
+
+
 def test_grow_topk_rejects_too_few_rows():
     tree = DraftTree(9)
     nodes, _ = tree.plan_expansion(2, PREFIX, 4)
