@@ -76,9 +76,10 @@ LIMITS = """\
   alone, an overlapped expansion w rows, each creating top-k tree nodes. Measured with `trace.graph_events`
   (053c53d-74dc57d): overlapped and refill expansions take the same device time, and the overlapped ones 0.015 /
   0.075 / 0.165 ms more host time at w 4 / 8 / 16. Since 316715c the runtime records each expansion's rows and
-  the profile charges `expand_extra_per_real_row_s` (14 us fitted) instead of a cost per row of w; on the
-  316715c runs this moved the held-out tokens/s error from 3.1% mean / 6.5% max (per row of w) to 2.7% / 6.4%,
-  and the expansion's max error from 13.1% to 9.0%. The host's speed itself varies between machines: the same
+  the profile charges `expand_extra_per_real_row_s` instead of a cost per row of w; on the 316715c runs this
+  moved the held-out tokens/s error from 3.1% mean / 6.5% max (per row of w) to 2.7% / 6.4%, and the
+  expansion's max error from 13.1% to 9.0%. Fitted: 0.062 ms + 14 us per real row at 316715c; 0.015 ms + 5 us
+  at 1bed0ab, whose draft tree keeps its nodes in parallel lists instead of one object each. The host's speed itself varies between machines: the same
   w 16 expansions measured 1.70 ms in one call and 1.47-1.53 ms in another.
 - Since git 23cfdda a one-GPU target runs its projections through the skinny GEMMs with PDL launches
   (`kernels=graphs`). Since 68741c4 the operator profile times each GEMM with the kernel the runtime runs for
