@@ -79,8 +79,9 @@ LIMITS = """\
   the profile charges `expand_extra_per_real_row_s` instead of a cost per row of w; on the 316715c runs this
   moved the held-out tokens/s error from 3.1% mean / 6.5% max (per row of w) to 2.7% / 6.4%, and the
   expansion's max error from 13.1% to 9.0%. Fitted: 0.062 ms + 14 us per real row at 316715c; 0.015 ms + 5 us
-  at 1bed0ab, whose draft tree keeps its nodes in parallel lists instead of one object each. The host's speed itself varies between machines: the same
-  w 16 expansions measured 1.70 ms in one call and 1.47-1.53 ms in another.
+  at 1bed0ab, whose draft tree keeps its nodes in parallel lists instead of one object each. The host's speed
+  itself varies between machines: the same w 16 expansions measured 1.70 ms in one call and 1.47-1.53 ms in
+  another.
 - Since git 23cfdda a one-GPU target runs its projections through the skinny GEMMs with PDL launches
   (`kernels=graphs`). Since 68741c4 the operator profile times each GEMM with the kernel the runtime runs for
   that matrix, TP degree and row count (bench/runtime_kernels.py) and whole steps with the `kernels=graphs`

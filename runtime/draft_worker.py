@@ -20,13 +20,11 @@ It knows nothing of messages' transport, timing or stop rules (runtime/engine.py
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 from conf.messages import DraftProposal
 from runtime.attention import AttentionBackend
-from runtime.graphs import StepGraph
+from runtime.graphs import ReplayTimer, StepGraph
 from runtime.kv_cache import KVCache
 from runtime.model import Transformer
 from runtime.tree import DraftTree, Reroot, StepInputs, TreeStats
@@ -70,12 +68,9 @@ class DraftWorker:
                                    staging=staging, keep_rows=max_tree_nodes)
             self.pending_graph = StepGraph(model, self.cache, attn, w + 1, max_tree_nodes + 1,
                                            head=self._pending_children, staging=staging, keep_rows=max_tree_nodes)
-        # trace.graph_events: CUDA events before the replayed expansion's input copies, between them and the
-        # replay, and after it; host marks (time.perf_counter()) once planned, copied and queued.
-        self._events = ({k: torch.cuda.Event(enable_timing=True) for k in ("load", "copied", "end")}
-                        if graph_events and cuda_graphs else None)
-        self._timed = False
-        self.host_marks: dict[str, float] = {}  # "start", "planned", "copied", "launched" of the last timed one
+        # trace.graph_events: events and host marks around every replayed expansion's input copies and replay
+        self._timer = ReplayTimer("planned") if graph_events and cuda_graphs else None
+        self._timed = False  # whether the last expansion was timed (a replay; an eager one is not)
         self.last_rows = 0  # real (not padding) rows of the last expansion: its host cost grows with them
 
     @property
@@ -101,27 +96,24 @@ class DraftWorker:
             return False
         shift = len(self.pending)
         graph = self.graph if not shift else self.pending_graph if shift == 1 else None
-        ev = self._events if graph is not None else None  # trace.graph_events: time this replay
-        self._timed = ev is not None
-        marks = {"start": time.perf_counter()} if ev is not None else None
+        timer = self._timer if graph is not None else None  # trace.graph_events: time this replay
+        self._timed = timer is not None
+        if timer is not None:
+            timer.begin()
         nodes, inp = self.tree.plan_expansion(self.w, self.prefix_len + shift, self.max_len)
         self.last_rows = len(nodes)  # real rows of this expansion (the rest of its w rows are padding)
         if shift:
             inp = with_pending(inp, self.pending, self.prefix_len)
         if graph is not None:  # the owed compaction rides in the replay (owed until the load succeeded)
-            if ev is not None:
-                marks["planned"] = time.perf_counter()
-                ev["load"].record()
+            if timer is not None:
+                timer.loading()
             graph.load_inputs(inp, self.prefix_len, self._owed_compaction())
             self._deferred = None
-            if ev is not None:
-                ev["copied"].record()
-                marks["copied"] = time.perf_counter()
+            if timer is not None:
+                timer.loaded()
             top_lp, top_tok = graph.launch()
-            if ev is not None:
-                ev["end"].record()
-                marks["launched"] = time.perf_counter()
-                self.host_marks = marks
+            if timer is not None:
+                timer.launched()
         else:
             self.compact(force=True)
             logits = self.model(inp.token_ids.to(self.device), step_meta(inp, self.prefix_len, self.device),
@@ -133,18 +125,19 @@ class DraftWorker:
         return True
 
     def last_device_split(self) -> dict[str, float] | None:
-        """The last expansion, if replayed and timed (`graph_events`), else None: device seconds of its input
-        copies (`copies_s`) and from their end to the graph's end (`replay_s`: launch latency included), and the
-        host's marks in seconds after the expansion's start: `planned_s` (tree planned, inputs built),
-        `copied_s` (copies queued), `launched_s` (replay queued). Call after the expansion (which synchronised
-        on its top-k read-back)."""
+        """The last expansion, if replayed and timed (`graph_events`), else None: device seconds from its start to
+        its input copies (`inputs_s`), of the copies (`copies_s`) and from their end to the graph's end (`replay_s`:
+        launch latency included), and the host's marks in seconds after the expansion's start: `planned_s` (tree
+        planned, inputs built), `copied_s` (copies queued), `launched_s` (replay queued). Call after the expansion
+        (which synchronised on its top-k read-back)."""
         if not self._timed:
             return None
-        ev, marks = self._events, self.host_marks
-        ev["end"].synchronize()
-        return {"copies_s": ev["load"].elapsed_time(ev["copied"]) * 1e-3,
-                "replay_s": ev["copied"].elapsed_time(ev["end"]) * 1e-3,
-                **{f"{k}_s": marks[k] - marks["start"] for k in ("planned", "copied", "launched")}}
+        return {**self._timer.device_split(), **self._timer.relative_marks()}
+
+    @property
+    def host_marks(self) -> dict[str, float]:
+        """Host clock of the last timed expansion: "start", "planned", "copied", "launched"; empty if none."""
+        return self._timer.marks if self._timer is not None else {}
 
     def _top_children(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """[w, vocab] logits -> the top-k children's (log-probs, token ids) [w, k], on the device."""

@@ -36,6 +36,7 @@ warm-up forwards initialise the communicators first).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -129,6 +130,61 @@ class StepBuffers:
         self.device_bytes.copy_(self._host, non_blocking=self._pinned)
         if self._pinned:
             self._copied.record()
+
+
+class ReplayTimer:
+    """`trace.graph_events`: CUDA events and host-clock marks around one graph step, shared by the target's
+    verify and the draft's expansion. The step calls, in order:
+
+        begin()      it starts: the `begin` event, the host mark `start`; the previous step is forgotten
+        loading()    its inputs are built (host mark `ready`, e.g. "inputs" or "planned"), the `load` event
+        loaded()     its input copies are queued: the `copied` event and host mark
+        launched()   its replay is queued: the `end` event, the `launched` host mark; the step counts as timed
+
+    After the step's outputs were read (which synchronised), `device_split()` gives device seconds: `inputs_s`
+    (begin to load: the host building the inputs, or earlier work still queued), `copies_s`, `replay_s` (the
+    copies' end to the graph's end, launch latency included); `relative_marks()` the host marks in seconds
+    after `start`. Events cost ~2 us of host time each: only runs with trace.graph_events build a timer.
+    """
+
+    def __init__(self, ready: str) -> None:
+        self.ready = ready
+        self._ev = {k: torch.cuda.Event(enable_timing=True) for k in ("begin", "load", "copied", "end")}
+        self.marks: dict[str, float] = {}  # host clock (time.perf_counter) of the last timed step
+        self.timed = False
+
+    def begin(self) -> None:
+        self.timed = False
+        self._ev["begin"].record()
+        self._start = time.perf_counter()
+
+    def loading(self) -> None:
+        self._ready = time.perf_counter()
+        self._ev["load"].record()
+
+    def loaded(self) -> None:
+        self._ev["copied"].record()
+        self._copied = time.perf_counter()
+
+    def launched(self) -> None:
+        self._ev["end"].record()
+        self.marks = {"start": self._start, self.ready: self._ready, "copied": self._copied,
+                      "launched": time.perf_counter()}
+        self.timed = True
+
+    def device_split(self) -> dict[str, float] | None:
+        """Device seconds of the last timed step (see the class), else None; waits for its replay."""
+        if not self.timed:
+            return None
+        ev = self._ev
+        ev["end"].synchronize()
+        return {"inputs_s": ev["begin"].elapsed_time(ev["load"]) * 1e-3,
+                "copies_s": ev["load"].elapsed_time(ev["copied"]) * 1e-3,
+                "replay_s": ev["copied"].elapsed_time(ev["end"]) * 1e-3}
+
+    def relative_marks(self) -> dict[str, float]:
+        """`<mark>_s`: seconds after the step's start that it built its inputs, queued its copies, its replay."""
+        return {f"{k}_s": self.marks[k] - self.marks["start"] for k in (self.ready, "copied", "launched")}
 
 
 class StepGraph:

@@ -12,13 +12,11 @@ receives the leader's). Stop rules, messages and timing are the engine's.
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 from conf.messages import DraftProposal
 from runtime.attention import AttentionBackend
-from runtime.graphs import StepGraph
+from runtime.graphs import ReplayTimer, StepGraph
 from runtime.kv_cache import KVCache
 from runtime.model import Transformer
 from runtime.oracle import AcceptanceOracle
@@ -55,12 +53,8 @@ class TargetWorker:
                                 keep_rows=0 if chain else rows)
                       if cuda_graphs else None)
         self._owed_keep: tuple[int, list[int]] | None = None  # (destination, source slots) for the next graph
-        # trace.graph_events: CUDA events at the verify's start, before / after its input copies and after the
-        # replay; host marks (time.perf_counter()) once its inputs are built, copied and the replay queued.
-        self._events = ({k: torch.cuda.Event(enable_timing=True) for k in ("begin", "load", "copied", "end")}
-                        if graph_events and self.graph is not None else None)
-        self._timed = False
-        self.host_marks: dict[str, float] = {}  # "inputs", "copied", "launched" of the last timed verify
+        # trace.graph_events: events and host marks around every verify's input copies and replay
+        self._timer = ReplayTimer("inputs") if graph_events and self.graph is not None else None
 
     @torch.no_grad()
     def start(self, prompt: list[int]) -> None:
@@ -71,25 +65,20 @@ class TargetWorker:
     @torch.no_grad()
     def forward(self, proposal: DraftProposal) -> None:
         """The verify forward: writes the proposal's KV at the tree slots, keeps its logits for `decide`."""
-        ev = self._events
-        if ev is not None:
-            ev["begin"].record()
+        timer = self._timer
+        if timer is not None:
+            timer.begin()
         inp = proposal_inputs(list(proposal.token_ids), list(proposal.parent_indices), self.prefix_len, self.rows)
-        if self.graph is not None and ev is not None:  # timed: the same replay, marked between its steps
-            marks = {"inputs": time.perf_counter()}
-            ev["load"].record()
-            self.graph.load_inputs(inp, self.prefix_len, self._owed_keep)
-            self._owed_keep = None
-            marks["copied"] = time.perf_counter()
-            ev["copied"].record()
-            self._logits = self.graph.launch()
-            ev["end"].record()
-            marks["launched"] = time.perf_counter()
-            self.host_marks, self._timed = marks, True
-        elif self.graph is not None:  # [rows, vocab]: the graph's output buffer, valid until the next verify
+        if self.graph is not None:  # [rows, vocab]: the graph's output buffer, valid until the next verify
+            if timer is not None:
+                timer.loading()
             self.graph.load_inputs(inp, self.prefix_len, self._owed_keep)  # owed until the load succeeded
             self._owed_keep = None
+            if timer is not None:
+                timer.loaded()
             self._logits = self.graph.launch()
+            if timer is not None:
+                timer.launched()
         else:
             self.flush_keep()
             self._logits = self.model(inp.token_ids.to(self.device), step_meta(inp, self.prefix_len, self.device),
@@ -126,13 +115,13 @@ class TargetWorker:
         """The last timed verify on the device (`graph_events`), else None: `inputs_s` from its start to its input
         copies (the host building the inputs, or earlier work still queued), `copies_s`, `replay_s` (from the
         copies' end to the graph's end: the graph's launch latency included)."""
-        if not self._timed:
-            return None
-        ev = self._events
-        ev["end"].synchronize()
-        span = lambda a, b: ev[a].elapsed_time(ev[b]) * 1e-3  # noqa: E731
-        return {"inputs_s": span("begin", "load"), "copies_s": span("load", "copied"),
-                "replay_s": span("copied", "end")}
+        return self._timer.device_split() if self._timer is not None else None
+
+    @property
+    def host_marks(self) -> dict[str, float]:
+        """Host clock of the last timed verify (`graph_events`): "start", "inputs" (built), "copied", "launched";
+        empty if none."""
+        return self._timer.marks if self._timer is not None else {}
 
     @property
     def can_chain(self) -> bool:

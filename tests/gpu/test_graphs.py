@@ -404,7 +404,8 @@ def test_graph_events_time_the_draft_expansion():
     assert draft.expand()
     wall = time.perf_counter() - t0
     split = draft.last_device_split()
-    assert split is not None and set(split) == {"copies_s", "replay_s", "planned_s", "copied_s", "launched_s"}
+    assert split is not None and set(split) == {"inputs_s", "copies_s", "replay_s", "planned_s", "copied_s",
+                                                "launched_s"}
     assert 0 < split["copies_s"] + split["replay_s"] <= wall
     assert 0 <= split["planned_s"] <= split["copied_s"] <= split["launched_s"] < wall
 
