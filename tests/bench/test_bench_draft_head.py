@@ -1,0 +1,27 @@
+"""bench/bench_draft_head.py on the CPU: its providers compute the runtime head's children, and bad input is named."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bench import bench_draft_head
+
+
+def test_providers_give_the_runtime_heads_children():
+    logits = torch.randn(5, 1000, generator=torch.Generator().manual_seed(0)) * 3
+    providers = bench_draft_head._providers(logits, 8)
+    ref_vals, ref_ids = providers["runtime"][0]()
+    vals, ids = providers["topk+logsumexp"][0]()
+    assert torch.equal(ids, ref_ids) and torch.equal(providers["topk"][0]().indices, ref_ids)
+    assert torch.allclose(vals, ref_vals, atol=1e-5) and (vals <= 0).all()
+    assert torch.allclose(providers["log_softmax"][0]().exp().sum(-1), torch.ones(5))
+    assert all(graph for _, graph in providers.values())  # every provider is timed inside a CUDA graph
+
+
+def test_bad_rows_and_no_gpu_are_named():
+    with pytest.raises(SystemExit, match="--rows: expected comma-separated integers, got '8,x'"):
+        bench_draft_head.main(["--rows", "8,x"])
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+            bench_draft_head.main([])
