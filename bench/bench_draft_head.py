@@ -13,6 +13,7 @@ Providers, each captured in a CUDA graph (triton.testing.do_bench_cudagraph, med
     topk             the top-k over the raw logits alone (the same ids: log-softmax is monotonic)
     topk+logsumexp   top-k of the raw logits, minus the row's logsumexp (ids as runtime's; values within fp32
                      rounding)
+    triton           kernels.topk_logprobs (`kernels.draft_head`): per-segment top-k and sums, then a merge per row
 
 Logits are seeded normal draws x 3 (never zeros). Writes `<out>/draft_head_<date>.json` (git SHA, device, date,
 config, rows in us) and prints a table.
@@ -43,8 +44,11 @@ def _providers(logits: torch.Tensor, k: int) -> dict:
         top = torch.topk(logits, k, dim=-1)
         return top.values - torch.logsumexp(logits, dim=-1, keepdim=True), top.indices
 
+    from kernels.topk_logprobs import topk_logprobs
+
     return {"runtime": (runtime, True), "log_softmax": (lambda: torch.log_softmax(logits, dim=-1), True),
-            "topk": (lambda: torch.topk(logits, k, dim=-1), True), "topk+logsumexp": (lse, True)}
+            "topk": (lambda: torch.topk(logits, k, dim=-1), True), "topk+logsumexp": (lse, True),
+            "triton": (lambda: topk_logprobs(logits, k), True)}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -65,9 +69,10 @@ def main(argv: list[str] | None = None) -> dict:
     for w in rows:
         logits = torch.randn(w, args.vocab, device="cuda", generator=gen) * 3
         ref = torch.topk(torch.log_softmax(logits, dim=-1), args.topk, dim=-1)
-        vals, ids = _providers(logits, args.topk)["topk+logsumexp"][0]()
-        checks.append({"rows": w, "ids_equal": bool(torch.equal(ids, ref.indices)),
-                       "max_abs_err": max_err(vals, ref.values)})
+        for name in ("topk+logsumexp", "triton"):
+            vals, ids = _providers(logits, args.topk)[name][0]()
+            checks.append({"rows": w, "provider": name, "ids_equal": bool(torch.equal(ids, ref.indices)),
+                           "max_abs_err": max_err(vals, ref.values)})
         run_providers("draft_head", f"rows {w}", _providers(logits, args.topk), nbytes=w * args.vocab * 4)
     record = {"benchmark": "draft_head", "git_sha": git_sha(), "date": datetime.date.today().isoformat(),
               "device": torch.cuda.get_device_name(), "torch": torch.__version__,

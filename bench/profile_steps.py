@@ -12,6 +12,7 @@ runtime does (`Profiler.steps_mode` = graphs), with that config's skinny GEMMs a
 from __future__ import annotations
 
 import contextlib
+import functools
 import statistics
 import time
 from typing import Any
@@ -70,13 +71,13 @@ def _verify_steps(p: Profiler, model: Any, attn: Any, backend: str, preset: str,
 
 
 def _expand_steps(p: Profiler, model: Any, attn: Any, backend: str, preset: str, w: int, ctx: int,
-                  gen: torch.Generator) -> None:
+                  gen: torch.Generator, fused_head: bool = False) -> None:
     from runtime.draft_worker import DraftWorker
 
     vocab = model.shape.token_count
     prompt = _step_prompt(vocab, ctx, gen)
     dw = DraftWorker(model, attn, w=w, topk=TOPK, max_tree_nodes=MAX_TREE_NODES, max_seq_len=ctx + 64,
-                     temperature=0.0, cuda_graphs=p.graph_steps(backend))
+                     temperature=0.0, cuda_graphs=p.graph_steps(backend), fused_head=fused_head)
     dw.start(prompt)
     expand, kv_lens, select, reroot = [], [], [], []
     it, since_round = 0, 0
@@ -134,7 +135,8 @@ def run_steps(p: Profiler) -> None:
         try:
             # as the runtime's Engine builds it: the fused Triton path with the Triton backend, and in graph mode
             # the kernels=graphs config's skinny GEMMs and PDL launches
-            kernels = graphs_kernels() if p.graph_steps(backend) else {"skinny": False, "pdl": False}
+            kernels = (graphs_kernels() if p.graph_steps(backend) else
+                       {"skinny": False, "pdl": False, "draft_head": False})
             model = build_model(MODEL_PRESETS[preset], p.dtype, p.device, seed=0).use_fused_kernels(
                 backend == "triton", skinny=kernels["skinny"])
             if p.graph_steps(backend):
@@ -143,7 +145,7 @@ def run_steps(p: Profiler) -> None:
             p.error("steps", f"build {preset}", exc)
             continue
         with _pdl_launches(kernels["pdl"]):
-            _preset_steps(p, model, attn, backend, preset, rows_list, w_list, gen)
+            _preset_steps(p, model, attn, backend, preset, rows_list, w_list, gen, kernels["draft_head"])
         del model
         if p.device.type == "cuda":
             torch.cuda.empty_cache()
@@ -159,10 +161,11 @@ def _pdl_launches(enabled: bool) -> contextlib.AbstractContextManager:
 
 
 def _preset_steps(p: Profiler, model: Any, attn: Any, backend: str, preset: str, rows_list: tuple[int, ...],
-                  w_list: tuple[int, ...], gen: torch.Generator) -> None:
-    """One model's verify and expand steps at every STEP_CTX prefix length."""
+                  w_list: tuple[int, ...], gen: torch.Generator, fused_head: bool = False) -> None:
+    """One model's verify and expand steps at every STEP_CTX prefix length (`fused_head`: kernels.draft_head)."""
+    expand = functools.partial(_expand_steps, fused_head=fused_head)
     for ctx in p.opt("step_ctx", STEP_CTX):
-        for what, fn, widths in (("verify rows", _verify_steps, rows_list), ("expand w", _expand_steps, w_list)):
+        for what, fn, widths in (("verify rows", _verify_steps, rows_list), ("expand w", expand, w_list)):
             for width in widths:
                 if p.time_left():
                     try:

@@ -20,12 +20,12 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def graphs_kernels() -> dict[str, bool]:
-    """`kernels.skinny` and `kernels.pdl` of conf/kernels/graphs.yaml: the runtime graph-timed operators and steps
-    stand for."""
+    """`kernels.skinny`, `kernels.pdl` and `kernels.draft_head` of conf/kernels/graphs.yaml: the runtime graph-timed
+    operators and steps stand for."""
     import yaml
 
     data = yaml.safe_load((REPO / "conf" / "kernels" / "graphs.yaml").read_text()) or {}
-    return {key: bool(data.get(key, False)) for key in ("skinny", "pdl")}
+    return {key: bool(data.get(key, False)) for key in ("skinny", "pdl", "draft_head")}
 
 
 def runtime_gemm(matrix: str, tp: int, m: int, skinny: bool, qkv_bias: bool = False) -> str:

@@ -261,6 +261,10 @@ class KernelsConfig(_Frozen):
     """Single-token steps (kernels.tree_attention.ROPE_FASTER_MAX_TOKENS) rotate q and write the new K/V inside the
     tree-attention launch (`kernels.rope_tree_attention`) instead of a separate `kernels.rope_kv_write` (needs backend
     triton)."""
+    draft_head: bool = False
+    """The draft expansion's top-k children and their log-probs from `kernels.topk_logprobs` (two small launches)
+    instead of torch's log_softmax + topk (~0.1 ms per expansion at a 128K vocabulary on an H200; needs backend
+    triton)."""
     input_staging: str = "pageable"
     """How a CUDA-graph step's inputs are copied (runtime/graphs.py): pageable (each copy waits for the stream) |
     pinned (preallocated pinned buffers, copies that do not block the host)."""
@@ -271,7 +275,7 @@ class KernelsConfig(_Frozen):
                  f"{self.backend!r} is not one of reference, triton")
         _require(self.input_staging in INPUT_STAGING, "kernels.input_staging",
                  f"{self.input_staging!r} is not one of {', '.join(INPUT_STAGING)}")
-        for name in ("skinny", "pdl", "rope_attention"):
+        for name in ("skinny", "pdl", "rope_attention", "draft_head"):
             _require(not getattr(self, name) or self.backend == "triton", f"kernels.{name}",
                      f"needs kernels.backend=triton, got {self.backend!r}")
 

@@ -14,6 +14,7 @@ from kernels.norm_gemm import skinny_linear_normed, swiglu_normed
 from kernels.qkv_rope import qkv_rope_kv_write
 from kernels.rope import rope_kv_write
 from kernels.skinny_linear import skinny_linear, skinny_linear_partials
+from kernels.topk_logprobs import topk_logprobs
 from kernels.tree_attention import rope_tree_attention, tree_attention
 from kernels.verify import greedy_verify
 
@@ -32,5 +33,6 @@ __all__ = [
     "skinny_linear_partials",
     "swiglu",
     "swiglu_normed",
+    "topk_logprobs",
     "tree_attention",
 ]

@@ -234,3 +234,9 @@ def swiglu_normed_ref(
     """(swiglu_ref(x, w_gate, w_up), new_residual) of x, new_residual = add_rmsnorm_partials_ref(...)."""
     x, new_res = add_rmsnorm_partials_ref(partials, residual, norm_weight, eps)
     return swiglu_ref(x, w_gate, w_up), new_res
+
+
+def topk_logprobs_ref(logits: torch.Tensor, k: int, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Twin of ``kernels.topk_logprobs``: (values, ids) of the k largest log-softmax entries of `logits` * `scale`."""
+    top = torch.topk(torch.log_softmax(logits.float() * scale, dim=-1), k, dim=-1)
+    return top.values, top.indices

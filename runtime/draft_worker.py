@@ -36,7 +36,7 @@ class DraftWorker:
 
     def __init__(self, model: Transformer, attn: AttentionBackend, *, w: int, topk: int, max_tree_nodes: int,
                  max_seq_len: int, temperature: float, cuda_graphs: bool = False, staging: str = "pageable",
-                 graph_events: bool = False) -> None:
+                 graph_events: bool = False, fused_head: bool = False) -> None:
         """Allocate the cache: `max_seq_len` prefix slots plus the `max_tree_nodes` tree region.
 
         `cuda_graphs`: capture the expansion step (w rows over the whole tree region, log-softmax and top-k
@@ -47,11 +47,12 @@ class DraftWorker:
         DraftTree.reroot, which leaves at most the path's last node without KV) runs eagerly. Both graphs
         start with the owed re-root compaction (at most `max_tree_nodes` slots: `runtime.graphs` keep_rows).
         `graph_events` (`trace.graph_events`, CUDA graphs only): CUDA events around every replayed expansion's
-        input copies + replay (`last_device_split`).
+        input copies + replay (`last_device_split`). `fused_head` (`kernels.draft_head`): the top-k children from
+        `kernels.topk_logprobs` instead of torch's log_softmax + topk (eager and captured alike).
         """
         self.model, self.attn = model, attn
         self.w, self.topk, self.max_len = w, topk, max_tree_nodes
-        self.temperature = temperature
+        self.temperature, self.fused_head = temperature, fused_head
         self.device = model.norm.weight.device
         layers, heads, head_dim = model.cache_spec()
         # Preallocated once for all requests (static shapes).
@@ -141,6 +142,11 @@ class DraftWorker:
 
     def _top_children(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """[w, vocab] logits -> the top-k children's (log-probs, token ids) [w, k], on the device."""
+        if self.fused_head:
+            from kernels.topk_logprobs import topk_logprobs
+
+            scale = 1.0 / self.temperature if self.temperature > 0 else 1.0
+            return topk_logprobs(logits.float(), min(self.topk, logits.shape[-1]), scale)
         if self.temperature > 0:
             logits = logits / self.temperature
         top = torch.topk(torch.log_softmax(logits.float(), dim=-1), min(self.topk, logits.shape[-1]), dim=-1)

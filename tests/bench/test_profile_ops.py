@@ -57,7 +57,7 @@ def test_graph_steps_run_the_kernels_graphs_config():
     from conf.schema import KernelsConfig
 
     data = yaml.safe_load(Path("conf/kernels/graphs.yaml").read_text())
-    assert graphs_kernels() == {"skinny": data["skinny"], "pdl": data["pdl"]}
+    assert graphs_kernels() == {"skinny": data["skinny"], "pdl": data["pdl"], "draft_head": data["draft_head"]}
     assert set(graphs_kernels()) <= {f for f in KernelsConfig.__dataclass_fields__}
 
 

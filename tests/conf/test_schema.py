@@ -72,6 +72,8 @@ def test_config_is_immutable_after_validation():
         (["kernels=reference", "kernels.pdl=true"], r"kernels\.pdl: needs kernels\.backend=triton, got 'reference'"),
         (["kernels=reference", "kernels.rope_attention=true"],
          r"kernels\.rope_attention: needs kernels\.backend=triton, got 'reference'"),
+        (["kernels=reference", "kernels.draft_head=true"],
+         r"kernels\.draft_head: needs kernels\.backend=triton, got 'reference'"),
         (["kernels.input_staging=mapped"], r"kernels\.input_staging: 'mapped' is not one of pageable, pinned"),
         (["parallel.host_threads=-1"], r"parallel\.host_threads: expected an integer >= 0 \(0 = auto\), got -1"),
         (["model.draft.preset=qwen2-0.5b"], r"model\.draft\.preset: draft vocabulary \(151646 tokens\) differs"),

@@ -158,25 +158,28 @@ def test_pinned_input_staging_replays_like_pageable():
         StepGraph(model, caches["pinned"], attn, 8, 8, staging="mapped")
 
 
-def _cuda_draft(graphs: bool):
-    """The tiny fp32 draft on CUDA (w 4, top-k 3, 32 tree slots), eager or with its two expansion graphs."""
+def _cuda_draft(graphs: bool, fused_head: bool = False):
+    """The tiny fp32 draft on CUDA (w 4, top-k 3, 32 tree slots), eager or with its two expansion graphs;
+    `fused_head`: kernels.draft_head."""
     from runtime.draft_worker import DraftWorker
 
     model = build_model(MODEL_PRESETS["tiny-llama-draft"], "float32", "cuda", seed=2).use_fused_kernels()
     return DraftWorker(model, make_attention_backend("triton"), w=4, topk=3, max_tree_nodes=32, max_seq_len=128,
-                       temperature=0.0, cuda_graphs=graphs)
+                       temperature=0.0, cuda_graphs=graphs, fused_head=fused_head)
 
 
+@pytest.mark.parametrize("fused_head", [False, True], ids=["torch_head", "fused_head"])
 @torch.no_grad()
-def test_draft_pending_expansion_graph_matches_eager():
+def test_draft_pending_expansion_graph_matches_eager(fused_head):
     """After a miss on a never-expanded leaf, the expansion carrying the pending token replays the w + 1-row
-    graph: same tree (tokens, parents) and the same cache, up to fp32 rounding, as the eager worker."""
+    graph: same tree (tokens, parents) and the same cache, up to fp32 rounding, as the eager worker (torch's
+    head; with `fused_head` the graphs run kernels.topk_logprobs)."""
 
     shape = MODEL_PRESETS["tiny-llama-draft"]
     prompt = torch.randint(0, shape.vocab_size, (30,), generator=torch.Generator().manual_seed(5)).tolist()
     runs = []
     for graphs in (False, True):
-        worker = _cuda_draft(graphs)
+        worker = _cuda_draft(graphs, fused_head=graphs and fused_head)
         replays: list[int] = []
         if graphs:  # count the pending graph's replays: an eager fallback must not pass this test
             def counted(_launch=worker.pending_graph.launch, _calls=replays):
@@ -409,3 +412,25 @@ def test_graph_events_time_the_draft_expansion():
     assert 0 < split["copies_s"] + split["replay_s"] <= wall
     assert 0 <= split["planned_s"] <= split["copied_s"] <= split["launched_s"] < wall
 
+
+@pytest.mark.parametrize("rows", [1, 8, 17])
+def test_topk_logprobs_on_the_draft_vocabulary(rows):
+    """kernels.topk_logprobs at Llama-3.2-1B's vocabulary on the GPU, eager and captured in a CUDA graph: the ids of
+    torch's topk(log_softmax) and its values to fp32 rounding."""
+    from kernels import topk_logprobs
+    from kernels.reference import topk_logprobs_ref
+
+    x = torch.randn(rows, 128256, device="cuda", generator=torch.Generator("cuda").manual_seed(rows)) * 3
+    ref_values, ref_ids = topk_logprobs_ref(x, 8)
+    values, ids = topk_logprobs(x, 8)
+    assert torch.equal(ids, ref_ids)
+    torch.testing.assert_close(values, ref_values, rtol=0, atol=5e-6)
+    topk_logprobs(x, 8)  # compiled before the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        g_values, g_ids = topk_logprobs(x, 8)
+    x.copy_(torch.randn(rows, 128256, device="cuda", generator=torch.Generator("cuda").manual_seed(99)) * 3)
+    graph.replay()
+    ref_values, ref_ids = topk_logprobs_ref(x, 8)
+    assert torch.equal(g_ids, ref_ids)
+    torch.testing.assert_close(g_values, ref_values, rtol=0, atol=5e-6)

@@ -388,3 +388,27 @@ def test_keep_slots_takes_only_forward_compaction():
     for bad in ((2, 1), (0, 3, 3), (-1, 2)):
         with pytest.raises(ValueError, match="ascending"):
             keep_slots(cache, 4, bad)
+
+
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "graphs"])
+@torch.no_grad()
+def test_fused_head_grows_the_same_tree(graphs):
+    """`kernels.draft_head` (`DraftWorker(fused_head=True)`: kernels.topk_logprobs, the Triton interpreter here)
+    grows the tree the torch head grows, through a pending expansion (its head drops the pending row), with the
+    same log-probs to float32 rounding."""
+    runs = []
+    for fused in (False, True):
+        with mock.patch("runtime.draft_worker.StepGraph", CpuStepGraph):
+            worker = DraftWorker(_model("tiny-llama-draft", 2), ATTN, w=4, topk=3, max_tree_nodes=MAX_LEN,
+                                 max_seq_len=CAPACITY - MAX_LEN, temperature=0.0, cuda_graphs=graphs,
+                                 fused_head=fused)
+        worker.start(PROMPT)
+        assert worker.expand() and worker.expand()
+        _, path = path_to_unexpanded_leaf(worker, worker.propose(0, 0, bs=len(worker.tree)))
+        assert worker.advance(tuple(path), 5).pending  # a miss on a never-expanded leaf
+        assert worker.expand() and worker.expand()  # the pending one, then a plain one
+        runs.append(worker.tree)
+    torch_head, fused_head = runs
+    assert [(n.token, n.parent, n.slot) for n in fused_head.nodes] == [(n.token, n.parent, n.slot)
+                                                                        for n in torch_head.nodes]
+    assert fused_head.weights == pytest.approx(torch_head.weights, abs=1e-5)
