@@ -30,7 +30,11 @@ tok = {}
 for v, body in zip(parts[1::2], parts[2::2]):
     for m in re.finditer(r"\[validate\] (\S+): \d+ tokens, ([\d.]+) tok/s", body):
         tok.setdefault(m.group(1), {})[v] = float(m.group(2))
+import torch
 rec = {"benchmark": "override_ab", "git_sha": os.environ.get("SWIFTSPEC_GIT_SHA", ""), "date": datetime.date.today().isoformat(),
+       "device": f"{torch.cuda.device_count()} x {torch.cuda.get_device_name()}",
+       "config": {"order": "a_1 b_1 a_2 b_2", "budget_s": float(os.environ.get("AB_BUDGET_S", 35)),
+                  "runs": "bench/validate.py run --no-tp2 (validation configurations)"},
        "override_a": a, "override_b": b, "tokens_per_s": tok}
 json.dump(rec, open(f"{out}/ab.json", "w"), indent=1)
 print(f"| run | a_1 | b_1 | a_2 | b_2 | b / a |\n|---|---|---|---|---|---|")
