@@ -82,6 +82,10 @@ LIMITS = """\
   at 1bed0ab, whose draft tree keeps its nodes in parallel lists instead of one object each. The host's speed
   itself varies between machines: the same w 16 expansions measured 1.70 ms in one call and 1.47-1.53 ms in
   another.
+- The operator traces (053c53d) timed the draft's expansion steps with torch's log-softmax + top-k head. Since
+  828a14d `kernels=graphs` runs `kernels.topk_logprobs` instead (`kernels.draft_head`), 70-85 us faster per
+  expansion on the H200 (bench/bench_draft_head.py): the validation runs here predate it, and until the next
+  calibration the profile over-predicts each expansion of the current runtime by about that much.
 - Since git 23cfdda a one-GPU target runs its projections through the skinny GEMMs with PDL launches
   (`kernels=graphs`). Since 68741c4 the operator profile times each GEMM with the kernel the runtime runs for
   that matrix, TP degree and row count (bench/runtime_kernels.py) and whole steps with the `kernels=graphs`
