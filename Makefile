@@ -10,6 +10,12 @@ EXAMPLES ?= examples/runs
 FIGDIR ?= docs/figures
 MEASURED ?=
 ARGS ?=
+# Fig. 9 (what a miss costs): measured runs of git 1bed0ab and their re-simulation (serial_bs8_w8_dauto is a fit run
+# of the profile: measured only)
+FIG09_RUNS ?= bench/results/runtime_runs_2026-11-30_1bed0ab
+FIG09_SIM ?= bench/results/validation_sim_2026-11-30_1bed0ab
+FIG09_CONFIGS ?= serial_bs8_w8_dauto async_bs4_w4_dauto async_bs8_w8_dauto autoconfig_bs8_w16_d3
+FIG09_OUT ?= $(FIGDIR)/fig09_miss_cost_h200
 
 .PHONY: figures examples simulate test
 
@@ -25,6 +31,9 @@ figures:
 	    --out $(FIGDIR)/fig08_step_breakdown
 	$(PY) analysis/fig08_step_breakdown.py bench/results/step_variants_experiments_053c53d.json \
 	    --case llama3-8b:8 --case llama3-8b:1 --top 9 --out $(FIGDIR)/fig08_experiments
+	$(PY) analysis/fig09_miss_cost.py $(foreach c,$(FIG09_CONFIGS),$(FIG09_RUNS)/$(c) $(FIG09_RUNS)/$(c)__r1) \
+	    $(foreach c,$(filter-out serial%,$(FIG09_CONFIGS)),$(FIG09_SIM)/$(c) $(FIG09_SIM)/$(c)__r1) \
+	    --out $(FIG09_OUT)
 
 examples:
 	PY=$(PY) bash analysis/make_examples.sh $(EXAMPLES)

@@ -25,6 +25,9 @@ CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.json"
 ITERATIONS_FILE = "iterations.csv"
 
+TEXT_COLUMNS = ("ranks",)
+"""iterations.csv columns that are not numbers: `ranks`, dot-joined draft ranks ("3.-1"; "1.1" is two ranks, not
+1.1; runtime/metrics.py)."""
 PARITY_KEYS = ("mode", "model", "target_gpus", "draft_gpus", "bs", "w", "d")
 """Metrics that identify one configuration when pairing simulated and measured runs."""
 CONFIGURED_KEYS = {"bs": "spec.bs", "w": "spec.w", "d": "spec.d"}
@@ -104,8 +107,8 @@ class Run:
         """Whether the run wrote trace records."""
         return (self.path / TRACE_FILE).is_file()
 
-    def iterations(self) -> list[dict[str, float]]:
-        """Rows of iterations.csv with numeric values (empty cells become NaN)."""
+    def iterations(self) -> list[dict[str, Any]]:
+        """Rows of iterations.csv with numeric values (empty cells become NaN); TEXT_COLUMNS stay strings."""
         p = self.path / ITERATIONS_FILE
         if not p.is_file():
             raise RunDirError(f"{self.path}: {ITERATIONS_FILE} is missing")
@@ -114,7 +117,8 @@ class Run:
         out = []
         for i, row in enumerate(rows, start=2):  # line 1 is the header
             try:
-                out.append({k: float(v) if v not in ("", None) else math.nan for k, v in row.items()})
+                out.append({k: (v or "") if k in TEXT_COLUMNS else float(v) if v not in ("", None) else math.nan
+                            for k, v in row.items()})
             except ValueError as e:
                 raise RunDirError(f"{p}:{i}: non-numeric value ({e})") from e
         return out

@@ -1,0 +1,162 @@
+"""Figure 9: what a miss costs: the target's idle time before a verify, by the previous re-root's outcome.
+
+Input: run dirs of tree modes (async_tree, serial_tree, chain) with iterations.csv (`request`, `target_idle_s`,
+`hit`: the runtime and the simulator write the same columns). A hit keeps the subtree the draft grew during the
+verify; a miss starts a new tree at the bonus token, whose first expansion (the refill) runs before the next
+proposal can leave: the target waits for it. Per run, over the iterations after the first `skip` of each request,
+each iteration is classed by the previous iteration's `hit` (same request): the median idle after a hit and after
+a miss, the miss share, and the mean idle per iteration split into the two (share x mean idle).
+
+Left: median idle after a hit and after a miss per configuration. Right: the mean idle per iteration, stacked by
+the previous outcome (the part a faster refill or a higher hit rate can remove). Measured (`source` runtime) and
+simulated (`source` sim) runs of one configuration pair by `Run.parity_key` and stand side by side (hatched:
+simulated); repeats are averaged.
+
+Usage: python analysis/fig09_miss_cost.py RUN_DIR_OR_GLOB... [--skip 10] --out docs/figures/fig09_miss_cost
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from analysis import cli, style
+from analysis.figdata import FigureData, Panel
+from analysis.runs import Run, RunDirError, mean_by, require
+
+TREE_MODES = ("async_tree", "serial_tree", "chain")
+SKIP = 10
+"""Iterations left out at the start of each request (the first tree, the depth tuner's trials)."""
+LABEL_KEYS = ("mode", "bs", "w", "d")
+
+
+def idle_by_outcome(run: Run, skip: int = SKIP) -> dict[str, float]:
+    """{"hit_idle_s", "miss_idle_s" (medians; NaN without such iterations), "miss_share", "mean_idle_s",
+    "mean_idle_hit_s", "mean_idle_miss_s" (the mean idle per iteration and its parts), "iterations"}."""
+    rows = run.iterations()
+    for col in ("request", "target_idle_s", "hit"):
+        if rows and col not in rows[0]:
+            raise RunDirError(f"{run.path}: iterations.csv has no column {col!r} (columns: {sorted(rows[0])})")
+    after: dict[bool, list[float]] = {True: [], False: []}
+    seen: dict[float, int] = {}
+    prev: dict[float, float] = {}
+    for row in rows:
+        req = row["request"]
+        k = seen.get(req, 0)
+        seen[req] = k + 1
+        if k >= skip and req in prev and not math.isnan(prev[req]) and not math.isnan(row["target_idle_s"]):
+            after[prev[req] >= 0.5].append(row["target_idle_s"])
+        prev[req] = row["hit"]
+    n = len(after[True]) + len(after[False])
+    if n == 0:
+        raise RunDirError(f"{run.path}: iterations.csv has no iteration after the first {skip} of a request "
+                          f"with a recorded previous re-root (hit); lower --skip or pass a longer run")
+    share = len(after[False]) / n
+
+    def med(xs: list[float]) -> float:
+        return statistics.median(xs) if xs else math.nan
+
+    mean_hit = sum(after[True]) / n
+    mean_miss = sum(after[False]) / n
+    return {"hit_idle_s": med(after[True]), "miss_idle_s": med(after[False]), "miss_share": share,
+            "mean_idle_s": mean_hit + mean_miss, "mean_idle_hit_s": mean_hit, "mean_idle_miss_s": mean_miss,
+            "iterations": float(n)}
+
+
+def _label(run: Run) -> str:
+    m = run.metrics
+    parts = [style.mode_label(str(m["mode"]))]
+    if m["mode"] == "chain":
+        parts.append(f"gamma {run.setting('spec.gamma') if run.has_setting('spec.gamma') else m.get('bs')}")
+    else:
+        d = run.setting("spec.d") if run.has_setting("spec.d") else m.get("d")
+        parts.append(f"bs {run.parity_key(('bs',))[0]} w {run.parity_key(('w',))[0]} d {d}")
+    return ", ".join(parts)
+
+
+@style.styled
+def make_figure(runs: Sequence[Run], skip: int = SKIP) -> tuple[Figure, FigureData]:
+    """Idle after hits and misses, per configuration and source."""
+    if not runs:
+        raise RunDirError("fig09: no runs given")
+    if skip < 0:
+        raise RunDirError(f"fig09: --skip must be >= 0, got {skip}")
+    require(runs, ("source", "mode", *LABEL_KEYS))
+    tree = [r for r in runs if r.metric("mode") in TREE_MODES]
+    if not tree:
+        raise RunDirError(f"fig09: none of the {len(runs)} runs is a tree mode ({', '.join(TREE_MODES)}); "
+                          f"e.g. {runs[0].path} is {runs[0].metric('mode')}")
+    stats = {r.path: idle_by_outcome(r, skip) for r in tree}
+    groups: dict[tuple[str, str], list[Run]] = {}
+    for r in sorted(tree, key=lambda r: (style.mode_sort_key(str(r.metric("mode"))), str(r.path))):
+        groups.setdefault((_label(r), str(r.metric("source"))), []).append(r)
+    labels = list(dict.fromkeys(label for label, _ in groups))
+    sources = [s for s in ("runtime", "sim") if any(src == s for _, src in groups)]
+    median_panel = Panel(xlabel="configuration", ylabel="idle before a verify (ms, median)",
+                         title="idle after a hit / after a miss")
+    mean_panel = Panel(xlabel="configuration", ylabel="mean idle per iteration (ms)",
+                       title="where the idle comes from (label: miss share)")
+    for (label, source), rs in groups.items():
+        avg: dict[str, Any] = {}
+        for key in ("hit_idle_s", "miss_idle_s", "miss_share", "mean_idle_hit_s", "mean_idle_miss_s"):
+            avg[key] = mean_by(rs, lambda r: 0, lambda r, k=key: stats[r.path][k])[0][0]
+        src = style.source_label(source)
+        runs_col = [str(r.path) for r in rs]
+        median_panel.series_for(f"after a hit ({src})").add(label, avg["hit_idle_s"] * 1e3, run=runs_col)
+        median_panel.series_for(f"after a miss ({src})").add(label, avg["miss_idle_s"] * 1e3, run=runs_col,
+                                                             miss_share=avg["miss_share"])
+        mean_panel.series_for(f"after a hit ({src})").add(label, avg["mean_idle_hit_s"] * 1e3, run=runs_col)
+        mean_panel.series_for(f"after a miss ({src})").add(label, avg["mean_idle_miss_s"] * 1e3, run=runs_col,
+                                                           miss_share=avg["miss_share"])
+    if skip:
+        median_panel.notes.append(f"first {skip} iterations per request left out")
+    data = FigureData(title="What a miss costs: the target's idle before a verify",
+                      panels={"median": median_panel, "mean": mean_panel})
+
+    fig, axes = style.new_figure(1, 2, panel_height_in=3.0)
+    colours = {"hit": "#4C72B0", "miss": "#DD8452"}
+    width = 0.8 / (2 * len(sources))
+    for si, source in enumerate(sources):
+        src = style.source_label(source)
+        hatch = "//" if source == "sim" else None
+        for oi, outcome in enumerate(("hit", "miss")):
+            s = median_panel.series.get(f"after a {outcome} ({src})")
+            if s is None:
+                continue
+            xs = [labels.index(x) - 0.4 + width * (2 * si + oi + 0.5) for x in s.x]
+            axes[0].bar(xs, s.y, width=width * 0.95, color=colours[outcome], hatch=hatch, edgecolor="white",
+                        label=f"after a {outcome} ({src})")
+        hit_s = mean_panel.series.get(f"after a hit ({src})")
+        miss_s = mean_panel.series.get(f"after a miss ({src})")
+        if hit_s is None or miss_s is None:
+            continue
+        xs = [labels.index(x) - 0.4 + 2 * width * (si + 0.5) for x in hit_s.x]
+        axes[1].bar(xs, hit_s.y, width=2 * width * 0.9, color=colours["hit"], hatch=hatch, edgecolor="white",
+                    label=f"after a hit ({src})")
+        bars = axes[1].bar(xs, miss_s.y, bottom=hit_s.y, width=2 * width * 0.9, color=colours["miss"],
+                           hatch=hatch, edgecolor="white", label=f"after a miss ({src})")
+        axes[1].bar_label(bars, labels=[f"{100 * m:.0f}%" for m in miss_s.extra["miss_share"]], fontsize=6,
+                          padding=1)
+    tilt = len(labels) > 2
+    for ax, p in zip(axes, (median_panel, mean_panel)):
+        ax.set_xticks(range(len(labels)), labels, rotation=20 if tilt else 0, ha="right" if tilt else "center")
+        ax.set_xlim(-0.6, len(labels) - 0.4)
+        ax.set_xlabel(p.xlabel + (f" ({median_panel.notes[0]})" if median_panel.notes else ""))
+        ax.set_ylabel(p.ylabel)
+        ax.set_title(p.title)
+        ax.margins(y=0.12)  # room for the miss-share labels
+    handles, names = axes[0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="outside lower center", ncol=len(names), fontsize=7, frameon=False)
+    fig.suptitle(data.title)
+    return fig, data
+
+
+if __name__ == "__main__":
+    p = cli.parser(__doc__, "docs/figures/fig09_miss_cost")
+    p.add_argument("--skip", type=int, default=SKIP, help=f"iterations left out per request (default {SKIP})")
+    a = p.parse_args()
+    raise SystemExit(cli.main(make_figure, a, {"skip": a.skip}))
