@@ -9,12 +9,14 @@ that `profile_ops.section_comm` turns into trace records:
 | op.allreduce | all-reduce of AR_BYTES, eager (CUDA events over AR_ITERS back-to-back calls) and inside |
 |              | a CUDA graph of AR_GRAPH_CALLS calls (GPU only)                                         |
 | op.p2p       | raw torch.distributed send/recv ping-pong (one way = RTT / 2)                           |
-| op.message   | the runtime's LeaderChannel ping-pong with MSG_NODES-node messages                      |
+| op.message   | the runtime's LeaderChannel ping-pong with MSG_NODES-node messages; again over the Unix   |
+|              | socket (UnixLeaderChannel, transport UNIX_TRANSPORT) when the two ranks share a host      |
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import statistics
 import time
 from collections.abc import Callable
@@ -27,6 +29,8 @@ AR_BYTES = (16, 256, 1024, 8192, 65536, 262144, 1 << 20, 4 << 20, 16 << 20)
 AR_ITERS, AR_GRAPH_CALLS, AR_GRAPH_REPLAYS = 50, 10, 5
 P2P_BYTES = (16, 1024, 65536, 1 << 20)
 MSG_NODES = (4, 16, 64, 256, 1024)
+UNIX_TRANSPORT = "runtime.unix_channel.UnixLeaderChannel"
+"""`transport` of the Unix-socket message records (calibrate.py fits them as the `message_unix` operator)."""
 QUICK = {"ar_bytes": (16, 4096), "p2p_bytes": (16, 1024), "msg_nodes": (4, 16)}
 """--quick (CPU smoke test): a few small sizes."""
 
@@ -41,6 +45,7 @@ def comm_rank(ctx: Any, cfg: Any, rows_path: str = "", quick: bool = False) -> N
     import torch.distributed as dist
 
     from runtime.comm import LeaderChannel
+    from runtime.unix_channel import UnixLeaderChannel
 
     dev, cuda = ctx.device, ctx.device.type == "cuda"
     group = ctx.world_group
@@ -103,7 +108,7 @@ def comm_rank(ctx: Any, cfg: Any, rows_path: str = "", quick: bool = False) -> N
         out({"name": "op.p2p", "seconds": statistics.median(rtts) / 2, "bytes": a.numel() * 4,
              "transport": "torch.distributed send/recv", "rounds": len(rtts)})
 
-    for nodes in (QUICK["msg_nodes"] if quick else MSG_NODES):  # 3. the runtime's leader channel
+    for nodes in (QUICK["msg_nodes"] if quick else MSG_NODES):  # 3. the runtime's leader channel (dist)
         fence()
         ch = LeaderChannel(ctx, max_nodes=nodes, timeout_s=30.0)
         rtts = ch.ping_pong(num_rounds=30)
@@ -111,6 +116,18 @@ def comm_rank(ctx: Any, cfg: Any, rows_path: str = "", quick: bool = False) -> N
         if rtts:
             out({"name": "op.message", "seconds": statistics.median(rtts[5:]) / 2, "bytes": ch.wire_bytes,
                  "max_nodes": nodes, "transport": "runtime.comm.LeaderChannel", "rounds": len(rtts) - 5})
+
+    hosts: list[Any] = [None] * ctx.world_size  # 3b. the same over a Unix socket when the two ranks share a host
+    dist.all_gather_object(hosts, socket.gethostname(), group=group)
+    if len(set(hosts)) == 1:
+        for nodes in (QUICK["msg_nodes"] if quick else MSG_NODES):
+            fence()
+            ch = UnixLeaderChannel(ctx, max_nodes=nodes, timeout_s=30.0)
+            rtts = ch.ping_pong(num_rounds=30)
+            ch.close()
+            if rtts:
+                out({"name": "op.message", "seconds": statistics.median(rtts[5:]) / 2, "bytes": ch.wire_bytes,
+                     "max_nodes": nodes, "transport": UNIX_TRANSPORT, "rounds": len(rtts) - 5})
 
     if cuda:  # 4. all-reduce inside a CUDA graph (last: the riskiest part)
         for nbytes in ar_bytes:

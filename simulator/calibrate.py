@@ -11,7 +11,8 @@ Records used (others, e.g. the runtime's `step.*` spans, are counted and ignored
 | op.gemm            | gemm          | weight_bytes, flops                                                      |
 | op.attention       | attention     | kv_bytes, tokens (record), kv_len                                        |
 | op.allreduce       | allreduce     | bytes (per rank); fitted per TP degree too (`by_tp`); `mode` eager|graph |
-| op.message         | message       | bytes on the wire (the runtime's leader channel, one way)                |
+| op.message         | message       | bytes on the wire (the runtime's leader channel, one way); with an       |
+|                    | message_unix  | `extra.transport` naming the Unix socket channel: message_unix           |
 | op.step_overhead   | step_overhead | kind verify|expand|forward: a whole runtime step of model `preset` (see   |
 |                    |               | below); kind launch|graph_replay: diagnostics only                        |
 | op.compaction      | (report only) | bytes: the profile format has no compaction operator yet                 |
@@ -67,6 +68,7 @@ REQUIRED_EXTRA = {
     "attention": ("kv_bytes", "kv_len"),
     "allreduce": ("bytes",),
     "message": ("bytes",),
+    "message_unix": ("bytes",),
     "step_overhead": ("kind",),
     "step": ("preset", "kv_len", "backend"),
     "op.compaction": ("bytes",),
@@ -145,12 +147,14 @@ def _sample(rec: TraceRecord, extra: dict[str, Any], where: str) -> tuple[str, S
     op = RECORD_OPERATORS.get(name)
     if op is None:
         return None
+    if op == "message" and "unix" in str(extra.get("transport", "")).lower():
+        op = "message_unix"  # bench/profile_comm.py: the same ping-pong over the Unix socket
     _require(extra, REQUIRED_EXTRA[op], name, where)
     if op == "gemm":
         feats = FEATURES[op](_number(extra, "weight_bytes", where), _number(extra, "flops", where))
     elif op == "attention":
         feats = FEATURES[op](_number(extra, "kv_bytes", where), rec.tokens, int(_number(extra, "kv_len", where)))
-    elif op in ("allreduce", "message"):
+    elif op in ("allreduce", "message", "message_unix"):
         feats = FEATURES[op](_number(extra, "bytes", where))
     else:  # step_overhead
         kind = str(extra["kind"])
@@ -391,7 +395,7 @@ def calibrate(ts: TraceSet, opts: CalibrationOptions, software: dict[str, Any] |
             report["operators"][op]["by_tp"] = {str(tp): {"coefficients": dict(zip(names, r.coefficients)),
                                                           **r.fit_error()} for tp, r in sorted(by_tp.items())}
 
-    for op in ("gemm", "attention", "message"):
+    for op in ("gemm", "attention", "message", "message_unix"):
         rows = ts.samples.get(op, [])
         if len(rows) < opts.min_samples:
             report["skipped"][op] = f"{len(rows)} samples (< {opts.min_samples}): analytic prior kept"

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from conf.presets import GpuSpec, LinkSpec, ModelShape
+from conf.presets import LINK_PRESETS, GpuSpec, LinkSpec, ModelShape
 from simulator.interconnect import allreduce_time_s, message_time_s
 from simulator.profile import (
     Profile,
@@ -142,7 +142,7 @@ class Operators:
                 fits.pop("allreduce", None)  # eager NCCL latency (~45 us) vs ~10 us inside a graph: not one fit
         self.fits = fits
         self.sources = {op: ("profile" if op in fits else "analytic")
-                        for op in ("gemm", "attention", "allreduce", "message", "step_overhead")}
+                        for op in ("gemm", "attention", "allreduce", "message", "message_unix", "step_overhead")}
 
     def gemm_s(self, weight_bytes: float, flops: float, tp: int) -> float:
         """One GEMM call (one weight matrix on one rank)."""
@@ -168,8 +168,17 @@ class Operators:
             return fit.predict(allreduce_features(nbytes), tp)
         return allreduce_time_s(self.intra, self.allreduce_alg, tp, nbytes)
 
-    def message_s(self, nbytes: float, receiver_gpus: int) -> float:
-        """One cross-group message of `nbytes` delivered to a group of `receiver_gpus`."""
+    def message_s(self, nbytes: float, receiver_gpus: int, transport: str = "dist") -> float:
+        """One cross-group message of `nbytes` delivered to a group of `receiver_gpus`. `transport`: dist (the
+        torch.distributed leader channel over the cross-group link) or unix (the Unix-socket leader channel of two
+        leaders on one host: the profile's `message_unix`, else the measured `unix-socket` link preset)."""
+        if transport == "unix":
+            fit = self.fits.get("message_unix")
+            if fit is not None:
+                return fit.predict(message_features(nbytes))
+            return message_time_s(LINK_PRESETS["unix-socket"], self.intra, receiver_gpus, nbytes, 0.0)
+        if transport != "dist":
+            raise ValueError(f"message transport: {transport!r} is not one of dist, unix")
         fit = self.fits.get("message")
         if fit is not None:
             return fit.predict(message_features(nbytes))

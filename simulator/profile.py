@@ -31,6 +31,8 @@ non-decreasing in every feature; `predict` = dot(coefficients, features), linear
 | attention     | one layer's attention on one rank             | a + b * kv_bytes + c * tokens * kv_len |
 | allreduce     | one all-reduce of `bytes` per rank            | a + b * bytes                          |
 | message       | one draft <-> target message (incl. host)     | a + b * bytes                          |
+| message_unix  | the same over the Unix socket (leaders on one | a + b * bytes                          |
+|               | host: `parallel.leader_channel` unix / auto)  |                                        |
 | step_overhead | per forward step, beyond the operators above  | a + b * num_kernels                    |
 
 `by_tp` (optional on any operator) holds coefficients per TP degree; a degree without an entry uses the
@@ -63,6 +65,7 @@ OPERATOR_FORMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "attention": (("a", "b", "c"), ("1", "kv_bytes", "tokens*kv_len")),
     "allreduce": (("a", "b"), ("1", "bytes")),
     "message": (("a", "b"), ("1", "bytes")),
+    "message_unix": (("a", "b"), ("1", "bytes")),
     "step_overhead": (("a", "b"), ("1", "num_kernels")),
 }
 
@@ -124,7 +127,7 @@ def step_overhead_features(num_kernels: int) -> tuple[float, ...]:
 
 
 FEATURES = {"gemm": gemm_features, "attention": attention_features, "allreduce": allreduce_features,
-            "message": message_features, "step_overhead": step_overhead_features}
+            "message": message_features, "message_unix": message_features, "step_overhead": step_overhead_features}
 """Feature function per operator: calibrate builds its design matrix from these."""
 
 

@@ -19,7 +19,10 @@ simulator/profile.py RUNTIME_COSTS:
       (+ _per_row_s)  for older runs without `rows`: a + b * w through the fit runs' medians (one distinct w:
                       b = 0)
     verify_message_s  target `comm.send` median + receive host cost
-    draft_round_s     draft `step.reroot` + `step.select` + `comm.send` medians + receive host cost
+    draft_round_s     the draft leader's round, from taking a verified path to having sent the next proposal,
+                      less the forwards in it (re-root, select, send and the loop's host work between those
+                      spans: oracle and tuner bookkeeping), median + receive host cost; without such rounds,
+                      `step.reroot` + `step.select` + `comm.send` medians + receive host cost
 
 `forward_s` is the simulator's own step model built from the operator profile alone, so each residual is
 exactly what the simulator misses. A receive span also contains waiting for the peer; the receive host cost
@@ -113,7 +116,28 @@ def run_components(run_dir: str | Path, profile: Profile) -> dict[str, Any]:
             out[f"{group}_recv_p{RECV_PERCENTILE}_s"] = float(np.percentile(recv, RECV_PERCENTILE)) if recv else None
         out["reroot_s"] = median_or_none([r.duration_s for r in spans.get(("draft", "step.reroot"), [])])
         out["select_s"] = median_or_none([r.duration_s for r in spans.get(("draft", "step.select"), [])])
+        out["draft_round_gap_s"] = _round_gaps(spans)
     return out
+
+
+def _round_gaps(spans: dict[tuple[str, str], list[TraceRecord]]) -> float | None:
+    """Median over rounds of the draft leader's time from taking a verified path (its `comm.recv` ends) to having
+    sent the next proposal (its `comm.send` ends), less the draft forwards in between (a refill's, a serial mode's):
+    the re-root, the selection, the send and the loop's host work between spans (oracle and tuner bookkeeping)."""
+    recvs = sorted(spans.get(("draft", "comm.recv"), []), key=lambda r: r.start_s)
+    sends = sorted(spans.get(("draft", "comm.send"), []), key=lambda r: r.start_s)
+    expands = sorted(spans.get(("draft", "step.expand"), []), key=lambda r: r.start_s)
+    gaps, j = [], 0
+    for recv in recvs:
+        t0 = recv.start_s + recv.duration_s
+        while j < len(sends) and sends[j].start_s < t0:
+            j += 1
+        if j == len(sends):
+            break
+        t1 = sends[j].start_s + sends[j].duration_s
+        forwards = sum(e.duration_s for e in expands if e.start_s >= t0 and e.start_s + e.duration_s <= t1)
+        gaps.append(t1 - t0 - forwards)
+    return median_or_none(gaps)
 
 
 def _pooled(rows: Sequence[dict[str, Any]], key: str) -> float | None:
@@ -163,7 +187,10 @@ def fit_runtime_costs(run_dirs: Sequence[str | Path], profile: Profile) -> tuple
     reroot, select = _pooled(rows, "reroot_s"), _pooled(rows, "select_s")
     if t_send is not None and recv is not None:
         raw["verify_message_s"] = t_send + recv
-    if None not in (reroot, select, d_send, recv):
+    gap = _pooled(rows, "draft_round_gap_s")
+    if gap is not None and recv is not None:  # the round measured whole (spans and the host work between them)
+        raw["draft_round_s"] = gap + recv
+    elif None not in (reroot, select, d_send, recv):
         raw["draft_round_s"] = reroot + select + d_send + recv
     costs = {k: max(SIGNED_RUNTIME_COSTS.get(k, 0.0), v) for k, v in raw.items() if v is not None}
     assert set(costs) <= set(RUNTIME_COSTS)

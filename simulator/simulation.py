@@ -45,7 +45,7 @@ from conf.schema import ExperimentConfig
 from simulator.acceptance import load_acceptance, resolve_path
 from simulator.checks import chained_autoregressive, check_config, draft_tp, uses_draft
 from simulator.cost_model import GroupCost, Operators
-from simulator.interconnect import message_bytes
+from simulator.interconnect import message_bytes, node_of_rank
 from simulator.processes import (
     carry_messages,
     decode_autoregressive,
@@ -105,6 +105,17 @@ DRAFT_HOST_KEYS = ("expand_extra_s", "expand_extra_per_row_s", "expand_extra_per
 """The profile's fitted draft host costs (`runtime` block) that `sim.draft_host_scale` scales."""
 
 
+def leader_transport(config: ExperimentConfig) -> str:
+    """How the two group leaders exchange proposals and verified paths, as the runtime resolves
+    `parallel.leader_channel` (runtime/unix_channel.py `make_channel`): unix or dist as set; auto: unix when
+    both leaders (world ranks 0 and target_gpus) sit on one node of `hardware.gpus_per_node` GPUs, else dist."""
+    kind, par = config.parallel.leader_channel, config.parallel
+    if kind != "auto":
+        return kind
+    gpn = config.hardware.gpus_per_node
+    return "unix" if node_of_rank(0, gpn) == node_of_rank(par.target_gpus, gpn) else "dist"
+
+
 def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Costs:
     """The cost model the config describes: analytic prior, with a fitted profile where one is configured.
 
@@ -146,6 +157,7 @@ def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Cos
                        par.target_gpus, fused, extra_s=step_extra, broadcast_s=verdict_s)
     draft = None
     proposal_s = verified_s = 0.0
+    transport = "dist"
     if uses_draft(config):
         assert config.model.draft is not None
         draft = GroupCost(ops, model_preset(config.model.draft.preset), config.model.draft.weight_bits,
@@ -153,15 +165,19 @@ def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Cos
                           extra_per_token_s=host.get("expand_extra_per_row_s", 0.0),
                           extra_per_real_row_s=host.get("expand_extra_per_real_row_s", 0.0))
         if par.draft_gpus > 0:
-            proposal_s = ops.message_s(nbytes, par.target_gpus)
-            verified_s = ops.message_s(nbytes, par.draft_gpus)
+            transport = leader_transport(config)
+            proposal_s = ops.message_s(nbytes, par.target_gpus, transport)
+            verified_s = ops.message_s(nbytes, par.draft_gpus, transport)
     tree_op_s, verify_host_s = config.sim.tree_op_s, 0.0
     if draft is not None and par.draft_gpus > 0:
         tree_op_s = host.get("draft_round_s", tree_op_s)
         verify_host_s = host.get("verify_message_s", 0.0)
     source = "analytic"
     if profile is not None:
-        prior = [op for op, src in ops.sources.items() if src == "analytic"]
+        # the leader messages go one way: the other transport's operator is not used (a TP > 1 target's verdict
+        # broadcast is a dist message)
+        unused = {"message_unix"} if transport == "dist" else {"message"} if par.target_gpus == 1 else set()
+        prior = [op for op, src in ops.sources.items() if src == "analytic" and op not in unused]
         source = (f"profile:{config.sim.profile or profile.path}" + (" + runtime" if host else "")
                   + (f" (analytic: {', '.join(prior)})" if prior else ""))
     return Costs(target, draft, proposal_s, verified_s, tree_op_s, source, verify_host_s,

@@ -3,6 +3,7 @@ loader, applied by build_costs, left out of validation; and the serial draft's r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -61,6 +62,33 @@ def test_fit_recovers_known_host_costs(tmp_path):
     assert report["recv_host_s"] == pytest.approx(5.0e-5) and report["runs"] == [str(run_dir)]
     assert fitted["keep_s"] == pytest.approx((25 * 2.0e-4 + 75 * 1.0e-5) / 100, rel=1e-6)  # a mean: no-ops count
     assert fitted["compact_s"] == pytest.approx(1.5e-4, rel=1e-6)
+
+
+def test_draft_round_is_measured_whole_when_spans_lie_on_a_timeline(tmp_path):
+    """With real start times, draft_round_s is the draft leader's time from taking a verified path to having sent
+    the next proposal, less the forwards in between (a refill here), plus the receive host cost: the loop's host
+    work between the spans counts (0.1 ms here), which the sum of the span medians misses."""
+    config, run_dir = _recorded_run(tmp_path)
+    recs, t = [], 1.0
+
+    def span(name, group, rank, it, start, dur, **kw):
+        rec = _span(name, group, rank, it, dur, **kw)
+        recs.append(dataclasses.replace(rec, start_s=start))
+        return start + dur
+
+    for it in range(1, 41):
+        end = span("comm.recv", "draft", 1, it, t, 5.0e-5)  # the verified path arrives (did not wait)
+        end = span("step.reroot", "draft", 1, it, end + 1.0e-4, 3.0e-4)  # 0.1 ms of host work before it
+        if it % 4 == 0:  # a miss: one refill forward before the selection
+            end = span("step.expand", "draft", 1, it, end, 1.3e-3, tokens=8, ctx=600)
+        end = span("step.select", "draft", 1, it, end, 2.0e-5)
+        end = span("comm.send", "draft", 1, it, end, 1.5e-5)
+        span("comm.send", "target", 0, it, end + 5.0e-3, 1.0e-4)
+        t = end + 6.0e-3
+    write_traces(run_dir / TRACE_FILE, recs)
+    fitted, report = fit_runtime_costs([run_dir], PRIOR)
+    assert report["per_run"][0]["draft_round_gap_s"] == pytest.approx(1.0e-4 + 3.0e-4 + 2.0e-5 + 1.5e-5)
+    assert fitted["draft_round_s"] == pytest.approx(1.0e-4 + 3.0e-4 + 2.0e-5 + 1.5e-5 + 5.0e-5, rel=1e-6)
 
 
 def test_fit_needs_runs_and_traces(tmp_path):
