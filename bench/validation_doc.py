@@ -82,6 +82,16 @@ LIMITS = """\
   at 1bed0ab, whose draft tree keeps its nodes in parallel lists instead of one object each. The host's speed
   itself varies between machines: the same w 16 expansions measured 1.70 ms in one call and 1.47-1.53 ms in
   another.
+- Leader messages (proposals, verified paths) are priced by the channel the runtime resolves
+  (`parallel.leader_channel`, auto: a Unix socket when both leaders sit on one node): the profile's `message_unix`
+  (bench/profile_comm.py times it since a7cab77's parent), else the `unix-socket` link preset (8-27 us one way,
+  measured by bench/bench_channel.py on the H200 host). Before, every message was priced as the NCCL channel
+  (~0.14 ms one way), which put the simulated target idle after a hit at 0.41 ms against 0.16-0.19 ms measured
+  (docs/FIGURES.md, Fig. 9) and hid other costs: on these runs the change moved tokens/s from 1.7% median /
+  2.3% mean / 6.5% max to 2.4% / 2.4% / 6.1%, iteration from 2.4% / 7.0% to 1.9% / 5.6%, and the ranking's
+  Spearman from 0.35 to 0.53; the runtime block's draft round is now measured whole (span gaps included:
+  0.172 ms, was 0.123 ms as a sum of spans). Serial and chain runs stay 1.5-3% optimistic: about 0.15 ms per
+  iteration of the draft's host path is not located yet.
 - The operator traces (053c53d) timed the draft's expansion steps with torch's log-softmax + top-k head. Since
   828a14d `kernels=graphs` runs `kernels.topk_logprobs` instead (`kernels.draft_head`), 70-85 us faster per
   expansion on the H200 (bench/bench_draft_head.py): the validation runs here predate it, and until the next
