@@ -1,0 +1,107 @@
+"""Leader-message delivery inside runtime runs, from run dirs' traces.jsonl: how long after one leader's send span
+ends does the other leader's receive span end, when that receiver was already waiting?
+
+The leader channel's own ping-pong (bench/bench_channel.py) measures the transport alone: 16.5 us round trip on the
+H200 host over the Unix socket. In a decoding run the same hop also holds what each loop does between taking the
+bytes and closing its span, and the receiver's wake-up: this tool reads it off the spans (both leaders share one
+host clock: runtime/metrics.py), per direction, split by how long the receiver had been waiting (a short wait
+spins, a long one may sleep in poll: runtime/unix_channel.py).
+
+    python bench/message_latency.py RUN_DIR [RUN_DIR ...] [--short-wait-ms 0.8] [--json OUT]
+        -> one line per run: median delivery in ms (count) per direction and wait class
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from conf.rundir import atomic_write_json  # noqa: E402
+from conf.trace import TRACE_FILE, TraceRecord, read_traces  # noqa: E402
+
+SKIP_ITERATIONS = 10
+"""Iterations left out at the start (prefill, first trees, the depth tuner's trials)."""
+DIRECTIONS = (("draft", "target"), ("target", "draft"))
+
+
+def _leader_spans(records: list[TraceRecord]) -> dict[tuple[str, str], list[TraceRecord]]:
+    leaders: dict[str, int] = {}
+    for r in records:
+        if r.group:
+            leaders[r.group] = min(leaders.get(r.group, r.rank), r.rank)
+    out: dict[tuple[str, str], list[TraceRecord]] = collections.defaultdict(list)
+    for r in records:
+        if r.group in leaders and r.rank == leaders[r.group] and r.iteration >= SKIP_ITERATIONS:
+            out[(r.group, r.name)].append(r)
+    for spans in out.values():
+        spans.sort(key=lambda r: r.start_s)
+    return out
+
+
+def deliveries(sends: list[TraceRecord], recvs: list[TraceRecord]) -> list[tuple[float, float]]:
+    """(receiver's wait before the send ended, delivery: send end -> receive end) for each send whose next
+    receive started before the send ended (the receiver was waiting), in seconds."""
+    out, j = [], 0
+    for s in sends:
+        end = s.start_s + s.duration_s
+        while j < len(recvs) and recvs[j].start_s + recvs[j].duration_s < end:
+            j += 1
+        if j == len(recvs):
+            break
+        r = recvs[j]
+        if r.start_s < end:
+            out.append((end - r.start_s, r.start_s + r.duration_s - end))
+    return out
+
+
+def message_latency(run_dir: Path, short_wait_s: float = 0.8e-3) -> dict[str, Any]:
+    """{"<sender>-><receiver>": {"short_wait": {"median_ms", "n"}, "long_wait": {...}}} for one run dir."""
+    path = run_dir / TRACE_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no {TRACE_FILE} (expected a runtime run dir)")
+    spans = _leader_spans(read_traces(path))
+    out: dict[str, Any] = {"run": run_dir.name}
+    for sender, receiver in DIRECTIONS:
+        pairs = deliveries(spans.get((sender, "comm.send"), []), spans.get((receiver, "comm.recv"), []))
+        classes: dict[str, list[float]] = {"short_wait": [], "long_wait": []}
+        for wait, delivery in pairs:
+            classes["short_wait" if wait < short_wait_s else "long_wait"].append(delivery)
+        out[f"{sender}->{receiver}"] = {k: {"median_ms": statistics.median(v) * 1e3 if v else None, "n": len(v)}
+                                        for k, v in classes.items()}
+    return out
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="+", type=Path, help="runtime run dirs (two leaders: a draft group)")
+    ap.add_argument("--short-wait-ms", type=float, default=0.8, help="waits below this count as short")
+    ap.add_argument("--json", type=Path, help="write the results here")
+    args = ap.parse_args(argv)
+    if args.short_wait_ms <= 0:
+        raise SystemExit(f"--short-wait-ms: expected > 0, got {args.short_wait_ms}")
+    results = []
+    for run in args.runs:
+        res = message_latency(run, args.short_wait_ms * 1e-3)
+        results.append(res)
+        cells = []
+        for sender, receiver in DIRECTIONS:
+            for cls, v in res[f"{sender}->{receiver}"].items():
+                ms = f"{v['median_ms']:.3f}" if v["median_ms"] is not None else "-"
+                cells.append(f"{sender}->{receiver} {cls} {ms} ({v['n']})")
+        print(f"{run.name:<30} " + " | ".join(cells))
+    if args.json:
+        atomic_write_json(args.json, {"runs": results, "short_wait_ms": args.short_wait_ms,
+                                      "skip_iterations": SKIP_ITERATIONS})
+    return results
+
+
+if __name__ == "__main__":
+    main()

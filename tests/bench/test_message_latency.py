@@ -1,0 +1,42 @@
+"""bench/message_latency.py: deliveries read off synthetic leader spans with known times."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.message_latency import deliveries, main, message_latency
+from conf.trace import TRACE_FILE, TraceRecord, write_traces
+
+
+def _rec(name: str, group: str, rank: int, it: int, start: float, dur: float) -> TraceRecord:
+    return TraceRecord(name=name, shapes="", tp=1, ctx=0, device="t", start_s=start, duration_s=dur, run_id="t",
+                       group=group, rank=rank, iteration=it)
+
+
+def test_deliveries_pair_each_send_with_the_waiting_receive():
+    sends = [_rec("comm.send", "draft", 1, i, 1.0 + i, 0.01) for i in range(3)]  # end at 1.01, 2.01, 3.01
+    recvs = [_rec("comm.recv", "target", 0, 0, 0.5, 0.52),   # waited 0.51 s, ends 0.2 ms late
+             _rec("comm.recv", "target", 0, 1, 2.02, 0.001),  # started after the send ended: not waiting
+             _rec("comm.recv", "target", 0, 2, 3.0, 0.0105)]  # waited 0.01 s, ends 0.5 ms late
+    got = deliveries(sends, recvs)
+    assert [round(w, 6) for w, _ in got] == [0.51, 0.01] and [round(d, 6) for _, d in got] == [0.01, 0.0005]
+
+
+def test_run_dir_by_direction_and_wait(tmp_path):
+    recs = []
+    for it in range(10, 20):
+        t = it * 0.01
+        recs += [_rec("comm.send", "draft", 1, it, t, 1e-5), _rec("comm.recv", "target", 0, it, t - 0.002, 0.00211),
+                 _rec("comm.send", "target", 0, it, t + 0.005, 1e-5),
+                 _rec("comm.recv", "draft", 1, it, t + 0.0049, 0.00013)]
+        recs.append(_rec("comm.recv", "target", 2, it, 0.0, 1.0))  # a TP peer: ignored
+    recs.append(_rec("comm.send", "draft", 1, 3, 0.0, 1e-5))  # before SKIP_ITERATIONS: ignored
+    write_traces(tmp_path / TRACE_FILE, recs)
+    res = message_latency(tmp_path)
+    assert res["draft->target"]["long_wait"]["n"] == 10 and res["draft->target"]["short_wait"]["n"] == 0
+    assert res["draft->target"]["long_wait"]["median_ms"] == pytest.approx(0.1, abs=1e-6)
+    assert res["target->draft"]["short_wait"]["median_ms"] == pytest.approx(0.02, abs=1e-6)
+    with pytest.raises(SystemExit, match="--short-wait-ms: expected > 0, got 0"):
+        main([str(tmp_path), "--short-wait-ms", "0"])
+    with pytest.raises(FileNotFoundError, match="no traces.jsonl"):
+        message_latency(tmp_path / "nope")
