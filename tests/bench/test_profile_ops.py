@@ -49,6 +49,20 @@ def test_quick_cpu_sweep_writes_records_and_meta(tmp_path):
     assert meta["steps_kernels"] is None  # eager steps: no skinny GEMMs, no PDL
 
 
+def test_quick_cpu_comm_times_both_leader_channels_and_calibrate_splits_them(tmp_path):
+    """The comm section (2 gloo ranks on this host) times the leader channel over torch.distributed and over the
+    Unix socket; calibrate reads the second kind as `message_unix` samples."""
+    from simulator.calibrate import read_traces
+
+    out = tmp_path / "c.jsonl"
+    assert P.main(["--device", "cpu", "--quick", "--only", "comm", "--out", str(out), "--budget-s", "60"]) == 0
+    messages = [json.loads(line) for line in out.read_text().splitlines() if '"op.message"' in line]
+    transports = {json.loads(r["extra"])["transport"] for r in messages}
+    assert transports == {"runtime.comm.LeaderChannel", "runtime.unix_channel.UnixLeaderChannel"}
+    samples = read_traces([str(out)]).samples
+    assert len(samples["message"]) == len(samples["message_unix"]) == len(messages) // 2
+
+
 def test_graph_steps_run_the_kernels_graphs_config():
     """Graph-mode steps stand for the kernels=graphs runtime: its skinny / pdl switches, read from the YAML."""
     import yaml
