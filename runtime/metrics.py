@@ -3,8 +3,9 @@
 - `Timeline`: spans (name, group, rank, iteration, start_s, duration_s) of one rank, in the shared trace
   schema (`conf.trace.TraceRecord`). `start_s` is relative to the run start (`time.perf_counter` based).
   `Timeline.start(ctx, run_id)` is collective: every rank calls it at the same point, after a bounded
-  barrier, so the ranks' time origins agree to within one barrier round trip (same host: exactly, since
-  `perf_counter` is the system-wide monotonic clock). On GPU, `span(..., cuda_events=True)` records CUDA
+  barrier; the ranks on rank 0's host take rank 0's clock reading as their origin (`perf_counter` is the
+  system-wide monotonic clock: their spans compare exactly), other hosts' ranks their own (within one barrier
+  exit of it). On GPU, `span(..., cuda_events=True)` records CUDA
   events instead of synchronising; they are resolved lazily by `records()` (which synchronises once).
 - Merging: at the end of a run every rank calls `Timeline.gather(ctx)`, which sends its records to rank 0
   over the world group (`gather_object`); rank 0 writes one `traces.jsonl` with every rank's spans (the
@@ -23,6 +24,7 @@ It does not time anything by itself (callers open spans), and never reads env va
 from __future__ import annotations
 
 import json
+import socket
 import statistics
 import sys
 import time
@@ -77,8 +79,8 @@ class Timeline:
     """
 
     def __init__(self, run_id: str = "", *, rank: int = 0, group: str = "", tp: int = 1,
-                 device: torch.device | None = None, enabled: bool = True) -> None:
-        """Start an empty timeline whose time origin is now (`perf_counter`)."""
+                 device: torch.device | None = None, enabled: bool = True, origin: float | None = None) -> None:
+        """Start an empty timeline whose time origin is now (`perf_counter`), or `origin` (a perf_counter value)."""
         self.run_id = run_id
         self.rank = rank
         self.group = group
@@ -86,7 +88,7 @@ class Timeline:
         self.enabled = enabled
         self.device = torch.device("cpu") if device is None else device
         self._device_name = device_name(self.device)
-        self._t0 = time.perf_counter()
+        self._t0 = time.perf_counter() if origin is None else origin
         # Raw span fields, turned into TraceRecords (JSON-encoded extras) only by records(): recording a span
         # stays a tuple append on the decode loop's critical path.
         self._raw: list[tuple[Any, ...]] = []
@@ -101,7 +103,11 @@ class Timeline:
 
     @classmethod
     def start(cls, ctx: Any, run_id: str = "", *, enabled: bool = True) -> Timeline:
-        """Collective: a bounded barrier over the world group, then a timeline whose origin is now.
+        """Collective: a bounded barrier over the world group, then a timeline whose origin is rank 0's clock
+        reading right after it on every rank of rank 0's host (one system-wide clock there: their spans compare
+        exactly), and the rank's own reading elsewhere (within one barrier exit of rank 0's). Ranks leave a barrier
+        at different times: with per-rank readings the two leaders' spans were offset by tens of microseconds,
+        which skewed cross-rank gaps such as a message's delivery (bench/message_latency.py).
 
         Args:
             ctx: the rank's `runtime.parallel.ParallelContext`.
@@ -111,7 +117,15 @@ class Timeline:
         from runtime.parallel import barrier
 
         barrier(ctx, "timeline start")
-        return cls(run_id, rank=ctx.rank, group=ctx.role, tp=ctx.group_size, device=ctx.device, enabled=enabled)
+        origin = time.perf_counter()
+        if ctx.world_size > 1:  # over the world group's CPU backend (gloo), bounded by the group's timeout
+            marks: list[Any] = [None] * ctx.world_size
+            host = socket.gethostname()
+            dist.all_gather_object(marks, (host, origin), group=ctx.world_group)
+            if marks[0][0] == host:
+                origin = marks[0][1]
+        return cls(run_id, rank=ctx.rank, group=ctx.role, tp=ctx.group_size, device=ctx.device, enabled=enabled,
+                   origin=origin)
 
     def now(self) -> float:
         """Seconds since this timeline's origin."""

@@ -194,3 +194,18 @@ def test_leader_channel_field_is_checked():
     bad = dataclasses.replace(cfg.parallel, leader_channel="shm")
     with pytest.raises(Exception, match="parallel.leader_channel"):
         bad.validate()
+
+
+def _origins(ctx, cfg):
+    """Every rank's timeline origin and a span's start, gathered on rank 0."""
+    tl = Timeline.start(ctx, run_id="origin-test")
+    everyone = [None] * ctx.world_size
+    dist.all_gather_object(everyone, (tl._t0, tl.now() >= 0), group=ctx.world_group)
+    return everyone
+
+
+def test_ranks_of_one_host_share_rank_zeros_time_origin():
+    """Timeline.start: ranks leave the barrier at different times; on one host every rank takes rank 0's clock
+    reading as its origin, so spans of different ranks compare exactly (message deliveries, timelines)."""
+    reports = launch(_origins, make_cfg(1, 2))
+    assert len(reports) == 3 and len({origin for origin, _ in reports}) == 1 and all(ok for _, ok in reports)
