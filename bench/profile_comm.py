@@ -108,26 +108,21 @@ def comm_rank(ctx: Any, cfg: Any, rows_path: str = "", quick: bool = False) -> N
         out({"name": "op.p2p", "seconds": statistics.median(rtts) / 2, "bytes": a.numel() * 4,
              "transport": "torch.distributed send/recv", "rounds": len(rtts)})
 
-    for nodes in (QUICK["msg_nodes"] if quick else MSG_NODES):  # 3. the runtime's leader channel (dist)
-        fence()
-        ch = LeaderChannel(ctx, max_nodes=nodes, timeout_s=30.0)
-        rtts = ch.ping_pong(num_rounds=30)
-        ch.close()
-        if rtts:
-            out({"name": "op.message", "seconds": statistics.median(rtts[5:]) / 2, "bytes": ch.wire_bytes,
-                 "max_nodes": nodes, "transport": "runtime.comm.LeaderChannel", "rounds": len(rtts) - 5})
-
-    hosts: list[Any] = [None] * ctx.world_size  # 3b. the same over a Unix socket when the two ranks share a host
+    # 3. the runtime's leader channel: over torch.distributed, and over a Unix socket when the two ranks share a host
+    hosts: list[Any] = [None] * ctx.world_size
     dist.all_gather_object(hosts, socket.gethostname(), group=group)
+    channels = [(LeaderChannel, "runtime.comm.LeaderChannel")]
     if len(set(hosts)) == 1:
+        channels.append((UnixLeaderChannel, UNIX_TRANSPORT))
+    for channel, transport in channels:
         for nodes in (QUICK["msg_nodes"] if quick else MSG_NODES):
             fence()
-            ch = UnixLeaderChannel(ctx, max_nodes=nodes, timeout_s=30.0)
+            ch = channel(ctx, max_nodes=nodes, timeout_s=30.0)
             rtts = ch.ping_pong(num_rounds=30)
             ch.close()
             if rtts:
                 out({"name": "op.message", "seconds": statistics.median(rtts[5:]) / 2, "bytes": ch.wire_bytes,
-                     "max_nodes": nodes, "transport": UNIX_TRANSPORT, "rounds": len(rtts) - 5})
+                     "max_nodes": nodes, "transport": transport, "rounds": len(rtts) - 5})
 
     if cuda:  # 4. all-reduce inside a CUDA graph (last: the riskiest part)
         for nbytes in ar_bytes:
