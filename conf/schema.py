@@ -242,6 +242,10 @@ INPUT_STAGING = ("pageable", "pinned")
 """`kernels.input_staging` values: how a CUDA-graph step's inputs reach the device (runtime/graphs.py)."""
 
 
+DRAFT_HEAD_MAX_TOPK = 64
+"""kernels.topk_logprobs.MAX_K: the top-k the fused draft head unrolls at most (tests/conf check they agree)."""
+
+
 @dataclass
 class KernelsConfig(_Frozen):
     """Kernel selection (group `kernels`)."""
@@ -457,6 +461,9 @@ class ExperimentConfig(_Frozen):
                  f"cache of {cache_tokens} tokens exceeds {target.name}'s {target.max_position} positions")
         node_gpus = self.hardware.gpus_per_node * self.hardware.num_nodes
         self.parallel.check_world(node_gpus)
+        _require(not self.kernels.draft_head or self.spec.topk <= DRAFT_HEAD_MAX_TOPK, "spec.topk",
+                 f"kernels.draft_head takes at most {DRAFT_HEAD_MAX_TOPK} children per node (kernels.topk_logprobs), "
+                 f"got {self.spec.topk}; set kernels.draft_head=false for more")
 
 
 def register_configs() -> None:

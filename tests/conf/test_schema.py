@@ -74,6 +74,7 @@ def test_config_is_immutable_after_validation():
          r"kernels\.rope_attention: needs kernels\.backend=triton, got 'reference'"),
         (["kernels=reference", "kernels.draft_head=true"],
          r"kernels\.draft_head: needs kernels\.backend=triton, got 'reference'"),
+        (["kernels=graphs", "spec.topk=65"], r"spec\.topk: kernels\.draft_head takes at most 64 children per node"),
         (["kernels.input_staging=mapped"], r"kernels\.input_staging: 'mapped' is not one of pageable, pinned"),
         (["parallel.host_threads=-1"], r"parallel\.host_threads: expected an integer >= 0 \(0 = auto\), got -1"),
         (["model.draft.preset=qwen2-0.5b"], r"model\.draft\.preset: draft vocabulary \(151646 tokens\) differs"),
@@ -93,3 +94,10 @@ def test_tp_beyond_head_count_is_rejected():
 def test_tp_that_does_not_divide_heads_is_allowed():
     cfg = build("generate", ["model=tiny", "parallel=3x1"])
     assert cfg.parallel.target_gpus == 3
+
+
+def test_draft_head_topk_limit_is_the_kernels():
+    from conf.schema import DRAFT_HEAD_MAX_TOPK
+    from kernels.topk_logprobs import MAX_K
+
+    assert DRAFT_HEAD_MAX_TOPK == MAX_K
