@@ -34,9 +34,12 @@ sweep fig01_gpu_split spec=async_tree parallel.target_gpus=5 parallel.draft_gpus
 # fig02: acceptance sweep per mode, AR baseline on all 8 GPUs.
 sweep fig02_acceptance spec=chain,serial_tree,async_tree acceptance.scale=0.4,0.6,0.8,1.0,1.1
 sweep fig02_acceptance spec=autoregressive parallel=8x0 acceptance.scale=1.0
-# fig03: interconnect scenarios, serial vs async tree.
+# fig03: interconnect scenarios, serial vs async tree. Inside one node the leaders talk over the Unix socket
+# (parallel.leader_channel auto, as the runtime): the link changes the all-reduces; the cross-node scenario sends the
+# leader messages over the cross-group link (leader_channel dist: the 6 + 2 ranks still fill node 0 first).
 sweep fig03_interconnect spec=serial_tree,async_tree interconnect=nvlink,pcie5,pcie4
-sweep fig03_interconnect spec=serial_tree,async_tree interconnect=cross_node_ib hardware.num_nodes=2
+sweep fig03_interconnect spec=serial_tree,async_tree interconnect=cross_node_ib hardware.num_nodes=2 \
+  parallel.leader_channel=dist
 # fig06 (and fig07): the ablation ladder; reference kernels except the last step.
 sweep fig06_ablation kernels=reference spec=autoregressive parallel=8x0
 sweep fig06_ablation kernels=reference spec=chain,serial_tree,async_tree
