@@ -12,8 +12,9 @@ configurations), each once to warm up (Triton JIT, allocator) and once measured,
 configuration (the runtime's own `write_run_dir`: config.json, metrics.json, iterations.csv, traces.jsonl).
 
 `compare` (CPU): for every measured run dir, simulates the same configuration from the profile, with the
-acceptance replayed from that run's iterations.csv (`acceptance.kind=replay`) and `d` pinned to the d the
-runtime used (its DepthTuner's choice); writes the simulated run dirs, a validation table
+acceptance replayed from that run's iterations.csv (`acceptance.kind=replay`); a fixed d is the run's, an async
+d = auto runs the runtime's DepthTuner (`sim.d_rule=runtime`: its trial rounds included); writes the simulated run
+dirs, a validation table
 (docs/VALIDATION.md + bench/results/validation_<date>.json: measured vs simulated tokens/s, iteration,
 verify and draft-step time, per-config error, median / max |error|), the parity plot
 (analysis/fig04_parity.py) and the autoconfig comparison: the simulator's ranking of the measured async
@@ -355,10 +356,13 @@ def simulate_run(run_dir: Path, profile: str | None, settings: dict[str, float],
     ranked = with_oracle_ranks(run_dir, config, measured, sim_root / "replays")
     if ranked is not None:
         replay = str(ranked)
+    auto_async = config.spec.mode == "async_tree" and str(config.spec.d) == "auto"
     cfg = sim_config(config, profile, settings, acceptance_file=replay,
-                     replay_belief=replay_belief_of(measured, config), **workload)
+                     replay_belief=replay_belief_of(measured, config),
+                     d_rule="runtime" if auto_async else None, **workload)
     d_used = measured.get("d_used")
-    pin = int(d_used) if cfg.spec.mode in ("serial_tree", "async_tree") and d_used else None
+    pin = (int(d_used) if cfg.spec.mode in ("serial_tree", "async_tree") and d_used and not auto_async
+           else None)
     check_config(cfg)
     costs = build_costs(cfg)
     sim = Simulation(cfg, costs, d=pin).run()

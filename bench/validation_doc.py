@@ -43,8 +43,10 @@ METHOD = """\
    Since git e92dbf1 the oracle's draft grows its tree by the acceptance table's belief
    (`spec.oracle_belief=table`), as the simulator does.
 4. **Simulated runs (CPU).** `bench/validate.py compare` simulates each measured configuration from the
-   profile, replaying that run's verify outcomes (`acceptance.kind=replay` on its iterations.csv) and with
-   `d` pinned to the d the runtime's DepthTuner settled on, so that the comparison isolates the cost model.
+   profile, replaying that run's verify outcomes (`acceptance.kind=replay` on its iterations.csv). A fixed d
+   (and a serial run's) is the run's; an async run with d auto runs the runtime's own DepthTuner
+   (`sim.d_rule=runtime`, as the autoconfig search does), so its trial rounds at d + 1 cost what they cost
+   (pinning the settled d left them out: the d-auto runs came out 2-6% optimistic).
    The replay follows the draft ranks of every verified path: iterations.csv's `ranks` column, or, for runs
    recorded before it, the ranks reconstructed from the oracle's seed (`runtime.oracle.reconstruct_ranks`);
    the simulated trees, accepted lengths and hits are then the measured ones except in the verifies counted

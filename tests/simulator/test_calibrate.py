@@ -281,7 +281,8 @@ def test_recorded_trace_round_trip(tmp_path):
 @pytest.mark.parametrize("mode", ["autoregressive", "chain", "serial_tree", "async_tree"])
 def test_validation_replay_reproduces_a_recorded_run(mode, tmp_path):
     """bench/validate.py's comparison path: re-simulating a recorded run dir with its own verify outcomes
-    replayed (acceptance.kind=replay on its iterations.csv) and d pinned reproduces its throughput.
+    replayed (acceptance.kind=replay on its iterations.csv; d as the run's, auto: the DepthTuner) reproduces its
+    throughput.
 
     The recorded run here is a simulator run (the same cost model), so any difference comes from the replay
     alone: it follows the top-ranked chain for the recorded accepted length, which a best-first proposal
