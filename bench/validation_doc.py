@@ -92,8 +92,10 @@ LIMITS = """\
   (docs/FIGURES.md, Fig. 9) and hid other costs: on these runs the change moved tokens/s from 1.7% median /
   2.3% mean / 6.5% max to 2.4% / 2.4% / 6.1%, iteration from 2.4% / 7.0% to 1.9% / 5.6%, and the ranking's
   Spearman from 0.35 to 0.53; the runtime block's draft round is now measured whole (span gaps included:
-  0.172 ms, was 0.123 ms as a sum of spans). Serial and chain runs stay 1.5-3% optimistic: about 0.15 ms per
-  iteration of the draft's host path is not located yet.
+  0.172 ms, was 0.123 ms as a sum of spans); with async d-auto runs then simulated through the runtime's
+  DepthTuner (method, item 4): 2.2% / 2.2% / 5.0%. Serial and chain runs stay 1.5-3% optimistic: inside the runs a
+  leader message takes 0.07-0.15 ms one way against 8 us in the channel's ping-pong (bench/message_latency.py),
+  which the simulator does not charge; not located yet.
 - The operator traces (053c53d) timed the draft's expansion steps with torch's log-softmax + top-k head. Since
   828a14d `kernels=graphs` runs `kernels.topk_logprobs` instead (`kernels.draft_head`), 70-85 us faster per
   expansion on the H200 (bench/bench_draft_head.py): the validation runs here predate it, and until the next
