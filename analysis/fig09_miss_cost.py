@@ -20,13 +20,12 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from typing import Any
 
 from matplotlib.figure import Figure
 
 from analysis import cli, style
 from analysis.figdata import FigureData, Panel
-from analysis.runs import Run, RunDirError, mean_by, require
+from analysis.runs import Run, RunDirError, require
 
 TREE_MODES = ("async_tree", "serial_tree", "chain")
 SKIP = 10
@@ -101,9 +100,8 @@ def make_figure(runs: Sequence[Run], skip: int = SKIP) -> tuple[Figure, FigureDa
     mean_panel = Panel(xlabel="configuration", ylabel="mean idle per iteration (ms)",
                        title="where the idle comes from (label: miss share)")
     for (label, source), rs in groups.items():
-        avg: dict[str, Any] = {}
-        for key in ("hit_idle_s", "miss_idle_s", "miss_share", "mean_idle_hit_s", "mean_idle_miss_s"):
-            avg[key] = mean_by(rs, lambda r: 0, lambda r, k=key: stats[r.path][k])[0][0]
+        avg = {key: statistics.fmean(stats[r.path][key] for r in rs)  # repeats of one configuration
+               for key in ("hit_idle_s", "miss_idle_s", "miss_share", "mean_idle_hit_s", "mean_idle_miss_s")}
         src = style.source_label(source)
         runs_col = [str(r.path) for r in rs]
         median_panel.series_for(f"after a hit ({src})").add(label, avg["hit_idle_s"] * 1e3, run=runs_col)

@@ -16,7 +16,6 @@ runtime/unix_channel.py).
 from __future__ import annotations
 
 import argparse
-import collections
 import statistics
 import sys
 from pathlib import Path
@@ -28,24 +27,11 @@ if str(REPO_ROOT) not in sys.path:
 
 from conf.rundir import atomic_write_json  # noqa: E402
 from conf.trace import TRACE_FILE, TraceRecord, read_traces  # noqa: E402
+from simulator.runtime_fit import leader_spans  # noqa: E402
 
 SKIP_ITERATIONS = 10
 """Iterations left out at the start (prefill, first trees, the depth tuner's trials)."""
 DIRECTIONS = (("draft", "target"), ("target", "draft"))
-
-
-def _leader_spans(records: list[TraceRecord]) -> dict[tuple[str, str], list[TraceRecord]]:
-    leaders: dict[str, int] = {}
-    for r in records:
-        if r.group:
-            leaders[r.group] = min(leaders.get(r.group, r.rank), r.rank)
-    out: dict[tuple[str, str], list[TraceRecord]] = collections.defaultdict(list)
-    for r in records:
-        if r.group in leaders and r.rank == leaders[r.group] and r.iteration >= SKIP_ITERATIONS:
-            out[(r.group, r.name)].append(r)
-    for spans in out.values():
-        spans.sort(key=lambda r: r.start_s)
-    return out
 
 
 def deliveries(sends: list[TraceRecord], recvs: list[TraceRecord]) -> list[tuple[float, float]]:
@@ -69,7 +55,7 @@ def message_latency(run_dir: Path, short_wait_s: float = 0.8e-3) -> dict[str, An
     path = run_dir / TRACE_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no {TRACE_FILE} (expected a runtime run dir)")
-    spans = _leader_spans(read_traces(path))
+    spans = leader_spans(read_traces(path), SKIP_ITERATIONS)
     out: dict[str, Any] = {"run": run_dir.name}
     for sender, receiver in DIRECTIONS:
         pairs = deliveries(spans.get((sender, "comm.send"), []), spans.get((receiver, "comm.recv"), []))

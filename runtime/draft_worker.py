@@ -52,7 +52,12 @@ class DraftWorker:
         """
         self.model, self.attn = model, attn
         self.w, self.topk, self.max_len = w, topk, max_tree_nodes
-        self.temperature, self.fused_head = temperature, fused_head
+        self.temperature = temperature
+        self._fused_head = None  # kernels.draft_head: kernels.topk_logprobs, else torch's log_softmax + topk
+        if fused_head:
+            from kernels.topk_logprobs import topk_logprobs
+
+            self._fused_head = topk_logprobs
         self.device = model.norm.weight.device
         layers, heads, head_dim = model.cache_spec()
         # Preallocated once for all requests (static shapes).
@@ -142,11 +147,9 @@ class DraftWorker:
 
     def _top_children(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """[w, vocab] logits -> the top-k children's (log-probs, token ids) [w, k], on the device."""
-        if self.fused_head:
-            from kernels.topk_logprobs import topk_logprobs
-
+        if self._fused_head is not None:
             scale = 1.0 / self.temperature if self.temperature > 0 else 1.0
-            return topk_logprobs(logits.float(), min(self.topk, logits.shape[-1]), scale)
+            return self._fused_head(logits.float(), min(self.topk, logits.shape[-1]), scale)
         if self.temperature > 0:
             logits = logits / self.temperature
         top = torch.topk(torch.log_softmax(logits.float(), dim=-1), min(self.topk, logits.shape[-1]), dim=-1)

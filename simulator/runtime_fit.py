@@ -54,15 +54,20 @@ MIN_SPANS_PER_ROWS = 5
 """A row count enters the per-real-row fit with at least this many expansion spans in a run."""
 
 
-def _leader_spans(records: Sequence[TraceRecord]) -> dict[tuple[str, str], list[TraceRecord]]:
+def leader_spans(records: Sequence[TraceRecord], skip: int = SKIP_ITERATIONS
+                 ) -> dict[tuple[str, str], list[TraceRecord]]:
+    """{(group, span name): the group leader's spans of iterations >= `skip`, by start time} (TP peers repeat the
+    leader's steps)."""
     leaders: dict[str, int] = {}
     for r in records:
         if r.group:
             leaders[r.group] = min(leaders.get(r.group, r.rank), r.rank)
     out: dict[tuple[str, str], list[TraceRecord]] = defaultdict(list)
     for r in records:
-        if r.group in leaders and r.rank == leaders[r.group] and r.iteration >= SKIP_ITERATIONS:
+        if r.group in leaders and r.rank == leaders[r.group] and r.iteration >= skip:
             out[(r.group, r.name)].append(r)
+    for spans in out.values():
+        spans.sort(key=lambda r: r.start_s)
     return out
 
 
@@ -77,7 +82,7 @@ def run_components(run_dir: str | Path, profile: Profile) -> dict[str, Any]:
     path = run_dir / TRACE_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir}: no {TRACE_FILE}: a runtime run dir with traces is needed")
-    spans = _leader_spans(read_traces(path))
+    spans = leader_spans(read_traces(path))
     costs = build_costs(config, profile=Profile(profile.path, profile.hardware, profile.software,
                                                 profile.operators))  # operators only: no circularity
     colocated = config.parallel.draft_gpus == 0
@@ -124,9 +129,8 @@ def _round_gaps(spans: dict[tuple[str, str], list[TraceRecord]]) -> float | None
     """Median over rounds of the draft leader's time from taking a verified path (its `comm.recv` ends) to having
     sent the next proposal (its `comm.send` ends), less the draft forwards in between (a refill's, a serial mode's):
     the re-root, the selection, the send and the loop's host work between spans (oracle and tuner bookkeeping)."""
-    recvs = sorted(spans.get(("draft", "comm.recv"), []), key=lambda r: r.start_s)
-    sends = sorted(spans.get(("draft", "comm.send"), []), key=lambda r: r.start_s)
-    expands = sorted(spans.get(("draft", "step.expand"), []), key=lambda r: r.start_s)
+    recvs, sends = spans.get(("draft", "comm.recv"), []), spans.get(("draft", "comm.send"), [])
+    expands = spans.get(("draft", "step.expand"), [])
     gaps, j = [], 0
     for recv in recvs:
         t0 = recv.start_s + recv.duration_s
