@@ -10,7 +10,9 @@ direction, split by how long the receiver had been waiting (a short wait spins, 
 runtime/unix_channel.py).
 
     python bench/message_latency.py RUN_DIR [RUN_DIR ...] [--short-wait-ms 0.8] [--json OUT]
-        -> one line per run: median delivery in ms (count) per direction and wait class
+        -> one line per run: median delivery in ms (count) per direction and wait class; where the receive spans
+           carry the unix channel's arrival mark (runs since the twelfth session), also the hop (send end -> bytes
+           out of the socket), the receiver's work after it, and how many receives slept in poll
 """
 
 from __future__ import annotations
@@ -34,9 +36,9 @@ SKIP_ITERATIONS = 10
 DIRECTIONS = (("draft", "target"), ("target", "draft"))
 
 
-def deliveries(sends: list[TraceRecord], recvs: list[TraceRecord]) -> list[tuple[float, float]]:
-    """(receiver's wait before the send ended, delivery: send end -> receive end) for each send whose next
-    receive started before the send ended (the receiver was waiting), in seconds."""
+def deliveries(sends: list[TraceRecord], recvs: list[TraceRecord]) -> list[tuple[float, float, TraceRecord]]:
+    """(receiver's wait before the send ended, delivery: send end -> receive end, the receive span) for each send
+    whose next receive started before the send ended (the receiver was waiting), in seconds."""
     out, j = [], 0
     for s in sends:
         end = s.start_s + s.duration_s
@@ -46,12 +48,19 @@ def deliveries(sends: list[TraceRecord], recvs: list[TraceRecord]) -> list[tuple
             break
         r = recvs[j]
         if r.start_s < end:
-            out.append((end - r.start_s, r.start_s + r.duration_s - end))
+            out.append((end - r.start_s, r.start_s + r.duration_s - end, r))
     return out
 
 
+def _median_ms(values: list[float]) -> float | None:
+    return statistics.median(values) * 1e3 if values else None
+
+
 def message_latency(run_dir: Path, short_wait_s: float = 0.8e-3) -> dict[str, Any]:
-    """{"<sender>-><receiver>": {"short_wait": {"median_ms", "n"}, "long_wait": {...}}} for one run dir."""
+    """{"<sender>-><receiver>": {"short_wait": {...}, "long_wait": {...}}} for one run dir; each class holds the
+    median delivery ("median_ms") and its count ("n"), and, where the receive spans carry the unix channel's
+    arrival mark, the median hop (send end -> bytes out of the socket, "hop_ms"), the receiver's work after
+    that ("after_ms") and the share of receives that slept in poll ("slept")."""
     path = run_dir / TRACE_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no {TRACE_FILE} (expected a runtime run dir)")
@@ -59,11 +68,23 @@ def message_latency(run_dir: Path, short_wait_s: float = 0.8e-3) -> dict[str, An
     out: dict[str, Any] = {"run": run_dir.name}
     for sender, receiver in DIRECTIONS:
         pairs = deliveries(spans.get((sender, "comm.send"), []), spans.get((receiver, "comm.recv"), []))
-        classes: dict[str, list[float]] = {"short_wait": [], "long_wait": []}
-        for wait, delivery in pairs:
-            classes["short_wait" if wait < short_wait_s else "long_wait"].append(delivery)
-        out[f"{sender}->{receiver}"] = {k: {"median_ms": statistics.median(v) * 1e3 if v else None, "n": len(v)}
-                                        for k, v in classes.items()}
+        classes: dict[str, list[tuple[float, float | None, bool]]] = {"short_wait": [], "long_wait": []}
+        for wait, delivery, recv in pairs:
+            x = recv.extra_fields(f"{path}: {receiver} comm.recv")
+            # receive end - arrival = the receiver's own work after the bytes came out of the socket
+            after = recv.duration_s - x["arrive_s"] if "arrive_s" in x else None
+            classes["short_wait" if wait < short_wait_s else "long_wait"].append(
+                (delivery, after, bool(x.get("slept"))))
+        res: dict[str, Any] = {}
+        for cls, rows in classes.items():
+            cell: dict[str, Any] = {"median_ms": _median_ms([d for d, _, _ in rows]), "n": len(rows)}
+            marked = [(d, a, slept) for d, a, slept in rows if a is not None]
+            if marked:
+                cell.update(hop_ms=_median_ms([d - a for d, a, _ in marked]),
+                            after_ms=_median_ms([a for _, a, _ in marked]),
+                            slept=sum(slept for _, _, slept in marked) / len(marked))
+            res[cls] = cell
+        out[f"{sender}->{receiver}"] = res
     return out
 
 
@@ -83,7 +104,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         for sender, receiver in DIRECTIONS:
             for cls, v in res[f"{sender}->{receiver}"].items():
                 ms = f"{v['median_ms']:.3f}" if v["median_ms"] is not None else "-"
-                cells.append(f"{sender}->{receiver} {cls} {ms} ({v['n']})")
+                split = (f" = hop {v['hop_ms']:.3f} + after {v['after_ms']:.3f}, slept {v['slept']:.0%}"
+                         if "hop_ms" in v else "")
+                cells.append(f"{sender}->{receiver} {cls} {ms}{split} ({v['n']})")
         print(f"{run.name:<30} " + " | ".join(cells))
     if args.json:
         atomic_write_json(args.json, {"runs": results, "short_wait_ms": args.short_wait_ms,

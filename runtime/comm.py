@@ -265,14 +265,16 @@ class LeaderChannel:
     def _now(self) -> float:
         return self.timeline.now() if self.timeline is not None else 0.0
 
-    def _record(self, name: str, start: float, msg: Message | None, payload_slots: int | None, peer: int) -> None:
+    def _record(self, name: str, start: float, msg: Message | None, payload_slots: int | None, peer: int,
+                detail: dict[str, Any] | None = None) -> None:
         if self.timeline is None:
             return
+        end = self.timeline.now()
         if payload_slots is None and msg is not None:
             payload_slots = len(encode(msg))
         nodes = getattr(msg, "token_ids", ())
         self.timeline.add(
-            name, start, self.timeline.now() - start, iteration=getattr(msg, "iteration", -1), tokens=len(nodes),
+            name, start, end - start, iteration=getattr(msg, "iteration", -1), tokens=len(nodes),
             extra={"bytes": self.wire_bytes, "payload_bytes": (payload_slots or 0) * _BYTES_PER_SLOT,
-                   "peer": peer, "kind": type(msg).__name__ if msg is not None else ""},
+                   "peer": peer, "kind": type(msg).__name__ if msg is not None else "", **(detail or {})},
         )

@@ -12,9 +12,12 @@ Contract: the one of `LeaderChannel` (same methods, same spans, same error texts
 - both leaders must be on one host: the set-up compares host names and raises naming the field otherwise;
 - a send returns once the kernel holds the message (no in-flight bookkeeping; `flush` has nothing to wait for;
   a full socket buffer, which the alternating loops never reach, is waited for up to `timeout_s`);
-- a receive spins briefly (a reply usually arrives within microseconds), then sleeps in `poll` until the
-  deadline (`timeout_s`, TimeoutError naming the peer); a peer that exits closes the socket, which the
-  receiver reports at once (RuntimeError) instead of waiting for the deadline.
+- a receive spins for `spin_s` (`parallel.recv_spin_ms`; a reply usually arrives within microseconds), then
+  sleeps in `poll` until the deadline (`timeout_s`, TimeoutError naming the peer); a peer that exits closes the
+  socket, which the receiver reports at once (RuntimeError) instead of waiting for the deadline;
+- each leader's `comm.recv` span also records, in its extra fields, when the bytes came out of the socket
+  (`arrive_s`, from the span's start) and whether the receive slept in poll (`slept`): bench/message_latency.py
+  splits a message's delivery into the hop and the receiver's own work with them.
 Set-up: the target leader binds and listens, hands the address and its host name to the draft leader over
 the leader group (`broadcast_object_list`), and accepts (bounded by `timeout_s`); the draft leader connects.
 """
@@ -37,8 +40,6 @@ from runtime.comm import _BYTES_PER_SLOT, LeaderChannel
 from runtime.metrics import Timeline
 from runtime.parallel import ParallelContext
 
-_SPIN_TRIES = 2000  # non-blocking receive attempts before sleeping in poll (~1-2 ms of spinning)
-
 
 class UnixLeaderChannel(LeaderChannel):
     """`LeaderChannel` whose leader-to-leader hop is a Unix-domain socket (same host)."""
@@ -46,9 +47,12 @@ class UnixLeaderChannel(LeaderChannel):
     kind = "unix"
 
     def __init__(self, ctx: ParallelContext, max_nodes: int, timeout_s: float | None = None, *,
-                 timeline: Timeline | None = None, max_in_flight: int = 1) -> None:
+                 timeline: Timeline | None = None, max_in_flight: int = 1, spin_s: float = 1e-3) -> None:
         """Allocate the group-broadcast buffers (as LeaderChannel), then connect the two leaders."""
         super().__init__(ctx, max_nodes, timeout_s, timeline=timeline, max_in_flight=max_in_flight)
+        if spin_s < 0:
+            raise ValueError(f"parallel.recv_spin_ms: expected >= 0, got {spin_s * 1e3:g}")
+        self.spin_s = spin_s
         self._sock: socket.socket | None = None
         if ctx.is_leader and ctx.peer_leader_rank is not None:
             self._sock = self._connect()
@@ -69,9 +73,11 @@ class UnixLeaderChannel(LeaderChannel):
         msg = None
         if self.ctx.is_leader:
             peer = self._require_peer("recv")
-            wire = self._receive(f"waiting for a message from rank {peer} ({self._peer_role()} leader)")
+            wire, arrived, slept = self._receive(f"waiting for a message from rank {peer} ({self._peer_role()} "
+                                                 f"leader)")
             msg = decode(wire)
-            self._record("comm.recv", start, msg, None, peer)
+            self._record("comm.recv", start, msg, len(wire), peer,
+                         detail={"arrive_s": round(arrived - start, 9), "slept": slept})
             if self.ctx.group_size > 1:
                 self._stage(wire)
         if self.ctx.group_size > 1:
@@ -160,29 +166,32 @@ class UnixLeaderChannel(LeaderChannel):
             except OSError as e:
                 raise RuntimeError(f"{self.ctx.label}: {what} failed: {e} (the peer closed the channel)") from e
 
-    def _receive(self, what: str) -> list[int]:
-        """One message's wire slots; TimeoutError after `timeout_s`, RuntimeError if the peer closed."""
+    def _receive(self, what: str) -> tuple[list[int], float, bool]:
+        """One message's wire slots, when they came out of the socket (timeline seconds) and whether the wait
+        slept in poll; TimeoutError after `timeout_s`, RuntimeError if the peer closed."""
         sock = self._socket()
         size = self.capacity * _BYTES_PER_SLOT + _BYTES_PER_SLOT  # one slot more: an oversized record shows
-        start, tries, poller = time.perf_counter(), 0, None
+        start, poller, slept = time.perf_counter(), None, False
         while True:  # spin first (a reply usually arrives within microseconds), then sleep in poll
             try:
                 data = sock.recv(size)
                 break
             except BlockingIOError:
-                tries += 1
+                pass
             except OSError as e:
                 raise RuntimeError(f"{self.ctx.label}: {what}: the channel failed: {e}") from e
-            if tries < _SPIN_TRIES:
-                continue
             elapsed = time.perf_counter() - start
+            if elapsed < self.spin_s:
+                continue
             if elapsed >= self.timeout_s:
                 raise TimeoutError(f"{self.ctx.label}: {what}: nothing arrived in {elapsed:.1f} s "
                                    f"(limit {self.timeout_s:g} s)")
             if poller is None:
                 poller = select.poll()
                 poller.register(sock, select.POLLIN | select.POLLHUP | select.POLLERR)
+            slept = True
             poller.poll(max(1, int((self.timeout_s - elapsed) * 1000)))
+        arrived = self._now()
         if not data:
             raise RuntimeError(f"{self.ctx.label}: {what}: the peer closed the channel (it exited or failed)")
         if len(data) > self.capacity * _BYTES_PER_SLOT:
@@ -190,7 +199,7 @@ class UnixLeaderChannel(LeaderChannel):
                                f"(max_nodes = {self.max_nodes}): both leaders must use the same spec")
         if len(data) % _BYTES_PER_SLOT:
             raise RuntimeError(f"{self.ctx.label}: {what}: a message of {len(data)} bytes is not whole int64 slots")
-        return array("q", data).tolist()
+        return array("q", data).tolist(), arrived, slept
 
     def _stage(self, wire: list[int]) -> None:
         """Leader of a group > 1: put the received wire into the broadcast buffers."""
@@ -201,11 +210,11 @@ class UnixLeaderChannel(LeaderChannel):
 
     def _recv_leader_only(self) -> Message:
         peer = self._require_peer("recv")
-        return decode(self._receive(f"waiting for a ping from rank {peer} ({self._peer_role()} leader)"))
+        return decode(self._receive(f"waiting for a ping from rank {peer} ({self._peer_role()} leader)")[0])
 
 
-def make_channel(ctx: ParallelContext, kind: str, max_nodes: int, timeline: Timeline | None = None
-                 ) -> LeaderChannel:
+def make_channel(ctx: ParallelContext, kind: str, max_nodes: int, timeline: Timeline | None = None, *,
+                 spin_s: float = 1e-3) -> LeaderChannel:
     """The leader channel `parallel.leader_channel` names: dist (torch.distributed), unix (same host), or auto:
     unix when both leaders run on one host, dist otherwise (the leaders compare host names over the leader
     group; other ranks only ever broadcast inside their group, which both channels do alike)."""
@@ -216,7 +225,7 @@ def make_channel(ctx: ParallelContext, kind: str, max_nodes: int, timeline: Time
             dist.all_gather_object(hosts, socket.gethostname(), group=ctx.leader_group)
             kind = "unix" if hosts[0] == hosts[1] else "dist"
     if kind == "unix":
-        return UnixLeaderChannel(ctx, max_nodes, timeline=timeline)
+        return UnixLeaderChannel(ctx, max_nodes, timeline=timeline, spin_s=spin_s)
     if kind == "dist":
         return LeaderChannel(ctx, max_nodes, timeline=timeline)
     raise ValueError(f"parallel.leader_channel: {kind!r} is not one of auto, dist, unix")

@@ -187,6 +187,36 @@ def test_unix_channel_reports_a_closed_peer_at_once():
     assert time.monotonic() - start < 30
 
 
+def _timed_receives(ctx, cfg):
+    """unix channel, the target leader receives twice: a message sent 60 ms late with a 1 ms spin (it sleeps in
+    poll), then one sent at once with a 5 s spin (it never sleeps); the draft leader sends both."""
+    tl = Timeline.start(ctx, run_id="spin-test")
+    ch = make_channel(ctx, "unix", 8, timeline=tl, spin_s=1e-3)
+    if ctx.role == "draft":
+        time.sleep(0.06)
+        ch.send(DraftProposal.make_dummy(4))
+        ch.recv()  # the target is ready for the second message
+        ch.send(Stop(0, 1))
+        ch.close()
+        return None
+    ch.recv()
+    ch.spin_s = 5.0
+    ch.send(VerifiedPath.make_dummy(1))
+    ch.recv()
+    ch.close()
+    return [(r.duration_s, json.loads(r.extra)) for r in tl.records() if r.name == "comm.recv"]
+
+
+def test_unix_receive_records_arrival_and_sleep():
+    """The recv span's extra fields say when the bytes came out of the socket and whether the wait slept."""
+    (late_dur, late), (quick_dur, quick) = launch(_timed_receives, make_cfg(1, 1, timeout_s=30.0))
+    assert late["slept"] is True and quick["slept"] is False
+    assert 0.05 < late["arrive_s"] <= late_dur and 0 <= quick["arrive_s"] <= quick_dur
+    assert late["payload_bytes"] == 8 * (4 + 2 * 4) and late["kind"] == "DraftProposal"
+    with pytest.raises(ValueError, match=r"parallel\.recv_spin_ms: expected >= 0, got -1"):
+        UnixLeaderChannel(_fake_ctx(), 4, spin_s=-1e-3)
+
+
 def test_leader_channel_field_is_checked():
     with pytest.raises(ValueError, match="parallel.leader_channel"):
         make_channel(_fake_ctx(), "shm", 4)
