@@ -60,7 +60,8 @@ def message_latency(run_dir: Path, short_wait_s: float = 0.8e-3) -> dict[str, An
     """{"<sender>-><receiver>": {"short_wait": {...}, "long_wait": {...}}} for one run dir; each class holds the
     median delivery ("median_ms") and its count ("n"), and, where the receive spans carry the unix channel's
     arrival mark, the median hop (send end -> bytes out of the socket, "hop_ms"), the receiver's work after
-    that ("after_ms") and the share of receives that slept in poll ("slept")."""
+    that ("after_ms"; of it, unpacking and decoding: "decode_ms", in runs that mark it) and the share of receives
+    that slept in poll ("slept")."""
     path = run_dir / TRACE_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no {TRACE_FILE} (expected a runtime run dir)")
@@ -68,21 +69,23 @@ def message_latency(run_dir: Path, short_wait_s: float = 0.8e-3) -> dict[str, An
     out: dict[str, Any] = {"run": run_dir.name}
     for sender, receiver in DIRECTIONS:
         pairs = deliveries(spans.get((sender, "comm.send"), []), spans.get((receiver, "comm.recv"), []))
-        classes: dict[str, list[tuple[float, float | None, bool]]] = {"short_wait": [], "long_wait": []}
+        classes: dict[str, list[tuple[float, dict[str, Any]]]] = {"short_wait": [], "long_wait": []}
         for wait, delivery, recv in pairs:
             x = recv.extra_fields(f"{path}: {receiver} comm.recv")
-            # receive end - arrival = the receiver's own work after the bytes came out of the socket
-            after = recv.duration_s - x["arrive_s"] if "arrive_s" in x else None
-            classes["short_wait" if wait < short_wait_s else "long_wait"].append(
-                (delivery, after, bool(x.get("slept"))))
+            if "arrive_s" in x:  # receive end - arrival = the receiver's own work after the bytes came out
+                x["after_s"] = recv.duration_s - x["arrive_s"]
+            classes["short_wait" if wait < short_wait_s else "long_wait"].append((delivery, x))
         res: dict[str, Any] = {}
         for cls, rows in classes.items():
-            cell: dict[str, Any] = {"median_ms": _median_ms([d for d, _, _ in rows]), "n": len(rows)}
-            marked = [(d, a, slept) for d, a, slept in rows if a is not None]
+            cell: dict[str, Any] = {"median_ms": _median_ms([d for d, _ in rows]), "n": len(rows)}
+            marked = [(d, x) for d, x in rows if "after_s" in x]
             if marked:
-                cell.update(hop_ms=_median_ms([d - a for d, a, _ in marked]),
-                            after_ms=_median_ms([a for _, a, _ in marked]),
-                            slept=sum(slept for _, _, slept in marked) / len(marked))
+                cell.update(hop_ms=_median_ms([d - x["after_s"] for d, x in marked]),
+                            after_ms=_median_ms([x["after_s"] for _, x in marked]),
+                            slept=sum(bool(x["slept"]) for _, x in marked) / len(marked))
+            decoded = [x["decoded_s"] - x["arrive_s"] for _, x in marked if "decoded_s" in x]
+            if decoded:  # unpack + decode, part of after_ms
+                cell["decode_ms"] = _median_ms(decoded)
             res[cls] = cell
         out[f"{sender}->{receiver}"] = res
     return out
@@ -104,8 +107,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         for sender, receiver in DIRECTIONS:
             for cls, v in res[f"{sender}->{receiver}"].items():
                 ms = f"{v['median_ms']:.3f}" if v["median_ms"] is not None else "-"
-                split = (f" = hop {v['hop_ms']:.3f} + after {v['after_ms']:.3f}, slept {v['slept']:.0%}"
-                         if "hop_ms" in v else "")
+                split = (f" = hop {v['hop_ms']:.3f} + after {v['after_ms']:.3f}"
+                         + (f" (decode {v['decode_ms']:.3f})" if "decode_ms" in v else "")
+                         + f", slept {v['slept']:.0%}" if "hop_ms" in v else "")
                 cells.append(f"{sender}->{receiver} {cls} {ms}{split} ({v['n']})")
         print(f"{run.name:<30} " + " | ".join(cells))
     if args.json:

@@ -97,10 +97,12 @@ class ParallelConfig(_Frozen):
     """How the two group leaders exchange messages: auto (unix when both leaders run on one host, else dist),
     dist (torch.distributed: NCCL on GPUs, gloo on CPU), unix (a Unix-domain socket; both leaders on one host).
     H200, 2026-11-30: leader round trip 16.5 us unix vs 348 us dist; async_tree 244 vs 218 tok/s (workload a)."""
-    recv_spin_ms: float = 1.0
+    recv_spin_ms: float | None = None
     """unix leader channel: how long a leader's receive spins (non-blocking reads) before it sleeps in poll until
-    the message or the deadline. A longer spin trades a busy host core for no wake-up latency after long waits
-    (serial trees, refills after a miss); 0 sleeps at once."""
+    the message or the deadline; 0 sleeps at once. None (auto): 50 ms on a GPU rank, whose leader has a host core
+    to itself and whose long waits (serial trees, refills after a miss, the peer's prefill) would otherwise pay
+    the poll wake-up; 1 ms on CPU ranks, which share cores. H200 2 x, 2026-11-30: 1 vs 50 ms, a message after a
+    long wait took 0.06-0.16 vs 0.02-0.05 ms from send to taken (hop 0.03-0.13 vs 0.003-0.007 ms)."""
     host_threads: int = 0
     """torch intra-op CPU threads per rank. 0 (auto): OMP_NUM_THREADS when set; else 1 on a GPU rank, whose host
     work is single-threaded bookkeeping on tiny tensors; else, on CPU ranks, the host's cores shared between its
@@ -121,9 +123,10 @@ class ParallelConfig(_Frozen):
         _require(self.timeout_s > 0, "parallel.timeout_s", f"must be > 0, got {self.timeout_s}")
         _require(self.leader_channel in ("auto", "dist", "unix"), "parallel.leader_channel",
                  f"{self.leader_channel!r} is not one of auto, dist, unix")
-        _require(isinstance(self.recv_spin_ms, (int, float)) and not isinstance(self.recv_spin_ms, bool)
-                 and self.recv_spin_ms >= 0, "parallel.recv_spin_ms",
-                 f"expected a number of milliseconds >= 0, got {self.recv_spin_ms!r}")
+        _require(self.recv_spin_ms is None or (isinstance(self.recv_spin_ms, (int, float))
+                                                and not isinstance(self.recv_spin_ms, bool) and self.recv_spin_ms >= 0),
+                 "parallel.recv_spin_ms", f"expected a number of milliseconds >= 0 or null (auto), "
+                 f"got {self.recv_spin_ms!r}")
         _require(isinstance(self.host_threads, int) and not isinstance(self.host_threads, bool)
                  and self.host_threads >= 0, "parallel.host_threads",
                  f"expected an integer >= 0 (0 = auto), got {self.host_threads!r}")

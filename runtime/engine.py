@@ -51,7 +51,7 @@ from runtime.oracle import AcceptanceOracle, OracleOutcome, oracle_belief, resol
 from runtime.parallel import ParallelContext
 from runtime.target_worker import TargetWorker
 from runtime.tree_cache import in_place
-from runtime.unix_channel import make_channel
+from runtime.unix_channel import make_channel, recv_spin_s
 from simulator.checks import chained_autoregressive
 
 
@@ -115,7 +115,7 @@ class Engine:
             self._token_host = [torch.empty(1, dtype=torch.long, pin_memory=True) for _ in range(2)]
             self._token_ready = [torch.cuda.Event() for _ in range(2)]
         self.channel = make_channel(ctx, cfg.parallel.leader_channel, self.shape.rows, timeline,
-                                    spin_s=cfg.parallel.recv_spin_ms * 1e-3)
+                                    spin_s=recv_spin_s(cfg.parallel, ctx.device))
         # Auto d never exceeds the expansions an empty tree of max_tree_nodes can take.
         self.tuner = DepthTuner(self.shape.d, ctx, d_max=max(1, spec.max_tree_nodes // self.shape.w))
         self.iteration = 0  # global over requests: both sides count proposals the same way

@@ -16,8 +16,8 @@ Contract: the one of `LeaderChannel` (same methods, same spans, same error texts
   sleeps in `poll` until the deadline (`timeout_s`, TimeoutError naming the peer); a peer that exits closes the
   socket, which the receiver reports at once (RuntimeError) instead of waiting for the deadline;
 - each leader's `comm.recv` span also records, in its extra fields, when the bytes came out of the socket
-  (`arrive_s`, from the span's start) and whether the receive slept in poll (`slept`): bench/message_latency.py
-  splits a message's delivery into the hop and the receiver's own work with them.
+  (`arrive_s`, from the span's start), when they were decoded (`decoded_s`) and whether the receive slept in
+  poll (`slept`): bench/message_latency.py splits a message's delivery into the hop and the receiver's own work.
 Set-up: the target leader binds and listens, hands the address and its host name to the draft leader over
 the leader group (`broadcast_object_list`), and accepts (bounded by `timeout_s`); the draft leader connects.
 """
@@ -36,6 +36,7 @@ import torch
 import torch.distributed as dist
 
 from conf.messages import Message, decode
+from conf.schema import ParallelConfig
 from runtime.comm import _BYTES_PER_SLOT, LeaderChannel
 from runtime.metrics import Timeline
 from runtime.parallel import ParallelContext
@@ -76,8 +77,10 @@ class UnixLeaderChannel(LeaderChannel):
             wire, arrived, slept = self._receive(f"waiting for a message from rank {peer} ({self._peer_role()} "
                                                  f"leader)")
             msg = decode(wire)
+            decoded = self._now()
             self._record("comm.recv", start, msg, len(wire), peer,
-                         detail={"arrive_s": round(arrived - start, 9), "slept": slept})
+                         detail={"arrive_s": round(arrived - start, 9), "decoded_s": round(decoded - start, 9),
+                                 "slept": slept})
             if self.ctx.group_size > 1:
                 self._stage(wire)
         if self.ctx.group_size > 1:
@@ -211,6 +214,13 @@ class UnixLeaderChannel(LeaderChannel):
     def _recv_leader_only(self) -> Message:
         peer = self._require_peer("recv")
         return decode(self._receive(f"waiting for a ping from rank {peer} ({self._peer_role()} leader)")[0])
+
+
+def recv_spin_s(pcfg: ParallelConfig, device: torch.device) -> float:
+    """`parallel.recv_spin_ms` in seconds; None (auto): 50 ms on a GPU rank, 1 ms on a CPU rank."""
+    if pcfg.recv_spin_ms is not None:
+        return pcfg.recv_spin_ms * 1e-3
+    return 50e-3 if device.type == "cuda" else 1e-3
 
 
 def make_channel(ctx: ParallelContext, kind: str, max_nodes: int, timeline: Timeline | None = None, *,

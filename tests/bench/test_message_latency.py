@@ -54,10 +54,10 @@ def test_arrival_marks_split_the_delivery(tmp_path):
         # the draft's send ends at t + 1e-5; the bytes come out 0.06 ms later, the span closes 0.01 ms after that
         recs += [_rec("comm.send", "draft", 1, it, t, 1e-5),
                  _rec("comm.recv", "target", 0, it, t - 0.002, 0.00208,
-                      json.dumps({"arrive_s": 0.00207, "slept": slept}))]
+                      json.dumps({"arrive_s": 0.00207, "decoded_s": 0.002074, "slept": slept}))]
     write_traces(tmp_path / TRACE_FILE, recs)
     cell = message_latency(tmp_path)["draft->target"]["long_wait"]
     assert cell["n"] == 10 and cell["median_ms"] == pytest.approx(0.07, abs=1e-6)
     assert cell["hop_ms"] == pytest.approx(0.06, abs=1e-6) and cell["after_ms"] == pytest.approx(0.01, abs=1e-6)
-    assert cell["slept"] == 0.5
+    assert cell["slept"] == 0.5 and cell["decode_ms"] == pytest.approx(0.004, abs=1e-6)
     assert "hop_ms" not in message_latency(tmp_path)["target->draft"]["long_wait"]  # no receives that way
