@@ -139,6 +139,9 @@ PATCHES: dict[str, tuple[str, object]] = {
     "attn_noprefetch": ("attention_prefetch", False),
     # 16 warps per wide-tile attention program (kernels.tree_attention.WIDE_WARPS; 8 by default)
     "attn_w16": ("attention_warps", 16),
+    # at most 16 / 32 query rows per attention program (kernels.tree_attention.ROW_BLOCK): more programs, no more merges
+    "attn_m16": ("attention_rows", 16),
+    "attn_m32": ("attention_rows", 32),
     # the prefix K/V blocks through TMA tensor descriptors (kernels.tree_attention.TMA_PREFIX; pointers by default)
     "attn_tma": ("attention_tma", True),
     # the prefetched K/V kept in flight across the PDL wait (kernels.tree_attention.PREFETCH_HOLD)
@@ -170,6 +173,7 @@ KNOBS: dict[str, tuple[object, str]] = {
     "attention": (tree_attention, "KEYS_PER_SPLIT"), "attention_regs": (tree_attention, "MAX_REGISTERS"),
     "norm_warps": (norm, "NUM_WARPS"), "attention_prefetch": (tree_attention, "PREFETCH_PREFIX"),
     "attention_warps": (tree_attention, "WIDE_WARPS"), "attention_tma": (tree_attention, "TMA_PREFIX"),
+    "attention_rows": (tree_attention, "ROW_BLOCK"),
     "attention_hold": (tree_attention, "PREFETCH_HOLD"),
     "attention_tree_prefetch": (TritonAttention, "tree_prefix_ready"),
     "norm_prologue": (runtime_model, "NORM_PROLOGUE"), "qkv_rope_split": (qkv_rope, "PAIR_SPLIT"),

@@ -396,3 +396,25 @@ def test_prefetch_hold_is_cuda_only(monkeypatch):
     plain = _run(q, k, v, 2 * BLOCK_N + 1, mask, **kw)
     monkeypatch.setattr(ta, "PREFETCH_HOLD", True)
     assert torch.equal(_run(q, k, v, 2 * BLOCK_N + 1, mask, **kw), plain)
+
+
+def test_row_block_switch_is_checked_and_gives_the_same_result(monkeypatch):
+    """kernels.tree_attention.ROW_BLOCK caps the query rows per program (more programs over the same key splits,
+    no extra merge) unless block_m is given; the output stays the reference's; a bad value is named."""
+    import importlib
+
+    ta = importlib.import_module("kernels.tree_attention")
+    assert ta.attention_tile(16 * 4, 64, 2, True)[0] == 64
+    monkeypatch.setattr(ta, "ROW_BLOCK", 16)
+    assert ta.attention_tile(16 * 4, 64, 2, True)[0] == 16 and ta.attention_tile(16 * 4, 64, 2, True)[4]
+    assert ta.attention_tile(16 * 4, 64, 2, True, block_m=32)[0] == 32
+    parent = build("random", 13, seed=3)
+    mask = ancestor_mask(parent)
+    prefix = 2 * BLOCK_N + 3
+    q, k, v = _inputs(len(parent), HKV * 4, HKV, 32, prefix + len(parent), torch.float32, seed=5)
+    out = _run(q, k, v, prefix, mask, num_splits=2, block_n=BLOCK_N)  # 52 rows: 4 programs of 16 per kv head
+    assert_close(out, tree_attention_ref(q, k, v, prefix, mask, 1.0 / math.sqrt(32)), torch.float32, "ROW_BLOCK 16")
+    for bad in (8, 48, True, 16.0):
+        monkeypatch.setattr(ta, "ROW_BLOCK", bad)
+        with pytest.raises(ValueError, match="kernels.tree_attention.ROW_BLOCK: expected 16, 32, 64, 128 or None"):
+            ta.attention_tile(64, 64, 2, True)
