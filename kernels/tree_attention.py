@@ -136,10 +136,14 @@ Compute reads the 8-warp program as instruction-latency-bound (2 warps per sched
 16 warps give each scheduler 4 at <= 128 registers a thread (offline sm_90a compile: 8B rows 1 / 8 spill 20 / 4 bytes,
 the 1B's 64-row tile 896). Not measured on a GPU yet."""
 ROW_BLOCK: int | None = None
-"""Experiment switch (bench/bench_step_variants.py patches `attn_m16`, `attn_m32`): at most this many query rows
-(tokens x GQA group) per program when no block_m is given (a power of two >= 16), i.e. more programs over the same
-key splits with no extra merge, each a shorter instruction stream (the 1B draft's 16-row step runs 32 programs of
-64 rows on 132 SMs; Nsight Compute reads them as instruction-latency-bound). None: the heuristic's 64."""
+"""Query rows (tokens x GQA group) per program of the wide tile when no block_m is given. None: half the rows, rounded
+up to a power of two, once they exceed 16 (two row blocks per kv head and split: twice the programs over the same key
+splits, no extra merge, each a shorter instruction stream; Nsight Compute reads the 64-row program as
+instruction-latency-bound). An int (16, 32, 64, 128): that many at most (bench/bench_step_variants.py patches
+`attn_m16`, `attn_m32`). H200, CUDA-graph step replays at ctx 1024 (bench/results/
+step_variants_2026-11-30_rowblock_61d559d.json), ms for 64 / 16 / 32 rows per program: Llama-3-8B rows 8 (32 rows)
+4.603 / 4.543 / -, rows 16 (64 rows) 4.859 / 4.782 / 4.675; Llama-3.2-1B rows 8 1.079 / 1.059 / -, rows 16
+1.125 / 1.080 / 1.088."""
 _COUNTERS_INIT = 1024  # int32 counters per (device, stream), grown on demand
 
 _counter_cache: dict[tuple, torch.Tensor] = {}
@@ -153,11 +157,13 @@ def attention_tile(n_rows: int, head_dim: int, elt_size: int, cuda: bool, *, blo
     heuristic, or the given overrides. wide: one KEYS_PER_SPLIT-key block per split (CUDA, head dims <= 128, <= 64
     rows per program, no tile override). Pure: bench/kernel_resources.py compiles the same tiles offline."""
     bm = block_m or min(128 if n_rows >= 128 else 64, max(16, triton.next_power_of_2(n_rows)))
+    wide = cuda and head_dim <= 128 and bm <= 64 and not (block_n or num_stages)
     if block_m is None and ROW_BLOCK is not None:
         if type(ROW_BLOCK) is not int or ROW_BLOCK not in (16, 32, 64, 128):
             raise ValueError(f"kernels.tree_attention.ROW_BLOCK: expected 16, 32, 64, 128 or None, got {ROW_BLOCK!r}")
         bm = min(bm, ROW_BLOCK)
-    wide = cuda and head_dim <= 128 and bm <= 64 and not (block_n or num_stages)
+    elif block_m is None and wide and bm > 16:
+        bm //= 2
     bn = block_n or (KEYS_PER_SPLIT if wide else 64 if head_dim <= 128 else 32)
     stages = num_stages or (1 if wide else 3)
     if not (block_n or num_stages):  # shrink the pipeline until q + K/V stages fit in shared memory

@@ -400,11 +400,14 @@ def test_prefetch_hold_is_cuda_only(monkeypatch):
 
 def test_row_block_switch_is_checked_and_gives_the_same_result(monkeypatch):
     """kernels.tree_attention.ROW_BLOCK caps the query rows per program (more programs over the same key splits,
-    no extra merge) unless block_m is given; the output stays the reference's; a bad value is named."""
+    no extra merge) unless block_m is given; None halves the wide tile's rows past 16 (CUDA only); the output stays
+    the reference's; a bad value is named."""
     import importlib
 
     ta = importlib.import_module("kernels.tree_attention")
-    assert ta.attention_tile(16 * 4, 64, 2, True)[0] == 64
+    assert [ta.attention_tile(n, 64, 2, True)[0] for n in (4, 16, 17, 32, 64)] == [16, 16, 16, 16, 32]
+    assert ta.attention_tile(64, 64, 2, False)[0] == 64 and ta.attention_tile(64, 64, 2, True, block_m=64)[0] == 64
+    assert ta.attention_tile(128, 64, 2, True)[:1] + ta.attention_tile(128, 64, 2, True)[4:] == (128, False)
     monkeypatch.setattr(ta, "ROW_BLOCK", 16)
     assert ta.attention_tile(16 * 4, 64, 2, True)[0] == 16 and ta.attention_tile(16 * 4, 64, 2, True)[4]
     assert ta.attention_tile(16 * 4, 64, 2, True, block_m=32)[0] == 32
