@@ -139,9 +139,11 @@ PATCHES: dict[str, tuple[str, object]] = {
     "attn_noprefetch": ("attention_prefetch", False),
     # 16 warps per wide-tile attention program (kernels.tree_attention.WIDE_WARPS; 8 by default)
     "attn_w16": ("attention_warps", 16),
-    # at most 16 / 32 query rows per attention program (kernels.tree_attention.ROW_BLOCK): more programs, no more merges
+    # at most 16 / 32 / 64 query rows per attention program (kernels.tree_attention.ROW_BLOCK; the default halves
+    # the rows past 16): more programs, no more merges
     "attn_m16": ("attention_rows", 16),
     "attn_m32": ("attention_rows", 32),
+    "attn_m64": ("attention_rows", 64),  # the row blocks before 234ced2 (at most 64 rows per program)
     # the prefix K/V blocks through TMA tensor descriptors (kernels.tree_attention.TMA_PREFIX; pointers by default)
     "attn_tma": ("attention_tma", True),
     # the prefetched K/V kept in flight across the PDL wait (kernels.tree_attention.PREFETCH_HOLD)
