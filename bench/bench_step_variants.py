@@ -370,6 +370,9 @@ def main(argv: list[str] | None = None) -> dict:
             raise SystemExit(f"--cases: {spec!r}: {e}") from None
         if not 1 <= int(rows) <= min(int(tree_len), 64):
             raise SystemExit(f"--cases: {spec!r}: needs 1 <= rows <= tree_len and rows <= 64 (a decode step)")
+        if a.ctx + int(tree_len) > a.cap:
+            raise SystemExit(f"--cases: {spec!r}: --ctx {a.ctx} + tree_len {tree_len} exceeds --cap {a.cap} KV slots "
+                             f"(the step would attend past the cache)")
     if not torch.cuda.is_available():
         raise SystemExit("bench_step_variants: needs a CUDA GPU (the steps are CUDA graphs)")
     results = [rec for preset, pcs in cases.items()

@@ -13,6 +13,8 @@ from bench.bench_step_variants import VARIANTS, main
     (["--cases", "llama9:8:8"], r"--cases: 'llama9:8:8': preset: unknown model preset 'llama9'"),
     (["--cases", "llama3-8b:9:8"], r"--cases: 'llama3-8b:9:8': needs 1 <= rows <= tree_len"),
     (["--cases", "llama3-8b:65:65"], r"rows <= 64"),
+    (["--cases", "llama3.2-1b:16:64", "--ctx", "2000"],
+     r"--cases: 'llama3.2-1b:16:64': --ctx 2000 \+ tree_len 64 exceeds --cap 2048 KV slots"),
 ])
 def test_bad_arguments_name_the_option(argv, match):
     with pytest.raises(SystemExit, match=match):
