@@ -103,6 +103,10 @@ class ParallelConfig(_Frozen):
     to itself and whose long waits (serial trees, refills after a miss, the peer's prefill) would otherwise pay
     the poll wake-up; 1 ms on CPU ranks, which share cores. H200 2 x, 2026-11-30: 1 vs 50 ms, a message after a
     long wait took 0.06-0.16 vs 0.02-0.05 ms from send to taken (hop 0.03-0.13 vs 0.003-0.007 ms)."""
+    cpu_affinity: str = "off"
+    """off: ranks run where the OS puts them. cores: each rank on the host gets its own block of physical cores (the
+    allowed CPUs grouped by hyperthread siblings, split evenly in rank order), so no two ranks' busy threads share a
+    core: the leaders' host work (tree bookkeeping, launches, receive spins) is on the critical path."""
     host_threads: int = 0
     """torch intra-op CPU threads per rank. 0 (auto): OMP_NUM_THREADS when set; else 1 on a GPU rank, whose host
     work is single-threaded bookkeeping on tiny tensors; else, on CPU ranks, the host's cores shared between its
@@ -127,6 +131,8 @@ class ParallelConfig(_Frozen):
                                                 and not isinstance(self.recv_spin_ms, bool) and self.recv_spin_ms >= 0),
                  "parallel.recv_spin_ms", f"expected a number of milliseconds >= 0 or null (auto), "
                  f"got {self.recv_spin_ms!r}")
+        _require(self.cpu_affinity in ("off", "cores"), "parallel.cpu_affinity",
+                 f"{self.cpu_affinity!r} is not one of off, cores")
         _require(isinstance(self.host_threads, int) and not isinstance(self.host_threads, bool)
                  and self.host_threads >= 0, "parallel.host_threads",
                  f"expected an integer >= 0 (0 = auto), got {self.host_threads!r}")
