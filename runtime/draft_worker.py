@@ -211,16 +211,16 @@ class DraftWorker:
         """Whether a re-root's KV compaction still waits for `compact()`."""
         return self._deferred is not None
 
-    @torch.no_grad()
     def compact(self, force: bool = False) -> bool:
         """Apply the last re-root's KV compaction (one gather over every layer) if it is still pending;
         returns whether one ran. With CUDA graphs it is left to the next expansion's replay unless `force`
-        (anything else that reads the cache first)."""
+        (anything else that reads the cache first). Nothing pending costs no torch call (every re-root asks)."""
         if self._deferred is None or (self.graph is not None and not force):
             return False
         old_prefix, slots = self._deferred
         self._deferred = None
-        keep_slots(self.cache, old_prefix, slots)
+        with torch.no_grad():
+            keep_slots(self.cache, old_prefix, slots)
         return True
 
     def can_expand(self) -> bool:
