@@ -317,6 +317,12 @@ def fitted_configs(profile: str, report: str | None) -> set[str]:
     return {Path(r).name.split(REPEAT_SEP)[0] for r in runs}
 
 
+def fitted_run_folders(profile: str, report: str | None) -> list[str]:
+    """The folders of the runs the profile's `runtime` block was fitted on (the report's `runtime.runs`)."""
+    runs = read_report(profile, report).get("runtime", {}).get("runs", [])
+    return sorted({str(Path(r).parent) for r in runs})
+
+
 def measured_expand_s(run_dir: Path) -> float | None:
     """Mean duration of one draft forward (step.expand spans of the draft leader) in a runtime run dir."""
     from conf.trace import TRACE_FILE, read_traces
@@ -515,6 +521,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                      + (f"; its runtime costs on the runs of {sorted(fitted)}, left out of this table" if fitted
                         else "; no validation run enters the fit")),
         "fitted_configs": sorted(fitted),
+        "fitted_run_folders": fitted_run_folders(args.profile, args.report) if args.profile else [],
         "rows": good, "errors": [r for r in rows if "error" in r],
         "summary": {k: _summary(good, k) for k in ("tokens_per_s", "iteration_time_s", "verify_time_s",
                                                    "expand_per_forward_s")},
