@@ -47,6 +47,11 @@ from conf.schema import AcceptanceConfig
 
 BELIEF_FLOOR = 1.0e-6
 """Smallest probability the draft's belief assigns to a ranked child (keeps log finite)."""
+BEYOND_TABLE = 1 << 30
+"""The rank `PositionalAcceptance.walk` gives a token beyond the table's ranks (the 1 - sum(row) mass): larger than
+any spec.topk, so no draft tree holds it and a bonus there is a miss, whatever the tree's width, as in the runtime's
+oracle (runtime/oracle.py: NO_RANK). Before, it was rank len(row), which a tree of topk > len(row) held: every such
+bonus counted as a hit (topk 16 over the 8-rank SmolLM2 table: hit rate 1.0)."""
 
 
 def chain_accept_length(a: float, gamma: int) -> float:
@@ -124,7 +129,7 @@ class PositionalAcceptance:
 
     def true_rank(self, depth: int, u: float) -> int:
         """Rank of the target's token among a correct node's draft children at `depth`, given uniform `u`;
-        len(row) means a token beyond the table (never drafted)."""
+        len(row) means a token beyond the table (never drafted; `walk` reports it as BEYOND_TABLE)."""
         return bisect_right(self.cum[depth if depth < self._last else self._last], u)
 
     def walk(self, children: dict[tuple[int, int], int], uniforms: list[float], position: int) -> tuple[
@@ -138,7 +143,10 @@ class PositionalAcceptance:
         ranks: list[int] = []
         nodes = [0]
         while True:
-            r = bisect_right(cum[depth if depth < last else last], uniforms[position + depth])
+            row = cum[depth if depth < last else last]
+            r = bisect_right(row, uniforms[position + depth])
+            if r == len(row):  # beyond the table: a token the measured draft never ranked (as the runtime's oracle)
+                r = BEYOND_TABLE
             ranks.append(r)
             child = children.get((node, r))
             if child is None:

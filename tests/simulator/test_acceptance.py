@@ -9,6 +9,7 @@ import pytest
 
 from conf.schema import AcceptanceConfig
 from simulator.acceptance import (
+    BEYOND_TABLE,
     PositionalAcceptance,
     ReplayAcceptance,
     chain_accept_length,
@@ -46,13 +47,22 @@ def test_true_rank_inverts_the_row_cdf_and_reuses_the_last_row():
 
 
 @pytest.mark.parametrize("uniforms,ranks,nodes", [
-    ([0.1, 0.1, 0.95], (0, 0, 2), (0, 1, 3)),  # top child, its top child, then an undrafted token
+    ([0.1, 0.1, 0.95], (0, 0, BEYOND_TABLE), (0, 1, 3)),  # top child, its top child, then an undrafted token
     ([0.6, 0.1, 0.1], (1, 0), (0, 2)),  # the root's 2nd child accepted, its children were not proposed
-    ([0.9, 0.1, 0.1], (2,), (0,)),  # nothing accepted; bonus = rank 2 (not drafted)
+    ([0.9, 0.1, 0.1], (BEYOND_TABLE,), (0,)),  # nothing accepted; the bonus is beyond the table's ranks
 ], ids=["deep", "second-branch", "first-mismatch"])
 def test_walk_follows_the_truth_through_the_proposal(uniforms, ranks, nodes):
     acc = PositionalAcceptance([[0.5, 0.3]])
     assert acc.walk(CHILDREN, [0.0] * 3 + uniforms, 3) == (ranks, nodes)
+
+
+def test_a_token_beyond_the_table_is_never_a_drafted_child():
+    """The table ranks 2 children; a proposal holding a rank-2 child (a tree of topk > 2) must not take the
+    1 - sum(row) mass as that child: as in the runtime's oracle, it is a miss whatever the tree's width."""
+    acc = PositionalAcceptance([[0.5, 0.3]])
+    wide = {(0, 0): 1, (0, 1): 2, (0, 2): 3}  # the root's children at ranks 0, 1, 2
+    assert acc.walk(wide, [0.9], 0) == ((BEYOND_TABLE,), (0,))
+    assert BEYOND_TABLE > 64  # above any spec.topk the draft head takes
 
 
 def test_file_table_takes_precedence_and_bad_files_name_the_field(tmp_path):
