@@ -152,3 +152,16 @@ def test_replay_follows_recorded_ranks_exactly(tmp_path):
     f.write_text("request,accepted,hit,ranks\n0,2,1,0.1\n")
     with pytest.raises(ValueError, match=r"\[0\]\.ranks: needs accepted \+ 1 = 3 integers"):
         load_acceptance(AcceptanceConfig(kind="replay", file=str(f)), topk=4)
+
+
+def test_the_32_rank_table_extends_the_8_rank_one():
+    """acceptance=smollm2_r32 (profiles/acceptance/smollm2_r32.json): 32 ranks per row; its unconditioned first row
+    starts with the 8-rank table's first row, and it covers more of the probability mass."""
+    from conf import compose_config
+
+    cfg = compose_config("simulate", ["acceptance=smollm2_r32"])
+    wide, narrow = load_acceptance(cfg.acceptance, topk=32), load_acceptance(
+        compose_config("simulate", ["acceptance=smollm2"]).acceptance, topk=8)
+    assert all(len(row) == 32 for row in wide.table) and all(len(row) == 8 for row in narrow.table)
+    assert wide.table[0][:8] == pytest.approx(narrow.table[0], abs=1e-6)
+    assert 0.9 < sum(wide.table[0]) < 1.0 and sum(narrow.table[0]) < sum(wide.table[0])
