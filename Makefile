@@ -12,8 +12,8 @@ MEASURED ?=
 ARGS ?=
 # Fig. 9 (what a miss costs): measured runs of git 1bed0ab and their re-simulation (serial_bs8_w8_dauto is a fit run
 # of the profile: measured only)
-FIG09_RUNS ?= bench/results/runtime_runs_2026-11-30_1bed0ab
-FIG09_SIM ?= bench/results/validation_sim_2026-11-30_1bed0ab
+FIG09_RUNS ?= bench/results/runtime_runs_2026-11-30_16f4d67
+FIG09_SIM ?= bench/results/validation_sim_2026-11-30_8d08ad4
 FIG09_CONFIGS ?= serial_bs8_w8_dauto async_bs4_w4_dauto async_bs8_w8_dauto autoconfig_bs8_w16_d3
 FIG09_OUT ?= $(FIGDIR)/fig09_miss_cost_h200
 
