@@ -20,6 +20,8 @@ It knows nothing of messages' transport, timing or stop rules (runtime/engine.py
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from conf.messages import DraftProposal
@@ -171,6 +173,11 @@ class DraftWorker:
         self.selection = self.tree.select(bs)
         tokens, parents = self.tree.proposal(self.selection)
         return DraftProposal(request_id, iteration, tuple(tokens), tuple(parents))
+
+    def prepare_reroots(self, limit: int, bs: int, stop: Callable[[], bool]) -> int:
+        """While waiting for the verified path: prepare the re-roots of up to `limit` likely hits of the last
+        proposal (`DraftTree.prepare_landings`), asking `stop()` before each; returns how many are prepared."""
+        return self.tree.prepare_landings(self.selection, limit, bs, stop)
 
     def expected_tokens(self) -> float:
         """The last proposal's expected yield under the tree's weights (`DraftTree.expected_tokens`)."""

@@ -116,6 +116,14 @@ class Engine:
             self._token_ready = [torch.cuda.Event() for _ in range(2)]
         self.channel = make_channel(ctx, cfg.parallel.leader_channel, self.shape.rows, timeline,
                                     spin_s=recv_spin_s(cfg.parallel, ctx.device))
+        # spec.reroot_prefetch: the draft leader prepares likely re-roots while it waits (a unix channel tells it
+        # when the verified path is in; other ranks re-root as usual, to the same trees)
+        self.reroot_prefetch = (spec.reroot_prefetch if self.draft is not None and ctx.is_leader
+                                and ctx.peer_leader_rank is not None else 0)
+        if self.reroot_prefetch and not hasattr(self.channel, "ready"):
+            raise ValueError(f"spec.reroot_prefetch={spec.reroot_prefetch}: needs the unix leader channel, which "
+                             f"can tell when the verified path is in; parallel.leader_channel resolved to "
+                             f"{self.channel.kind} (set spec.reroot_prefetch=0, or leader_channel=unix on one host)")
         # Auto d never exceeds the expansions an empty tree of max_tree_nodes can take.
         self.tuner = DepthTuner(self.shape.d, ctx, d_max=max(1, spec.max_tree_nodes // self.shape.w))
         self.iteration = 0  # global over requests: both sides count proposals the same way
@@ -250,6 +258,11 @@ class Engine:
             outcome = oracle.walk(prop.parent_indices) if oracle is not None else None
             for _ in range(d):
                 self._expand(it, "overlap")
+            if self.reroot_prefetch:
+                start = self.tl.now()
+                ready = self.draft.prepare_reroots(self.reroot_prefetch, self.shape.rows, self.channel.ready)
+                self.tl.add("host.reroot_prefetch", start, self.tl.now() - start, iteration=it,
+                            extra={"prepared": ready})
             vp = self.channel.recv()
             self.tuner.received(vp.num_accepted + 1)
             self._advance(prop, vp, oracle, outcome)
@@ -355,8 +368,11 @@ class Engine:
             bonus = resolve_bonus(self.draft.children_tokens(vp.node_indices[-1]), outcome.bonus_rank, bonus)
         ranks = self.draft.verified_ranks(vp.node_indices, bonus)
         reroot = self.draft.advance(vp.node_indices, bonus)
+        extra = {"hit": reroot.hit, "d": self._round_d(), "ranks": ranks}
+        if self.reroot_prefetch:
+            extra["prepared"] = reroot.prepared
         self.tl.add("step.reroot", start, self.tl.now() - start, iteration=vp.iteration,
-                    tokens=len(reroot.keep_slots), extra={"hit": reroot.hit, "d": self._round_d(), "ranks": ranks})
+                    tokens=len(reroot.keep_slots), extra=extra)
 
     # ---- helpers -----------------------------------------------------------------------------------------
     def _round_d(self) -> int:

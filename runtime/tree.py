@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -203,6 +203,7 @@ class Reroot:
     keep_slots: tuple[int, ...]  # old tree slots kept: promoted path nodes first, then survivors
     num_promoted: int  # leading entries of keep_slots that join the prefix
     pending: tuple[int, ...]  # verified tokens without draft KV (fed before the new root is expanded)
+    prepared: bool = False  # a hit whose subtree `prepare_landings` had ready (spec.reroot_prefetch)
 
 
 class DraftTree:
@@ -226,6 +227,10 @@ class DraftTree:
         self.stats = stats if stats is not None else TreeStats()
         # heap of (-weight, node id): the root while unexpanded, then each parent's first unexpanded child
         self._frontier: list[tuple[float, int]] = [(-0.0, 0)]
+        # prepared while the tree does not change (`prepare_landings`): landing node -> `_subtree(landing)`, and
+        # the last `select` as (bs, node ids); any expansion clears both
+        self._prepared: dict[int, tuple[DraftTree, list[int]]] = {}
+        self._selected: tuple[int, list[int]] | None = None
 
     # ---- queries -------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -277,6 +282,8 @@ class DraftTree:
         along paths) it is exactly the set of the `min(bs, len(self))` highest-weight nodes. Lazily, as the
         frontier: a taken node pushes its first child and its next sibling.
         """
+        if self._selected is not None and self._selected[0] == bs:
+            return list(self._selected[1])
         heap = [(-0.0, 0)]
         taken: list[int] = []
         first, weights = self.first_child, self.weights
@@ -286,7 +293,28 @@ class DraftTree:
             if first[i] >= 0:
                 heapq.heappush(heap, (-weights[first[i]], first[i]))
             self._push_next_sibling(heap, i)
+        self._selected = (bs, list(taken))
         return taken
+
+    def prepare_landings(self, selection: list[int], limit: int, bs: int,
+                         stop: Callable[[], bool] = lambda: False) -> int:
+        """Prepare the re-roots of up to `limit` likely hits of verifying `selection` (from `select`): a hit lands on
+        an unproposed child of a proposed node (a proposed child equal to the target's token would have been
+        accepted), with probability ~ exp(weight); each prepared landing keeps its subtree copy (`reroot` takes it)
+        and that subtree's `select(bs)`. `stop()` is asked before each one (the verified path has arrived).
+        Returns how many are prepared now. Host work only, for the draft's idle wait; the tree is not changed."""
+        taken = set(selection)
+        candidates = sorted((c for p in selection for c in self.children(p) if c not in taken),
+                            key=self.weights.__getitem__, reverse=True)
+        for c in candidates[:limit]:
+            if c in self._prepared:
+                continue
+            if stop():
+                break
+            sub = self._subtree(c)
+            sub[0].select(bs)
+            self._prepared[c] = sub
+        return len(self._prepared)
 
     def expected_tokens(self, selection: list[int]) -> float:
         """Expected tokens of verifying `selection` (from `select`, root first) if the weights were the acceptance
@@ -322,6 +350,7 @@ class DraftTree:
         """
         if not self.can_expand(w, max_len):
             raise RuntimeError(f"cannot expand: {self.num_slots} + {w} slots > {max_len} or empty frontier")
+        self._prepared, self._selected = {}, None
         chosen, frontier = [], self._frontier
         while frontier and len(chosen) < w:
             i = heapq.heappop(frontier)[1]
@@ -383,6 +412,7 @@ class DraftTree:
             return
         if belief is not None and min(len(row) for row in belief) < k:
             raise ValueError(f"belief rows cover {min(len(row) for row in belief)} ranks, fewer than top-k {k}")
+        self._prepared, self._selected = {}, None
         first_child, num_children, depths = self.first_child, self.num_children, self.depths
         for i in expanded:
             if first_child[i] >= 0:
@@ -428,18 +458,21 @@ class DraftTree:
             raise RuntimeError(f"path nodes with KV must be a prefix of the path: {path}")
         pending = tuple(self.tokens[i] for i in path[len(with_kv):])
         landing = next((c for c in self.children(path[-1]) if self.tokens[c] == bonus), None)
+        ready = None
         if landing is None:
             self.stats.misses += 1
             new_tree, survivors = DraftTree(bonus, self.stats), []
         else:
             self.stats.hits += 1
-            new_tree, survivors = self._subtree(landing)
+            ready = self._prepared.pop(landing, None)
+            new_tree, survivors = ready or self._subtree(landing)
         return Reroot(
             tree=new_tree,
             hit=landing is not None,
             keep_slots=tuple(slots[i] for i in with_kv) + tuple(survivors),
             num_promoted=len(with_kv),
             pending=pending,
+            prepared=ready is not None,
         )
 
     def _subtree(self, top: int) -> tuple[DraftTree, list[int]]:

@@ -55,6 +55,7 @@ class UnixLeaderChannel(LeaderChannel):
             raise ValueError(f"parallel.recv_spin_ms: expected >= 0, got {spin_s * 1e3:g}")
         self.spin_s = spin_s
         self._sock: socket.socket | None = None
+        self._ready_poller: Any = None  # select.poll of `ready`, made on first use
         if ctx.is_leader and ctx.peer_leader_rank is not None:
             self._sock = self._connect()
 
@@ -90,6 +91,15 @@ class UnixLeaderChannel(LeaderChannel):
 
     def flush(self) -> None:
         """Nothing to wait for: a send returned once the kernel held the message."""
+
+    def ready(self) -> bool:
+        """Leader only: whether a message from the peer leader is waiting (a zero-timeout poll; nothing is read).
+        A closed peer counts as ready: the next `recv` reports it."""
+        self._require_peer("poll")
+        if self._ready_poller is None:
+            self._ready_poller = select.poll()
+            self._ready_poller.register(self._socket(), select.POLLIN | select.POLLHUP | select.POLLERR)
+        return bool(self._ready_poller.poll(0))
 
     def close(self) -> None:
         """Close the socket (leaders; no-op elsewhere)."""

@@ -186,3 +186,28 @@ def test_eight_rank_splits_are_lossless(target_gpus, draft_gpus):
     for out in _launch(cfgs, eos):
         assert out["outputs"] == expected
         assert (out["metrics"]["target_gpus"], out["metrics"]["draft_gpus"]) == (target_gpus, draft_gpus)
+
+
+def test_reroot_prefetch_is_lossless_and_refuses_the_dist_channel():
+    """spec.reroot_prefetch: the draft leader prepares likely re-roots while it waits (unix channel): outputs stay
+    the target's greedy ones in async, serial and chain modes, its spans say how many it had ready; over the dist
+    channel (which cannot tell when the verified path is in) the run fails naming the field."""
+    expected, eos = reference_outputs("tiny-llama")
+    common = dict(draft_gpus=1, leader_channel="unix", reroot_prefetch=4)
+    cfgs = [make_cfg("async_tree", bs=6, w=3, topk=3, d="2", **common),
+            make_cfg("serial_tree", bs=6, w=3, topk=3, **common),
+            make_cfg("chain", gamma=3, **common)]
+    for cfg, out in zip(cfgs, _launch(cfgs, eos)):
+        assert out["outputs"] == expected, cfg.spec.mode
+        spans = [r for r in out["traces"] if r.name == "host.reroot_prefetch"]
+        assert spans and all(r.group == "draft" for r in spans), cfg.spec.mode
+        prepared = [r.extra_fields()["prepared"] for r in spans]
+        assert all(0 <= n <= 4 for n in prepared), cfg.spec.mode
+        # a chain proposes its whole chain: no proposed node has an unproposed child, nothing to prepare
+        assert max(prepared) == 0 if cfg.spec.mode == "chain" else max(prepared) > 0, cfg.spec.mode
+        taken = [r.extra_fields()["prepared"] for r in out["traces"] if r.name == "step.reroot" and r.group == "draft"
+                 and r.rank == 1]
+        assert taken and (not any(taken) if cfg.spec.mode == "chain" else any(taken)), cfg.spec.mode
+    with pytest.raises(RuntimeError, match=r"spec\.reroot_prefetch=4: needs the unix leader channel"):
+        _launch([make_cfg("async_tree", bs=6, w=3, topk=3, d="2", draft_gpus=1, leader_channel="dist",
+                          reroot_prefetch=4)], eos)
