@@ -115,7 +115,7 @@ class Engine:
             self._token_host = [torch.empty(1, dtype=torch.long, pin_memory=True) for _ in range(2)]
             self._token_ready = [torch.cuda.Event() for _ in range(2)]
         self.channel = make_channel(ctx, cfg.parallel.leader_channel, self.shape.rows, timeline,
-                                    spin_s=recv_spin_s(cfg.parallel, ctx.device))
+                                    spin_s=recv_spin_s(cfg.parallel, ctx.device), wake=cfg.parallel.recv_wake)
         # spec.reroot_prefetch: the draft leader prepares likely re-roots while it waits (a unix channel tells it
         # when the verified path is in; other ranks re-root as usual, to the same trees)
         self.reroot_prefetch = (spec.reroot_prefetch if self.draft is not None and ctx.is_leader

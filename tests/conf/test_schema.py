@@ -77,6 +77,7 @@ def test_config_is_immutable_after_validation():
         (["kernels=graphs", "spec.topk=65"], r"spec\.topk: kernels\.draft_head takes at most 64 children per node"),
         (["kernels.input_staging=mapped"], r"kernels\.input_staging: 'mapped' is not one of pageable, pinned"),
         (["parallel.host_threads=-1"], r"parallel\.host_threads: expected an integer >= 0 \(0 = auto\), got -1"),
+        (["parallel.recv_wake=futex"], r"parallel\.recv_wake: 'futex' is not one of socket, shm"),
         (["parallel.recv_spin_ms=-0.5"],
          r"parallel\.recv_spin_ms: expected a number of milliseconds >= 0 or null \(auto\), got -0\.5"),
         (["model.draft.preset=qwen2-0.5b"], r"model\.draft\.preset: draft vocabulary \(151646 tokens\) differs"),

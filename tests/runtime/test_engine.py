@@ -44,7 +44,8 @@ def make_cfg(mode: str, target: str = "tiny-llama", draft: str = "tiny-llama-dra
              acceptance: AcceptanceConfig | None = None, backend: str = "reference", device: str = "cpu",
              dtype: str = "float32", cuda_graphs: bool = False, checkpoint: str | None = None,
              timeout_s: float = 60, leader_channel: str = "dist", skinny: bool = False, pdl: bool = False,
-             input_staging: str = "pageable", rope_attention: bool = False, **spec) -> ExperimentConfig:
+             input_staging: str = "pageable", rope_attention: bool = False, recv_wake: str = "socket",
+             **spec) -> ExperimentConfig:
     """A validated config of tiny fp32 models on CPU (tests/gpu: other dtypes, CUDA graphs, a checkpoint,
     which the draft shares when it is the target's preset)."""
     return build_config(ExperimentConfig(
@@ -53,7 +54,7 @@ def make_cfg(mode: str, target: str = "tiny-llama", draft: str = "tiny-llama-dra
                               draft=ModelConfig(draft, seed=draft_seed, dtype=dtype,
                                                 checkpoint=checkpoint if draft == target else None)),
         parallel=ParallelConfig(target_gpus=target_gpus, draft_gpus=draft_gpus, device=device, timeout_s=timeout_s,
-                                leader_channel=leader_channel),
+                                leader_channel=leader_channel, recv_wake=recv_wake),
         spec=SpecConfig(mode=mode, max_tree_nodes=64, **spec),
         acceptance=acceptance or AcceptanceConfig(),
         kernels=KernelsConfig(backend=backend, cuda_graphs=cuda_graphs, skinny=skinny, pdl=pdl,

@@ -189,13 +189,14 @@ def test_eight_rank_splits_are_lossless(target_gpus, draft_gpus):
 
 
 def test_reroot_prefetch_is_lossless_and_refuses_the_dist_channel():
-    """spec.reroot_prefetch: the draft leader prepares likely re-roots while it waits (unix channel): outputs stay
-    the target's greedy ones in async, serial and chain modes, its spans say how many it had ready; over the dist
-    channel (which cannot tell when the verified path is in) the run fails naming the field."""
+    """spec.reroot_prefetch: the draft leader prepares likely re-roots while it waits (unix channel, its receives
+    spinning on the socket or, parallel.recv_wake=shm, on the shared send counters): outputs stay the target's
+    greedy ones in async, serial and chain modes, its spans say how many it had ready; over the dist channel
+    (which cannot tell when the verified path is in) the run fails naming the field."""
     expected, eos = reference_outputs("tiny-llama")
     common = dict(draft_gpus=1, leader_channel="unix", reroot_prefetch=4)
     cfgs = [make_cfg("async_tree", bs=6, w=3, topk=3, d="2", **common),
-            make_cfg("serial_tree", bs=6, w=3, topk=3, **common),
+            make_cfg("serial_tree", bs=6, w=3, topk=3, recv_wake="shm", **common),
             make_cfg("chain", gamma=3, **common)]
     for cfg, out in zip(cfgs, _launch(cfgs, eos)):
         assert out["outputs"] == expected, cfg.spec.mode
