@@ -55,13 +55,15 @@ def prompts(vocab: int, n: int = 3, seed: int = 0) -> list[list[int]]:
 
 def cfg_for(mode: str, target: str, draft: str, dtype: str, *, target_gpus: int = 1, draft_gpus: int = 0,
             checkpoint: str | None = None, draft_seed: int = 1, skinny: bool = True, pdl: bool = True,
-            input_staging: str = "pageable", rope_attention: bool = True, **spec) -> ExperimentConfig:
+            input_staging: str = "pageable", rope_attention: bool = True, recv_wake: str = "socket",
+            **spec) -> ExperimentConfig:
     """kernels=graphs on CUDA (skinny GEMMs, PDL, RoPE in the single-token attention, as conf/kernels/graphs.yaml);
     the draft is `draft` (the target itself with draft_seed == 1: self-speculation)."""
     return make_cfg(mode, target, draft, target_gpus=target_gpus, draft_gpus=draft_gpus, draft_seed=draft_seed,
                     max_new=MAX_NEW, capacity=CAPACITY, backend="triton", device="cuda", dtype=dtype,
                     cuda_graphs=True, checkpoint=checkpoint, timeout_s=120, skinny=skinny, pdl=pdl,
-                    input_staging=input_staging, rope_attention=rope_attention, **{**MODES[mode], **spec})
+                    input_staging=input_staging, rope_attention=rope_attention, recv_wake=recv_wake,
+                    **{**MODES[mode], **spec})
 
 
 @functools.cache
@@ -347,6 +349,17 @@ def test_unix_leader_channel_lossless_on_gpus(mode):
     staging = "pinned" if mode == "async_tree" else "pageable"
     assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", target_gpus=1, draft_gpus=1,
                             draft_seed=1, leader_channel="unix", input_staging=staging))
+
+
+@pytest.mark.multi_gpu
+@TWO_GPUS
+@pytest.mark.parametrize("mode", ["async_tree", "serial_tree"])
+def test_prefetched_reroots_and_shared_counter_wake_lossless_on_gpus(mode):
+    """The next GPU session's two experiment switches on 1 + 1 GPUs with graphs: the draft leader prepares likely
+    re-roots while it waits (spec.reroot_prefetch=4) and the leaders' receives spin on the shared send counters
+    (parallel.recv_wake=shm); outputs stay the target's greedy ones."""
+    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", target_gpus=1, draft_gpus=1,
+                            draft_seed=1, leader_channel="unix", recv_wake="shm", reroot_prefetch=4))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
