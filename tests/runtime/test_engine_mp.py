@@ -202,13 +202,14 @@ def test_reroot_prefetch_is_lossless_and_refuses_the_dist_channel():
         assert out["outputs"] == expected, cfg.spec.mode
         spans = [r for r in out["traces"] if r.name == "host.reroot_prefetch"]
         assert spans and all(r.group == "draft" for r in spans), cfg.spec.mode
+        # how many are ready depends on how long the draft waited (timing): only the bounds are checked here; that a
+        # prepared re-root is the one it replaces is tests/runtime/test_tree.py's
         prepared = [r.extra_fields()["prepared"] for r in spans]
         assert all(0 <= n <= 4 for n in prepared), cfg.spec.mode
-        # a chain proposes its whole chain: no proposed node has an unproposed child, nothing to prepare
-        assert max(prepared) == 0 if cfg.spec.mode == "chain" else max(prepared) > 0, cfg.spec.mode
-        taken = [r.extra_fields()["prepared"] for r in out["traces"] if r.name == "step.reroot" and r.group == "draft"
-                 and r.rank == 1]
-        assert taken and (not any(taken) if cfg.spec.mode == "chain" else any(taken)), cfg.spec.mode
+        if cfg.spec.mode == "chain":  # a chain proposes its whole chain: no proposed node has an unproposed child
+            assert max(prepared) == 0
+        reroots = [r.extra_fields() for r in out["traces"] if r.name == "step.reroot" and r.rank == 1]
+        assert reroots and all(x["hit"] or not x["prepared"] for x in reroots), cfg.spec.mode  # only a hit takes one
     with pytest.raises(RuntimeError, match=r"spec\.reroot_prefetch=4: needs the unix leader channel"):
         _launch([make_cfg("async_tree", bs=6, w=3, topk=3, d="2", draft_gpus=1, leader_channel="dist",
                           reroot_prefetch=4)], eos)
