@@ -75,6 +75,7 @@ class UnixLeaderChannel(LeaderChannel):
         self._counters: memoryview | None = None
         self._out = 0 if ctx.role == "target" else 1
         self._seen = 0  # messages received so far
+        self.counters_path: str | None = None  # wake=shm: where the counters were mapped from (removed once connected)
         if ctx.is_leader and ctx.peer_leader_rank is not None:
             self._sock = self._connect()
 
@@ -220,6 +221,7 @@ class UnixLeaderChannel(LeaderChannel):
         finally:
             os.close(fd)
         self._counters = memoryview(self._shm).cast("q")
+        self.counters_path = path
         return path
 
     def _send_bytes(self, data: bytes, what: str) -> None:

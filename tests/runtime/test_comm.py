@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 
 import pytest
@@ -63,7 +64,7 @@ def _exchange(ctx, cfg):
     spans = sorted({r.name for r in tl.records()})
     bytes_ok = all(json.loads(r.extra)["bytes"] == ch.wire_bytes for r in tl.records() if r.name != "comm.rtt")
     report = {"rank": ctx.rank, "role": ctx.role, "got": got, "rtts": rtts, "spans": spans, "bytes_ok": bytes_ok,
-              "channel": type(ch).__name__}
+              "channel": type(ch).__name__, "counters": getattr(ch, "counters_path", None)}
     everyone = [None] * ctx.world_size
     dist.all_gather_object(everyone, report, group=ctx.world_group)
     return everyone
@@ -78,7 +79,6 @@ def test_messages_cross_groups_and_reach_every_rank(kind):
     assert len(reports) == target + draft
     leader_class = {"dist": "LeaderChannel", "unix": "UnixLeaderChannel", "auto": "UnixLeaderChannel",
                     "unix-shm": "UnixLeaderChannel"}[kind]
-    before = set(_wake_files())
     for rep in reports:
         leader = rep["rank"] in (0, target)
         assert rep["channel"] == (leader_class if leader or kind != "auto" else "LeaderChannel"), rep["rank"]
@@ -93,14 +93,11 @@ def test_messages_cross_groups_and_reach_every_rank(kind):
             assert {"comm.recv", "comm.send", "comm.broadcast"} == set(rep["spans"])
         else:
             assert rep["rtts"] == [] and rep["spans"] == ["comm.broadcast"]  # non-leaders only broadcast
-    assert set(_wake_files()) <= before  # the shared counters' file is gone once both leaders mapped it
-
-
-def _wake_files() -> list[str]:
-    import glob
-    import tempfile
-
-    return glob.glob("/dev/shm/swiftspec-wake-*") + glob.glob(f"{tempfile.gettempdir()}/swiftspec-wake-*")
+    counters = {rep["counters"] for rep in reports if rep["rank"] in (0, target)}
+    if kind == "unix-shm":  # both leaders mapped the same file, whose name is gone once they connected
+        assert len(counters) == 1 and None not in counters and not os.path.exists(counters.pop())
+    else:
+        assert counters == {None}
 
 
 def _recv_from_silent_peer(ctx, cfg):
