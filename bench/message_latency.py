@@ -18,6 +18,7 @@ runtime/unix_channel.py).
 from __future__ import annotations
 
 import argparse
+import datetime
 import statistics
 import sys
 from pathlib import Path
@@ -27,7 +28,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from conf.rundir import atomic_write_json  # noqa: E402
+from conf.rundir import atomic_write_json, git_sha, read_run  # noqa: E402
 from conf.trace import TRACE_FILE, TraceRecord, read_traces  # noqa: E402
 from simulator.runtime_fit import leader_spans  # noqa: E402
 
@@ -91,6 +92,14 @@ def message_latency(run_dir: Path, short_wait_s: float = 0.8e-3) -> dict[str, An
     return out
 
 
+def _run_meta(run_dir: Path) -> dict[str, Any]:
+    """The run's config.json meta block (git SHA, device), {} if unreadable."""
+    try:
+        return read_run(run_dir).get("meta", {})
+    except (FileNotFoundError, ValueError):
+        return {}
+
+
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", type=Path, help="runtime run dirs (two leaders: a draft group)")
@@ -113,8 +122,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 cells.append(f"{sender}->{receiver} {cls} {ms}{split} ({v['n']})")
         print(f"{run.name:<30} " + " | ".join(cells))
     if args.json:
-        atomic_write_json(args.json, {"runs": results, "short_wait_ms": args.short_wait_ms,
-                                      "skip_iterations": SKIP_ITERATIONS})
+        measured = sorted({str(_run_meta(run).get("git_sha", "?")) for run in args.runs})
+        devices = sorted({str(_run_meta(run).get("device", "?")) for run in args.runs})
+        atomic_write_json(args.json, {"benchmark": "message_latency", "git_sha": git_sha(),
+                                      "date": datetime.date.today().isoformat(), "runs_git_sha": measured,
+                                      "device": devices, "run_dirs": [str(r) for r in args.runs],
+                                      "config": {"short_wait_ms": args.short_wait_ms,
+                                                 "skip_iterations": SKIP_ITERATIONS},
+                                      "runs": results})
     return results
 
 

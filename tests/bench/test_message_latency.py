@@ -61,3 +61,15 @@ def test_arrival_marks_split_the_delivery(tmp_path):
     assert cell["hop_ms"] == pytest.approx(0.06, abs=1e-6) and cell["after_ms"] == pytest.approx(0.01, abs=1e-6)
     assert cell["slept"] == 0.5 and cell["decode_ms"] == pytest.approx(0.004, abs=1e-6)
     assert "hop_ms" not in message_latency(tmp_path)["target->draft"]["long_wait"]  # no receives that way
+
+
+def test_json_names_the_analysis_and_the_runs(tmp_path):
+    recs = [_rec("comm.send", "draft", 1, it, it * 0.01, 1e-5) for it in range(10, 14)]
+    recs += [_rec("comm.recv", "target", 0, it, it * 0.01 - 0.001, 0.00102) for it in range(10, 14)]
+    write_traces(tmp_path / TRACE_FILE, recs)
+    out = tmp_path / "lat.json"
+    main([str(tmp_path), "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert data["benchmark"] == "message_latency" and data["git_sha"] and data["date"]
+    assert data["runs_git_sha"] == ["?"] and data["device"] == ["?"]  # no config.json in this synthetic run dir
+    assert data["config"] == {"short_wait_ms": 0.8, "skip_iterations": 10} and len(data["runs"]) == 1
