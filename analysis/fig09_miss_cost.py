@@ -66,7 +66,8 @@ def idle_by_outcome(run: Run, skip: int = SKIP) -> dict[str, float]:
             "iterations": float(n)}
 
 
-def _label(run: Run) -> str:
+def run_label(run: Run) -> str:
+    """A tree configuration's label: mode, then gamma (chain) or bs, w and d (the run's own settings)."""
     m = run.metrics
     parts = [style.mode_label(str(m["mode"]))]
     if m["mode"] == "chain":
@@ -92,7 +93,7 @@ def make_figure(runs: Sequence[Run], skip: int = SKIP) -> tuple[Figure, FigureDa
     stats = {r.path: idle_by_outcome(r, skip) for r in tree}
     groups: dict[tuple[str, str], list[Run]] = {}
     for r in sorted(tree, key=lambda r: (style.mode_sort_key(str(r.metric("mode"))), str(r.path))):
-        groups.setdefault((_label(r), str(r.metric("source"))), []).append(r)
+        groups.setdefault((run_label(r), str(r.metric("source"))), []).append(r)
     labels = list(dict.fromkeys(label for label, _ in groups))
     sources = [s for s in ("runtime", "sim") if any(src == s for _, src in groups)]
     median_panel = Panel(xlabel="configuration", ylabel="idle before a verify (ms, median)",
