@@ -53,6 +53,11 @@ def main(make_figure: MakeFigure, args: argparse.Namespace, options: dict[str, A
 
 
 def run_script(make_figure: MakeFigure, doc: str | None, default_out: str,
-               argv: Sequence[str] | None = None) -> int:
-    """Entry point of a figure script without options of its own."""
-    return main(make_figure, parser(doc, default_out).parse_args(argv))
+               argv: Sequence[str] | None = None, *, skip: int | None = None) -> int:
+    """Entry point of a figure script: no options of its own, or (`skip`: its default) `--skip N`, the iterations
+    each run leaves out at its start, passed on as `make_figure(runs, skip=N)`."""
+    p = parser(doc, default_out)
+    if skip is not None:
+        p.add_argument("--skip", type=int, default=skip, help=f"iterations left out at the start (default {skip})")
+    args = p.parse_args(argv)
+    return main(make_figure, args, {"skip": args.skip} if skip is not None else None)

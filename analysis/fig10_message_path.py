@@ -109,14 +109,10 @@ def make_figure(runs: Sequence[Run], skip: int = SKIP) -> tuple[Figure, FigureDa
         ax.set_xlabel(panel.xlabel + (f" ({panel.notes[0]})" if panel.notes else ""))
         ax.set_ylabel(panel.ylabel)
         ax.set_title(panel.title)
-    handles, names = axes[0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="outside lower center", ncol=len(names), fontsize=7, frameon=False)
+    style.legend_below(fig, axes[0])
     fig.suptitle(data.title)
     return fig, data
 
 
 if __name__ == "__main__":
-    p = cli.parser(__doc__, "docs/figures/fig10_message_path")
-    p.add_argument("--skip", type=int, default=SKIP, help=f"iterations left out (default {SKIP})")
-    a = p.parse_args()
-    raise SystemExit(cli.main(make_figure, a, {"skip": a.skip}))
+    raise SystemExit(cli.run_script(make_figure, __doc__, "docs/figures/fig10_message_path", skip=SKIP))

@@ -115,6 +115,12 @@ def notes(ax: Axes, texts: Iterable[str]) -> None:
                 bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8})
 
 
+def legend_below(fig: Figure, ax: Axes) -> None:
+    """`ax`'s legend entries in one small frameless row under the panels."""
+    handles, names = ax.get_legend_handles_labels()
+    fig.legend(handles, names, loc="outside lower center", ncol=len(names), fontsize=7, frameon=False)
+
+
 def save_figure(fig: Figure, out_stem: str | Path) -> list[Path]:
     """Write `<out_stem>.png` and `<out_stem>.pdf`, each atomically (temporary file + rename)."""
     stem = Path(out_stem)
