@@ -10,6 +10,8 @@ and the graph steps before b594258 read them), so a regression shows on a CPU ma
 
     verify: proposal_inputs, + StepBuffers.load_inputs (the staging write; a CPU "device" buffer here, so the
             copy is a memcpy), tensors (the five tensors the old path built)
+    channel: the unix channel's unpack + decode of a received bs 8 proposal (2026-11-30: 2.44 -> 1.59 us here
+            with a decode that does not re-convert every slot and checks the parents at C speed)
     draft:  plan_expansion (w 16 over a grown tree), + StepBuffers.load_inputs, grow_topk (w x k children from
             top-k tensors), plan_expansion + grow_topk (one expansion's host part), select (top-bs subtree),
             reroot (hit)
@@ -27,6 +29,7 @@ import platform
 import statistics
 import sys
 import time
+from array import array
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,6 +39,7 @@ if str(REPO_ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
+from conf.messages import DraftProposal, decode, encode  # noqa: E402
 from conf.rundir import atomic_write_json, git_sha  # noqa: E402
 from runtime.graphs import StepBuffers  # noqa: E402
 from runtime.tree import DraftTree, proposal_inputs  # noqa: E402
@@ -83,6 +87,9 @@ def measure(reps: int) -> dict[str, float]:
 
     out["verify.inputs+load_inputs"] = _time(staged, reps)
     out["verify.inputs+tensors (before b594258)"] = _time(tensors, reps)
+    # a leader's receive: the unix channel's unpack + decode of a bs 8 proposal (comm.recv's decoded_s - arrive_s)
+    wire = array("q", encode(DraftProposal(0, 1, tuple(t + 100 for t in tokens), tuple(parents)))).tobytes()
+    out["channel.unpack+decode (bs 8 proposal)"] = _time(lambda: decode(array("q", wire).tolist()), reps)
 
     base = _grown_tree(gen)
     lp = torch.log_softmax(torch.randn(W, TOPK, generator=gen), dim=-1).sort(dim=-1, descending=True).values
@@ -116,7 +123,11 @@ def measure(reps: int) -> dict[str, float]:
         tree.grow_topk(tree.plan_expansion(W, PREFIX, MAX_LEN)[0], lp, tok)
 
     out["draft.plan_expansion+grow_topk"] = _time(expansion, reps)
-    out["draft.select"] = _time(lambda: base.select(BS), reps)
+    def select() -> list[int]:  # a fresh walk each time: the tree memoises its last select (spec.reroot_prefetch)
+        base._selected = None
+        return base.select(BS)
+
+    out["draft.select"] = _time(select, reps)
     child = next(c for c in base.children(0) if base.children(c))  # an expanded child of the root
     path, bonus = [0, child], base.tokens[base.children(child)[0]]  # a hit one level down
     out["draft.reroot (hit)"] = _time(lambda: base.reroot(path, bonus), reps)

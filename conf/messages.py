@@ -10,6 +10,8 @@ a fixed capacity so the receiver can post one fixed-size receive. `encode`/`deco
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 KIND_PROPOSAL = 1
@@ -32,11 +34,14 @@ class DraftProposal:
     def __post_init__(self) -> None:
         if len(self.token_ids) != len(self.parent_indices) or not self.token_ids:
             raise ValueError("DraftProposal: token_ids and parent_indices must be non-empty and equally long")
-        if self.parent_indices[0] != -1:
+        parents = self.parent_indices
+        if parents[0] != -1:
             raise ValueError("DraftProposal: node 0 must be the root (parent -1)")
-        for i, p in enumerate(self.parent_indices[1:], start=1):
-            if not 0 <= p < i:
-                raise ValueError(f"DraftProposal: parent_indices[{i}] = {p} must point to an earlier node")
+        # 0 <= parents[i] < i for every i >= 1, checked at C speed (every received proposal is checked here)
+        rest = parents[1:]
+        if rest and not (min(rest) >= 0 and all(map(operator.lt, rest, range(1, len(parents))))):
+            i, p = next((i, p) for i, p in enumerate(parents[1:], start=1) if not 0 <= p < i)
+            raise ValueError(f"DraftProposal: parent_indices[{i}] = {p} must point to an earlier node")
 
     @property
     def num_nodes(self) -> int:
@@ -109,17 +114,17 @@ def encode(msg: Message) -> list[int]:
     raise TypeError(f"cannot encode {type(msg).__name__}")
 
 
-def decode(wire: list[int]) -> Message:
-    """Inverse of `encode`; trailing padding is ignored."""
+def decode(wire: Sequence[int]) -> Message:
+    """Inverse of `encode` (a sequence of Python ints: a list from `tolist()`); trailing padding is ignored."""
     if len(wire) < HEADER_LEN:
         raise ValueError(f"wire message too short: {len(wire)} < {HEADER_LEN}")
-    kind, rid, it, n = (int(x) for x in wire[:HEADER_LEN])
-    body = [int(x) for x in wire[HEADER_LEN:]]
+    kind, rid, it, n = wire[:HEADER_LEN]
+    h = HEADER_LEN
     if kind == KIND_PROPOSAL:
-        return DraftProposal(rid, it, tuple(body[:n]), tuple(body[n : 2 * n]))
+        return DraftProposal(rid, it, tuple(wire[h : h + n]), tuple(wire[h + n : h + 2 * n]))
     if kind == KIND_VERIFIED:
-        stop = bool(body[0])
-        return VerifiedPath(rid, it, tuple(body[1 : n + 2]), tuple(body[n + 2 : 2 * n + 2]), stop)
+        return VerifiedPath(rid, it, tuple(wire[h + 1 : h + n + 2]), tuple(wire[h + n + 2 : h + 2 * n + 2]),
+                            bool(wire[h]))
     if kind == KIND_STOP:
         return Stop(rid, it)
     raise ValueError(f"unknown message kind {kind} in wire header")

@@ -16,6 +16,7 @@ def test_host_path_benchmark_writes_every_piece(tmp_path):
     assert {"git_sha", "date", "device", "config"} <= set(saved)
     assert set(saved["median_us"]) == {
         "verify.proposal_inputs", "verify.inputs+load_inputs", "verify.inputs+tensors (before b594258)",
+        "channel.unpack+decode (bs 8 proposal)",
         "draft.plan_expansion", "draft.plan_expansion+load_inputs", "draft.grow_topk", "draft.plan_expansion+grow_topk",
         "draft.select",
         "draft.reroot (hit)"}

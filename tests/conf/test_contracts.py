@@ -67,8 +67,13 @@ def test_messages_roundtrip_with_padding(msg):
 def test_message_validation():
     with pytest.raises(ValueError, match="root"):
         DraftProposal(0, 0, (1, 2), (0, 0))
-    with pytest.raises(ValueError, match="earlier node"):
+    with pytest.raises(ValueError, match=r"parent_indices\[1\] = 2 must point to an earlier node"):
         DraftProposal(0, 0, (1, 2, 3), (-1, 2, 0))
+    with pytest.raises(ValueError, match=r"parent_indices\[3\] = -1 must point to an earlier node"):
+        DraftProposal(0, 0, (1, 2, 3, 4), (-1, 0, 1, -1))  # a second root, after valid nodes
+    with pytest.raises(ValueError, match=r"parent_indices\[2\] = 2 must point to an earlier node"):
+        DraftProposal(0, 0, (1, 2, 3), (-1, 0, 2))  # its own parent
+    assert DraftProposal(0, 0, (7,), (-1,)).num_nodes == 1  # the root alone
     with pytest.raises(ValueError, match="bonus"):
         VerifiedPath(0, 0, (1, 2), (0, 1))
     with pytest.raises(ValueError, match="unknown message kind"):
