@@ -24,7 +24,7 @@ from analysis import cli, style
 from analysis.fig09_miss_cost import run_label
 from analysis.figdata import FigureData, Panel
 from analysis.runs import Run, RunDirError, require
-from bench.message_latency import DIRECTIONS, deliveries
+from bench.message_latency import DIRECTIONS, deliveries, receive_parts
 from simulator.runtime_fit import leader_spans
 
 SKIP = 10
@@ -41,15 +41,14 @@ def message_parts(run: Run, skip: int = SKIP) -> dict[str, dict[str, float]]:
         parts: dict[str, list[float]] = {p: [] for p in PARTS}
         for _, delivery, recv in deliveries(spans.get((sender, "comm.send"), []), spans.get((receiver, "comm.recv"),
                                                                                             [])):
-            x = recv.extra_fields(f"{run.path}: {receiver} comm.recv")
-            if "arrive_s" not in x:
+            m = receive_parts(delivery, recv, f"{run.path}: {receiver} comm.recv")
+            if m is None:
                 raise RunDirError(f"{run.path}: its {receiver} leader's comm.recv spans have no arrival mark "
                                   f"(arrive_s): runs of the unix leader channel since git a3e6e83 have them")
-            after = recv.duration_s - x["arrive_s"]
-            decode = x["decoded_s"] - x["arrive_s"] if "decoded_s" in x else 0.0
-            parts["hop"].append(delivery - after)
+            decode = m["decode"] or 0.0
+            parts["hop"].append(m["hop"])
             parts["decode"].append(decode)
-            parts["bookkeeping"].append(after - decode)
+            parts["bookkeeping"].append(m["after"] - decode)
         if parts["hop"]:
             out[f"{sender}->{receiver}"] = {**{f"{p}_s": statistics.median(v) for p, v in parts.items()},
                                             "messages": float(len(parts["hop"]))}

@@ -53,6 +53,19 @@ def deliveries(sends: list[TraceRecord], recvs: list[TraceRecord]) -> list[tuple
     return out
 
 
+def receive_parts(delivery: float, recv: TraceRecord, where: str) -> dict[str, Any] | None:
+    """One delivery's parts from its receive span's unix-channel marks, in seconds: `hop` (send end -> bytes out of
+    the socket), `after` (the receiver's own work from there to its span's end), `decode` (of `after`: unpack +
+    decode; None in runs before `decoded_s`) and `slept`; None when the span has no arrival mark (`where` names the
+    span in errors)."""
+    x = recv.extra_fields(where)
+    if "arrive_s" not in x:
+        return None
+    after = recv.duration_s - x["arrive_s"]
+    decode = x["decoded_s"] - x["arrive_s"] if "decoded_s" in x else None
+    return {"hop": delivery - after, "after": after, "decode": decode, "slept": bool(x.get("slept"))}
+
+
 def _median_ms(values: list[float]) -> float | None:
     return statistics.median(values) * 1e3 if values else None
 
@@ -70,21 +83,19 @@ def message_latency(run_dir: Path, short_wait_s: float = 0.8e-3) -> dict[str, An
     out: dict[str, Any] = {"run": run_dir.name}
     for sender, receiver in DIRECTIONS:
         pairs = deliveries(spans.get((sender, "comm.send"), []), spans.get((receiver, "comm.recv"), []))
-        classes: dict[str, list[tuple[float, dict[str, Any]]]] = {"short_wait": [], "long_wait": []}
+        classes: dict[str, list[tuple[float, dict[str, Any] | None]]] = {"short_wait": [], "long_wait": []}
         for wait, delivery, recv in pairs:
-            x = recv.extra_fields(f"{path}: {receiver} comm.recv")
-            if "arrive_s" in x:  # receive end - arrival = the receiver's own work after the bytes came out
-                x["after_s"] = recv.duration_s - x["arrive_s"]
-            classes["short_wait" if wait < short_wait_s else "long_wait"].append((delivery, x))
+            classes["short_wait" if wait < short_wait_s else "long_wait"].append(
+                (delivery, receive_parts(delivery, recv, f"{path}: {receiver} comm.recv")))
         res: dict[str, Any] = {}
         for cls, rows in classes.items():
             cell: dict[str, Any] = {"median_ms": _median_ms([d for d, _ in rows]), "n": len(rows)}
-            marked = [(d, x) for d, x in rows if "after_s" in x]
+            marked = [parts for _, parts in rows if parts is not None]
             if marked:
-                cell.update(hop_ms=_median_ms([d - x["after_s"] for d, x in marked]),
-                            after_ms=_median_ms([x["after_s"] for _, x in marked]),
-                            slept=sum(bool(x["slept"]) for _, x in marked) / len(marked))
-            decoded = [x["decoded_s"] - x["arrive_s"] for _, x in marked if "decoded_s" in x]
+                cell.update(hop_ms=_median_ms([m["hop"] for m in marked]),
+                            after_ms=_median_ms([m["after"] for m in marked]),
+                            slept=sum(m["slept"] for m in marked) / len(marked))
+            decoded = [m["decode"] for m in marked if m["decode"] is not None]
             if decoded:  # unpack + decode, part of after_ms
                 cell["decode_ms"] = _median_ms(decoded)
             res[cls] = cell
