@@ -81,6 +81,10 @@ class ModelPairConfig(_Frozen):
     """Tokenizer source (HF folder, tokenizer.json or GGUF); None = the target checkpoint's, or bytes."""
 
 
+RECV_WAKES = ("socket", "shm")
+"""`parallel.recv_wake` values: what a spinning unix-channel receive polls (runtime/unix_channel.py)."""
+
+
 @dataclass
 class ParallelConfig(_Frozen):
     """GPU split (group `parallel`): target group ranks [0, T), draft group ranks [T, T+D)."""
@@ -134,8 +138,8 @@ class ParallelConfig(_Frozen):
                                                 and not isinstance(self.recv_spin_ms, bool) and self.recv_spin_ms >= 0),
                  "parallel.recv_spin_ms", f"expected a number of milliseconds >= 0 or null (auto), "
                  f"got {self.recv_spin_ms!r}")
-        _require(self.recv_wake in ("socket", "shm"), "parallel.recv_wake",
-                 f"{self.recv_wake!r} is not one of socket, shm")
+        _require(self.recv_wake in RECV_WAKES, "parallel.recv_wake",
+                 f"{self.recv_wake!r} is not one of {', '.join(RECV_WAKES)}")
         _require(self.cpu_affinity in ("off", "cores"), "parallel.cpu_affinity",
                  f"{self.cpu_affinity!r} is not one of off, cores")
         _require(isinstance(self.host_threads, int) and not isinstance(self.host_threads, bool)

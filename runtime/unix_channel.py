@@ -43,13 +43,10 @@ import torch
 import torch.distributed as dist
 
 from conf.messages import Message, decode
-from conf.schema import ParallelConfig
+from conf.schema import RECV_WAKES, ParallelConfig
 from runtime.comm import _BYTES_PER_SLOT, LeaderChannel
 from runtime.metrics import Timeline
 from runtime.parallel import ParallelContext
-
-RECV_WAKES = ("socket", "shm")
-"""`parallel.recv_wake` values: what a spinning receive polls (see the module docstring)."""
 
 
 class UnixLeaderChannel(LeaderChannel):
