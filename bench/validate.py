@@ -311,16 +311,10 @@ def load_settings(profile: str, report: str | None) -> dict[str, float]:
     return {k: float(v) for k, v in data.get("suggested_sim_settings", {}).items()}
 
 
-def fitted_configs(profile: str, report: str | None) -> set[str]:
-    """Configurations whose runs the profile's `runtime` block was fitted on (the report's `runtime.runs`)."""
-    runs = read_report(profile, report).get("runtime", {}).get("runs", [])
-    return {Path(r).name.split(REPEAT_SEP)[0] for r in runs}
-
-
-def fitted_run_folders(profile: str, report: str | None) -> list[str]:
-    """The folders of the runs the profile's `runtime` block was fitted on (the report's `runtime.runs`)."""
-    runs = read_report(profile, report).get("runtime", {}).get("runs", [])
-    return sorted({str(Path(r).parent) for r in runs})
+def fitted_runs(profile: str, report: str | None) -> list[str]:
+    """The run dirs the profile's `runtime` block was fitted on (the report's `runtime.runs`); their configurations
+    are left out of the comparison."""
+    return list(read_report(profile, report).get("runtime", {}).get("runs", []))
 
 
 def measured_expand_s(run_dir: Path) -> float | None:
@@ -491,7 +485,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"compare: no run dirs (*/metrics.json) under {runs_dir}", file=sys.stderr)
         return 2
     settings = load_settings(args.profile, args.report) if args.profile and not args.no_settings else {}
-    fitted = fitted_configs(args.profile, args.report) if args.profile else set()
+    fit_runs = fitted_runs(args.profile, args.report) if args.profile else []
+    fitted = {Path(r).name.split(REPEAT_SEP)[0] for r in fit_runs}
     fitted |= {c for c in (args.exclude or "").split(",") if c}
     held_out_dirs = [rd for rd in run_dirs if rd.name.split(REPEAT_SEP)[0] not in fitted]
     sim_root = Path(args.sim_out) if args.sim_out else runs_dir.parent / "sim"
@@ -521,7 +516,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                      + (f"; its runtime costs on the runs of {sorted(fitted)}, left out of this table" if fitted
                         else "; no validation run enters the fit")),
         "fitted_configs": sorted(fitted),
-        "fitted_run_folders": fitted_run_folders(args.profile, args.report) if args.profile else [],
+        "fitted_run_folders": sorted({str(Path(r).parent) for r in fit_runs}),
         "rows": good, "errors": [r for r in rows if "error" in r],
         "summary": {k: _summary(good, k) for k in ("tokens_per_s", "iteration_time_s", "verify_time_s",
                                                    "expand_per_forward_s")},
