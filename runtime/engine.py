@@ -33,12 +33,13 @@ import pstats
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import torch
 
-from conf.messages import DraftProposal, VerifiedPath
+from conf.messages import ConditionalProposal, DraftProposal, Stop, VerifiedPath
 from conf.presets import model_preset
 from conf.schema import ExperimentConfig, SpecConfig
 from conf.trace import TraceRecord
@@ -124,6 +125,14 @@ class Engine:
             raise ValueError(f"spec.reroot_prefetch={spec.reroot_prefetch}: needs the unix leader channel, which "
                              f"can tell when the verified path is in; parallel.leader_channel resolved to "
                              f"{self.channel.kind} (set spec.reroot_prefetch=0, or leader_channel=unix on one host)")
+        # spec.presend: the draft leader sends prepared hits' next proposals ahead; the target leader drains them after
+        # its verdict and takes the matching one (its group gets the proposal it runs by broadcast)
+        self.presend = spec.presend and self.mode == "async_tree" and ctx.peer_leader_rank is not None
+        if self.presend and ctx.is_leader and not hasattr(self.channel, "recv_from_peer"):
+            raise ValueError(f"spec.presend: needs the unix leader channel, which can tell when a message is waiting; "
+                             f"parallel.leader_channel resolved to {self.channel.kind} (set spec.presend=false, or "
+                             f"leader_channel=unix on one host)")
+        self._verdict: Any = None  # the target leader's last verdict (spec.presend matches its bonus against it)
         # Auto d never exceeds the expansions an empty tree of max_tree_nodes can take.
         self.tuner = DepthTuner(self.shape.d, ctx, d_max=max(1, spec.max_tree_nodes // self.shape.w))
         self.iteration = 0  # global over requests: both sides count proposals the same way
@@ -219,16 +228,20 @@ class Engine:
     def _target_loop(self, rid: int, prompt: list[int], emitter: Emitter) -> None:
         gen, oracle, _ = self._generators(rid)
         self._prefill(prompt)
+        taken: DraftProposal | None = None  # spec.presend: the next proposal, taken from the draft's conditional ones
         while True:
             start = self.tl.now()
             it = self._next_iteration()
-            prop = self.channel.recv()
+            prop = self._presend_proposal(taken) if self.presend else self.channel.recv()
             if (prop.request_id, prop.iteration) != (rid, it):
                 raise RuntimeError(f"{self.ctx.label}: expected request {rid} iteration {it}, got {prop}")
             if oracle is not None and emitter.tokens:
                 emitter.replace_last(prop.token_ids[0])
             vp = self._verify(prop, emitter, gen, oracle)
             if self.ctx.is_leader:
+                taken = self._take_conditional(vp) if self.presend and not vp.stop else None
+                if taken is not None:
+                    vp = replace(vp, presend_taken=True)
                 self.channel.send(vp)
             self._keep(vp)  # after the send: the draft's re-root does not wait for it
             self.progress.update(self.tokens_done + len(emitter.tokens))
@@ -241,9 +254,9 @@ class Engine:
         self._prefill(prompt)
         it = self._next_iteration()
         prop = self._propose(rid, it)
-        first = True
+        first, taken = True, False  # taken: the target runs this proposal already (spec.presend; not sent again)
         while True:
-            if self.ctx.is_leader:
+            if self.ctx.is_leader and not taken:
                 self.channel.send(prop)
             # the proposal's expected yield feeds auto d's trials (runtime/depth_tuner.py); a fixed d needs none
             self.tuner.sent(new_request=first,
@@ -258,11 +271,17 @@ class Engine:
             outcome = oracle.walk(prop.parent_indices) if oracle is not None else None
             for _ in range(d):
                 self._expand(it, "overlap")
+            present: list[ConditionalProposal] = []  # spec.presend: conditional proposals sent this round
+            landed: set[int] = set()  # their landing nodes
             if self.reroot_prefetch:
                 start = self.tl.now()
-                ready = self.draft.prepare_reroots(self.reroot_prefetch, self.shape.rows, self.channel.ready)
-                self.tl.add("host.reroot_prefetch", start, self.tl.now() - start, iteration=it,
-                            extra={"prepared": ready})
+                on_ready = partial(self._send_conditionals, rid, it + 1, present, landed) if self.presend else None
+                ready = self.draft.prepare_reroots(self.reroot_prefetch, self.shape.rows, self.channel.ready,
+                                                   on_ready)
+                extra: dict[str, object] = {"prepared": ready}
+                if self.presend:
+                    extra["present"] = len(present)
+                self.tl.add("host.reroot_prefetch", start, self.tl.now() - start, iteration=it, extra=extra)
             vp = self.channel.recv()
             self.tuner.received(vp.num_accepted + 1)
             self._advance(prop, vp, oracle, outcome)
@@ -270,6 +289,55 @@ class Engine:
                 return
             it = self._next_iteration()
             prop = self._propose(rid, it)
+            taken = vp.presend_taken
+            if taken and self.ctx.is_leader and prop not in [c.proposal for c in present]:
+                raise RuntimeError(f"{self.ctx.label}: spec.presend: the target took a conditional proposal for "
+                                   f"iteration {it}, but the re-rooted draft proposes {prop}, none of the "
+                                   f"{len(present)} it sent")
+
+    # ---- spec.presend ------------------------------------------------------------------------------------
+    def _send_conditionals(self, rid: int, it: int, present: list[ConditionalProposal], landed: set[int]) -> None:
+        """Draft leader, as each re-root is prepared: send the new conditional proposals for iteration `it` (their
+        landings join `landed`), unless the verified path is in already (the target decided without them)."""
+        if self.channel.ready():
+            return
+        for cond in self.draft.conditional_proposals(rid, it, self.shape.rows, landed):
+            self.channel.send(cond)  # a comm.presend span (off the iteration's message time)
+            present.append(cond)
+
+    def _take_conditional(self, vp: VerifiedPath) -> DraftProposal | None:
+        """Target leader, after its verdict: drain the conditional proposals that arrived while it verified and
+        return the one for this outcome (its path's last node and bonus: the token, or an oracle run's drawn rank),
+        or None (a miss, a hit the draft did not prepare, or one it sent too late)."""
+        found = None
+        last, verdict = vp.node_indices[-1], self._verdict
+        while self.channel.ready():
+            msg = self.channel.recv_from_peer()
+            if not isinstance(msg, ConditionalProposal):
+                raise RuntimeError(f"{self.ctx.label}: spec.presend: expected only conditional proposals while "
+                                   f"verifying iteration {vp.iteration}, got {msg}")
+            if (found is None and (msg.request_id, msg.iteration) == (vp.request_id, vp.iteration + 1)
+                    and msg.after_node == last
+                    and (msg.bonus_rank == verdict.bonus_rank if verdict.bonus_rank is not None
+                         else msg.proposal.token_ids[0] == verdict.bonus)):
+                found = msg.proposal
+        return found
+
+    def _presend_proposal(self, taken: DraftProposal | None) -> DraftProposal:
+        """Target group: the proposal to verify: the leader's taken one, else the next proposal from the draft
+        (conditional ones that arrived after the verdict are skipped), handed to the group by broadcast."""
+        prop = None
+        if self.ctx.is_leader:
+            prop = taken
+            while prop is None:
+                msg = self.channel.recv_from_peer()
+                if not isinstance(msg, ConditionalProposal):
+                    prop = msg
+                    break
+                # too late: the verdict went out without it; the draft sends the proposal itself next
+        if self.ctx.group_size > 1:
+            prop = self.channel.broadcast_in_group(prop)
+        return prop
 
     # ---- steps -------------------------------------------------------------------------------------------
     def _prefill(self, prompt: list[int]) -> None:
@@ -316,7 +384,7 @@ class Engine:
         self.target.forward(prop)
         vp = None
         if self.ctx.is_leader:
-            verdict = self.target.decide(gen, oracle)
+            verdict = self._verdict = self.target.decide(gen, oracle)
             decided = time.perf_counter() - t0
             tokens = tuple(prop.token_ids[k] for k in verdict.path) + (verdict.bonus,)
             stop = emitter.emit(list(tokens[1:]))
@@ -371,6 +439,8 @@ class Engine:
         extra = {"hit": reroot.hit, "d": self._round_d(), "ranks": ranks}
         if self.reroot_prefetch:
             extra["prepared"] = reroot.prepared
+        if self.presend:  # the target took this hit's conditional proposal (spec.presend)
+            extra["taken"] = vp.presend_taken
         self.tl.add("step.reroot", start, self.tl.now() - start, iteration=vp.iteration,
                     tokens=len(reroot.keep_slots), extra=extra)
 
@@ -395,8 +465,15 @@ class Engine:
         return gen, oracles[0], oracles[1]
 
     def close(self) -> None:
-        """Flush outstanding sends (leaders)."""
+        """Flush outstanding sends (leaders). spec.presend: the draft leader sends a Stop and the target leader reads
+        up to it first: conditional proposals the target never read would otherwise sit in its socket when it
+        closes, which resets the connection under the draft's last receive."""
         if self.ctx.is_leader and self.ctx.peer_leader_rank is not None:
+            if self.presend and self.ctx.role == "draft":
+                self.channel.send(Stop(-1, -1))
+            elif self.presend:
+                while not isinstance(self.channel.recv_from_peer(), Stop):
+                    pass
             self.channel.close()
 
 

@@ -91,7 +91,7 @@ class TargetWorker:
         if oracle is not None:
             outcome = oracle.walk(inp.parent_rows[: inp.num_real])
             placeholder = int(logits[outcome.path[-1]].argmax())  # the draft resolves the real token
-            return Verdict(outcome.path, placeholder)
+            return Verdict(outcome.path, placeholder, outcome.bonus_rank)
         if self.graph is not None and self.graph.chained:
             # A greedy one-row step (a TP > 1 or unchained autoregressive target): its graph already wrote the
             # argmax of its logits (`StepGraph` chain=True), which is the verdict: one device -> host read instead

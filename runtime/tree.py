@@ -297,11 +297,12 @@ class DraftTree:
         return taken
 
     def prepare_landings(self, selection: list[int], limit: int, bs: int,
-                         stop: Callable[[], bool] = lambda: False) -> int:
+                         stop: Callable[[], bool] = lambda: False, on_ready: Callable[[], None] | None = None) -> int:
         """Prepare the re-roots of up to `limit` likely hits of verifying `selection` (from `select`): a hit lands on
         an unproposed child of a proposed node (a proposed child equal to the target's token would have been
         accepted), with probability ~ exp(weight); each prepared landing keeps its subtree copy (`reroot` takes it)
-        and that subtree's `select(bs)`. `stop()` is asked before each one (the verified path has arrived).
+        and that subtree's `select(bs)`. `stop()` is asked before each one (the verified path has arrived), `on_ready()`
+        called after each (spec.presend sends its proposal at once).
         Returns how many are prepared now. Host work only, for the draft's idle wait; the tree is not changed."""
         taken = set(selection)
         candidates = sorted((c for p in selection for c in self.children(p) if c not in taken),
@@ -314,7 +315,14 @@ class DraftTree:
             sub = self._subtree(c)
             sub[0].select(bs)
             self._prepared[c] = sub
+            if on_ready is not None:
+                on_ready()
         return len(self._prepared)
+
+    def prepared_landings(self) -> list[tuple[int, DraftTree]]:
+        """(landing node, its prepared subtree) of each landing `prepare_landings` has ready, in preparation order
+        (the subtree's `select` is memoised). Read-only: `reroot` still takes them."""
+        return [(landing, sub[0]) for landing, sub in self._prepared.items()]
 
     def expected_tokens(self, selection: list[int]) -> float:
         """Expected tokens of verifying `selection` (from `select`, root first) if the weights were the acceptance

@@ -90,23 +90,21 @@ class UnixLeaderChannel(LeaderChannel):
 
     def recv(self) -> Message:
         """Every rank of the group: the next message from the peer group (leader receives, then broadcasts)."""
-        start = self._now()
         msg = None
         if self.ctx.is_leader:
-            peer = self._require_peer("recv")
-            wire, arrived, slept = self._receive(f"waiting for a message from rank {peer} ({self._peer_role()} "
-                                                 f"leader)")
-            msg = decode(wire)
-            decoded = self._now()
-            self._record("comm.recv", start, msg, len(wire), peer,
-                         detail={"arrive_s": round(arrived - start, 9), "decoded_s": round(decoded - start, 9),
-                                 "slept": slept})
+            msg, wire = self._recv_peer()
             if self.ctx.group_size > 1:
                 self._stage(wire)
         if self.ctx.group_size > 1:
             msg = self._broadcast(self._recv_dev, self._recv_host, "a received message")
         assert msg is not None
         return msg
+
+    def recv_from_peer(self) -> Message:
+        """Leader only: the next message from the peer leader, not broadcast in the group (spec.presend: the target
+        leader drains conditional proposals, then hands its group the one proposal it runs with
+        `broadcast_in_group`); recorded as `recv` records it."""
+        return self._recv_peer()[0]
 
     def flush(self) -> None:
         """Nothing to wait for: a send returned once the kernel held the message."""
@@ -140,6 +138,18 @@ class UnixLeaderChannel(LeaderChannel):
             sock.close()
 
     # -- internals ----------------------------------------------------------------------------------------
+
+    def _recv_peer(self) -> tuple[Message, list[int]]:
+        """Leader: one message from the peer leader and its wire, recorded as a comm.recv span."""
+        start = self._now()
+        peer = self._require_peer("recv")
+        wire, arrived, slept = self._receive(f"waiting for a message from rank {peer} ({self._peer_role()} leader)")
+        msg = decode(wire)
+        decoded = self._now()
+        self._record("comm.recv", start, msg, len(wire), peer,
+                     detail={"arrive_s": round(arrived - start, 9), "decoded_s": round(decoded - start, 9),
+                             "slept": slept})
+        return msg, wire
 
     def _socket(self) -> socket.socket:
         if self._sock is None:

@@ -90,6 +90,9 @@ class Verdict:
 
     path: tuple[int, ...]
     bonus: int
+    # oracle runs: the drawn bonus token's draft rank (or NO_RANK); the draft resolves the token (`bonus` is the
+    # target's placeholder). None otherwise.
+    bonus_rank: int | None = None
 
     @property
     def num_accepted(self) -> int:

@@ -447,3 +447,13 @@ def test_topk_logprobs_on_the_draft_vocabulary(rows):
     ref_values, ref_ids = topk_logprobs_ref(x, 8)
     assert torch.equal(g_ids, ref_ids)
     torch.testing.assert_close(g_values, ref_values, rtol=0, atol=5e-6)
+
+
+@pytest.mark.multi_gpu
+@TWO_GPUS
+def test_presend_lossless_on_gpus():
+    """spec.presend on 1 + 1 GPUs with graphs (self-speculation, a draft wider than the verify, so the prepared hits'
+    subtrees need no refill): the target takes the draft's conditional proposals; outputs stay its greedy ones."""
+    assert_lossless(cfg_for("async_tree", "tiny-llama", "tiny-llama", "bfloat16", target_gpus=1, draft_gpus=1,
+                            draft_seed=1, leader_channel="unix", reroot_prefetch=4, presend=True, bs=3, w=4, topk=2,
+                            d="2"))

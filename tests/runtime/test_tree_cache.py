@@ -412,3 +412,39 @@ def test_fused_head_grows_the_same_tree(graphs):
     assert [(n.token, n.parent, n.slot) for n in fused_head.nodes] == [(n.token, n.parent, n.slot)
                                                                         for n in torch_head.nodes]
     assert fused_head.weights == pytest.approx(torch_head.weights, abs=1e-5)
+
+
+def test_conditional_proposals_are_what_advance_then_propose_give():
+    """spec.presend: each conditional proposal (a prepared landing whose subtree needs no refill) is exactly the
+    proposal a twin draft makes after the re-root to that hit, and it names the node it follows and the landing's
+    rank there (the verified path's last node, the bonus token's rank: how the target matches it)."""
+    def worker() -> DraftWorker:
+        w = DraftWorker(_model("tiny-llama-draft", 2), ATTN, w=4, topk=3, max_tree_nodes=MAX_LEN,
+                        max_seq_len=CAPACITY - MAX_LEN, temperature=0.0)
+        w.start(PROMPT)
+        for _ in range(4):
+            assert w.expand()
+        return w
+
+    bs = 3
+    draft = worker()
+    proposal = draft.propose(0, 0, bs)
+    assert draft.prepare_reroots(6, bs, lambda: False) > 0
+    landed: set[int] = set()
+    conds = draft.conditional_proposals(0, 1, bs, landed)
+    assert conds and len(landed) == len(conds)
+    assert draft.conditional_proposals(0, 1, bs, landed) == []  # each landing is sent once
+    tree = draft.tree
+    for cond in conds:
+        assert (cond.request_id, cond.iteration) == (0, 1) and cond.num_nodes == bs
+        parent = draft.selection[cond.after_node]
+        landing = tree.children(parent)[cond.bonus_rank]
+        assert tree.tokens[landing] == cond.proposal.token_ids[0]
+        path = [cond.after_node]
+        while proposal.parent_indices[path[-1]] >= 0:
+            path.append(proposal.parent_indices[path[-1]])
+        twin = worker()
+        assert twin.propose(0, 0, bs) == proposal
+        rr = twin.advance(tuple(path[::-1]), cond.proposal.token_ids[0])
+        assert rr.hit and len(twin.tree) >= bs
+        assert twin.propose(0, 1, bs) == cond.proposal
