@@ -310,6 +310,10 @@ class KernelsConfig(_Frozen):
     """The draft expansion's top-k children and their log-probs from `kernels.topk_logprobs` (two small launches)
     instead of torch's log_softmax + topk (~0.1 ms per expansion at a 128K vocabulary on an H200; needs backend
     triton)."""
+    refill_graph: bool = False
+    """Experiment switch (CUDA graphs): a draft expansion of a lone root (after a miss, or a hit on a never-expanded
+    leaf: ~44% of the H200 async rounds) replays a captured one-row step instead of the w-row one (a smaller
+    attention and head; the weights' bytes are the same). Needs kernels.cuda_graphs."""
     input_staging: str = "pageable"
     """How a CUDA-graph step's inputs are copied (runtime/graphs.py): pageable (each copy waits for the stream) |
     pinned (preallocated pinned buffers, copies that do not block the host)."""
@@ -323,6 +327,8 @@ class KernelsConfig(_Frozen):
         for name in ("skinny", "pdl", "rope_attention", "draft_head"):
             _require(not getattr(self, name) or self.backend == "triton", f"kernels.{name}",
                      f"needs kernels.backend=triton, got {self.backend!r}")
+        _require(not self.refill_graph or self.cuda_graphs, "kernels.refill_graph",
+                 "a captured one-row draft step: needs kernels.cuda_graphs=true (kernels=graphs)")
 
 
 @dataclass

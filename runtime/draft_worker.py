@@ -38,7 +38,7 @@ class DraftWorker:
 
     def __init__(self, model: Transformer, attn: AttentionBackend, *, w: int, topk: int, max_tree_nodes: int,
                  max_seq_len: int, temperature: float, cuda_graphs: bool = False, staging: str = "pageable",
-                 graph_events: bool = False, fused_head: bool = False) -> None:
+                 graph_events: bool = False, fused_head: bool = False, refill_graph: bool = False) -> None:
         """Allocate the cache: `max_seq_len` prefix slots plus the `max_tree_nodes` tree region.
 
         `cuda_graphs`: capture the expansion step (w rows over the whole tree region, log-softmax and top-k
@@ -50,7 +50,8 @@ class DraftWorker:
         start with the owed re-root compaction (at most `max_tree_nodes` slots: `runtime.graphs` keep_rows).
         `graph_events` (`trace.graph_events`, CUDA graphs only): CUDA events around every replayed expansion's
         input copies + replay (`last_device_split`). `fused_head` (`kernels.draft_head`): the top-k children from
-        `kernels.topk_logprobs` instead of torch's log_softmax + topk (eager and captured alike).
+        `kernels.topk_logprobs` instead of torch's log_softmax + topk (eager and captured alike). `refill_graph`
+        (`kernels.refill_graph`, CUDA graphs only): a third graph, one row, for the expansion of a lone root.
         """
         self.model, self.attn = model, attn
         self.w, self.topk, self.max_len = w, topk, max_tree_nodes
@@ -69,13 +70,16 @@ class DraftWorker:
         self.pending: tuple[int, ...] = ()  # verified tokens whose KV the draft has not computed yet
         self.selection: list[int] = []  # node ids of the last proposal, in proposal order
         self._deferred: tuple[int, tuple[int, ...]] | None = None  # (old prefix_len, keep slots) to compact
-        self.graph = self.pending_graph = None
+        self.graph = self.pending_graph = self.refill_graph = None
         self.belief: list[list[float]] | None = None  # oracle runs, spec.oracle_belief=table (runtime/oracle.py)
         if cuda_graphs:
             self.graph = StepGraph(model, self.cache, attn, w, max_tree_nodes, head=self._top_children,
                                    staging=staging, keep_rows=max_tree_nodes)
             self.pending_graph = StepGraph(model, self.cache, attn, w + 1, max_tree_nodes + 1,
                                            head=self._pending_children, staging=staging, keep_rows=max_tree_nodes)
+            if refill_graph and w > 1:
+                self.refill_graph = StepGraph(model, self.cache, attn, 1, max_tree_nodes, head=self._top_children,
+                                              staging=staging, keep_rows=max_tree_nodes)
         # trace.graph_events: events and host marks around every replayed expansion's input copies and replay
         self._timer = ReplayTimer("planned") if graph_events and cuda_graphs else None
         self._timed = False  # whether the last expansion was timed (a replay; an eager one is not)
@@ -103,12 +107,13 @@ class DraftWorker:
         if not self.can_expand():
             return False
         shift = len(self.pending)
-        graph = self.graph if not shift else self.pending_graph if shift == 1 else None
+        lone = not shift and self.refill_graph is not None and len(self.tree) == 1  # a lone root: one row
+        graph = self.refill_graph if lone else self.graph if not shift else self.pending_graph if shift == 1 else None
         timer = self._timer if graph is not None else None  # trace.graph_events: time this replay
         self._timed = timer is not None
         if timer is not None:
             timer.begin()
-        nodes, inp = self.tree.plan_expansion(self.w, self.prefix_len + shift, self.max_len)
+        nodes, inp = self.tree.plan_expansion(1 if lone else self.w, self.prefix_len + shift, self.max_len)
         self.last_rows = len(nodes)  # real rows of this expansion (the rest of its w rows are padding)
         if shift:
             inp = with_pending(inp, self.pending, self.prefix_len)

@@ -107,7 +107,7 @@ class Engine:
                                      max_tree_nodes=spec.max_tree_nodes, max_seq_len=seq,
                                      temperature=spec.temperature, cuda_graphs=graphs,
                                      staging=cfg.kernels.input_staging, graph_events=cfg.trace.graph_events,
-                                     fused_head=cfg.kernels.draft_head)
+                                     fused_head=cfg.kernels.draft_head, refill_graph=cfg.kernels.refill_graph)
             if self.oracle_on and spec.oracle_belief == "table":
                 self.draft.belief = oracle_belief(cfg.acceptance, self.shape.topk)
         # Greedy autoregressive decoding on one GPU with graphs: step i + 1 is queued before token i is read.
@@ -133,6 +133,9 @@ class Engine:
                              f"parallel.leader_channel resolved to {self.channel.kind} (set spec.presend=false, or "
                              f"leader_channel=unix on one host)")
         self._verdict: Any = None  # the target leader's last verdict (spec.presend matches its bonus against it)
+        self._early: list[Any] = []  # spec.presend: messages the target leader read while its verify ran
+        self._verify_done = (torch.cuda.Event() if self.presend and ctx.is_leader and ctx.role == "target"
+                             and ctx.device.type == "cuda" else None)
         # Auto d never exceeds the expansions an empty tree of max_tree_nodes can take.
         self.tuner = DepthTuner(self.shape.d, ctx, d_max=max(1, spec.max_tree_nodes // self.shape.w))
         self.iteration = 0  # global over requests: both sides count proposals the same way
@@ -306,13 +309,15 @@ class Engine:
             present.append(cond)
 
     def _take_conditional(self, vp: VerifiedPath) -> DraftProposal | None:
-        """Target leader, after its verdict: drain the conditional proposals that arrived while it verified and
+        """Target leader, after its verdict: the conditional proposals read while it verified and any still waiting;
         return the one for this outcome (its path's last node and bonus: the token, or an oracle run's drawn rank),
         or None (a miss, a hit the draft did not prepare, or one it sent too late)."""
         found = None
         last, verdict = vp.node_indices[-1], self._verdict
+        early, self._early = self._early, []
         while self.channel.ready():
-            msg = self.channel.recv_from_peer()
+            early.append(self.channel.recv_from_peer())
+        for msg in early:
             if not isinstance(msg, ConditionalProposal):
                 raise RuntimeError(f"{self.ctx.label}: spec.presend: expected only conditional proposals while "
                                    f"verifying iteration {vp.iteration}, got {msg}")
@@ -322,6 +327,17 @@ class Engine:
                          else msg.proposal.token_ids[0] == verdict.bonus)):
                 found = msg.proposal
         return found
+
+    def _read_while_verifying(self) -> None:
+        """Target leader, its verify queued on the GPU: read the conditional proposals as they come until the GPU is
+        done, so that decoding them is not on the critical path after the verdict (a CPU forward is done already)."""
+        done = self._verify_done
+        if done is None:
+            return
+        done.record()
+        while not done.query():
+            if self.channel.ready():
+                self._early.append(self.channel.recv_from_peer())
 
     def _presend_proposal(self, taken: DraftProposal | None) -> DraftProposal:
         """Target group: the proposal to verify: the leader's taken one, else the next proposal from the draft
@@ -382,6 +398,8 @@ class Engine:
         start = self.tl.now()
         t0 = time.perf_counter()
         self.target.forward(prop)
+        if self.presend and self.ctx.is_leader:
+            self._read_while_verifying()
         vp = None
         if self.ctx.is_leader:
             verdict = self._verdict = self.target.decide(gen, oracle)

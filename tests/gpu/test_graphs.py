@@ -56,14 +56,14 @@ def prompts(vocab: int, n: int = 3, seed: int = 0) -> list[list[int]]:
 def cfg_for(mode: str, target: str, draft: str, dtype: str, *, target_gpus: int = 1, draft_gpus: int = 0,
             checkpoint: str | None = None, draft_seed: int = 1, skinny: bool = True, pdl: bool = True,
             input_staging: str = "pageable", rope_attention: bool = True, recv_wake: str = "socket",
-            **spec) -> ExperimentConfig:
+            refill_graph: bool = False, **spec) -> ExperimentConfig:
     """kernels=graphs on CUDA (skinny GEMMs, PDL, RoPE in the single-token attention, as conf/kernels/graphs.yaml);
     the draft is `draft` (the target itself with draft_seed == 1: self-speculation)."""
     return make_cfg(mode, target, draft, target_gpus=target_gpus, draft_gpus=draft_gpus, draft_seed=draft_seed,
                     max_new=MAX_NEW, capacity=CAPACITY, backend="triton", device="cuda", dtype=dtype,
                     cuda_graphs=True, checkpoint=checkpoint, timeout_s=120, skinny=skinny, pdl=pdl,
                     input_staging=input_staging, rope_attention=rope_attention, recv_wake=recv_wake,
-                    **{**MODES[mode], **spec})
+                    refill_graph=refill_graph, **{**MODES[mode], **spec})
 
 
 @functools.cache
@@ -314,6 +314,13 @@ def test_modes_lossless_without_skinny_gemms_or_pdl(mode):
 def test_modes_lossless_with_graphs_small_draft(mode):
     """A different random draft (misses: lone-root re-roots, pending tokens on the eager path)."""
     assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama-draft", "bfloat16", draft_seed=2))
+
+
+def test_refill_graph_lossless_with_misses():
+    """kernels.refill_graph: a different random draft (lone-root re-roots after most verifies) expands each lone
+    root with the one-row graph; outputs stay the target's greedy ones."""
+    assert_lossless(cfg_for("serial_tree", "tiny-llama", "tiny-llama-draft", "bfloat16", draft_seed=2,
+                            refill_graph=True))
 
 
 @pytest.mark.skipif(not GGUF_PATH.exists(), reason=f"{GGUF_PATH} not present (python -m runtime.fetch_smollm2)")

@@ -45,7 +45,7 @@ def make_cfg(mode: str, target: str = "tiny-llama", draft: str = "tiny-llama-dra
              dtype: str = "float32", cuda_graphs: bool = False, checkpoint: str | None = None,
              timeout_s: float = 60, leader_channel: str = "dist", skinny: bool = False, pdl: bool = False,
              input_staging: str = "pageable", rope_attention: bool = False, recv_wake: str = "socket",
-             **spec) -> ExperimentConfig:
+             refill_graph: bool = False, **spec) -> ExperimentConfig:
     """A validated config of tiny fp32 models on CPU (tests/gpu: other dtypes, CUDA graphs, a checkpoint,
     which the draft shares when it is the target's preset)."""
     return build_config(ExperimentConfig(
@@ -58,7 +58,8 @@ def make_cfg(mode: str, target: str = "tiny-llama", draft: str = "tiny-llama-dra
         spec=SpecConfig(mode=mode, max_tree_nodes=64, **spec),
         acceptance=acceptance or AcceptanceConfig(),
         kernels=KernelsConfig(backend=backend, cuda_graphs=cuda_graphs, skinny=skinny, pdl=pdl,
-                              input_staging=input_staging, rope_attention=rope_attention),
+                              input_staging=input_staging, rope_attention=rope_attention,
+                              refill_graph=refill_graph),
         workload=WorkloadConfig(max_new_tokens=max_new, max_seq_len_tokens=capacity, prompt_tokens=4),
     ))
 

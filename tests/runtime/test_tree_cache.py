@@ -241,12 +241,38 @@ class CpuStepGraph:
         return logits if self.head is None else self.head(logits)
 
 
-def _draft_worker(graphs: bool) -> DraftWorker:
+def _draft_worker(graphs: bool, refill_graph: bool = False) -> DraftWorker:
     """The tiny draft (w 4, top-k 3); `graphs`: `DraftWorker(cuda_graphs=True)` with `CpuStepGraph` standing in for
-    its two expansion graphs."""
+    its expansion graphs (`refill_graph`: the one-row one too)."""
     with mock.patch("runtime.draft_worker.StepGraph", CpuStepGraph):
         return DraftWorker(_model("tiny-llama-draft", 2), ATTN, w=4, topk=3, max_tree_nodes=MAX_LEN,
-                           max_seq_len=CAPACITY - MAX_LEN, temperature=0.0, cuda_graphs=graphs)
+                           max_seq_len=CAPACITY - MAX_LEN, temperature=0.0, cuda_graphs=graphs,
+                           refill_graph=refill_graph)
+
+
+@torch.no_grad()
+def test_lone_root_expansions_replay_the_one_row_graph_and_match_eager():
+    """kernels.refill_graph: the expansion of a lone root (a request's first, a miss's refill) replays the one-row
+    graph, carrying the re-root's owed compaction as the others do; the cache and tree equal the eager worker's."""
+    runs = []
+    for graphs in (False, True):
+        worker = _draft_worker(graphs, refill_graph=graphs)
+        worker.start(PROMPT)
+        assert worker.expand() and worker.expand() and worker.expand()  # the lone root, then two of w rows
+        prop = worker.propose(0, 0, bs=4)
+        kids = {worker.tree.tokens[c] for c in worker.tree.children(0)}
+        bonus = next(t for t in range(100) if t not in kids)
+        assert not worker.advance((0,), bonus).hit and len(worker.tree) == 1  # a miss at the root: a lone root
+        assert worker.expand() and worker.expand()
+        runs.append(worker)
+        if graphs:
+            assert (worker.refill_graph.rows, worker.refill_graph.keep_rows) == (1, MAX_LEN)
+            assert (worker.refill_graph.calls, worker.graph.calls, worker.pending_graph.calls) == (2, 3, 0)
+        assert prop.num_nodes == 4
+    eager, graphed = runs
+    assert eager.prefix_len == graphed.prefix_len
+    _assert_same(graphed.cache.kv, eager.cache.kv)
+    assert [(n.token, n.parent) for n in graphed.tree.nodes] == [(n.token, n.parent) for n in eager.tree.nodes]
 
 
 @pytest.mark.parametrize("moved", [False, True], ids=["in-place", "moving"])
