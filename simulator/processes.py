@@ -145,19 +145,24 @@ def _compaction_s(sim: Simulation, kept_tokens: int, deferred: bool) -> float:
     return sim.draft_cost.compaction_s(kept_tokens)
 
 
-def _expand_s(sim: Simulation, n: int, ctx: int, expanded: int, grown: int) -> float:
+def _expand_s(sim: Simulation, n: int, ctx: int, expanded: int, grown: int, lone: bool = False) -> float:
     """n draft forwards of w rows, attending prefix + tree region (its mean size over the n forwards), `grown`
     real rows in all (the nodes they expanded): a forward's host part grows with its real rows (a refill after a
-    miss expands the root alone). Each forward is reported to the DepthTuner under sim.d_rule=runtime, as the
-    runtime's expansions are."""
+    miss expands the root alone). `lone`: the first forward expands a lone root, a one-row forward under
+    kernels.refill_graph (the runtime's one-row graph). Each forward is reported to the DepthTuner under
+    sim.d_rule=runtime, as the runtime's expansions are."""
     if n == 0:
         return 0.0
-    w = sim.w
-    total = n * sim.draft_cost.forward_s(w, ctx + expanded + w * (n + 1) // 2, grown / n)
+    w, times = sim.w, []
+    if lone and sim.refill_graph:
+        times.append(sim.draft_cost.forward_s(1, ctx + expanded + 1, 1.0))
+        n, expanded, grown = n - 1, expanded + 1, grown - 1
+    if n:
+        times += [sim.draft_cost.forward_s(w, ctx + expanded + w * (n + 1) // 2, grown / n)] * n
     if sim.tuner is not None:
-        for _ in range(n):
-            sim.tuner.expanded(total / n)
-    return total
+        for t in times:
+            sim.tuner.expanded(t)
+    return sum(times)
 
 
 def grow_tree_async(sim: Simulation) -> Generator[Any, Any, None]:
@@ -171,7 +176,7 @@ def grow_tree_async(sim: Simulation) -> Generator[Any, Any, None]:
         ctx = sim.prompt_tokens - 1
         pf = sim.draft_cost.prefill_s(ctx)
         sid, n = refill(0, bs)
-        tx = _expand_s(sim, n, ctx, 0, num_expanded(sid))
+        tx = _expand_s(sim, n, ctx, 0, num_expanded(sid), lone=True)
         busy = pf + tx + sim.tree_op_s
         if record:
             events.append(("step.prefill", "draft", env.now, pf, req, -1, ctx, 0))
@@ -222,12 +227,12 @@ def grow_tree_async(sim: Simulation) -> Generator[Any, Any, None]:
             ranks = msg.token_ids[1:]
             ctx += len(ranks)
             sid, hit, kept = reroot(sid, ranks)
-            e0 = num_expanded(sid)
+            e0, lone = num_expanded(sid), trees.size(sid) == 1
             sid, n = refill(sid, bs)
             deferred = n == 0 and not sim.colocated  # no refill: the proposal leaves before the compaction
             tc = _compaction_s(sim, kept + len(ranks), deferred)
             tr = sim.tree_op_s + tc
-            tx = _expand_s(sim, n, ctx, e0, num_expanded(sid) - e0)
+            tx = _expand_s(sim, n, ctx, e0, num_expanded(sid) - e0, lone)
             if record:
                 events.append(("step.reroot", "draft", env.now, tr, req, it, kept, ctx))
                 if n:
@@ -265,10 +270,10 @@ def grow_tree_serial(sim: Simulation) -> Generator[Any, Any, None]:
         tally.draft_busy_s += pf
         sid, it, tr, tc, deferred = 0, 0, sim.tree_op_s, 0.0, False  # first round: a fresh tree, selection only
         while True:  # as the runtime's Engine._propose: refill to bs nodes, then d more (chain: none more)
-            e0 = trees.num_expanded(sid)
+            e0, lone = trees.num_expanded(sid), trees.size(sid) == 1
             sid, n2 = trees.refill(sid, bs)
             sid, n = trees.expand(sid, extra)
-            tx = _expand_s(sim, n + n2, ctx, e0, trees.num_expanded(sid) - e0)
+            tx = _expand_s(sim, n + n2, ctx, e0, trees.num_expanded(sid) - e0, lone)
             if record:
                 if it > 0:
                     events.append(("step.reroot", "draft", env.now, tr, req, it - 1, 0, ctx))

@@ -218,6 +218,8 @@ class Simulation:
         self.verify_host_s = costs.verify_host_s
         self.keep_s, self.compact_s = costs.keep_s, costs.compact_s
         self.graphs = config.kernels.cuda_graphs  # compactions ride in the next graph step (processes._compaction_s)
+        # kernels.refill_graph: a lone root's expansion is a one-row forward (processes._expand_s), as the runtime's
+        self.refill_graph = config.kernels.cuda_graphs and config.kernels.refill_graph and self.w > 1
         # Colocated (no draft group): the runtime keeps, re-roots and compacts on the target's ranks, one after
         # another, so nothing the runtime does after a send overlaps the other side's work.
         self.colocated = config.parallel.draft_gpus == 0

@@ -209,3 +209,19 @@ def test_poll_is_async_only_and_simulator_only():
 
     with pytest.raises(ValueError, match=r"spec\.d=poll: simulator only"):
         check_runtime_support(cfg("spec=async_tree", "spec.d=poll", "kernels=graphs"))
+
+
+@pytest.mark.parametrize("mode", ["async_tree", "serial_tree"])
+def test_refill_graph_prices_a_lone_root_expansion_as_one_row(mode):
+    """kernels.refill_graph (on in kernels=triton_graphs): the expansion of a lone root (a request's first, a miss's
+    refill) costs a one-row forward, as the runtime's one-row graph; the same draws, so the same outcomes, and the
+    draft's expansion time drops by no more than those forwards' w-row cost."""
+    on, off = (simulate(cfg(*SMALL, *MODES[mode], f"kernels.refill_graph={v}")) for v in ("true", "false"))
+    assert on.refill_graph and not off.refill_graph
+    assert [r[10] for r in on.rows] == [r[10] for r in off.rows]  # accepted per verify: the same draws
+    lone = on.tally.reroots + on.config.workload.num_requests  # lone roots: at most one per re-root and request
+    work = on.config.workload
+    w_row = off.draft_cost.forward_s(off.w, work.prompt_tokens + work.max_new_tokens + on.config.spec.max_tree_nodes,
+                                     1.0)  # a w-row forward at the longest context, an upper bound
+    assert 0 < off.tally.expand_s - on.tally.expand_s <= lone * w_row
+    assert _metrics(on)["tokens_per_s"] > _metrics(off)["tokens_per_s"]
