@@ -312,7 +312,7 @@ class KernelsConfig(_Frozen):
     triton)."""
     refill_graph: bool = False
     """Experiment switch (CUDA graphs): a draft expansion of a lone root (after a miss, or a hit on a never-expanded
-    leaf: ~44% of the H200 async rounds) replays a captured one-row step instead of the w-row one (a smaller
+    leaf: 37-44% of the H200 async rounds) replays a captured one-row step instead of the w-row one (a smaller
     attention and head; the weights' bytes are the same). Needs kernels.cuda_graphs."""
     input_staging: str = "pageable"
     """How a CUDA-graph step's inputs are copied (runtime/graphs.py): pageable (each copy waits for the stream) |
