@@ -56,8 +56,9 @@ def prompts(vocab: int, n: int = 3, seed: int = 0) -> list[list[int]]:
 def cfg_for(mode: str, target: str, draft: str, dtype: str, *, target_gpus: int = 1, draft_gpus: int = 0,
             checkpoint: str | None = None, draft_seed: int = 1, skinny: bool = True, pdl: bool = True,
             input_staging: str = "pageable", rope_attention: bool = True, recv_wake: str = "socket",
-            refill_graph: bool = False, **spec) -> ExperimentConfig:
-    """kernels=graphs on CUDA (skinny GEMMs, PDL, RoPE in the single-token attention, as conf/kernels/graphs.yaml);
+            refill_graph: bool = True, **spec) -> ExperimentConfig:
+    """kernels=graphs on CUDA (skinny GEMMs, PDL, RoPE in the single-token attention, the one-row refill graph, as
+    conf/kernels/graphs.yaml);
     the draft is `draft` (the target itself with draft_seed == 1: self-speculation)."""
     return make_cfg(mode, target, draft, target_gpus=target_gpus, draft_gpus=draft_gpus, draft_seed=draft_seed,
                     max_new=MAX_NEW, capacity=CAPACITY, backend="triton", device="cuda", dtype=dtype,
@@ -317,10 +318,9 @@ def test_modes_lossless_with_graphs_small_draft(mode):
 
 
 def test_refill_graph_lossless_with_misses():
-    """kernels.refill_graph: a different random draft (lone-root re-roots after most verifies) expands each lone
-    root with the one-row graph; outputs stay the target's greedy ones."""
-    assert_lossless(cfg_for("serial_tree", "tiny-llama", "tiny-llama-draft", "bfloat16", draft_seed=2,
-                            refill_graph=True))
+    """kernels.refill_graph (on in every cfg_for config): a different random draft (lone-root re-roots after most
+    verifies) expands each lone root with the one-row graph; outputs stay the target's greedy ones."""
+    assert_lossless(cfg_for("serial_tree", "tiny-llama", "tiny-llama-draft", "bfloat16", draft_seed=2))
 
 
 @pytest.mark.skipif(not GGUF_PATH.exists(), reason=f"{GGUF_PATH} not present (python -m runtime.fetch_smollm2)")
