@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from conf.messages import ConditionalProposal, DraftProposal, Stop, VerifiedPath
+from conf.messages import ConditionalProposal, DraftProposal, VerifiedPath
 from conf.presets import model_preset
 from conf.schema import ExperimentConfig, SpecConfig
 from conf.trace import TraceRecord
@@ -50,6 +50,7 @@ from runtime.loader import build_model
 from runtime.metrics import Progress, Timeline, device_name, summarize
 from runtime.oracle import AcceptanceOracle, OracleOutcome, oracle_belief, resolve_bonus
 from runtime.parallel import ParallelContext
+from runtime.presend import Presend
 from runtime.target_worker import TargetWorker
 from runtime.tree_cache import in_place
 from runtime.unix_channel import make_channel, recv_spin_s
@@ -125,17 +126,9 @@ class Engine:
             raise ValueError(f"spec.reroot_prefetch={spec.reroot_prefetch}: needs the unix leader channel, which "
                              f"can tell when the verified path is in; parallel.leader_channel resolved to "
                              f"{self.channel.kind} (set spec.reroot_prefetch=0, or leader_channel=unix on one host)")
-        # spec.presend: the draft leader sends prepared hits' next proposals ahead; the target leader drains them after
-        # its verdict and takes the matching one (its group gets the proposal it runs by broadcast)
-        self.presend = spec.presend and self.mode == "async_tree" and ctx.peer_leader_rank is not None
-        if self.presend and ctx.is_leader and not hasattr(self.channel, "recv_from_peer"):
-            raise ValueError(f"spec.presend: needs the unix leader channel, which can tell when a message is waiting; "
-                             f"parallel.leader_channel resolved to {self.channel.kind} (set spec.presend=false, or "
-                             f"leader_channel=unix on one host)")
-        self._verdict: Any = None  # the target leader's last verdict (spec.presend matches its bonus against it)
-        self._early: list[Any] = []  # spec.presend: messages the target leader read while its verify ran
-        self._verify_done = (torch.cuda.Event() if self.presend and ctx.is_leader and ctx.role == "target"
-                             and ctx.device.type == "cuda" else None)
+        # spec.presend: prepared hits' next proposals sent ahead of the verdict (runtime/presend.py)
+        self.presend = (Presend(ctx, self.channel, self.shape.rows) if spec.presend and self.mode == "async_tree"
+                        and ctx.peer_leader_rank is not None else None)
         # Auto d never exceeds the expansions an empty tree of max_tree_nodes can take.
         self.tuner = DepthTuner(self.shape.d, ctx, d_max=max(1, spec.max_tree_nodes // self.shape.w))
         self.iteration = 0  # global over requests: both sides count proposals the same way
@@ -235,14 +228,14 @@ class Engine:
         while True:
             start = self.tl.now()
             it = self._next_iteration()
-            prop = self._presend_proposal(taken) if self.presend else self.channel.recv()
+            prop = self.presend.next_proposal(taken) if self.presend else self.channel.recv()
             if (prop.request_id, prop.iteration) != (rid, it):
                 raise RuntimeError(f"{self.ctx.label}: expected request {rid} iteration {it}, got {prop}")
             if oracle is not None and emitter.tokens:
                 emitter.replace_last(prop.token_ids[0])
             vp = self._verify(prop, emitter, gen, oracle)
             if self.ctx.is_leader:
-                taken = self._take_conditional(vp) if self.presend and not vp.stop else None
+                taken = self.presend.take(vp) if self.presend and not vp.stop else None
                 if taken is not None:
                     vp = replace(vp, presend_taken=True)
                 self.channel.send(vp)
@@ -278,7 +271,8 @@ class Engine:
             landed: set[int] = set()  # their landing nodes
             if self.reroot_prefetch:
                 start = self.tl.now()
-                on_ready = partial(self._send_conditionals, rid, it + 1, present, landed) if self.presend else None
+                on_ready = (partial(self.presend.send, self.draft, rid, it + 1, present, landed) if self.presend
+                            else None)
                 ready = self.draft.prepare_reroots(self.reroot_prefetch, self.shape.rows, self.channel.ready,
                                                    on_ready)
                 extra: dict[str, object] = {"prepared": ready}
@@ -293,67 +287,8 @@ class Engine:
             it = self._next_iteration()
             prop = self._propose(rid, it)
             taken = vp.presend_taken
-            if taken and self.ctx.is_leader and prop not in [c.proposal for c in present]:
-                raise RuntimeError(f"{self.ctx.label}: spec.presend: the target took a conditional proposal for "
-                                   f"iteration {it}, but the re-rooted draft proposes {prop}, none of the "
-                                   f"{len(present)} it sent")
-
-    # ---- spec.presend ------------------------------------------------------------------------------------
-    def _send_conditionals(self, rid: int, it: int, present: list[ConditionalProposal], landed: set[int]) -> None:
-        """Draft leader, as each re-root is prepared: send the new conditional proposals for iteration `it` (their
-        landings join `landed`), unless the verified path is in already (the target decided without them)."""
-        if self.channel.ready():
-            return
-        for cond in self.draft.conditional_proposals(rid, it, self.shape.rows, landed):
-            self.channel.send(cond)  # a comm.presend span (off the iteration's message time)
-            present.append(cond)
-
-    def _take_conditional(self, vp: VerifiedPath) -> DraftProposal | None:
-        """Target leader, after its verdict: the conditional proposals read while it verified and any still waiting;
-        return the one for this outcome (its path's last node and bonus: the token, or an oracle run's drawn rank),
-        or None (a miss, a hit the draft did not prepare, or one it sent too late)."""
-        found = None
-        last, verdict = vp.node_indices[-1], self._verdict
-        early, self._early = self._early, []
-        while self.channel.ready():
-            early.append(self.channel.recv_from_peer())
-        for msg in early:
-            if not isinstance(msg, ConditionalProposal):
-                raise RuntimeError(f"{self.ctx.label}: spec.presend: expected only conditional proposals while "
-                                   f"verifying iteration {vp.iteration}, got {msg}")
-            if (found is None and (msg.request_id, msg.iteration) == (vp.request_id, vp.iteration + 1)
-                    and msg.after_node == last
-                    and (msg.bonus_rank == verdict.bonus_rank if verdict.bonus_rank is not None
-                         else msg.proposal.token_ids[0] == verdict.bonus)):
-                found = msg.proposal
-        return found
-
-    def _read_while_verifying(self) -> None:
-        """Target leader, its verify queued on the GPU: read the conditional proposals as they come until the GPU is
-        done, so that decoding them is not on the critical path after the verdict (a CPU forward is done already)."""
-        done = self._verify_done
-        if done is None:
-            return
-        done.record()
-        while not done.query():
-            if self.channel.ready():
-                self._early.append(self.channel.recv_from_peer())
-
-    def _presend_proposal(self, taken: DraftProposal | None) -> DraftProposal:
-        """Target group: the proposal to verify: the leader's taken one, else the next proposal from the draft
-        (conditional ones that arrived after the verdict are skipped), handed to the group by broadcast."""
-        prop = None
-        if self.ctx.is_leader:
-            prop = taken
-            while prop is None:
-                msg = self.channel.recv_from_peer()
-                if not isinstance(msg, ConditionalProposal):
-                    prop = msg
-                    break
-                # too late: the verdict went out without it; the draft sends the proposal itself next
-        if self.ctx.group_size > 1:
-            prop = self.channel.broadcast_in_group(prop)
-        return prop
+            if taken and self.ctx.is_leader:
+                self.presend.check_taken(prop, present)
 
     # ---- steps -------------------------------------------------------------------------------------------
     def _prefill(self, prompt: list[int]) -> None:
@@ -399,10 +334,12 @@ class Engine:
         t0 = time.perf_counter()
         self.target.forward(prop)
         if self.presend and self.ctx.is_leader:
-            self._read_while_verifying()
+            self.presend.read_while_verifying()
         vp = None
         if self.ctx.is_leader:
-            verdict = self._verdict = self.target.decide(gen, oracle)
+            verdict = self.target.decide(gen, oracle)
+            if self.presend:
+                self.presend.verdict = verdict
             decided = time.perf_counter() - t0
             tokens = tuple(prop.token_ids[k] for k in verdict.path) + (verdict.bonus,)
             stop = emitter.emit(list(tokens[1:]))
@@ -483,15 +420,10 @@ class Engine:
         return gen, oracles[0], oracles[1]
 
     def close(self) -> None:
-        """Flush outstanding sends (leaders). spec.presend: the draft leader sends a Stop and the target leader reads
-        up to it first: conditional proposals the target never read would otherwise sit in its socket when it
-        closes, which resets the connection under the draft's last receive."""
+        """Flush outstanding sends (leaders; spec.presend: a Stop handshake first, `Presend.close`)."""
         if self.ctx.is_leader and self.ctx.peer_leader_rank is not None:
-            if self.presend and self.ctx.role == "draft":
-                self.channel.send(Stop(-1, -1))
-            elif self.presend:
-                while not isinstance(self.channel.recv_from_peer(), Stop):
-                    pass
+            if self.presend:
+                self.presend.close()
             self.channel.close()
 
 
