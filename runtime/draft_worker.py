@@ -84,6 +84,7 @@ class DraftWorker:
         self._timer = ReplayTimer("planned") if graph_events and cuda_graphs else None
         self._timed = False  # whether the last expansion was timed (a replay; an eager one is not)
         self.last_rows = 0  # real (not padding) rows of the last expansion: its host cost grows with them
+        self.last_step_rows = w  # rows of the last expansion's step: w, or 1 for the one-row refill graph
 
     @property
     def stats(self) -> TreeStats:
@@ -115,6 +116,7 @@ class DraftWorker:
             timer.begin()
         nodes, inp = self.tree.plan_expansion(1 if lone else self.w, self.prefix_len + shift, self.max_len)
         self.last_rows = len(nodes)  # real rows of this expansion (the rest of its w rows are padding)
+        self.last_step_rows = 1 if lone else self.w
         if shift:
             inp = with_pending(inp, self.pending, self.prefix_len)
         if graph is not None:  # the owed compaction rides in the replay (owed until the load succeeded)

@@ -258,7 +258,8 @@ def test_lone_root_expansions_replay_the_one_row_graph_and_match_eager():
     for graphs in (False, True):
         worker = _draft_worker(graphs, refill_graph=graphs)
         worker.start(PROMPT)
-        assert worker.expand() and worker.expand() and worker.expand()  # the lone root, then two of w rows
+        assert worker.expand() and worker.last_step_rows == (1 if graphs else 4)  # the lone root
+        assert worker.expand() and worker.expand() and worker.last_step_rows == 4  # then two of w rows
         prop = worker.propose(0, 0, bs=4)
         kids = {worker.tree.tokens[c] for c in worker.tree.children(0)}
         bonus = next(t for t in range(100) if t not in kids)
