@@ -96,7 +96,8 @@ RUNTIME_COSTS: dict[str, str] = {
                      "compact_s; before a refill: the compaction operator)",
 }
 """The optional `runtime` block: host costs of the runtime's loop (simulator/runtime_fit.py fits them)."""
-SIGNED_RUNTIME_COSTS: dict[str, float] = {"ar_step_extra_s": -1.0e-3, "step_extra_s": -1.0e-3}
+SIGNED_RUNTIME_COSTS: dict[str, float] = {"ar_step_extra_s": -1.0e-3, "step_extra_s": -1.0e-3,
+                                          "expand_extra_s": -1.0e-3}
 """Runtime costs that correct the operator model and may be negative, with their lowest allowed value (the
 simulator also never lets a negative one remove more than `cost_model.NEGATIVE_EXTRA_CAP` of a step)."""
 

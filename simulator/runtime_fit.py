@@ -148,8 +148,10 @@ def _pooled(rows: Sequence[dict[str, Any]], key: str) -> float | None:
     return median_or_none([r[key] for r in rows if r.get(key) is not None])
 
 
-def _line_in_w(points: Sequence[tuple[int, float]]) -> tuple[float | None, float | None]:
-    """(a, b) of residual = a + b * x (x: w, or real rows) by least squares; b >= 0; one distinct x: (median, 0)."""
+def _line_in_w(points: Sequence[tuple[int, float]], signed: bool = False) -> tuple[float | None, float | None]:
+    """(a, b) of residual = a + b * x (x: w, or real rows) by least squares; b >= 0; one distinct x: (median, 0).
+    `signed`: a may be negative (a fused graph step beating its summed operators), else the line goes through the
+    origin when a < 0."""
     if not points:
         return None, None
     ws = np.array([p[0] for p in points], dtype=float)
@@ -159,7 +161,7 @@ def _line_in_w(points: Sequence[tuple[int, float]]) -> tuple[float | None, float
     b, a = np.polyfit(ws, ys, 1)
     if b < 0:
         return float(np.median(ys)), 0.0
-    if a < 0:  # through the origin instead: both coefficients stay >= 0 without shifting the line up
+    if a < 0 and not signed:  # through the origin instead: both coefficients stay >= 0 without shifting the line up
         return 0.0, max(0.0, float(ws @ ys / (ws @ ws)))
     return float(a), float(b)
 
@@ -183,7 +185,8 @@ def fit_runtime_costs(run_dirs: Sequence[str | Path], profile: Profile) -> tuple
                                     "keep_s": _pooled(rows, "keep_s"), "compact_s": _pooled(rows, "compact_s")}
     by_rows = [(n, res) for r in rows for n, (res, _) in (r.get("expand_rows_residual_s") or {}).items()]
     if len({n for n, _ in by_rows}) >= 2:  # host part per real row, over (run, row count) medians
-        raw["expand_extra_s"], raw["expand_extra_per_real_row_s"] = _line_in_w(by_rows)
+        # signed constant: the draft's graph step can beat its summed operators (a lone root's one-row graph does)
+        raw["expand_extra_s"], raw["expand_extra_per_real_row_s"] = _line_in_w(by_rows, signed=True)
     else:  # older runs: per row of w, over the runs' medians
         raw["expand_extra_s"], raw["expand_extra_per_row_s"] = _line_in_w(
             [(r["w"], r["expand_residual_s"]) for r in rows if r.get("expand_residual_s") is not None])

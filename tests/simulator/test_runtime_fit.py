@@ -455,3 +455,24 @@ def test_expand_host_cost_per_real_row_is_fitted_and_charged(tmp_path):
         "p", {"gpu": "h200"}, {}, {}, {"expand_extra_s": a, "expand_extra_per_row_s": c}))).run()
     # per real row, the refills of a few real rows cost less than the same c charged per row of w
     assert 0 < sim.tally.expand_s < flat.tally.expand_s
+
+
+def test_refill_graph_spans_are_priced_at_one_row_and_a_negative_constant_survives(tmp_path):
+    """With kernels.refill_graph a lone root's expansion span says tokens 1 (its step's rows): the fit prices it at
+    one-row operators. The draft's fused graph step can beat its summed operators, as the target's does: a negative
+    constant host part (here -0.1 ms, +10 us per real row) comes back signed, not clipped to 0."""
+    config, run_dir = _recorded_run(tmp_path)
+    costs = build_costs(config, profile=PRIOR)
+    recs = []
+    for it in range(1, 61):
+        ctx = 600 + it
+        recs.append(_span("step.expand", "draft", 1, it, costs.draft.forward_s(8, ctx + 8) - 1.0e-4 + 8 * 1.0e-5,
+                          8, ctx, rows=8, phase="overlap"))
+        if it % 3 == 0:  # a miss's refill: the one-row graph
+            recs.append(_span("step.expand", "draft", 1, it, costs.draft.forward_s(1, ctx + 1) - 1.0e-4 + 1.0e-5,
+                              1, ctx, rows=1, phase="refill"))
+    write_traces(run_dir / TRACE_FILE, recs)
+    fitted, report = fit_runtime_costs([run_dir], PRIOR)
+    assert fitted["expand_extra_s"] == pytest.approx(-1.0e-4, abs=1e-9)
+    assert fitted["expand_extra_per_real_row_s"] == pytest.approx(1.0e-5, abs=1e-10)
+    assert report["signed"]["expand_extra_s"] == fitted["expand_extra_s"]
