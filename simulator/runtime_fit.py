@@ -13,9 +13,11 @@ simulator/profile.py RUNTIME_COSTS:
     tp_step_extra_s   the same over runs of a TP > 1 target (the other two: one-GPU targets)
     keep_s            mean target `step.keep` span (the KV keep after a verify, most moving nothing)
     compact_s         mean draft `step.compact` span of the deferred compactions (after the proposal's send)
-    expand_extra_s    a + c * rows through the (run, real row count) medians of  span - forward_s(w, ctx + w)
-      (+ _per_real_row_s) over draft `step.expand` spans that record their real rows (`rows`: the host builds
-                      rows x topk tree nodes; a refill after a miss expands 1 row; least squares, c >= 0);
+    expand_extra_s    a + c * rows through the (run, real row count) medians of  span - forward_s(n, ctx + n),
+      (+ _per_real_row_s) n the span's step rows (`tokens`: w, or 1 for kernels.refill_graph's one-row step), over
+                      draft `step.expand` spans that record their real rows (`rows`: the host builds rows x topk
+                      tree nodes; a refill after a miss expands 1 row; least squares, c >= 0, a signed: a graph
+                      step can beat its summed operators);
       (+ _per_row_s)  for older runs without `rows`: a + b * w through the fit runs' medians (one distinct w:
                       b = 0)
     verify_message_s  target `comm.send` median + receive host cost
@@ -170,8 +172,8 @@ def fit_runtime_costs(run_dirs: Sequence[str | Path], profile: Profile) -> tuple
     """(RUNTIME_COSTS seconds, report) from measured runtime run dirs and the operator profile.
 
     A cost no fit run measures is left out (the simulator then keeps its `sim` knob for it); negative
-    medians (the operator model over-predicts) clip to 0 (step_extra_s, ar_step_extra_s: to -1 ms,
-    SIGNED_RUNTIME_COSTS: the fused one-GPU step with skinny GEMMs and PDL beats the sum of its profiled operators), and
+    medians (the operator model over-predicts) clip to 0 (step_extra_s, ar_step_extra_s, expand_extra_s: to -1 ms,
+    SIGNED_RUNTIME_COSTS: the fused graph step with skinny GEMMs and PDL beats the sum of its profiled operators), and
     the report keeps the signed value.
     """
     if not run_dirs:
