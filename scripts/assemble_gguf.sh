@@ -8,8 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 GGUF=.cache/models/smollm2-135m-instruct.gguf
 if [ ! -f "$GGUF" ]; then
-  parts=$(for p in .cache/models/smollm2-135m-instruct.gguf.part-* /tmp/gguf-parts/smollm2-135m-instruct.gguf.part-*; do
-            [ -f "$p" ] && echo "$(basename "$p") $p"; done | sort | cut -d' ' -f2 || true)
+  # each part once, by name: a machine can hold a part both in .cache/models and /tmp/gguf-parts (2026-11-30,
+  # twice: an old image's parts beside the staged ones), and concatenating both copies doubles the file
+  parts=$(for p in /tmp/gguf-parts/smollm2-135m-instruct.gguf.part-* .cache/models/smollm2-135m-instruct.gguf.part-*; do
+            [ -f "$p" ] && echo "$(basename "$p") $p"; done | sort -s -u -k1,1 | cut -d' ' -f2 || true)
   [ -n "$parts" ] || { echo "missing $GGUF (and no parts)"; exit 2; }
   mkdir -p .cache/models
   # shellcheck disable=SC2086
@@ -17,5 +19,5 @@ if [ ! -f "$GGUF" ]; then
 fi
 want=$(python3 -c "import runtime.fetch_smollm2 as f; print(f.SHA256)")
 have=$(sha256sum "$GGUF" | cut -d' ' -f1)
-[ "$want" = "$have" ] || { echo "$GGUF: sha256 $have != $want (a part is missing or stale)"; exit 2; }
+[ "$want" = "$have" ] || { rm -f "$GGUF"; echo "$GGUF: sha256 $have != $want (a part is missing or stale; removed)"; exit 2; }
 echo "$GGUF: sha256 ok"
