@@ -99,8 +99,15 @@ LIMITS = """\
   (`parallel.recv_spin_ms`) and the hop is 2-7 us; the receiver's own unpack, decode and span still take 15-40 us
   per message, which the simulator does not charge apart.
 - The profile and its runtime block are the 1bed0ab ones (operator traces of 053c53d, with the draft's torch
-  log-softmax + top-k head and 64-row attention programs); the runs here are 16f4d67's (`kernels.draft_head`,
-  two row blocks per attention program, the receive spin). A profile refitted on 16f4d67's own operator traces
+  log-softmax + top-k head and 64-row attention programs). On the runs of git 36f9b02 (`kernels.refill_graph`: a
+  lone root's expansion replays a one-row graph) it prices the draft's forwards 10% high (1.30-1.41 ms against
+  1.09-1.32 ms in the runs) yet gets tokens/s within 2.4% / 2.3% / 6.2% (median / mean / max). The profile refitted
+  on 36f9b02's own traces and fit runs (bench/results/profile_h200_2026-11-30_36f9b02.json) prices the forwards
+  right (2.2% median) but validated worse: 2.4% / 3.5% / 14.2%, 12-14% optimistic on the draft-bound w 16 d 4 run.
+  Its operators put a 16-row 1B step only 0.04 ms above a one-row one, where the runs take 0.16 ms more, and its
+  fit runs expand at 1 and 8 rows only (bench/results/validation_refit_2026-11-30_36f9b02.json). Kept aside.
+  Before that, on the runs of 16f4d67 (`kernels.draft_head`,
+  two row blocks per attention program, the receive spin): a profile refitted on 16f4d67's own operator traces
   (bench/results/profile_h200_2026-11-30_16f4d67.json) validated worse on these runs: 3.0% / 3.9% / 11.0%
   (median / mean / max tokens/s, bench/results/validation_2026-11-30_2e1d982.json), 3-11% optimistic on the
   w 4 async and serial runs: the graph-replayed steps it timed got faster by more than the in-run expansions did
