@@ -20,7 +20,8 @@ max in one load, the accumulators in unrolled chunks) was measured at 2bd79c2 (+
 standalone) and removed.
 A first-weight-tile prefetch before the PDL wait (late_prefetch) was measured at 0eab9f8 (0.12-0.13 ms slower per
 8B step) and removed. A variant that fails to build or capture is recorded as failed and the others still run.
-`runtime` = what `kernels=graphs` runs (skinny_pdl_late, the fused RoPE attention on single-token steps only).
+`runtime` = what `kernels=graphs` runs on the draft (skinny_pdl_late, the fused RoPE attention on single-token
+steps only); the target runs qkvrope_pre_early (`kernels.target_qkv_rope`).
 `variant+patch+...` appends PATCHES: one module-level tile choice each (skinny tile per projection, SwiGLU BLOCK_I /
 BLOCK_K, attention keys per split or register budget), set while that variant's graphs are captured (2026-11-30:
 docs/BENCHMARKS_RUNTIME.md, eighth session). `--profile-kernels N` also profiles N replays per variant and charges
@@ -94,7 +95,8 @@ the GEMM). qkvrope_pre_early: the QKV GEMM with RoPE + the KV write in its epilo
 and the attention after it prefix_ready (since the ninth session every *qkvrope variant's attention is prefix_ready;
 at 0eab9f8 it was not)."""
 QKV_ROPE_VARIANTS = frozenset({"skinny_pdl_late_qkvrope", "qkvrope_pre_early"})
-"""Variants whose QKV GEMM also does RoPE + the KV write (`kernels.qkv_rope_kv_write`; not a runtime config yet)."""
+"""Variants whose QKV GEMM also does RoPE + the KV write (`kernels.qkv_rope_kv_write`; qkvrope_pre_early is the
+runtime's target path under `kernels.target_qkv_rope`, on in kernels=graphs since fa74a6f's child)."""
 ROPE_ATTENTION_VARIANTS = frozenset({"skinny_pdl_late_ropeattn", "ropeattn_pre_early"})
 """Variants whose tree attention does RoPE + the KV write at every row count (`kernels.rope_tree_attention`; the
 runtime's `kernels.rope_attention` uses it for single-token steps only: ROPE_FASTER_MAX_TOKENS)."""
@@ -151,7 +153,8 @@ PATCHES: dict[str, tuple[str, object]] = {
     # prefix_ready on multi-token steps too, after rope_kv_write (runtime.attention.TritonAttention.tree_prefix_ready)
     "attn_tree_prefetch": ("attention_tree_prefetch", True),
     # the fused QKV + RoPE GEMM at two programs per head (96 at 8B, the skinny QKV's count; kernels.qkv_rope.PAIR_SPLIT)
-    "qkvrope_split2": ("qkv_rope_split", 2),
+    "qkvrope_split2": ("qkv_rope_split", 2),  # the default since fa74a6f (kernels.target_qkv_rope)
+    "qkvrope_split1": ("qkv_rope_split", 1),  # one program per head: the default before fa74a6f
     # the norms of the o / down partials in the prologue of the next SwiGLU / QKV GEMM (runtime.model.NORM_PROLOGUE)
     "norm_prologue": ("norm_prologue", True),
 }

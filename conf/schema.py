@@ -306,6 +306,13 @@ class KernelsConfig(_Frozen):
     """Single-token steps (kernels.tree_attention.ROPE_FASTER_MAX_TOKENS) rotate q and write the new K/V inside the
     tree-attention launch (`kernels.rope_tree_attention`) instead of a separate `kernels.rope_kv_write` (needs backend
     triton)."""
+    target_qkv_rope: bool = False
+    """The target's decode steps run its QKV projection as `kernels.qkv_rope_kv_write` (RoPE and the K/V cache write
+    in the GEMM's epilogue, two programs per head), and its attention loads its prefix beside that launch: one launch
+    fewer per layer than the skinny GEMM + `kernels.rope_kv_write` (tree steps) or the fused RoPE attention
+    (single-token steps, which it replaces for the target). Llama-3-8B CUDA-graph steps on the H200: -1.2 / -2.3% at
+    rows 1 / 8 (ctx 1024), -1.4 / -2.9% at ctx 2000. The draft keeps `rope_attention` (its 1B single-token step was
+    5% slower this way). Needs kernels.skinny."""
     draft_head: bool = False
     """The draft expansion's top-k children and their log-probs from `kernels.topk_logprobs` (two small launches)
     instead of torch's log_softmax + topk (~0.1 ms per expansion at a 128K vocabulary on an H200; needs backend
@@ -327,6 +334,8 @@ class KernelsConfig(_Frozen):
         for name in ("skinny", "pdl", "rope_attention", "draft_head"):
             _require(not getattr(self, name) or self.backend == "triton", f"kernels.{name}",
                      f"needs kernels.backend=triton, got {self.backend!r}")
+        _require(not self.target_qkv_rope or self.skinny, "kernels.target_qkv_rope",
+                 "replaces the skinny QKV GEMM: needs kernels.skinny=true")
         _require(not self.refill_graph or self.cuda_graphs, "kernels.refill_graph",
                  "a captured one-row draft step: needs kernels.cuda_graphs=true (kernels=graphs)")
 

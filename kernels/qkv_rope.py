@@ -1,11 +1,14 @@
 """Fused decode-step QKV projection + RoPE + KV-cache write: ``skinny_linear`` and ``rope_kv_write`` in one launch.
 
-Not a runtime config: an experiment (``Transformer.use_fused_kernels(skinny=True, qkv_rope=True)``,
-bench/bench_step_variants.py variants skinny_pdl_late_qkvrope and qkvrope_pre_early, patch qkvrope_split2), tested
-under the Triton CPU interpreter (tests/kernels/test_qkv_rope.py, tests/runtime/test_model.py). Measured once in the
-CUDA-graph step on the H200 (2026-11-30, git 0eab9f8, bench/results/step_variants_2026-11-30_0eab9f8.json, one program
-per head): Llama-3-8B rows 1 / 8 / 16 4.573 / 4.740 / 4.937 ms against 4.520 / 4.670 / 4.897 with the skinny GEMM +
-rope_kv_write, Llama-3.2-1B rows 16 1.124 against 1.151 (see Roofline: 48 programs for 132 SMs at 8B).
+The runtime's target under ``kernels.target_qkv_rope`` (``Transformer.use_fused_kernels(skinny=True,
+qkv_rope=True)``; bench/bench_step_variants.py variants skinny_pdl_late_qkvrope and qkvrope_pre_early), tested
+under the Triton CPU interpreter (tests/kernels/test_qkv_rope.py, tests/runtime/test_model.py). Measured in the
+CUDA-graph step on the H200: at git 0eab9f8 (bench/results/step_variants_2026-11-30_0eab9f8.json, one program per
+head) Llama-3-8B rows 1 / 8 / 16 4.573 / 4.740 / 4.937 ms against 4.520 / 4.670 / 4.897 with the skinny GEMM +
+rope_kv_write (48 programs for 132 SMs, see Roofline); at fa74a6f, two programs per head (PAIR_SPLIT 2), released
+early with the attention loading its prefix beside it (bench/results/step_variants_2026-11-30_fa74a6f*.json):
+4.312 / 4.438 / 4.575 ms against the runtime's 4.369 / 4.541 / 4.670 (ctx 1024; ctx 2000 rows 1 / 8: 4.453 / 4.566
+against 4.500 / 4.696), but Llama-3.2-1B rows 1 1.036 against 0.980 ms (its fused RoPE attention): the target only.
 
 Contract (reference: ``rope_kv_write_ref(skinny_linear_ref(x, w_qkv), ...)`` in ``kernels.reference``)::
 
@@ -80,10 +83,10 @@ from kernels.rope import check_rope_operands, q_out_buffer
 from kernels.skinny_linear import MAX_M, SMEM_BUDGET, m_bucket
 
 FN = "qkv_rope_kv_write"
-PAIR_SPLIT = 1
+PAIR_SPLIT = 2
 """Programs per head (each takes an equal share of its D/2 rotation pairs, at least MIN_DOT of them): 1 (48 programs
-at 8B, as measured at 0eab9f8) or 2 (96, the tuned skinny QKV GEMM's count). An experiment switch
-(bench/bench_step_variants.py patch qkvrope_split2); not measured on a GPU at 2."""
+at 8B, as measured at 0eab9f8: slower than the two-kernel path) or 2 (96, the tuned skinny QKV GEMM's count: the
+runtime's, kernels.target_qkv_rope; H200 2026-11-30, bench/results/step_variants_2026-11-30_fa74a6f*.json) or 4."""
 MIN_DOT = 16  # tl.dot needs every tile dim >= 16
 
 

@@ -99,7 +99,7 @@ class Engine:
         seq, graphs = cfg.workload.max_seq_len_tokens, cfg.kernels.cuda_graphs
         self.target = self.draft = None
         if ctx.role == "target":
-            self.target = TargetWorker(self._model(cfg.model.target), attn, rows=self.shape.rows, max_seq_len=seq,
+            self.target = TargetWorker(self._model(cfg.model.target, target=True), attn, rows=self.shape.rows, max_seq_len=seq,
                                        temperature=spec.temperature, backend=cfg.kernels.backend,
                                        cuda_graphs=graphs, graph_events=cfg.trace.graph_events,
                                        staging=cfg.kernels.input_staging)
@@ -135,11 +135,14 @@ class Engine:
         self.progress = Progress(0, enabled=False)  # run_rank installs the live display (rank 0)
         self.tokens_done = 0  # tokens of finished requests, for the progress display
 
-    def _model(self, mcfg: Any) -> Any:
-        """The model of `mcfg` on this rank, set to the configured kernels (fused Triton ones or torch)."""
+    def _model(self, mcfg: Any, target: bool = False) -> Any:
+        """The model of `mcfg` on this rank, set to the configured kernels (fused Triton ones or torch); the
+        target's QKV GEMM does RoPE + the KV write under kernels.target_qkv_rope (instead of rope_attention)."""
         kcfg = self.cfg.kernels
+        qkv_rope = target and kcfg.target_qkv_rope
         return self._build_model(mcfg).use_fused_kernels(kcfg.backend == "triton", skinny=kcfg.skinny,
-                                                             rope_attention=kcfg.rope_attention)
+                                                         qkv_rope=qkv_rope,
+                                                         rope_attention=kcfg.rope_attention and not qkv_rope)
 
     def _build_model(self, mcfg: Any) -> Any:
         """Build (load or seed) the model's shard on this rank; benchmarks override this to cache models."""

@@ -117,7 +117,7 @@ class Attention(nn.Module):
         self.wqkv = nn.Linear(shape.hidden_size, shape.q_size + 2 * shape.kv_size, bias=shape.qkv_bias, dtype=dtype)
         self.wo = nn.Linear(shape.q_size, shape.hidden_size, bias=False, dtype=dtype)
         self.skinny = False  # Transformer.use_fused_kernels: Triton skinny GEMMs for T <= SKINNY_MAX_ROWS
-        self.qkv_rope = False  # ... and the QKV GEMM with RoPE + KV write in its epilogue (experiment, bench only)
+        self.qkv_rope = False  # ... and the QKV GEMM with RoPE + KV write in its epilogue (kernels.target_qkv_rope)
         self.rope_attention = False  # Transformer.use_fused_kernels: RoPE + KV write inside the attention launch
 
     def forward(
@@ -307,9 +307,9 @@ class Transformer(nn.Module):
         TP, the o and down projections as split-K partials summed inside the next add + RMSNorm
         (`kernels.add_rmsnorm_partials`): 8 launches per layer, all Triton (so all can use `kernels.pdl`).
         Under TP the o and down projections stay cuBLAS (their outputs are all-reduced by the TP hooks).
-        `qkv_rope` (needs `skinny`; an experiment for bench/bench_step_variants.py, no config switch yet): the QKV
-        GEMM does RoPE and the K/V cache write in its epilogue (`kernels.qkv_rope_kv_write`), one launch fewer per
-        layer.
+        `qkv_rope` (needs `skinny`; the runtime's target under `kernels.target_qkv_rope`): the QKV GEMM does RoPE
+        and the K/V cache write in its epilogue (`kernels.qkv_rope_kv_write`) and the attention loads its prefix
+        beside it (`prefix_ready`), one launch fewer per layer; it replaces `rope_attention` (one or the other).
         `rope_attention` (`kernels.rope_attention`, needs `enabled`): steps of T <= the backend's rope_max_tokens
         (kernels.tree_attention.ROPE_FASTER_MAX_TOKENS: single-token steps, where it measured faster) rotate q and
         write the new K/V inside the attention launch (`kernels.rope_tree_attention`, the backend's `rope_attend`;

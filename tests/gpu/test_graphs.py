@@ -56,15 +56,16 @@ def prompts(vocab: int, n: int = 3, seed: int = 0) -> list[list[int]]:
 def cfg_for(mode: str, target: str, draft: str, dtype: str, *, target_gpus: int = 1, draft_gpus: int = 0,
             checkpoint: str | None = None, draft_seed: int = 1, skinny: bool = True, pdl: bool = True,
             input_staging: str = "pageable", rope_attention: bool = True, recv_wake: str = "socket",
-            refill_graph: bool = True, **spec) -> ExperimentConfig:
-    """kernels=graphs on CUDA (skinny GEMMs, PDL, RoPE in the single-token attention, the one-row refill graph, as
-    conf/kernels/graphs.yaml);
+            refill_graph: bool = True, target_qkv_rope: bool = True, **spec) -> ExperimentConfig:
+    """kernels=graphs on CUDA (skinny GEMMs, PDL, RoPE in the single-token attention, the one-row refill graph, the
+    target's QKV GEMM with RoPE + the KV write, as conf/kernels/graphs.yaml; skinny=False turns the last off);
     the draft is `draft` (the target itself with draft_seed == 1: self-speculation)."""
     return make_cfg(mode, target, draft, target_gpus=target_gpus, draft_gpus=draft_gpus, draft_seed=draft_seed,
                     max_new=MAX_NEW, capacity=CAPACITY, backend="triton", device="cuda", dtype=dtype,
                     cuda_graphs=True, checkpoint=checkpoint, timeout_s=120, skinny=skinny, pdl=pdl,
                     input_staging=input_staging, rope_attention=rope_attention, recv_wake=recv_wake,
-                    refill_graph=refill_graph, **{**MODES[mode], **spec})
+                    refill_graph=refill_graph, target_qkv_rope=target_qkv_rope and skinny,
+                    **{**MODES[mode], **spec})
 
 
 @functools.cache

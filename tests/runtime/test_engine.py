@@ -32,6 +32,7 @@ from runtime.controller import request_generator
 from runtime.engine import run_rank
 from runtime.launch import launch
 from runtime.loader import build_model
+from runtime.model import Transformer
 from runtime.reference import reference_decode
 
 MAX_NEW, CAPACITY = 24, 48
@@ -45,7 +46,7 @@ def make_cfg(mode: str, target: str = "tiny-llama", draft: str = "tiny-llama-dra
              dtype: str = "float32", cuda_graphs: bool = False, checkpoint: str | None = None,
              timeout_s: float = 60, leader_channel: str = "dist", skinny: bool = False, pdl: bool = False,
              input_staging: str = "pageable", rope_attention: bool = False, recv_wake: str = "socket",
-             refill_graph: bool = False, **spec) -> ExperimentConfig:
+             refill_graph: bool = False, target_qkv_rope: bool = False, **spec) -> ExperimentConfig:
     """A validated config of tiny fp32 models on CPU (tests/gpu: other dtypes, CUDA graphs, a checkpoint,
     which the draft shares when it is the target's preset)."""
     return build_config(ExperimentConfig(
@@ -59,7 +60,7 @@ def make_cfg(mode: str, target: str = "tiny-llama", draft: str = "tiny-llama-dra
         acceptance=acceptance or AcceptanceConfig(),
         kernels=KernelsConfig(backend=backend, cuda_graphs=cuda_graphs, skinny=skinny, pdl=pdl,
                               input_staging=input_staging, rope_attention=rope_attention,
-                              refill_graph=refill_graph),
+                              refill_graph=refill_graph, target_qkv_rope=target_qkv_rope),
         workload=WorkloadConfig(max_new_tokens=max_new, max_seq_len_tokens=capacity, prompt_tokens=4),
     ))
 
@@ -111,6 +112,25 @@ def test_triton_backend_is_lossless():
     cfg = make_cfg("serial_tree", backend="triton", bs=6, w=3, topk=3)
     assert cfg.kernels.backend == "triton"
     assert run(cfg, prompts=PROMPTS[:2], eos=eos)["outputs"] == expected[:2]
+
+
+def test_target_qkv_rope_is_lossless_and_on_the_target_only(monkeypatch):
+    """kernels.target_qkv_rope: the target's QKV GEMM does RoPE + the KV write (kernels.qkv_rope), the draft keeps the
+    fused RoPE attention; the outputs stay the reference's (Triton's interpreter on CPU)."""
+    pytest.importorskip("kernels")
+    calls: list[dict] = []
+    fuse = Transformer.use_fused_kernels
+
+    def spy(self, *args, **kwargs):
+        calls.append(kwargs)
+        return fuse(self, *args, **kwargs)
+
+    monkeypatch.setattr(Transformer, "use_fused_kernels", spy)
+    expected, eos = reference_outputs("tiny-llama")
+    cfg = make_cfg("serial_tree", backend="triton", skinny=True, rope_attention=True, target_qkv_rope=True, bs=6, w=3,
+                   topk=3)
+    assert run(cfg, prompts=PROMPTS[:2], eos=eos)["outputs"] == expected[:2]
+    assert [(c["qkv_rope"], c["rope_attention"]) for c in calls] == [(True, False), (False, True)]  # target, draft
 
 
 def test_self_speculation_accepts_everything_and_always_hits():
