@@ -99,7 +99,8 @@ class Engine:
         seq, graphs = cfg.workload.max_seq_len_tokens, cfg.kernels.cuda_graphs
         self.target = self.draft = None
         if ctx.role == "target":
-            self.target = TargetWorker(self._model(cfg.model.target, target=True), attn, rows=self.shape.rows, max_seq_len=seq,
+            self.target = TargetWorker(self._model(cfg.model.target, target=True), attn, rows=self.shape.rows,
+                                       max_seq_len=seq,
                                        temperature=spec.temperature, backend=cfg.kernels.backend,
                                        cuda_graphs=graphs, graph_events=cfg.trace.graph_events,
                                        staging=cfg.kernels.input_staging)

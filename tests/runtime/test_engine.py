@@ -129,7 +129,7 @@ def test_target_qkv_rope_is_lossless_and_on_the_target_only(monkeypatch):
     expected, eos = reference_outputs("tiny-llama")
     cfg = make_cfg("serial_tree", backend="triton", skinny=True, rope_attention=True, target_qkv_rope=True, bs=6, w=3,
                    topk=3)
-    assert run(cfg, prompts=PROMPTS[:2], eos=eos)["outputs"] == expected[:2]
+    assert run(cfg, prompts=PROMPTS[:1], eos=eos)["outputs"] == expected[:1]
     assert [(c["qkv_rope"], c["rope_attention"]) for c in calls] == [(True, False), (False, True)]  # target, draft
 
 
