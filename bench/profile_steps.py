@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from bench.profile_ops import STEP_REPS, STEP_WARMUP, Profiler, _random_parents, choose_attention_backend
-from bench.runtime_kernels import graphs_kernels
+from bench.runtime_kernels import STEP_SWITCHES, graphs_kernels
 from conf.presets import MODEL_PRESETS
 
 # (preset, verify rows, expand widths): the validation pair's shapes plus other presets for the step fit.
@@ -135,17 +135,15 @@ def run_steps(p: Profiler) -> None:
         try:
             # as the runtime's Engine builds it: the fused Triton path with the Triton backend, and in graph mode
             # the kernels=graphs config's skinny GEMMs and PDL launches
-            kernels = (graphs_kernels() if p.graph_steps(backend) else
-                       {"skinny": False, "pdl": False, "draft_head": False})
-            model = build_model(MODEL_PRESETS[preset], p.dtype, p.device, seed=0).use_fused_kernels(
-                backend == "triton", skinny=kernels["skinny"])
+            kernels = (graphs_kernels() if p.graph_steps(backend) else dict.fromkeys(STEP_SWITCHES, False))
+            model = build_model(MODEL_PRESETS[preset], p.dtype, p.device, seed=0)
             if p.graph_steps(backend):
                 p.steps_mode, p.steps_kernels = "graphs", kernels
         except Exception as exc:
             p.error("steps", f"build {preset}", exc)
             continue
         with _pdl_launches(kernels["pdl"]):
-            _preset_steps(p, model, attn, backend, preset, rows_list, w_list, gen, kernels["draft_head"])
+            _preset_steps(p, model, attn, backend, preset, rows_list, w_list, gen, kernels)
         del model
         if p.device.type == "cuda":
             torch.cuda.empty_cache()
@@ -161,11 +159,17 @@ def _pdl_launches(enabled: bool) -> contextlib.AbstractContextManager:
 
 
 def _preset_steps(p: Profiler, model: Any, attn: Any, backend: str, preset: str, rows_list: tuple[int, ...],
-                  w_list: tuple[int, ...], gen: torch.Generator, fused_head: bool = False) -> None:
-    """One model's verify and expand steps at every STEP_CTX prefix length (`fused_head`: kernels.draft_head)."""
-    expand = functools.partial(_expand_steps, fused_head=fused_head)
+                  w_list: tuple[int, ...], gen: torch.Generator, kernels: dict[str, bool]) -> None:
+    """One model's verify and expand steps at every STEP_CTX prefix length, each kind with the kernels the Engine
+    gives its role (`kernels`: STEP_SWITCHES; runtime/engine.py `_model`): a verify step is the target's
+    (kernels.target_qkv_rope), an expansion the draft's (kernels.draft_head)."""
+    expand = functools.partial(_expand_steps, fused_head=kernels["draft_head"])
+    triton, skinny = backend == "triton", kernels["skinny"]
     for ctx in p.opt("step_ctx", STEP_CTX):
         for what, fn, widths in (("verify rows", _verify_steps, rows_list), ("expand w", expand, w_list)):
+            qkv_rope = fn is _verify_steps and kernels["target_qkv_rope"] and skinny
+            model.use_fused_kernels(triton, skinny=skinny, qkv_rope=qkv_rope,
+                                    rope_attention=kernels["rope_attention"] and triton and not qkv_rope)
             for width in widths:
                 if p.time_left():
                     try:

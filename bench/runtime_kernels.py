@@ -19,13 +19,16 @@ from runtime.model import MLP, SKINNY_MAX_ROWS
 REPO = Path(__file__).resolve().parent.parent
 
 
+STEP_SWITCHES = ("skinny", "pdl", "draft_head", "rope_attention", "target_qkv_rope")
+"""The `kernels` switches a graph-mode step is built with (bench/profile_steps.py)."""
+
+
 def graphs_kernels() -> dict[str, bool]:
-    """`kernels.skinny`, `kernels.pdl` and `kernels.draft_head` of conf/kernels/graphs.yaml: the runtime graph-timed
-    operators and steps stand for."""
+    """STEP_SWITCHES of conf/kernels/graphs.yaml: the runtime graph-timed operators and steps stand for."""
     import yaml
 
     data = yaml.safe_load((REPO / "conf" / "kernels" / "graphs.yaml").read_text()) or {}
-    return {key: bool(data.get(key, False)) for key in ("skinny", "pdl", "draft_head")}
+    return {key: bool(data.get(key, False)) for key in STEP_SWITCHES}
 
 
 def runtime_gemm(matrix: str, tp: int, m: int, skinny: bool, qkv_bias: bool = False) -> str:

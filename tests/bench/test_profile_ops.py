@@ -71,7 +71,8 @@ def test_graph_steps_run_the_kernels_graphs_config():
     from conf.schema import KernelsConfig
 
     data = yaml.safe_load(Path("conf/kernels/graphs.yaml").read_text())
-    assert graphs_kernels() == {"skinny": data["skinny"], "pdl": data["pdl"], "draft_head": data["draft_head"]}
+    assert graphs_kernels() == {key: data[key] for key in ("skinny", "pdl", "draft_head", "rope_attention",
+                                                           "target_qkv_rope")}
     assert set(graphs_kernels()) <= {f for f in KernelsConfig.__dataclass_fields__}
 
 
@@ -118,3 +119,33 @@ def test_gemm_plan_keeps_each_kernel_of_a_shape(monkeypatch):
     assert any(len(impls) > 1 for impls in by_shape.values())  # e.g. 1B TP 2 gate_up vs 70B TP 4 o
     qwen = [rs for preset, _, mat, *_, rs in plan if preset == "qwen2-72b" and mat == "qkv"]
     assert qwen and all(impl == "cublas" for rs in qwen for _, impl in rs)
+
+
+def test_graph_steps_give_each_role_its_kernels(monkeypatch):
+    """A verify step is timed with the target's kernels (kernels.target_qkv_rope: the QKV GEMM does RoPE + the KV
+    write), an expansion with the draft's (the fused RoPE attention, the fused head), as the Engine builds them."""
+    from bench import profile_steps as S
+
+    class FakeModel:
+        def use_fused_kernels(self, enabled=True, skinny=False, qkv_rope=False, rope_attention=False):
+            self.kernels = (enabled, skinny, qkv_rope, rope_attention)
+            return self
+
+    class FakeProfiler:
+        def opt(self, key, full):
+            return (64,)
+
+        def time_left(self):
+            return True
+
+    seen = []
+    monkeypatch.setattr(S, "_verify_steps", lambda p, model, *a: seen.append(("verify", model.kernels)))
+    monkeypatch.setattr(S, "_expand_steps", lambda p, model, *a, fused_head: seen.append(
+        ("expand", model.kernels, fused_head)))
+    switches = {"skinny": True, "pdl": True, "draft_head": True, "rope_attention": True, "target_qkv_rope": True}
+    S._preset_steps(FakeProfiler(), FakeModel(), None, "triton", "tiny-llama", (8,), (4,), None, switches)
+    assert seen == [("verify", (True, True, True, False)), ("expand", (True, True, False, True), True)]
+    seen.clear()
+    S._preset_steps(FakeProfiler(), FakeModel(), None, "triton", "tiny-llama", (8,), (4,), None,
+                    {**switches, "target_qkv_rope": False})
+    assert seen == [("verify", (True, True, False, True)), ("expand", (True, True, False, True), True)]
