@@ -319,6 +319,15 @@ def test_modes_lossless_with_graphs_small_draft(mode):
     assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama-draft", "bfloat16", draft_seed=2))
 
 
+@pytest.mark.parametrize("mode", ["autoregressive", "serial_tree"])
+def test_target_qkv_rope_lossless_at_the_real_pairs_shapes(mode):
+    """kernels.target_qkv_rope at SmolLM2-135M's shapes (head dim 64, 9 query / 3 KV heads: two programs per head of
+    16 rotation pairs; the tiny models' heads are 16 wide) with random weights, the shipped draft's shape as draft."""
+    cfg = cfg_for(mode, "smollm2-135m", "smollm2-draft", "bfloat16", draft_seed=2)
+    assert cfg.kernels.target_qkv_rope
+    assert_lossless(cfg)
+
+
 @pytest.mark.skipif(not GGUF_PATH.exists(), reason=f"{GGUF_PATH} not present (python -m runtime.fetch_smollm2)")
 @pytest.mark.parametrize("mode", [*COLOCATED, pytest.param("async_tree", marks=[pytest.mark.multi_gpu, TWO_GPUS])])
 def test_real_smollm2_lossless_bf16(mode):
