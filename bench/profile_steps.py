@@ -23,14 +23,17 @@ from bench.profile_ops import STEP_REPS, STEP_WARMUP, Profiler, _random_parents,
 from bench.runtime_kernels import STEP_SWITCHES, graphs_kernels
 from conf.presets import MODEL_PRESETS
 
-# (preset, verify rows, expand widths): the validation pair's shapes plus other presets for the step fit.
-STEP_PLAN = (("llama3-8b", (1, 4, 5, 8, 16), ()), ("llama3.2-1b", (1, 8), (4, 8)), ("smollm2-draft", (1, 8), (4, 8)),
-             ("smollm2-135m", (1, 8), (8,)), ("llama3.2-3b", (1, 8), (4, 8)))
+# (preset, verify rows, expand widths): the validation pair's shapes plus other presets for the step fit. The 1B
+# draft's widths span what the runtime replays: 1 (a lone root's refill graph) to 16 (the autoconfig pick's w); the
+# 36f9b02 refit, which saw only 4 and 8, priced a 16-row expansion 0.04 ms above a one-row one, the runs 0.16 ms.
+STEP_PLAN = (("llama3-8b", (1, 4, 5, 8, 16), ()), ("llama3.2-1b", (1, 8), (1, 4, 8, 16)),
+             ("smollm2-draft", (1, 8), (4, 8)), ("smollm2-135m", (1, 8), (8,)), ("llama3.2-3b", (1, 8), (4, 8)))
 # Prefix lengths of step measurements. Each verify keeps the root, so the prefix grows by one token per step;
 # eagerly, these starts stay inside one 64-key block count of the tree-attention kernel for the whole
 # measurement (200..~215 -> 4 blocks, 970..~985 -> 16), so no Triton re-compile lands in the timed steps.
 STEP_CTX = (200, 970)
-MAX_TREE_NODES = 64  # draft tree region in the step measurements
+MAX_TREE_NODES = 256  # draft tree region in the step measurements: the runtime's (spec.max_tree_nodes), whose
+# graphs attend over all of it (64 before 2026-11-30's fourteenth session)
 TOPK = 8
 ROUND_EXPANSIONS, ROUND_BS = 2, 8  # expand steps per round (d) and verify width of the timed bookkeeping
 
