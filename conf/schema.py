@@ -336,7 +336,7 @@ class KernelsConfig(_Frozen):
             _require(not getattr(self, name) or self.backend == "triton", f"kernels.{name}",
                      f"needs kernels.backend=triton, got {self.backend!r}")
         _require(not self.target_qkv_rope or self.skinny, "kernels.target_qkv_rope",
-                 "replaces the skinny QKV GEMM: needs kernels.skinny=true")
+                 "replaces the skinny QKV GEMM: needs kernels.skinny=true (or set kernels.target_qkv_rope=false)")
         _require(not self.refill_graph or self.cuda_graphs, "kernels.refill_graph",
                  "a captured one-row draft step: needs kernels.cuda_graphs=true (kernels=graphs)")
 
