@@ -166,13 +166,15 @@ def _preset_steps(p: Profiler, model: Any, attn: Any, backend: str, preset: str,
     """One model's verify and expand steps at every STEP_CTX prefix length, each kind with the kernels the Engine
     gives its role (`kernels`: STEP_SWITCHES; runtime/engine.py `_model`): a verify step is the target's
     (kernels.target_qkv_rope), an expansion the draft's (kernels.draft_head)."""
+    from runtime.model import role_kernels
+
     expand = functools.partial(_expand_steps, fused_head=kernels["draft_head"])
-    triton, skinny = backend == "triton", kernels["skinny"]
+    triton = backend == "triton"
     for ctx in p.opt("step_ctx", STEP_CTX):
         for what, fn, widths in (("verify rows", _verify_steps, rows_list), ("expand w", expand, w_list)):
-            qkv_rope = fn is _verify_steps and kernels["target_qkv_rope"] and skinny
-            model.use_fused_kernels(triton, skinny=skinny, qkv_rope=qkv_rope,
-                                    rope_attention=kernels["rope_attention"] and triton and not qkv_rope)
+            model.use_fused_kernels(triton, **role_kernels(
+                model.shape, skinny=kernels["skinny"], rope_attention=kernels["rope_attention"] and triton,
+                target_qkv_rope=kernels["target_qkv_rope"], target=fn is _verify_steps))
             for width in widths:
                 if p.time_left():
                     try:

@@ -48,6 +48,7 @@ from runtime.controller import DepthTuner, Emitter, load_workload, request_gener
 from runtime.draft_worker import DraftWorker
 from runtime.loader import build_model
 from runtime.metrics import Progress, Timeline, device_name, summarize
+from runtime.model import role_kernels
 from runtime.oracle import AcceptanceOracle, OracleOutcome, oracle_belief, resolve_bonus
 from runtime.parallel import ParallelContext
 from runtime.presend import Presend
@@ -100,8 +101,7 @@ class Engine:
         self.target = self.draft = None
         if ctx.role == "target":
             self.target = TargetWorker(self._model(cfg.model.target, target=True), attn, rows=self.shape.rows,
-                                       max_seq_len=seq,
-                                       temperature=spec.temperature, backend=cfg.kernels.backend,
+                                       max_seq_len=seq, temperature=spec.temperature, backend=cfg.kernels.backend,
                                        cuda_graphs=graphs, graph_events=cfg.trace.graph_events,
                                        staging=cfg.kernels.input_staging)
         if self.mode != "autoregressive" and (ctx.role == "draft" or self.colocated):
@@ -137,13 +137,12 @@ class Engine:
         self.tokens_done = 0  # tokens of finished requests, for the progress display
 
     def _model(self, mcfg: Any, target: bool = False) -> Any:
-        """The model of `mcfg` on this rank, set to the configured kernels (fused Triton ones or torch); the
-        target's QKV GEMM does RoPE + the KV write under kernels.target_qkv_rope (instead of rope_attention)."""
-        kcfg = self.cfg.kernels
-        qkv_rope = target and kcfg.target_qkv_rope
-        return self._build_model(mcfg).use_fused_kernels(kcfg.backend == "triton", skinny=kcfg.skinny,
-                                                         qkv_rope=qkv_rope,
-                                                         rope_attention=kcfg.rope_attention and not qkv_rope)
+        """The model of `mcfg` on this rank, set to the configured kernels (fused Triton ones or torch) for its role
+        (`runtime.model.role_kernels`: the target's QKV GEMM may do RoPE + the KV write)."""
+        kcfg, model = self.cfg.kernels, self._build_model(mcfg)
+        return model.use_fused_kernels(kcfg.backend == "triton", **role_kernels(
+            model.shape, skinny=kcfg.skinny, rope_attention=kcfg.rope_attention,
+            target_qkv_rope=kcfg.target_qkv_rope, target=target))
 
     def _build_model(self, mcfg: Any) -> Any:
         """Build (load or seed) the model's shard on this rank; benchmarks override this to cache models."""

@@ -71,6 +71,16 @@ is captured); bench/bench_step_variants.py patch `norm_prologue`. The first laye
 final one keep the norm kernels; so does any QKV that cannot take the prologue."""
 
 
+def role_kernels(shape: ModelShape, *, skinny: bool, rope_attention: bool, target_qkv_rope: bool,
+                 target: bool) -> dict[str, bool]:
+    """`Transformer.use_fused_kernels` switches of a target or a draft model (runtime/engine.py, and the step
+    profiler's verify and expand steps): the target's QKV GEMM does RoPE + the KV write under
+    kernels.target_qkv_rope, unless its QKV has a bias (Qwen2: the fused GEMM has no bias term), and then in place of
+    the fused RoPE attention; a draft keeps `rope_attention`."""
+    qkv_rope = target and target_qkv_rope and skinny and not shape.qkv_bias
+    return {"skinny": skinny, "qkv_rope": qkv_rope, "rope_attention": rope_attention and not qkv_rope}
+
+
 def _skinny(x: torch.Tensor, weight: torch.Tensor, *, partials: bool = False,
             out: torch.Tensor | None = None, pdl_role: str = "gemm") -> torch.Tensor:
     """x @ weight.T by the Triton skinny GEMM; `partials`: float32 split-K partials [S, T, N] at the tuned split.

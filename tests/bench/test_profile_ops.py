@@ -10,6 +10,7 @@ import torch
 
 from bench import profile_ops as P
 from bench import runtime_kernels as R
+from conf.presets import MODEL_PRESETS
 
 
 def test_rotating_cycles_through_the_operands():
@@ -127,6 +128,8 @@ def test_graph_steps_give_each_role_its_kernels(monkeypatch):
     from bench import profile_steps as S
 
     class FakeModel:
+        shape = MODEL_PRESETS["tiny-llama"]
+
         def use_fused_kernels(self, enabled=True, skinny=False, qkv_rope=False, rope_attention=False):
             self.kernels = (enabled, skinny, qkv_rope, rope_attention)
             return self

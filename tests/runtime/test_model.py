@@ -359,3 +359,20 @@ def test_rope_attention_matches_the_torch_path(max_tokens, monkeypatch):
         fused.use_fused_kernels(False, rope_attention=True)
     with pytest.raises(ValueError, match="pick one"):
         fused.use_fused_kernels(skinny=True, qkv_rope=True, rope_attention=True)
+
+
+def test_role_kernels_give_the_fused_qkv_rope_gemm_to_an_unbiased_target_only():
+    """kernels.target_qkv_rope: the target's QKV GEMM does RoPE + the KV write in place of the fused RoPE attention;
+    a draft, a target with a QKV bias (Qwen2: the fused GEMM has no bias term) or one without skinny GEMMs keeps
+    rope_attention."""
+    from runtime.model import role_kernels
+
+    llama, qwen = MODEL_PRESETS["tiny-llama"], MODEL_PRESETS["tiny-qwen2"]
+    assert qwen.qkv_bias and not llama.qkv_bias
+    on = dict(skinny=True, rope_attention=True, target_qkv_rope=True)
+    assert role_kernels(llama, **on, target=True) == {"skinny": True, "qkv_rope": True, "rope_attention": False}
+    keep = {"skinny": True, "qkv_rope": False, "rope_attention": True}
+    assert role_kernels(llama, **on, target=False) == keep
+    assert role_kernels(qwen, **on, target=True) == keep
+    assert role_kernels(llama, **{**on, "target_qkv_rope": False}, target=True) == keep
+    assert role_kernels(llama, **{**on, "skinny": False}, target=True) == {**keep, "skinny": False}
