@@ -312,7 +312,8 @@ class KernelsConfig(_Frozen):
     fewer per layer than the skinny GEMM + `kernels.rope_kv_write` (tree steps) or the fused RoPE attention
     (single-token steps, which it replaces for the target). Llama-3-8B CUDA-graph steps on the H200: -1.2 / -2.3% at
     rows 1 / 8 (ctx 1024), -1.4 / -2.9% at ctx 2000. The draft keeps `rope_attention` (its 1B single-token step was
-    5% slower this way). Needs kernels.skinny. The simulator does not switch on it: its verify cost is the calibrated
+    5% slower this way), and so does a target whose QKV has a bias (Qwen2; `runtime.model.role_kernels`). Needs
+    kernels.skinny. The simulator does not switch on it: its verify cost is the calibrated
     profile's, timed with the switch as conf/kernels/graphs.yaml had it at calibration (bench/profile_steps.py)."""
     draft_head: bool = False
     """The draft expansion's top-k children and their log-probs from `kernels.topk_logprobs` (two small launches)
