@@ -1,16 +1,19 @@
 """Figure 9: what a miss costs: the target's idle time before a verify, by the previous re-root's outcome.
 
 Input: run dirs of tree modes (async_tree, serial_tree, chain) with iterations.csv (`request`, `target_idle_s`,
-`hit`: the runtime and the simulator write the same columns). A hit keeps the subtree the draft grew during the
-verify; a miss starts a new tree at the bonus token, whose first expansion (the refill) runs before the next
-proposal can leave: the target waits for it. Per run, over the iterations after the first `skip` of each request,
-each iteration is classed by the previous iteration's `hit` (same request): the median idle after a hit and after
-a miss, the miss share, and the mean idle per iteration split into the two (share x mean idle).
+`hit`, and `refills` where recorded: the runtime and the simulator write the same columns). A hit keeps the
+subtree the draft grew during the verify; a miss starts a new tree at the bonus token, whose first expansion (the
+refill) runs before the next proposal can leave: the target waits for it. A hit on a node whose subtree was
+smaller than bs (e.g. a never-expanded leaf) refills too (`refills` > 0): a "refilled hit", which costs what a miss
+does. Per run, over the iterations after the first `skip` of each request, each iteration is classed by the
+previous iteration's outcome (same request): the median idle after a hit, a refilled hit and a miss, their shares,
+and the mean idle per iteration split into the three (share x mean idle). Runs without the `refills` column (before
+2026-11-30's fourteenth session) class every hit as a hit.
 
-Left: median idle after a hit and after a miss per configuration. Right: the mean idle per iteration, stacked by
-the previous outcome (the part a faster refill or a higher hit rate can remove). Measured (`source` runtime) and
-simulated (`source` sim) runs of one configuration pair by `Run.parity_key` and stand side by side (hatched:
-simulated); repeats are averaged.
+Left: median idle after each outcome per configuration. Right: the mean idle per iteration, stacked by the previous
+outcome (the part a faster refill or a higher ready-hit rate can remove). Measured (`source` runtime) and simulated
+(`source` sim) runs of one configuration pair by `Run.parity_key` and stand side by side (hatched: simulated);
+repeats are averaged.
 
 Usage: python analysis/fig09_miss_cost.py RUN_DIR_OR_GLOB... [--skip 10] --out docs/figures/fig09_miss_cost
 """
@@ -31,39 +34,50 @@ TREE_MODES = ("async_tree", "serial_tree", "chain")
 SKIP = 10
 """Iterations left out at the start of each request (the first tree, the depth tuner's trials)."""
 LABEL_KEYS = ("mode", "bs", "w", "d")
+OUTCOMES = ("hit", "refilled", "miss")
+"""Classes of the previous re-root: a hit whose subtree was ready, a hit that still refilled, a miss."""
+OUTCOME_LABELS = {"hit": "a hit", "refilled": "a refilled hit", "miss": "a miss"}
+COLOURS = {"hit": "#4C72B0", "refilled": "#8172B3", "miss": "#DD8452"}
+
+
+def _outcome(row: dict) -> str:
+    if row["hit"] < 0.5:
+        return "miss"
+    refills = row.get("refills", math.nan)
+    return "refilled" if isinstance(refills, (int, float)) and refills > 0 else "hit"
 
 
 def idle_by_outcome(run: Run, skip: int = SKIP) -> dict[str, float]:
-    """{"hit_idle_s", "miss_idle_s" (medians; NaN without such iterations), "miss_share", "mean_idle_s",
-    "mean_idle_hit_s", "mean_idle_miss_s" (the mean idle per iteration and its parts), "iterations"}."""
+    """Per outcome o in OUTCOMES: "<o>_idle_s" (median; NaN without such iterations), "<o>_share", "mean_idle_<o>_s"
+    (its part of the mean idle per iteration); "mean_idle_s", "iterations"."""
     rows = run.iterations()
     for col in ("request", "target_idle_s", "hit"):
         if rows and col not in rows[0]:
             raise RunDirError(f"{run.path}: iterations.csv has no column {col!r} (columns: {sorted(rows[0])})")
-    after: dict[bool, list[float]] = {True: [], False: []}
+    after: dict[str, list[float]] = {o: [] for o in OUTCOMES}
     seen: dict[float, int] = {}
-    prev: dict[float, float] = {}
+    prev: dict[float, str] = {}
     for row in rows:
         req = row["request"]
         k = seen.get(req, 0)
         seen[req] = k + 1
-        if k >= skip and req in prev and not math.isnan(prev[req]) and not math.isnan(row["target_idle_s"]):
-            after[prev[req] >= 0.5].append(row["target_idle_s"])
-        prev[req] = row["hit"]
-    n = len(after[True]) + len(after[False])
+        if k >= skip and req in prev and not math.isnan(row["target_idle_s"]):
+            after[prev[req]].append(row["target_idle_s"])
+        if isinstance(row["hit"], (int, float)) and not math.isnan(row["hit"]):
+            prev[req] = _outcome(row)
+        else:
+            prev.pop(req, None)
+    n = sum(len(v) for v in after.values())
     if n == 0:
         raise RunDirError(f"{run.path}: iterations.csv has no iteration after the first {skip} of a request "
                           f"with a recorded previous re-root (hit); lower --skip or pass a longer run")
-    share = len(after[False]) / n
-
-    def med(xs: list[float]) -> float:
-        return statistics.median(xs) if xs else math.nan
-
-    mean_hit = sum(after[True]) / n
-    mean_miss = sum(after[False]) / n
-    return {"hit_idle_s": med(after[True]), "miss_idle_s": med(after[False]), "miss_share": share,
-            "mean_idle_s": mean_hit + mean_miss, "mean_idle_hit_s": mean_hit, "mean_idle_miss_s": mean_miss,
-            "iterations": float(n)}
+    out: dict[str, float] = {"iterations": float(n)}
+    for o, xs in after.items():
+        out[f"{o}_idle_s"] = statistics.median(xs) if xs else math.nan
+        out[f"{o}_share"] = len(xs) / n
+        out[f"mean_idle_{o}_s"] = sum(xs) / n
+    out["mean_idle_s"] = sum(out[f"mean_idle_{o}_s"] for o in OUTCOMES)
+    return out
 
 
 def run_label(run: Run) -> str:
@@ -97,48 +111,52 @@ def make_figure(runs: Sequence[Run], skip: int = SKIP) -> tuple[Figure, FigureDa
     labels = list(dict.fromkeys(label for label, _ in groups))
     sources = [s for s in ("runtime", "sim") if any(src == s for _, src in groups)]
     median_panel = Panel(xlabel="configuration", ylabel="idle before a verify (ms, median)",
-                         title="idle after a hit / after a miss")
+                         title="idle after a hit / a refilled hit / a miss")
     mean_panel = Panel(xlabel="configuration", ylabel="mean idle per iteration (ms)",
-                       title="where the idle comes from (label: miss share)")
+                       title="where the idle comes from (label: refill share)")
+    split = any("refills" in (r.iterations() or [{}])[0] for r in tree)  # a run that records refills
+    outcomes = OUTCOMES if split else ("hit", "miss")
     for (label, source), rs in groups.items():
         avg = {key: statistics.fmean(stats[r.path][key] for r in rs)  # repeats of one configuration
-               for key in ("hit_idle_s", "miss_idle_s", "miss_share", "mean_idle_hit_s", "mean_idle_miss_s")}
+               for o in OUTCOMES for key in (f"{o}_idle_s", f"{o}_share", f"mean_idle_{o}_s")}
         src = style.source_label(source)
         runs_col = [str(r.path) for r in rs]
-        median_panel.series_for(f"after a hit ({src})").add(label, avg["hit_idle_s"] * 1e3, run=runs_col)
-        median_panel.series_for(f"after a miss ({src})").add(label, avg["miss_idle_s"] * 1e3, run=runs_col,
-                                                             miss_share=avg["miss_share"])
-        mean_panel.series_for(f"after a hit ({src})").add(label, avg["mean_idle_hit_s"] * 1e3, run=runs_col)
-        mean_panel.series_for(f"after a miss ({src})").add(label, avg["mean_idle_miss_s"] * 1e3, run=runs_col,
-                                                           miss_share=avg["miss_share"])
+        refill_share = avg["miss_share"] + avg["refilled_share"]
+        for o in outcomes:
+            name = f"after {OUTCOME_LABELS[o]} ({src})"
+            median_panel.series_for(name).add(label, avg[f"{o}_idle_s"] * 1e3, run=runs_col,
+                                              share=avg[f"{o}_share"])
+            mean_panel.series_for(name).add(label, avg[f"mean_idle_{o}_s"] * 1e3, run=runs_col,
+                                            share=avg[f"{o}_share"], refill_share=refill_share)
     if skip:
         median_panel.notes.append(f"first {skip} iterations per request left out")
     data = FigureData(title="What a miss costs: the target's idle before a verify",
                       panels={"median": median_panel, "mean": mean_panel})
 
     fig, axes = style.new_figure(1, 2, panel_height_in=3.0)
-    colours = {"hit": "#4C72B0", "miss": "#DD8452"}
-    width = 0.8 / (2 * len(sources))
+    per = len(outcomes)
+    width = 0.8 / (per * len(sources))
     for si, source in enumerate(sources):
         src = style.source_label(source)
         hatch = "//" if source == "sim" else None
-        for oi, outcome in enumerate(("hit", "miss")):
-            s = median_panel.series.get(f"after a {outcome} ({src})")
+        for oi, o in enumerate(outcomes):
+            s = median_panel.series.get(f"after {OUTCOME_LABELS[o]} ({src})")
             if s is None:
                 continue
-            xs = [labels.index(x) - 0.4 + width * (2 * si + oi + 0.5) for x in s.x]
-            axes[0].bar(xs, s.y, width=width * 0.95, color=colours[outcome], hatch=hatch, edgecolor="white",
-                        label=f"after a {outcome} ({src})")
-        hit_s = mean_panel.series.get(f"after a hit ({src})")
-        miss_s = mean_panel.series.get(f"after a miss ({src})")
-        if hit_s is None or miss_s is None:
+            xs = [labels.index(x) - 0.4 + width * (per * si + oi + 0.5) for x in s.x]
+            axes[0].bar(xs, s.y, width=width * 0.95, color=COLOURS[o], hatch=hatch, edgecolor="white",
+                        label=f"after {OUTCOME_LABELS[o]} ({src})")
+        stack = [mean_panel.series.get(f"after {OUTCOME_LABELS[o]} ({src})") for o in outcomes]
+        if any(s is None for s in stack):
             continue
-        xs = [labels.index(x) - 0.4 + 2 * width * (si + 0.5) for x in hit_s.x]
-        axes[1].bar(xs, hit_s.y, width=2 * width * 0.9, color=colours["hit"], hatch=hatch, edgecolor="white",
-                    label=f"after a hit ({src})")
-        bars = axes[1].bar(xs, miss_s.y, bottom=hit_s.y, width=2 * width * 0.9, color=colours["miss"],
-                           hatch=hatch, edgecolor="white", label=f"after a miss ({src})")
-        axes[1].bar_label(bars, labels=[f"{100 * m:.0f}%" for m in miss_s.extra["miss_share"]], fontsize=6,
+        xs = [labels.index(x) - 0.4 + per * width * (si + 0.5) for x in stack[0].x]
+        bottom = [0.0] * len(xs)
+        bars = None
+        for o, s in zip(outcomes, stack):
+            bars = axes[1].bar(xs, s.y, bottom=bottom, width=per * width * 0.9, color=COLOURS[o], hatch=hatch,
+                               edgecolor="white", label=f"after {OUTCOME_LABELS[o]} ({src})")
+            bottom = [b + y for b, y in zip(bottom, s.y)]
+        axes[1].bar_label(bars, labels=[f"{100 * m:.0f}%" for m in stack[-1].extra["refill_share"]], fontsize=6,
                           padding=1)
     tilt = len(labels) > 2
     for ax, p in zip(axes, (median_panel, mean_panel)):
@@ -147,7 +165,7 @@ def make_figure(runs: Sequence[Run], skip: int = SKIP) -> tuple[Figure, FigureDa
         ax.set_xlabel(p.xlabel + (f" ({median_panel.notes[0]})" if median_panel.notes else ""))
         ax.set_ylabel(p.ylabel)
         ax.set_title(p.title)
-        ax.margins(y=0.12)  # room for the miss-share labels
+        ax.margins(y=0.12)  # room for the refill-share labels
     style.legend_below(fig, axes[0])
     fig.suptitle(data.title)
     return fig, data

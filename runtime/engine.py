@@ -520,7 +520,8 @@ def iteration_rows(records: list[TraceRecord], leaders: set[int], colocated: boo
     verify_s: the target's verify step and its KV keep; expand_s: draft expansions for that proposal (refill,
     serial or overlapped with the verify); reroot_s: re-root + compaction + selection; message_s: sends and in-group
     broadcasts; idle: a leader waiting in recv (colocated: the target idles while the draft works and
-    vice versa). `emitted` counts accepted + bonus before the stop rule truncates.
+    vice versa). `emitted` counts accepted + bonus before the stop rule truncates. `refills`: the refill
+    expansions (`step.expand` phase refill) of the request's next proposal, None after its last verify.
     """
     by: dict[tuple[str, int], list[TraceRecord]] = defaultdict(list)
     for r in records:
@@ -533,7 +534,13 @@ def iteration_rows(records: list[TraceRecord], leaders: set[int], colocated: boo
     rows = []
     iterations = sorted((r for (name, _), rs in list(by.items()) if name == "step.iteration" for r in rs),
                         key=lambda r: r.start_s)
-    for rec in iterations:
+    refills: dict[int, int] = defaultdict(int)  # proposal iteration -> its refill forwards
+    for r in records:
+        if r.rank in leaders and r.name == "step.expand" and r.extra_fields().get("phase") == "refill":
+            refills[r.iteration] += 1
+    requests = [(by[("step.verify", rec.iteration)] or [rec])[0].extra_fields().get("request", -1)
+                for rec in iterations]
+    for k, rec in enumerate(iterations):
         it = rec.iteration
         verify = by[("step.verify", it)]
         info = verify[0].extra_fields() if verify else {}
@@ -550,5 +557,8 @@ def iteration_rows(records: list[TraceRecord], leaders: set[int], colocated: boo
             "accepted": info.get("accepted", 0), "emitted": info.get("emitted", 1),
             "hit": rinfo["hit"] if rinfo else None,
             "ranks": ".".join(map(str, rinfo.get("ranks", []))) if rinfo else "",
+            # the next proposal of this request: its refill (none after the request's last verify)
+            "refills": (refills[iterations[k + 1].iteration] if rinfo and k + 1 < len(iterations)
+                        and requests[k + 1] == requests[k] else None),
         })
     return rows

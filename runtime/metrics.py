@@ -45,12 +45,16 @@ ITERATIONS_FILE = "iterations.csv"
 
 ITERATION_COLUMNS = (
     "request", "iteration", "start_s", "end_s", "verify_s", "expand_s", "reroot_s", "message_s",
-    "target_idle_s", "draft_idle_s", "accepted", "emitted", "hit", "ranks",
+    "target_idle_s", "draft_idle_s", "accepted", "emitted", "hit", "ranks", "refills",
 )
 """Columns of iterations.csv, one row per verify step (docs/CONTRACTS.md "Metrics contract"). `ranks`: the
 verified path's draft ranks, dot-joined: one per accepted token, then the bonus token's (-1: not a child in
 the draft tree, a miss); empty where it does not apply (autoregressive, simulated runs). The simulator's
-replay of the run (`acceptance.kind=replay`) follows them; the runtime's replay oracle does not read them."""
+replay of the run (`acceptance.kind=replay`) follows them; the runtime's replay oracle does not read them.
+`refills`: the draft forwards the next proposal of the request waited for after this verify's re-root (the
+refill to bs nodes: every miss, and a hit whose subtree was smaller, e.g. a never-expanded leaf); 0: the subtree
+was ready; empty for autoregressive runs and a request's last verify. Run dirs before 2026-11-30's fourteenth
+session have no such column."""
 
 METRIC_KEYS = (
     "source", "mode", "model", "target_gpus", "draft_gpus", "bs", "w", "d", "gamma", "interconnect", "gpu",
@@ -278,15 +282,20 @@ def write_run_dir(run_dir: str | Path, cfg: ExperimentConfig, meta: Mapping[str,
     """
     run_dir = Path(run_dir)
     write_run(run_dir, cfg, dict(meta), dict(metrics))
-    rows = [{k: r.get(k, "") for k in ITERATION_COLUMNS} for r in iterations]
-    lines = [",".join(ITERATION_COLUMNS)] + [",".join(_csv_cell(r[k]) for k in ITERATION_COLUMNS) for r in rows]
-    atomic_write_text(run_dir / ITERATIONS_FILE, "\n".join(lines) + "\n")
+    atomic_write_text(run_dir / ITERATIONS_FILE, iterations_csv(iterations))
     records = timeline.records() if isinstance(timeline, Timeline) else list(timeline or [])
     if cfg.trace.enabled:
         write_traces(run_dir / TRACE_FILE, records)
         if cfg.trace.chrome:
             atomic_write_json(run_dir / CHROME_FILE, to_chrome_trace(records))
     return run_dir
+
+
+def iterations_csv(iterations: Iterable[Mapping[str, Any]]) -> str:
+    """iterations.csv's text: the ITERATION_COLUMNS header, then one line per row (missing or None cells empty)."""
+    rows = [{k: r.get(k, "") for k in ITERATION_COLUMNS} for r in iterations]
+    lines = [",".join(ITERATION_COLUMNS)] + [",".join(_csv_cell(r[k]) for k in ITERATION_COLUMNS) for r in rows]
+    return "\n".join(lines) + "\n"
 
 
 def _csv_cell(value: Any) -> str:

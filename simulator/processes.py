@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from conf.messages import DraftProposal, VerifiedPath
-from simulator.records import DRAFT_IDLE, EXPAND, HIT, REROOT
+from simulator.records import DRAFT_IDLE, EXPAND, HIT, REFILLS, REROOT
 
 if TYPE_CHECKING:
     from collections.abc import Generator
@@ -62,7 +62,7 @@ def decode_autoregressive(sim: Simulation) -> Generator[Any, Any, None]:
             if record:
                 events.append(("step.verify", "target", t0, dt, req, it, 1, ctx))
             yield env.timeout(dt)
-            rows.append([req, it, t0, t0 + dt, dt, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 1, None])
+            rows.append([req, it, t0, t0 + dt, dt, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 1, None, None])
             ctx += 1
             tally.verify_s += dt
             tally.target_busy_s += dt
@@ -109,7 +109,7 @@ def verify_proposals(sim: Simulation) -> Generator[Any, Any, None]:
             ctx += accepted + 1
             stop = emitted >= max_new
             rows.append([req, it, t0, t1 + tv + host, tv, 0.0, 0.0, message_s, t1 - t0, 0.0, accepted,
-                         accepted + 1, None])
+                         accepted + 1, None, None])
             put(VerifiedPath(req, it, (proposal.token_ids[0], *ranks), nodes, stop))
             if tk - before:
                 yield env.timeout(tk - before)
@@ -242,6 +242,7 @@ def grow_tree_async(sim: Simulation) -> Generator[Any, Any, None]:
             row[EXPAND] = te + tx
             row[REROOT] = tr
             row[HIT] = hit
+            row[REFILLS] = n
             tally.reroots += 1
             tally.hits += hit
             tally.draft_forwards += n
@@ -285,7 +286,7 @@ def grow_tree_serial(sim: Simulation) -> Generator[Any, Any, None]:
             tally.expand_s += tx
             if it > 0:  # this round re-rooted on verify it - 1 and built the proposal of verify it
                 row = rows[sim.row_base[req] + it - 1]
-                row[EXPAND], row[REROOT] = tx, tr
+                row[EXPAND], row[REROOT], row[REFILLS] = tx, tr, n2
             _send(sim, sid, req, it)
             if late:
                 yield env.timeout(late)

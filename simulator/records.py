@@ -14,7 +14,9 @@ Iteration row (`ITERATION_COLUMNS`, one per verify; AR: one per forward). Times 
   a tree node (empty for autoregressive and chain, and for the last verify of a request);
 - message_s: this proposal's delay + its verified path's delay;
 - accepted: draft tokens accepted; emitted: accepted + bonus, before the stop at max_new_tokens truncates
-  the last verify of a request (as the runtime's iterations.csv; `generated_tokens` is after truncation).
+  the last verify of a request (as the runtime's iterations.csv; `generated_tokens` is after truncation);
+- refills: the draft forwards the next proposal waited for after this verify's re-root (the refill to bs nodes;
+  a chain's gamma forwards); empty for autoregressive runs and a request's last verify.
 
 Event tuple: (name, group, start_s, duration_s, request, iteration, tokens, ctx).
 """
@@ -27,10 +29,10 @@ from typing import Any
 from conf.trace import TraceRecord
 
 ITERATION_COLUMNS = ("request", "iteration", "start_s", "end_s", "verify_s", "expand_s", "reroot_s", "message_s",
-                     "target_idle_s", "draft_idle_s", "accepted", "emitted", "hit", "ranks")
+                     "target_idle_s", "draft_idle_s", "accepted", "emitted", "hit", "ranks", "refills")
 (REQUEST, ITERATION, START, END, VERIFY, EXPAND, REROOT, MESSAGE, TARGET_IDLE, DRAFT_IDLE, ACCEPTED, EMITTED,
- HIT) = range(len(ITERATION_COLUMNS) - 1)
-"""Row indices; `ranks` (the runtime's verified draft ranks) is written empty by the simulator."""
+ HIT, REFILLS) = range(len(ITERATION_COLUMNS) - 1)
+"""Row indices (a row holds no `ranks`: the runtime's verified draft ranks, written empty by the simulator)."""
 
 Event = tuple[str, str, float, float, int, int, int, int]
 
@@ -68,12 +70,13 @@ class Tally:
 
 
 def iteration_dicts(rows: list[list[Any]]) -> list[dict[str, Any]]:
-    """Rows as dicts keyed by ITERATION_COLUMNS (hit: 0/1, or '' where it does not apply)."""
+    """Rows as dicts keyed by ITERATION_COLUMNS (hit: 0/1, refills: a count, or '' where they do not apply)."""
     out = []
     for row in rows:
-        d = dict(zip(ITERATION_COLUMNS, row))
+        d = dict(zip(ITERATION_COLUMNS[:HIT], row))
         d["hit"] = "" if row[HIT] is None else int(row[HIT])
         d["ranks"] = ""
+        d["refills"] = "" if row[REFILLS] is None else int(row[REFILLS])
         out.append(d)
     return out
 

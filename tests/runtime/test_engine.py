@@ -301,6 +301,11 @@ def test_recorded_ranks_let_the_simulator_replay_the_run_exactly(tmp_path):
     sim = simulate(freeze(sim_cfg))
     assert [r[10] for r in sim.rows] == [r["accepted"] for r in rows]
     assert [bool(r[12]) for r in sim.rows] == [bool(r["hit"]) for r in rows]
+    # `refills`: the forwards the next proposal waited for; every miss refills, so do hits on never-expanded
+    # leaves, and the simulator's trees refill exactly when the runtime's did (none after the last verify)
+    assert rows[-1]["refills"] is None and all(r["refills"] >= 1 for r in rows[:-1] if not r["hit"])
+    assert any(r["hit"] and r["refills"] for r in rows)  # this narrow tree (w 2, d 1) refills after most hits
+    assert [r[13] for r in sim.rows] == [r["refills"] for r in rows]
 
 
 def test_oracle_ranks_are_reconstructed_from_the_seed():

@@ -53,6 +53,22 @@ def test_generate_end_to_end(tmp_path):
     assert tuple(rows[0].keys()) == ITERATION_COLUMNS and len(rows) == metrics["iterations"]
     assert sum(int(r["emitted"]) for r in rows) >= 8
 
+    # runtime.rebuild_iterations: a run dir from before a column (here `refills`) gains it from its traces; a file
+    # whose other cells the traces do not give back is left as it was, the error naming the row and column
+    from runtime.rebuild_iterations import RebuildError, main, rebuild
+
+    text = (run_dir / "iterations.csv").read_text()
+    old = [",".join(line.split(",")[:-1]) for line in text.splitlines()]  # without the last column, refills
+    (run_dir / "iterations.csv").write_text("\n".join(old) + "\n")
+    assert main([str(run_dir)]) == 0 and (run_dir / "iterations.csv").read_text() == text
+    cells = old[1].split(",")
+    cells[ITERATION_COLUMNS.index("accepted")] = "99"
+    bad = old[:1] + [",".join(cells)] + old[2:]  # the first row's `accepted` changed
+    (run_dir / "iterations.csv").write_text("\n".join(bad) + "\n")
+    with pytest.raises(RebuildError, match=r"iterations.csv:2: column 'accepted' is '99'"):
+        rebuild(run_dir)
+    assert (run_dir / "iterations.csv").read_text() == "\n".join(bad) + "\n"
+
 
 def test_strip_launcher_args():
     assert strip_launcher_args(["generate.py", "--local_rank=3", "model=tiny"]) == ["generate.py", "model=tiny"]

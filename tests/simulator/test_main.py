@@ -38,7 +38,8 @@ def test_run_writes_the_run_dir_and_prints_one_final_json_line(tmp_path, capsys)
         rows = list(csv.DictReader(f))
     assert len(rows) == metrics["iterations"]
     assert list(rows[0]) == ["request", "iteration", "start_s", "end_s", "verify_s", "expand_s", "reroot_s",
-                             "message_s", "target_idle_s", "draft_idle_s", "accepted", "emitted", "hit", "ranks"]
+                             "message_s", "target_idle_s", "draft_idle_s", "accepted", "emitted", "hit", "ranks",
+                             "refills"]
     assert {r["ranks"] for r in rows} == {""}  # the runtime's recorded draft ranks; the simulator leaves it empty
     assert sum(int(r["emitted"]) for r in rows) >= metrics["generated_tokens"]  # emitted: before the stop cap
     assert sum(int(r["accepted"]) + 1 for r in rows) == sum(int(r["emitted"]) for r in rows)

@@ -9,7 +9,7 @@ import pytest
 
 from simulator.acceptance import chain_accept_length
 from simulator.metrics import metrics_of
-from simulator.records import END, EXPAND, MESSAGE, REROOT, START, VERIFY
+from simulator.records import END, EXPAND, HIT, MESSAGE, REFILLS, REROOT, START, VERIFY
 from simulator.simulation import Simulation, build_costs, simulate
 from tests.simulator.conftest import cfg, fixed_costs
 
@@ -225,3 +225,24 @@ def test_refill_graph_prices_a_lone_root_expansion_as_one_row(mode):
                                      1.0)  # a w-row forward at the longest context, an upper bound
     assert 0 < off.tally.expand_s - on.tally.expand_s <= lone * w_row
     assert _metrics(on)["tokens_per_s"] > _metrics(off)["tokens_per_s"]
+
+
+@pytest.mark.parametrize("mode", ["async_tree", "serial_tree", "chain", "autoregressive"])
+def test_refills_count_the_forwards_each_next_proposal_waited_for(mode):
+    """iterations.csv `refills`: the refill forwards after each verify's re-root; every miss refills, an async hit
+    on an expanded subtree does not, a chain's proposal is gamma of them; empty after a request's last verify and
+    without a draft."""
+    sim = simulate(cfg(*SMALL, *MODES[mode]))
+    rows = sim.rows
+    last = {r[0]: r[1] for r in rows}
+    if mode == "autoregressive":
+        assert all(r[REFILLS] is None for r in rows)
+        return
+    assert all((r[REFILLS] is None) == (r[1] == last[r[0]]) for r in rows)
+    done = [r for r in rows if r[REFILLS] is not None]
+    if mode != "chain":
+        assert all(r[REFILLS] >= 1 for r in done if r[HIT] is False)
+    if mode == "async_tree":
+        assert any(r[HIT] and r[REFILLS] == 0 for r in done) and any(r[HIT] is False for r in done)
+    if mode == "chain":  # a chain proposal is gamma fresh forwards, all of them refills
+        assert {r[REFILLS] for r in done} == {sim.config.spec.gamma}
