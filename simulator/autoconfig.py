@@ -8,7 +8,9 @@ ranking compares system configurations on the same token sequence. Ties keep sea
 
 CLI (an entry point; prints a table and ends with one JSON line):
 
-    python -m simulator.autoconfig [hydra overrides of conf/simulate.yaml] [--top 10]
+    python -m simulator.autoconfig [hydra overrides of conf/simulate.yaml] [--top 10] [--bs 4,8,16] [--w 4,8,16]
+
+`--bs` / `--w` replace the searched values (e.g. `--w 8,16,24,32`: wider expansions than the default's).
 """
 
 from __future__ import annotations
@@ -97,18 +99,34 @@ def format_table(ranked: Sequence[Candidate], top: int) -> str:
     return "\n".join(lines)
 
 
+def _ints(flag: str, text: str) -> list[int]:
+    """A comma-separated list of positive ints, else SystemExit naming the flag."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise SystemExit(f"autoconfig: {flag} expects positive integers separated by commas, got {text!r}")
+    return values
+
+
 def main(argv: list[str]) -> list[Candidate]:
     """CLI: compose conf/simulate.yaml with the overrides in `argv`, search, print, end with a JSON line."""
     from conf import compose_config
 
-    top = 10
-    if "--top" in argv:
-        i = argv.index("--top")
-        top = int(argv[i + 1])
-        argv = argv[:i] + argv[i + 2:]
+    opts = {"--top": "10", "--bs": ",".join(map(str, BS_VALUES)), "--w": ",".join(map(str, W_VALUES))}
+    for flag in opts:
+        if flag in argv:
+            i = argv.index(flag)
+            if i + 1 >= len(argv):
+                raise SystemExit(f"autoconfig: {flag} needs a value")
+            opts[flag] = argv[i + 1]
+            argv = argv[:i] + argv[i + 2:]
+    top = _ints("--top", opts["--top"])[0]
+    bs_values, w_values = _ints("--bs", opts["--bs"]), _ints("--w", opts["--w"])
     config = compose_config("simulate", argv)
     t0 = time.perf_counter()
-    ranked = search(config)
+    ranked = search(config, bs_values=bs_values, w_values=w_values)
     print(format_table(ranked, top))
     print(f"{len(ranked)} candidates in {time.perf_counter() - t0:.1f} s")
     best: dict[str, Any] = dataclasses.asdict(ranked[0]) if ranked else {}

@@ -108,6 +108,22 @@ def test_autoconfig_ranks_candidates_and_reports_skipped_splits():
     assert all(c.d_used >= 1 for c in ok)
 
 
+def test_autoconfig_cli_searches_the_given_widths(capsys):
+    """`python -m simulator.autoconfig --bs 8 --w 24,32`: only those values are searched (d auto and 1..8 each);
+    a bad list is refused naming its flag."""
+    from simulator import autoconfig
+
+    args = ["model=llama3-8b_llama3.2-1b", "parallel=1x1", "workload.num_requests=1", "workload.max_new_tokens=32"]
+    ranked = autoconfig.main([*args, "--bs", "8", "--w", "24,32", "--top", "3"])
+    assert {(c.bs, c.w) for c in ranked} == {(8, 24), (8, 32)} and len(ranked) == 2 * len(autoconfig.D_VALUES)
+    assert not any(c.error for c in ranked)
+    assert len(json.loads(capsys.readouterr().out.splitlines()[-1])["ranked"]) == 3
+    with pytest.raises(SystemExit, match=r"autoconfig: --w expects positive integers separated by commas, got '8,x'"):
+        autoconfig.main([*args, "--w", "8,x"])
+    with pytest.raises(SystemExit, match="autoconfig: --bs needs a value"):
+        autoconfig.main([*args, "--bs"])
+
+
 def test_replaying_a_recorded_chain_run_reproduces_its_accepted_lengths(tmp_path):
     recorded = run(cfg(*SMALL, "spec=chain"), tmp_path / "rec", verbose=False)
     replay = run(build("simulate", [*SMALL, "spec=chain", "acceptance.kind=replay",
