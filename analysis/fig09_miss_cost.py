@@ -41,15 +41,16 @@ COLOURS = {"hit": "#4C72B0", "refilled": "#8172B3", "miss": "#DD8452"}
 
 
 def _outcome(row: dict) -> str:
+    """The re-root outcome of an iterations.csv row with a hit (numbers, NaN for empty cells: `Run.iterations`)."""
     if row["hit"] < 0.5:
         return "miss"
-    refills = row.get("refills", math.nan)
-    return "refilled" if isinstance(refills, (int, float)) and refills > 0 else "hit"
+    return "refilled" if row.get("refills", math.nan) > 0 else "hit"
 
 
 def idle_by_outcome(run: Run, skip: int = SKIP) -> dict[str, float]:
     """Per outcome o in OUTCOMES: "<o>_idle_s" (median; NaN without such iterations), "<o>_share", "mean_idle_<o>_s"
-    (its part of the mean idle per iteration); "mean_idle_s", "iterations"."""
+    (its part of the mean idle per iteration); "mean_idle_s", "iterations", "refills_recorded" (1.0 if the file
+    has the `refills` column, else 0.0: its hits are not split)."""
     rows = run.iterations()
     for col in ("request", "target_idle_s", "hit"):
         if rows and col not in rows[0]:
@@ -63,7 +64,7 @@ def idle_by_outcome(run: Run, skip: int = SKIP) -> dict[str, float]:
         seen[req] = k + 1
         if k >= skip and req in prev and not math.isnan(row["target_idle_s"]):
             after[prev[req]].append(row["target_idle_s"])
-        if isinstance(row["hit"], (int, float)) and not math.isnan(row["hit"]):
+        if not math.isnan(row["hit"]):
             prev[req] = _outcome(row)
         else:
             prev.pop(req, None)
@@ -71,7 +72,7 @@ def idle_by_outcome(run: Run, skip: int = SKIP) -> dict[str, float]:
     if n == 0:
         raise RunDirError(f"{run.path}: iterations.csv has no iteration after the first {skip} of a request "
                           f"with a recorded previous re-root (hit); lower --skip or pass a longer run")
-    out: dict[str, float] = {"iterations": float(n)}
+    out: dict[str, float] = {"iterations": float(n), "refills_recorded": float("refills" in rows[0])}
     for o, xs in after.items():
         out[f"{o}_idle_s"] = statistics.median(xs) if xs else math.nan
         out[f"{o}_share"] = len(xs) / n
@@ -114,8 +115,7 @@ def make_figure(runs: Sequence[Run], skip: int = SKIP) -> tuple[Figure, FigureDa
                          title="idle after a hit / a refilled hit / a miss")
     mean_panel = Panel(xlabel="configuration", ylabel="mean idle per iteration (ms)",
                        title="where the idle comes from (label: refill share)")
-    split = any("refills" in (r.iterations() or [{}])[0] for r in tree)  # a run that records refills
-    outcomes = OUTCOMES if split else ("hit", "miss")
+    outcomes = OUTCOMES if any(s["refills_recorded"] for s in stats.values()) else ("hit", "miss")
     for (label, source), rs in groups.items():
         avg = {key: statistics.fmean(stats[r.path][key] for r in rs)  # repeats of one configuration
                for o in OUTCOMES for key in (f"{o}_idle_s", f"{o}_share", f"mean_idle_{o}_s")}
