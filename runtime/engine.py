@@ -534,13 +534,7 @@ def iteration_rows(records: list[TraceRecord], leaders: set[int], colocated: boo
     rows = []
     iterations = sorted((r for (name, _), rs in list(by.items()) if name == "step.iteration" for r in rs),
                         key=lambda r: r.start_s)
-    refills: dict[int, int] = defaultdict(int)  # proposal iteration -> its refill forwards
-    for r in records:
-        if r.rank in leaders and r.name == "step.expand" and r.extra_fields().get("phase") == "refill":
-            refills[r.iteration] += 1
-    requests = [(by[("step.verify", rec.iteration)] or [rec])[0].extra_fields().get("request", -1)
-                for rec in iterations]
-    for k, rec in enumerate(iterations):
+    for rec in iterations:
         it = rec.iteration
         verify = by[("step.verify", it)]
         info = verify[0].extra_fields() if verify else {}
@@ -557,8 +551,8 @@ def iteration_rows(records: list[TraceRecord], leaders: set[int], colocated: boo
             "accepted": info.get("accepted", 0), "emitted": info.get("emitted", 1),
             "hit": rinfo["hit"] if rinfo else None,
             "ranks": ".".join(map(str, rinfo.get("ranks", []))) if rinfo else "",
-            # the next proposal of this request: its refill (none after the request's last verify)
-            "refills": (refills[iterations[k + 1].iteration] if rinfo and k + 1 < len(iterations)
-                        and requests[k + 1] == requests[k] else None),
         })
+    for row, nxt in zip(rows, [*rows[1:], None]):  # the refill of the request's next proposal (None after its last)
+        row["refills"] = (sum(r.extra_fields().get("phase") == "refill" for r in by[("step.expand", nxt["iteration"])])
+                          if nxt is not None and row["hit"] is not None and nxt["request"] == row["request"] else None)
     return rows
