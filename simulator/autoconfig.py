@@ -122,7 +122,10 @@ def main(argv: list[str]) -> list[Candidate]:
                 raise SystemExit(f"autoconfig: {flag} needs a value")
             opts[flag] = argv[i + 1]
             argv = argv[:i] + argv[i + 2:]
-    top = _ints("--top", opts["--top"])[0]
+    tops = _ints("--top", opts["--top"])
+    if len(tops) != 1:
+        raise SystemExit(f"autoconfig: --top expects one positive integer, got {opts['--top']!r}")
+    top = tops[0]
     bs_values, w_values = _ints("--bs", opts["--bs"]), _ints("--w", opts["--w"])
     config = compose_config("simulate", argv)
     t0 = time.perf_counter()

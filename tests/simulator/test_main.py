@@ -122,6 +122,8 @@ def test_autoconfig_cli_searches_the_given_widths(capsys):
         autoconfig.main([*args, "--w", "8,x"])
     with pytest.raises(SystemExit, match="autoconfig: --bs needs a value"):
         autoconfig.main([*args, "--bs"])
+    with pytest.raises(SystemExit, match="autoconfig: --top expects one positive integer, got '3,5'"):
+        autoconfig.main([*args, "--top", "3,5"])
 
 
 def test_replaying_a_recorded_chain_run_reproduces_its_accepted_lengths(tmp_path):
