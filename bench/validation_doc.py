@@ -125,7 +125,7 @@ LIMITS = """\
 - Since 036c6fd the target's QKV GEMM does RoPE + the KV write (`kernels.target_qkv_rope`, on in kernels=graphs):
   the runtime's 8B verify is ~0.1 ms (2%) faster than the steps the shipped profile timed (skinny QKV +
   rope_kv_write). The runs above predate it (their configs have it off); the operator profile's whole steps are
-  built with it since 036c6fd's child (bench/profile_steps.py), so the next calibration prices it.
+  built with it since 4898567 (bench/profile_steps.py), so the next calibration prices it.
 - The profile's additive form (operators + a + b x kernels) approximates max(host, device) by a sum, and one
   `step_overhead` line serves target verifies and draft expansions alike (the fit report,
   `operators.step_overhead.by_kind` / `by_preset`, shows how well it fits each).

@@ -320,7 +320,7 @@ class KernelsConfig(_Frozen):
     instead of torch's log_softmax + topk (~0.1 ms per expansion at a 128K vocabulary on an H200; needs backend
     triton)."""
     refill_graph: bool = False
-    """Experiment switch (CUDA graphs): a draft expansion of a lone root (after a miss, or a hit on a never-expanded
+    """CUDA graphs (on in kernels=graphs): a draft expansion of a lone root (after a miss, or a hit on a never-expanded
     leaf: 37-44% of the H200 async rounds) replays a captured one-row step instead of the w-row one (a smaller
     attention and head; the weights' bytes are the same). Needs kernels.cuda_graphs."""
     input_staging: str = "pageable"
