@@ -6,7 +6,10 @@
 #   bash scripts/gpu_session.sh "$OUT" bench   workload a (shape-realistic): autoregressive, chain, serial_tree,
 #                                              async_tree (bs 8 w 8 d auto), the peers (transformers, DeepSpeed),
 #                                              the simulator's pick (bs 8 w 16 d 3) and bs 8 w 16 d 2 (draft hidden)
-#                                              (BENCH_PEERS=0: without the peers; BENCH_TESTS=1: GPU tests first)
+#                                              (BENCH_PEERS=0: without the peers; BENCH_TESTS=1: GPU tests first;
+#                                              BENCH_BUDGET_S: the four modes' budget, default 270 s;
+#                                              BENCH_ASYNC="pick:16:3 w24:24:3": the async runs NAME:W:D after
+#                                              them, ASYNC_BUDGET_S each, default 90 s)
 #
 # Files: session_<part>.tar.gz (logs, profile_step json, cprofile text), skinny_<date>.json,
 # runtime_shape_realistic_<date>.json, runtime_shape_realistic_<date>{_pick,_hidden}.json, BENCHMARKS_RUNTIME.md (the doc
@@ -63,21 +66,28 @@ stage "runtime benchmark, workload a (shape-realistic), four modes"
 cp docs/BENCHMARKS_RUNTIME.md "$OUT/BENCHMARKS_RUNTIME.md"
 PEERS=()
 [ "${BENCH_PEERS:-1}" = 1 ] || PEERS=('presets.shape_realistic.peers=[]')
-timeout 330 python3 bench/bench_runtime.py preset=shape_realistic "${PEERS[@]}" \
-  budget_s=270 out_dir="$WORK/results" doc="$OUT/BENCHMARKS_RUNTIME.md" hydra.run.dir=/tmp/bench_a 2>&1 \
+BUDGET=${BENCH_BUDGET_S:-270}
+timeout $((BUDGET + 60)) python3 bench/bench_runtime.py preset=shape_realistic "${PEERS[@]}" \
+  budget_s="$BUDGET" out_dir="$WORK/results" doc="$OUT/BENCHMARKS_RUNTIME.md" hydra.run.dir=/tmp/bench_a 2>&1 \
   | grep -v -E "USDT|Loading weights" | tee "$WORK/logs/bench.log" | tail -24
-async_run() {  # NAME D TIMEOUT_S BUDGET_S "WHAT": async_tree at bs 8 w 16 d D -> runtime_shape_realistic_<date>_NAME.json
-  stage "workload a, async_tree bs 8 w 16 d $2: $5"
+async_run() {  # NAME W D TIMEOUT_S BUDGET_S "WHAT": async_tree at bs 8 w W d D -> runtime_shape_realistic_<date>_NAME.json
+  stage "workload a, async_tree bs 8 w $2 d $3: $6"
   mkdir -p "$WORK/$1"
-  timeout "$3" python3 bench/bench_runtime.py preset=shape_realistic 'modes=[async_tree]' \
+  timeout "$4" python3 bench/bench_runtime.py preset=shape_realistic 'modes=[async_tree]' \
     'presets.shape_realistic.peers=[]' \
-    "presets.shape_realistic.experiment_overrides=[\"acceptance=smollm2\",\"spec.oracle_belief=table\",\"spec.bs=8\",\"spec.w=16\",\"spec.d=$2\"]" \
-    budget_s="$4" warmup_new_tokens=512 out_dir="$WORK/$1" doc="$OUT/BENCHMARKS_RUNTIME.md" hydra.run.dir="/tmp/bench_$1" 2>&1 \
+    "presets.shape_realistic.experiment_overrides=[\"acceptance=smollm2\",\"spec.oracle_belief=table\",\"spec.bs=8\",\"spec.w=$2\",\"spec.d=$3\"]" \
+    budget_s="$5" warmup_new_tokens=512 out_dir="$WORK/$1" doc="$OUT/BENCHMARKS_RUNTIME.md" hydra.run.dir="/tmp/bench_$1" 2>&1 \
     | grep -v -E "USDT|Loading weights" | tee "$WORK/logs/bench_$1.log" | tail -8
   for f in "$WORK/$1"/*.json; do [ -f "$f" ] && cp "$f" "$OUT/$(basename "${f%.json}")_$1.json"; done
 }
-async_run pick 3 150 90 "the simulator's pick"
-async_run hidden 2 120 80 "the draft hidden (two expansions fit in one verify)"
+# BENCH_ASYNC: the async_tree runs after the four modes, "NAME:W:D ..." (budget ASYNC_BUDGET_S each, default 90 s)
+AB=${ASYNC_BUDGET_S:-90}
+for spec in ${BENCH_ASYNC:-pick:16:3 hidden:16:2}; do
+  IFS=: read -r name w d <<< "$spec"
+  case "$name" in pick) what="the simulator's pick" ;; hidden) what="the draft hidden (two expansions fit in one verify)" ;;
+    *) what="w $w d $d" ;; esac
+  async_run "$name" "$w" "$d" $((AB + 50)) "$AB" "$what"
+done
 fi
 pack
 chmod -R a+rX "$OUT"
