@@ -98,14 +98,22 @@ LIMITS = """\
   and woke 30-130 us late (bench/message_latency.py, twelfth session); since a3e6e83 GPU ranks spin up to 50 ms
   (`parallel.recv_spin_ms`) and the hop is 2-7 us; the receiver's own unpack, decode and span still take 15-40 us
   per message, which the simulator does not charge apart.
-- The profile and its runtime block are the 1bed0ab ones (operator traces of 053c53d, with the draft's torch
-  log-softmax + top-k head and 64-row attention programs). On the runs of git 36f9b02 (`kernels.refill_graph`: a
-  lone root's expansion replays a one-row graph) it prices the draft's forwards 10% high (1.30-1.41 ms against
-  1.09-1.32 ms in the runs) yet gets tokens/s within 2.4% / 2.3% / 6.2% (median / mean / max). The profile refitted
-  on 36f9b02's own traces and fit runs (bench/results/profile_h200_2026-11-30_36f9b02.json) prices the forwards
-  right (2.2% median) but validated worse: 2.4% / 3.5% / 14.2%, 12-14% optimistic on the draft-bound w 16 d 4 run.
-  Its operators put a 16-row 1B step only 0.04 ms above a one-row one, where the runs take 0.16 ms more, and its
-  fit runs expand at 1 and 8 rows only (bench/results/validation_refit_2026-11-30_36f9b02.json). Kept aside.
+- The profile and its runtime block are c52c1c3's: operator traces of that commit, whose whole steps are built as
+  the Engine builds them (`runtime.model.role_kernels`: the 8B verify with `kernels.target_qkv_rope`, the 1B
+  expansion with the fused RoPE attention and head, at w 1 / 4 / 8 / 16 over the runtime's 256-slot tree
+  region), and the runtime block fitted on the five configurations of item 5 from the same call as this table.
+  On the 24 held-out runs: 1.7% median / 2.4% mean / 12.2% max tokens/s; the draft's forwards 0.8% median. The
+  two worst rows are the slower of two repeats: async_bs4_w8_d2 (313.6 against 348.3 tok/s; its verify 4.96
+  against 4.45 ms) and async_bs16_w8_dauto__r1 (350.5 against 375.2; its draft forward 1.30 against 1.18 ms);
+  the simulator is within 1.0% and 2.3% of the other repeats. The 1bed0ab profile it replaces is 7.9% / 7.7% /
+  11.0% pessimistic on these runs (its verify steps predate target_qkv_rope, and it prices the draft's forwards
+  ~14% high: bench/results/validation_kept1bed0ab_2026-11-30_c52c1c3.json; stored as
+  bench/results/profile_h200_2026-11-30_1bed0ab.json).
+  Before that, on the runs of git 36f9b02 (`kernels.refill_graph`), the 1bed0ab profile got tokens/s within
+  2.4% / 2.3% / 6.2% though it priced the draft's forwards 10% high; the profile refitted on 36f9b02's traces
+  (bench/results/profile_h200_2026-11-30_36f9b02.json) validated worse, 2.4% / 3.5% / 14.2%: the step profiler
+  then timed the 1B expansions at w 4 and 8 only, over a 64-slot tree region
+  (bench/results/validation_refit_2026-11-30_36f9b02.json).
   Before that, on the runs of 16f4d67 (`kernels.draft_head`,
   two row blocks per attention program, the receive spin): a profile refitted on 16f4d67's own operator traces
   (bench/results/profile_h200_2026-11-30_16f4d67.json) validated worse on these runs: 3.0% / 3.9% / 11.0%
@@ -122,10 +130,6 @@ LIMITS = """\
   apart from a TP > 1 verify's (at 68741c4 the held-out TP-2 autoregressive runs took ~0.36 ms per step more
   than the model, over-predicted by 10-14%; since their verdict is the graph's own argmax, 8c7030b, they are
   within 2-10%).
-- Since 036c6fd the target's QKV GEMM does RoPE + the KV write (`kernels.target_qkv_rope`, on in kernels=graphs):
-  the runtime's 8B verify is ~0.1 ms (2%) faster than the steps the shipped profile timed (skinny QKV +
-  rope_kv_write). The runs above predate it (their configs have it off); the operator profile's whole steps are
-  built with it since 4898567 (bench/profile_steps.py), so the next calibration prices it.
 - The profile's additive form (operators + a + b x kernels) approximates max(host, device) by a sum, and one
   `step_overhead` line serves target verifies and draft expansions alike (the fit report,
   `operators.step_overhead.by_kind` / `by_preset`, shows how well it fits each).
