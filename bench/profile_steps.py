@@ -24,9 +24,11 @@ from bench.runtime_kernels import STEP_SWITCHES, graphs_kernels
 from conf.presets import MODEL_PRESETS
 
 # (preset, verify rows, expand widths): the validation pair's shapes plus other presets for the step fit. The 1B
-# draft's widths span what the runtime replays: 1 (a lone root's refill graph) to 16 (the autoconfig pick's w); the
-# 36f9b02 refit, which saw only 4 and 8, priced a 16-row expansion 0.04 ms above a one-row one, the runs 0.16 ms.
-STEP_PLAN = (("llama3-8b", (1, 4, 5, 8, 16), ()), ("llama3.2-1b", (1, 8), (1, 4, 8, 16)),
+# draft's widths span what the runtime replays: 1 (a lone root's refill graph) to 16 (the autoconfig pick's w), and
+# 32 (`autoconfig --w 24,32`); the 36f9b02 refit, which saw only 4 and 8, priced a 16-row expansion 0.04 ms above a
+# one-row one, the runs 0.16 ms; the c52c1c3 profile, which stopped at 16, simulates workload a's bs 8 w 32 d 3
+# at 419.2 tok/s where the runtime measured 395.7 (+5.9%; w 16 and 24 within 1.3%).
+STEP_PLAN = (("llama3-8b", (1, 4, 5, 8, 16), ()), ("llama3.2-1b", (1, 8), (1, 4, 8, 16, 32)),
              ("smollm2-draft", (1, 8), (4, 8)), ("smollm2-135m", (1, 8), (8,)), ("llama3.2-3b", (1, 8), (4, 8)))
 # Prefix lengths of step measurements. Each verify keeps the root, so the prefix grows by one token per step;
 # eagerly, these starts stay inside one 64-key block count of the tree-attention kernel for the whole

@@ -114,6 +114,9 @@ def main(argv: list[str]) -> list[Candidate]:
     """CLI: compose conf/simulate.yaml with the overrides in `argv`, search, print, end with a JSON line."""
     from conf import compose_config
 
+    if "-h" in argv or "--help" in argv:
+        print(__doc__)
+        raise SystemExit(0)
     opts = {"--top": "10", "--bs": ",".join(map(str, BS_VALUES)), "--w": ",".join(map(str, W_VALUES))}
     for flag in opts:
         if flag in argv:
@@ -122,6 +125,10 @@ def main(argv: list[str]) -> list[Candidate]:
                 raise SystemExit(f"autoconfig: {flag} needs a value")
             opts[flag] = argv[i + 1]
             argv = argv[:i] + argv[i + 2:]
+    unknown = [a for a in argv if a.startswith("-")]
+    if unknown:
+        raise SystemExit(f"autoconfig: unknown option {unknown[0]!r}: the options are --top, --bs, --w and -h; "
+                         "everything else is a Hydra override of conf/simulate.yaml (key=value)")
     tops = _ints("--top", opts["--top"])
     if len(tops) != 1:
         raise SystemExit(f"autoconfig: --top expects one positive integer, got {opts['--top']!r}")

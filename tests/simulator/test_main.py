@@ -124,6 +124,17 @@ def test_autoconfig_cli_searches_the_given_widths(capsys):
         autoconfig.main([*args, "--bs"])
     with pytest.raises(SystemExit, match="autoconfig: --top expects one positive integer, got '3,5'"):
         autoconfig.main([*args, "--top", "3,5"])
+    with pytest.raises(SystemExit, match="autoconfig: unknown option '--width'"):
+        autoconfig.main([*args, "--width", "8"])
+
+
+def test_autoconfig_cli_help_prints_its_usage(capsys):
+    from simulator import autoconfig
+
+    with pytest.raises(SystemExit) as exit_info:
+        autoconfig.main(["--help"])
+    assert exit_info.value.code == 0
+    assert "python -m simulator.autoconfig" in capsys.readouterr().out
 
 
 def test_replaying_a_recorded_chain_run_reproduces_its_accepted_lengths(tmp_path):
