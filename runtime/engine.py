@@ -46,6 +46,7 @@ from conf.trace import TraceRecord
 from runtime.attention import make_attention_backend
 from runtime.controller import DepthTuner, Emitter, load_workload, request_generator
 from runtime.draft_worker import DraftWorker
+from runtime.gc_policy import gc_policy
 from runtime.loader import build_model
 from runtime.metrics import Progress, Timeline, device_name, summarize
 from runtime.model import role_kernels
@@ -462,18 +463,22 @@ def run_rank(ctx: ParallelContext, cfg: ExperimentConfig, prompts: list[list[int
     timeline = Timeline.start(ctx, run_id=cfg.run_name)
     engine = (engine_cls or Engine)(ctx, cfg, timeline, eos)
     profiler = cProfile.Profile() if os.environ.get(CPROFILE_ENV) else None
-    _sync(ctx.device)
-    start = time.perf_counter()
-    engine.progress = Progress(len(prompts) * cfg.workload.max_new_tokens, enabled=ctx.rank == 0)
     outputs = []
-    if profiler is not None:
-        profiler.enable()
-    for rid, prompt in enumerate(prompts):
-        outputs.append(engine.generate(rid, prompt))
-        engine.tokens_done += len(outputs[-1] or [])
-    engine.progress.close()
-    _sync(ctx.device)
-    wall_s = time.perf_counter() - start
+    # parallel.gc: what setup made stays out of the decode loop's collections; pauses recorded as host.gc spans
+    with gc_policy(cfg.parallel.gc, timeline) as between_requests:
+        _sync(ctx.device)
+        start = time.perf_counter()
+        engine.progress = Progress(len(prompts) * cfg.workload.max_new_tokens, enabled=ctx.rank == 0)
+        if profiler is not None:
+            profiler.enable()
+        for rid, prompt in enumerate(prompts):
+            outputs.append(engine.generate(rid, prompt))
+            engine.tokens_done += len(outputs[-1] or [])
+            if rid + 1 < len(prompts):
+                between_requests()
+        engine.progress.close()
+        _sync(ctx.device)
+        wall_s = time.perf_counter() - start
     if profiler is not None:
         profiler.disable()
         dump_profile(profiler, os.environ[CPROFILE_ENV], ctx.rank)
