@@ -124,8 +124,11 @@ class ParallelConfig(_Frozen):
     """Python's cyclic garbage collector on every rank (runtime/gc_policy.py). freeze: collect, then freeze every
     object once the engine is built and after each request, so a collection walks only what was made since;
     default: the collector untouched, whose full collections walk the whole process (~70 ms each, landing inside a
-    step: 2 x H200, 2026-11-30, a 66-83 ms verify in 2 of 34 validation runs of each call). Collections of
-    generation 2, and any of 1 ms or more, are recorded as `host.gc` spans either way."""
+    step: 2 x H200, 2026-11-30, a 66-92 ms verify in 2 of 30-34 validation runs of a call). A/B in one call
+    (bench/results/override_ab_gc_2026-11-30_5ba2b30.json): under default the two pauses recurred (87 and 71 ms,
+    those runs 6-12% slower), under freeze no generation-2 collection fell in a timed region; tokens/s over all 30
+    runs +0.1% / -1.9% (rounds 1 / 2, within the call's host drift). Collections of generation 2, and any of 1 ms
+    or more, are recorded as `host.gc` spans either way."""
 
     @property
     def world_size(self) -> int:
