@@ -98,17 +98,26 @@ LIMITS = """\
   and woke 30-130 us late (bench/message_latency.py, twelfth session); since a3e6e83 GPU ranks spin up to 50 ms
   (`parallel.recv_spin_ms`) and the hop is 2-7 us; the receiver's own unpack, decode and span still take 15-40 us
   per message, which the simulator does not charge apart.
-- The profile and its runtime block are c52c1c3's: operator traces of that commit, whose whole steps are built as
+- The profile and its runtime block are fb00b9b's: operator traces of that commit, whose whole steps are built as
   the Engine builds them (`runtime.model.role_kernels`: the 8B verify with `kernels.target_qkv_rope`, the 1B
-  expansion with the fused RoPE attention and head, at w 1 / 4 / 8 / 16 over the runtime's 256-slot tree
-  region), and the runtime block fitted on the five configurations of item 5 from the same call as this table.
-  On the 24 held-out runs: 1.7% median / 2.4% mean / 12.2% max tokens/s; the draft's forwards 0.8% median. The
-  two worst rows are the slower of two repeats: async_bs4_w8_d2 (313.6 against 348.3 tok/s; its verify 4.96
-  against 4.45 ms) and async_bs16_w8_dauto__r1 (350.5 against 375.2; its draft forward 1.30 against 1.18 ms);
-  the simulator is within 1.0% and 2.3% of the other repeats. The 1bed0ab profile it replaces is 7.9% / 7.7% /
-  11.0% pessimistic on these runs (its verify steps predate target_qkv_rope, and it prices the draft's forwards
-  ~14% high: bench/results/validation_kept1bed0ab_2026-11-30_c52c1c3.json; stored as
-  bench/results/profile_h200_2026-11-30_1bed0ab.json).
+  expansion with the fused RoPE attention and head, at w 1 / 4 / 8 / 16 / 32 over the runtime's 256-slot tree
+  region), and the runtime block fitted on the five configurations of item 5 from the fb00b9b call's runs. This
+  table is of the c52c1c3 call's runs, another call on another host: every row is unseen by the fit (1.8% median /
+  2.2% mean / 8.6% max tokens/s). On its own call's 24 held-out runs the profile gives 2.4% / 3.6% / 15.4%
+  (bench/results/validation_2026-11-30_fb00b9b.json; that call's repeats spread up to 14.6%). The worst row here,
+  async_bs4_w8_d2 (313.6 tok/s against 348.3 for its repeat), holds a 78 ms verify: a full garbage collection of
+  the target's process, which the same run paid in the fb00b9b call too (since 5ba2b30 `parallel.gc=freeze` keeps
+  them out of the decode loop; an A/B recorded them as `host.gc` spans, docs/BENCHMARKS_RUNTIME.md). The c52c1c3
+  profile, fitted on this table's call, gives 1.7% / 2.4% / 12.2% here but 5.0% / 5.7% / 18.5% on the fb00b9b runs;
+  the fb00b9b profile does better across calls and ships (the other: bench/results/profile_h200_2026-11-30_c52c1c3.json,
+  bench/results/validation_refit_2026-11-30_c52c1c3.json). The 1bed0ab profile before them is 7.9% / 7.7% / 11.0%
+  pessimistic on these runs (its verify steps predate target_qkv_rope;
+  bench/results/validation_kept1bed0ab_2026-11-30_c52c1c3.json).
+- Expansions wider than 16 rows: the profile ranks workload a's bs 8 d 3 at w 32 above w 16 (405.9 against 395.0
+  tok/s simulated) where the runtime measured w 32 8% below w 16 (376.7 against 410.0,
+  bench/results/width_ab_2026-11-30_d93df8d.json). The step profile now times the 32-row expansion, but the runtime
+  block's host cost per real row (2 us) is fitted on runs of at most 8 real rows, and no validation configuration
+  expands 32 rows; the autoconfig search stops at w 16 by default.
   Before that, on the runs of git 36f9b02 (`kernels.refill_graph`), the 1bed0ab profile got tokens/s within
   2.4% / 2.3% / 6.2% though it priced the draft's forwards 10% high; the profile refitted on 36f9b02's traces
   (bench/results/profile_h200_2026-11-30_36f9b02.json) validated worse, 2.4% / 3.5% / 14.2%: the step profiler
