@@ -82,8 +82,9 @@ class ModelPairConfig(_Frozen):
 
 
 RECV_WAKES = ("socket", "shm")
-GC_MODES = ("freeze", "default")  # parallel.gc (runtime/gc_policy.py)
 """`parallel.recv_wake` values: what a spinning unix-channel receive polls (runtime/unix_channel.py)."""
+GC_MODES = ("freeze", "default")
+"""`parallel.gc` values: the cyclic garbage collector's policy on a rank (runtime/gc_policy.py)."""
 
 
 @dataclass
