@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Put the SmolLM2 GGUF at .cache/models/ from its parts (a device call carries at most 64 MiB, so the 98 MB
-# file travels as smollm2-135m-instruct.gguf.part-00/-01 over two calls of one warm machine) and check its
-# sha256 against runtime.fetch_smollm2.SHA256. A complete file already in place is only checked.
+# Put the SmolLM2 GGUF at .cache/models/ from its parts (a device call carries at most 64 MiB with the working tree
+# and the wheels, so the 98 MB file travels as smollm2-135m-instruct.gguf.part-00, -01, ... over as many calls of one
+# warm machine: `split -b 45000000 -d -a 2 FILE FILE.part-` makes three, 2026-11-30) and check its sha256 against
+# runtime.fetch_smollm2.SHA256. A complete file already in place is only checked.
 #
 #   bash scripts/assemble_gguf.sh      (parts in .cache/models/ or /tmp/gguf-parts/)
 set -euo pipefail

@@ -5,7 +5,7 @@
 #   bash scripts/gpu_real_pair.sh "$OUT"        (TRAIN_S, BENCH_BUDGET_S override the budgets)
 #   SKIP_TRAIN=1 BENCH_BUDGET_S=400 bash scripts/gpu_real_pair.sh "$OUT"   (the shipped draft; peers get time)
 #
-# Needs the GGUF at .cache/models/ (or its two parts, staged by an earlier call of the same warm machine:
+# Needs the GGUF at .cache/models/ (or its parts, staged by earlier calls of the same warm machine:
 # see scripts/gpu_train_draft.sh). $OUT gets: train/ (results.tar.part-*, smollm2.json, summary.json, logs),
 # runtime_real_pair_<date>.json, BENCH_real_pair.md (the new section for docs/BENCHMARKS_RUNTIME.md),
 # tests_real.log.
