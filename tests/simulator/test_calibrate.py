@@ -55,7 +55,8 @@ PRESETS = ("llama3-8b", "llama3.2-1b", "llama3-70b", "smollm2-135m", "smollm2-dr
 SYNTHETIC_MAPE_BOUND = {"gemm": 0.06, "attention": 0.15, "allreduce": 0.06, "message": 0.06, "message_unix": 0.06,
                         "step_overhead": 0.06}
 # Held-out bounds on a recorded H200 trace: the stated accuracy of the fitted profile per operator.
-RECORDED_MAPE_BOUND = {"gemm": 0.20, "attention": 0.30, "allreduce": 0.30, "message": 0.30, "step_overhead": 0.30}
+RECORDED_MAPE_BOUND = {"gemm": 0.20, "attention": 0.30, "allreduce": 0.30, "message": 0.30, "message_unix": 0.30,
+                       "step_overhead": 0.30}
 
 
 def _prior() -> Operators:
@@ -263,7 +264,16 @@ def test_calibrate_yaml_composes_and_validates():
         CalibrateConfig().validate()
 
 
-RECORDED = sorted(glob.glob(str(REPO / "bench" / "results" / "profile_traces_*.jsonl")))
+def _recorded_date(path: str) -> str:
+    """A recorded trace's date from its meta file (ISO, sorts in time), else its name's: file names end in a
+    commit SHA, which does not sort in time."""
+    meta = Path(path).with_suffix(".meta.json")
+    if meta.is_file():
+        return str(json.loads(meta.read_text()).get("date", ""))
+    return Path(path).stem
+
+
+RECORDED = sorted(glob.glob(str(REPO / "bench" / "results" / "profile_traces_*.jsonl")), key=_recorded_date)
 
 
 @pytest.mark.skipif(not RECORDED, reason="no recorded GPU trace (bench/results/profile_traces_*.jsonl) yet")
