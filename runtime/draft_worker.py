@@ -114,9 +114,9 @@ class DraftWorker:
         self._timed = timer is not None
         if timer is not None:
             timer.begin()
-        nodes, inp = self.tree.plan_expansion(1 if lone else self.w, self.prefix_len + shift, self.max_len)
-        self.last_rows = len(nodes)  # real rows of this expansion (the rest of its w rows are padding)
         self.last_step_rows = 1 if lone else self.w
+        nodes, inp = self.tree.plan_expansion(self.last_step_rows, self.prefix_len + shift, self.max_len)
+        self.last_rows = len(nodes)  # real rows of this expansion (the rest of its step rows are padding)
         if shift:
             inp = with_pending(inp, self.pending, self.prefix_len)
         if graph is not None:  # the owed compaction rides in the replay (owed until the load succeeded)
