@@ -113,11 +113,6 @@ LIMITS = """\
   bench/results/validation_refit_2026-11-30_c52c1c3.json). The 1bed0ab profile before them is 7.9% / 7.7% / 11.0%
   pessimistic on these runs (its verify steps predate target_qkv_rope;
   bench/results/validation_kept1bed0ab_2026-11-30_c52c1c3.json).
-- Expansions wider than 16 rows: the profile ranks workload a's bs 8 d 3 at w 32 above w 16 (405.9 against 395.0
-  tok/s simulated) where the runtime measured w 32 8% below w 16 (376.7 against 410.0,
-  bench/results/width_ab_2026-11-30_d93df8d.json). The step profile now times the 32-row expansion, but the runtime
-  block's host cost per real row (2 us) is fitted on runs of at most 8 real rows, and no validation configuration
-  expands 32 rows; the autoconfig search stops at w 16 by default.
   Before that, on the runs of git 36f9b02 (`kernels.refill_graph`), the 1bed0ab profile got tokens/s within
   2.4% / 2.3% / 6.2% though it priced the draft's forwards 10% high; the profile refitted on 36f9b02's traces
   (bench/results/profile_h200_2026-11-30_36f9b02.json) validated worse, 2.4% / 3.5% / 14.2%: the step profiler
@@ -129,6 +124,12 @@ LIMITS = """\
   (median / mean / max tokens/s, bench/results/validation_2026-11-30_2e1d982.json), 3-11% optimistic on the
   w 4 async and serial runs: the graph-replayed steps it timed got faster by more than the in-run expansions did
   (1.20-1.35 ms in the runs, with run-to-run host speed differences of up to 1.5x in the draft's host spans).
+- Expansions wider than 16 rows: the profile ranks workload a's bs 8 d 3 at w 32 above w 16 (405.9 against 395.0
+  tok/s simulated) where the runtime measured w 32 8% below w 16 (376.7 against 410.0,
+  bench/results/width_ab_2026-11-30_d93df8d.json). The step profile times the 32-row expansion, but the runtime
+  block's host cost per real row (2 us) is fitted on runs of at most 8 real rows, and these runs hold no 32-row
+  expansion (`async_bs8_w32_d3` joined the validation configurations after them); the autoconfig search stops at
+  w 16 by default.
 - Since git 23cfdda a one-GPU target runs its projections through the skinny GEMMs with PDL launches
   (`kernels=graphs`). Since 68741c4 the operator profile times each GEMM with the kernel the runtime runs for
   that matrix, TP degree and row count (bench/runtime_kernels.py) and whole steps with the `kernels=graphs`
