@@ -128,8 +128,9 @@ LIMITS = """\
   tok/s simulated) where the runtime measured w 32 8% below w 16 (376.7 against 410.0,
   bench/results/width_ab_2026-11-30_d93df8d.json). The step profile times the 32-row expansion, but the runtime
   block's host cost per real row (2 us) is fitted on runs of at most 8 real rows, and these runs hold no 32-row
-  expansion (`async_bs8_w32_d3` joined the validation configurations after them); the autoconfig search stops at
-  w 16 by default.
+  expansion (`async_bs8_w32_d3` joined the validation configurations after them). A per-row cost on the 1B step,
+  tried offline, did not close the gap either (docs/LOG.md, fifteenth session): where the w 32 runs' time goes is
+  not known yet. The autoconfig search stops at w 16 by default.
 - Since git 23cfdda a one-GPU target runs its projections through the skinny GEMMs with PDL launches
   (`kernels=graphs`). Since 68741c4 the operator profile times each GEMM with the kernel the runtime runs for
   that matrix, TP degree and row count (bench/runtime_kernels.py) and whole steps with the `kernels=graphs`
