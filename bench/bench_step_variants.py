@@ -124,6 +124,10 @@ PATCHES: dict[str, tuple[str, object]] = {
     # Llama-3.2-1B: qkv block_n 32 (96 programs), o block_n 16 (128)
     "dqkv_n16": ("skinny", {(3072, 2048, 16): _skinny_tile(16)}),
     "do_s2": ("skinny", {(2048, 2048, 16): _skinny_tile(16, split_k=2)}),
+    # Llama-3.2-1B at 17-32 rows (m bucket 32, the draft's w 32 expansion) with the bucket-16 tuned tiles instead of
+    # the heuristic's (split 2 on all three: a reduce launch after the QKV GEMM)
+    "m32_as16": ("skinny", {(n, k, 32): dict(skinny_linear.CONFIGS[(n, k, 16)])
+                            for n, k in ((3072, 2048), (2048, 2048), (2048, 8192))}),
     # SwiGLU intermediate columns per program (kernels.fused_mlp.BLOCK_I, 64: 224 programs at 8B, 128 at 1B)
     "swiglu_i32": ("swiglu", 32),
     "swiglu_k64": ("swiglu_k", 64),  # kernels.fused_mlp.BLOCK_K (128 by default)

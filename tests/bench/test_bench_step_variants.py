@@ -82,7 +82,7 @@ def test_patches_parse_apply_and_restore():
 @pytest.mark.parametrize("preset", ["llama3-8b", "llama3.2-1b"])
 def test_gemm_patches_name_shapes_the_model_runs(preset):
     """A skinny patch whose (N, K) no projection of either benchmarked model has would change nothing: each one
-    must hit the QKV, o or down projection of one of them (m bucket 16: the 1-16-row steps)."""
+    must hit the QKV, o or down projection of one of them (m bucket 16: the 1-16-row steps; 32: 17-32 rows)."""
     from bench.bench_step_variants import PATCHES
     from conf.presets import model_preset
 
@@ -90,8 +90,8 @@ def test_gemm_patches_name_shapes_the_model_runs(preset):
     for name in ("llama3-8b", "llama3.2-1b"):
         s = model_preset(name)
         qkv = (s.num_heads + 2 * s.num_kv_heads) * s.head_dim
-        shapes[name] = {(qkv, s.hidden_size, 16), (s.hidden_size, s.num_heads * s.head_dim, 16),
-                        (s.hidden_size, s.intermediate_size, 16)}
+        mats = ((qkv, s.hidden_size), (s.hidden_size, s.num_heads * s.head_dim), (s.hidden_size, s.intermediate_size))
+        shapes[name] = {(n, k, bucket) for bucket in (16, 32) for n, k in mats}
     for kind, value in PATCHES.values():
         if kind == "skinny":
             assert set(value) <= shapes["llama3-8b"] | shapes["llama3.2-1b"], value
