@@ -124,10 +124,12 @@ PATCHES: dict[str, tuple[str, object]] = {
     # Llama-3.2-1B: qkv block_n 32 (96 programs), o block_n 16 (128)
     "dqkv_n16": ("skinny", {(3072, 2048, 16): _skinny_tile(16)}),
     "do_s2": ("skinny", {(2048, 2048, 16): _skinny_tile(16, split_k=2)}),
-    # Llama-3.2-1B at 17-32 rows (m bucket 32, the draft's w 32 expansion) with the bucket-16 tuned tiles instead of
-    # the heuristic's (split 2 on all three: a reduce launch after the QKV GEMM)
+    # Llama-3.2-1B at 17-32 rows (m bucket 32, the draft's w 32 expansion): the bucket-16 tuned tiles (the CONFIGS
+    # entries since 2026-11-30's 2cb6088 measurement), or the heuristic's (split 2 on all three: a reduce launch after
+    # the QKV GEMM; None removes a CONFIGS entry while the patch applies)
     "m32_as16": ("skinny", {(n, k, 32): dict(skinny_linear.CONFIGS[(n, k, 16)])
                             for n, k in ((3072, 2048), (2048, 2048), (2048, 8192))}),
+    "m32_heuristic": ("skinny", {(n, k, 32): None for n, k in ((3072, 2048), (2048, 2048), (2048, 8192))}),
     # SwiGLU intermediate columns per program (kernels.fused_mlp.BLOCK_I, 64: 224 programs at 8B, 128 at 1B)
     "swiglu_i32": ("swiglu", 32),
     "swiglu_k64": ("swiglu_k", 64),  # kernels.fused_mlp.BLOCK_K (128 by default)
@@ -150,6 +152,9 @@ PATCHES: dict[str, tuple[str, object]] = {
     "attn_m16": ("attention_rows", 16),
     "attn_m32": ("attention_rows", 32),
     "attn_m64": ("attention_rows", 64),  # the row blocks before 234ced2 (at most 64 rows per program)
+    # launches of up to 256 query rows on the wide tile (kernels.tree_attention.WIDE_MAX_ROWS; 64 by default)
+    "attn_wide256": ("attention_wide_rows", 256),
+    "attn_wide64": ("attention_wide_rows", 64),
     # the prefix K/V blocks through TMA tensor descriptors (kernels.tree_attention.TMA_PREFIX; pointers by default)
     "attn_tma": ("attention_tma", True),
     # the prefetched K/V kept in flight across the PDL wait (kernels.tree_attention.PREFETCH_HOLD)
@@ -183,11 +188,12 @@ KNOBS: dict[str, tuple[object, str]] = {
     "norm_warps": (norm, "NUM_WARPS"), "attention_prefetch": (tree_attention, "PREFETCH_PREFIX"),
     "attention_warps": (tree_attention, "WIDE_WARPS"), "attention_tma": (tree_attention, "TMA_PREFIX"),
     "attention_rows": (tree_attention, "ROW_BLOCK"),
-    "attention_hold": (tree_attention, "PREFETCH_HOLD"),
+    "attention_wide_rows": (tree_attention, "WIDE_MAX_ROWS"), "attention_hold": (tree_attention, "PREFETCH_HOLD"),
     "attention_tree_prefetch": (TritonAttention, "tree_prefix_ready"),
     "norm_prologue": (runtime_model, "NORM_PROLOGUE"), "qkv_rope_split": (qkv_rope, "PAIR_SPLIT"),
 }
-"""The module-level value each non-skinny patch kind sets (skinny patches update skinny_linear.CONFIGS entries)."""
+"""The module-level value each non-skinny patch kind sets (skinny patches set, or with None remove,
+skinny_linear.CONFIGS entries)."""
 
 
 @contextlib.contextmanager
@@ -199,7 +205,11 @@ def patched(names: list[str]):
         for name in names:
             kind, value = PATCHES[name]
             if kind == "skinny":
-                skinny_linear.CONFIGS.update(value)
+                for key, tile in value.items():
+                    if tile is None:
+                        skinny_linear.CONFIGS.pop(key, None)
+                    else:
+                        skinny_linear.CONFIGS[key] = tile
             elif kind in KNOBS:
                 setattr(*KNOBS[kind], value)
             else:

@@ -144,6 +144,13 @@ instruction-latency-bound). An int (16, 32, 64, 128): that many at most (bench/b
 step_variants_2026-11-30_rowblock_61d559d.json), ms for 64 / 16 / 32 rows per program: Llama-3-8B rows 8 (32 rows)
 4.603 / 4.543 / -, rows 16 (64 rows) 4.859 / 4.782 / 4.675; Llama-3.2-1B rows 8 1.079 / 1.059 / -, rows 16
 1.125 / 1.080 / 1.088."""
+WIDE_MAX_ROWS = 256
+"""The most query rows (tokens x GQA group) a launch may have and still take the wide tile (CUDA, head dims <= 128, no
+tile override): 64, 128 or 256. Past 64 its row block starts at 64 (then the halving: 32 rows per program, 4-8 row
+blocks). With 64, a 128-row launch (the 1B draft's 32-row expansion: 32 tokens x GQA 4) runs one 128-row program per
+kv head and split on the 64-key tile: 20.7 us per layer at ctx 1280 against 10.6 for the 16-row expansion (H200,
+2026-11-30, bench/results/step_variants_2026-11-30_2cb6088_1b.json). bench/bench_step_variants.py patch
+`attn_wide256`."""
 _COUNTERS_INIT = 1024  # int32 counters per (device, stream), grown on demand
 
 _counter_cache: dict[tuple, torch.Tensor] = {}
@@ -156,8 +163,13 @@ def attention_tile(n_rows: int, head_dim: int, elt_size: int, cuda: bool, *, blo
     """(BLOCK_M, BLOCK_N, stages, warps, wide) of a launch over `n_rows` query rows (tokens x GQA group): the
     heuristic, or the given overrides. wide: one KEYS_PER_SPLIT-key block per split (CUDA, head dims <= 128, <= 64
     rows per program, no tile override). Pure: bench/kernel_resources.py compiles the same tiles offline."""
+    if type(WIDE_MAX_ROWS) is not int or WIDE_MAX_ROWS not in (64, 128, 256):
+        raise ValueError(f"kernels.tree_attention.WIDE_MAX_ROWS: expected 64, 128 or 256, got {WIDE_MAX_ROWS!r}")
     bm = block_m or min(128 if n_rows >= 128 else 64, max(16, triton.next_power_of_2(n_rows)))
-    wide = cuda and head_dim <= 128 and bm <= 64 and not (block_n or num_stages)
+    wide_ok = cuda and head_dim <= 128 and not (block_n or num_stages)
+    if block_m is None and wide_ok and 64 < n_rows <= WIDE_MAX_ROWS:
+        bm = 64
+    wide = wide_ok and bm <= 64
     if block_m is None and ROW_BLOCK is not None:
         if type(ROW_BLOCK) is not int or ROW_BLOCK not in (16, 32, 64, 128):
             raise ValueError(f"kernels.tree_attention.ROW_BLOCK: expected 16, 32, 64, 128 or None, got {ROW_BLOCK!r}")

@@ -84,3 +84,31 @@ def test_rope_tree_attention_in_a_cuda_graph_replays_like_eager():
         assert torch.equal(out, want), f"prefix {prefix}: output"
         assert torch.equal(k_g, k_e) and torch.equal(v_g, v_e), f"prefix {prefix}: the graph's cache writes"
         assert not torch.equal(k_g[prefix:prefix + t], k[prefix:prefix + t]), f"prefix {prefix}: no key written"
+
+
+@pytest.mark.parametrize("wide_max_rows", [64, 256])
+@pytest.mark.parametrize("t,d", [(32, 64), (64, 64), (32, 128)])
+@pytest.mark.parametrize("prefix", [0, 300, 1280])
+def test_many_row_tree_attention_matches_the_reference_on_gpu(monkeypatch, prefix, t, d, wide_max_rows):
+    """32 and 64 tokens at GQA 4 (128 / 256 query rows: the 1B draft's 32-row expansion is the first) over a
+    256-slot tree region, the prefix length in a device tensor as the runtime's graphs pass it: the generic tile
+    (WIDE_MAX_ROWS 64) and the wide one at 32 rows per program (256) both give the reference's output."""
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("kernels.tree_attention"), "WIDE_MAX_ROWS", wide_max_rows)
+    g = torch.Generator().manual_seed(prefix + t + d)
+    tree_len = 256
+    q = torch.randn(t, HQ, d, generator=g).to("cuda", torch.bfloat16)
+    k = torch.randn(CAP, HKV, d, generator=g).to("cuda", torch.bfloat16)
+    v = torch.randn(CAP, HKV, d, generator=g).to("cuda", torch.bfloat16)
+    parents = [-1] + [int(torch.randint(0, i, (1,), generator=g)) for i in range(1, t)]
+    mask = torch.zeros(t, tree_len, dtype=torch.bool)
+    mask[:, :t] = ancestor_mask(parents, t)  # the step's rows sit first in the region; the rest is padding
+    mask = mask.cuda()
+    scale = 1 / math.sqrt(d)
+    p = torch.tensor([prefix], device="cuda", dtype=torch.int32)
+    got = tree_attention(q, k, v, p, mask, scale)
+    want = tree_attention_ref(q, k, v, prefix, mask, scale).float()
+    torch.cuda.synchronize()
+    err = (got.float() - want).abs().max().item()
+    assert err <= 2e-2, f"max |diff| vs reference {err:.3g}"

@@ -398,6 +398,31 @@ def test_prefetch_hold_is_cuda_only(monkeypatch):
     assert torch.equal(_run(q, k, v, 2 * BLOCK_N + 1, mask, **kw), plain)
 
 
+def test_wide_max_rows_switch_moves_many_row_launches_to_the_wide_tile(monkeypatch):
+    """kernels.tree_attention.WIDE_MAX_ROWS: launches of 65..WIDE_MAX_ROWS query rows take the wide tile (CUDA only) at
+    64 rows per block before the halving (32 per program); past it, or on CPU, or with a tile override, the 128-row
+    generic tile stays; a bad value is named."""
+    import importlib
+
+    ta = importlib.import_module("kernels.tree_attention")
+    assert ta.WIDE_MAX_ROWS == 256
+    monkeypatch.setattr(ta, "WIDE_MAX_ROWS", 64)
+    assert [ta.attention_tile(n, 64, 2, True)[::4] for n in (128, 256)] == [(128, False), (128, False)]
+    monkeypatch.setattr(ta, "WIDE_MAX_ROWS", 256)
+    assert [ta.attention_tile(n, d, 2, True)[::4] for n in (65, 128, 256) for d in (64, 128)] == [(32, True)] * 6
+    assert ta.attention_tile(257, 64, 2, True)[::4] == (128, False)
+    assert ta.attention_tile(128, 64, 2, False)[::4] == (128, False)  # CPU: the generic tile
+    assert ta.attention_tile(128, 64, 2, True, block_n=64)[::4] == (128, False)
+    assert ta.attention_tile(128, 256, 2, True)[::4] == (128, False)  # head dim over 128
+    monkeypatch.setattr(ta, "WIDE_MAX_ROWS", 128)
+    assert ta.attention_tile(128, 64, 2, True)[::4] == (32, True)
+    assert ta.attention_tile(256, 64, 2, True)[::4] == (128, False)
+    for bad in (32, 100, True, 256.0):
+        monkeypatch.setattr(ta, "WIDE_MAX_ROWS", bad)
+        with pytest.raises(ValueError, match="kernels.tree_attention.WIDE_MAX_ROWS: expected 64, 128 or 256"):
+            ta.attention_tile(128, 64, 2, True)
+
+
 def test_row_block_switch_is_checked_and_gives_the_same_result(monkeypatch):
     """kernels.tree_attention.ROW_BLOCK caps the query rows per program (more programs over the same key splits,
     no extra merge) unless block_m is given; None halves the wide tile's rows past 16 (CUDA only); the output stays
@@ -407,7 +432,7 @@ def test_row_block_switch_is_checked_and_gives_the_same_result(monkeypatch):
     ta = importlib.import_module("kernels.tree_attention")
     assert [ta.attention_tile(n, 64, 2, True)[0] for n in (4, 16, 17, 32, 64)] == [16, 16, 16, 16, 32]
     assert ta.attention_tile(64, 64, 2, False)[0] == 64 and ta.attention_tile(64, 64, 2, True, block_m=64)[0] == 64
-    assert ta.attention_tile(128, 64, 2, True)[:1] + ta.attention_tile(128, 64, 2, True)[4:] == (128, False)
+    assert ta.attention_tile(512, 64, 2, True)[:1] + ta.attention_tile(512, 64, 2, True)[4:] == (128, False)
     monkeypatch.setattr(ta, "ROW_BLOCK", 16)
     assert ta.attention_tile(16 * 4, 64, 2, True)[0] == 16 and ta.attention_tile(16 * 4, 64, 2, True)[4]
     assert ta.attention_tile(16 * 4, 64, 2, True, block_m=32)[0] == 32
