@@ -319,6 +319,15 @@ def test_modes_lossless_with_graphs_small_draft(mode):
     assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama-draft", "bfloat16", draft_seed=2))
 
 
+@pytest.mark.parametrize("mode", ["serial_tree", pytest.param("async_tree", marks=[pytest.mark.multi_gpu, TWO_GPUS])])
+def test_many_row_expansions_lossless_with_graphs(mode):
+    """w 63 expansions on tiny-llama (GQA 2: 126 query rows, the wide attention tile under
+    kernels.tree_attention.WIDE_MAX_ROWS 256, as the 1B draft's w 32 at GQA 4), self-speculation and a small draft."""
+    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", w=63, **split_of(mode)))
+    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama-draft", "bfloat16", w=63, draft_seed=2,
+                                    **split_of(mode)))
+
+
 @pytest.mark.parametrize("mode", ["autoregressive", "serial_tree"])
 def test_target_qkv_rope_lossless_at_the_real_pairs_shapes(mode):
     """kernels.target_qkv_rope at SmolLM2-135M's shapes (head dim 64, 9 query / 3 KV heads: two programs per head of
