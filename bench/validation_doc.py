@@ -98,20 +98,21 @@ LIMITS = """\
   and woke 30-130 us late (bench/message_latency.py, twelfth session); since a3e6e83 GPU ranks spin up to 50 ms
   (`parallel.recv_spin_ms`) and the hop is 2-7 us; the receiver's own unpack, decode and span still take 15-40 us
   per message, which the simulator does not charge apart.
-- The profile and its runtime block are fb00b9b's: operator traces of that commit, whose whole steps are built as
-  the Engine builds them (`runtime.model.role_kernels`: the 8B verify with `kernels.target_qkv_rope`, the 1B
-  expansion with the fused RoPE attention and head, at w 1 / 4 / 8 / 16 / 32 over the runtime's 256-slot tree
-  region), and the runtime block fitted on the five configurations of item 5 from the fb00b9b call's runs. This
-  table is of the c52c1c3 call's runs, another call on another host: every row is unseen by the fit (1.8% median /
-  2.2% mean / 8.6% max tokens/s). On its own call's 24 held-out runs the profile gives 2.4% / 3.6% / 15.4%
-  (bench/results/validation_2026-11-30_fb00b9b.json; that call's repeats spread up to 14.6%). The worst row here,
-  async_bs4_w8_d2 (313.6 tok/s against 348.3 for its repeat), holds a 78 ms verify: a full garbage collection of
-  the target's process, which the same run paid in the fb00b9b call too (since 5ba2b30 `parallel.gc=freeze` keeps
-  them out of the decode loop; an A/B recorded them as `host.gc` spans, docs/BENCHMARKS_RUNTIME.md). The c52c1c3
-  profile, fitted on this table's call, gives 1.7% / 2.4% / 12.2% here but 5.0% / 5.7% / 18.5% on the fb00b9b runs;
-  the fb00b9b profile does better across calls and ships (the other: bench/results/profile_h200_2026-11-30_c52c1c3.json,
-  bench/results/validation_refit_2026-11-30_c52c1c3.json). The 1bed0ab profile before them is 7.9% / 7.7% / 11.0%
-  pessimistic on these runs (its verify steps predate target_qkv_rope;
+- The profile and its runtime block are fb00b9b's: operator traces of that commit, whose whole steps are built as the
+  Engine builds them (`runtime.model.role_kernels`: the 8B verify with `kernels.target_qkv_rope`, the 1B expansion
+  with the fused RoPE attention and head, at w 1 / 4 / 8 / 16 / 32 over the runtime's 256-slot tree region), and the
+  runtime block fitted on the five configurations of item 5 from the fb00b9b call's runs. This table is of the 72bd305
+  call's runs (the first with `parallel.gc=freeze` and the 32-row `async_bs8_w32_d3`), another call on another host:
+  every row is unseen by the fit (2.1% median / 2.1% mean / 4.4% max tokens/s). On the c52c1c3 call's runs the same
+  profile gives 1.8% / 2.2% / 8.6% (bench/results/validation_2026-11-30_c52c1c3.json; the worst row there,
+  async_bs4_w8_d2 at 313.6 tok/s against 348.3 for its repeat, held a 78 ms verify: a full garbage collection, which
+  `parallel.gc=freeze` keeps out of the decode loop since 5ba2b30), and on its own call's 24 held-out runs 2.4% / 3.6%
+  / 15.4% (bench/results/validation_2026-11-30_fb00b9b.json; repeats spread up to 14.6% there). A profile refitted on
+  the 72bd305 call (bench/results/profile_h200_2026-11-30_72bd305.json) gives 1.9% / 2.4% / 5.5% here
+  (bench/results/validation_refit_2026-11-30_72bd305.json), 0.8% / 1.4% / 10.5% on the c52c1c3 runs and 2.8% / 3.8% /
+  16.1% on the fb00b9b runs: no better across calls, so the fb00b9b profile stays. The c52c1c3 profile gave 5.0% /
+  5.7% / 18.5% on the fb00b9b runs (bench/results/profile_h200_2026-11-30_c52c1c3.json), and the 1bed0ab profile
+  before them was 7.9% / 7.7% / 11.0% pessimistic on the c52c1c3 runs (its verify steps predate target_qkv_rope;
   bench/results/validation_kept1bed0ab_2026-11-30_c52c1c3.json).
   Before that, on the runs of git 36f9b02 (`kernels.refill_graph`), the 1bed0ab profile got tokens/s within
   2.4% / 2.3% / 6.2% though it priced the draft's forwards 10% high; the profile refitted on 36f9b02's traces
@@ -124,13 +125,15 @@ LIMITS = """\
   (median / mean / max tokens/s, bench/results/validation_2026-11-30_2e1d982.json), 3-11% optimistic on the
   w 4 async and serial runs: the graph-replayed steps it timed got faster by more than the in-run expansions did
   (1.20-1.35 ms in the runs, with run-to-run host speed differences of up to 1.5x in the draft's host spans).
-- Expansions wider than 16 rows: the profile ranks workload a's bs 8 d 3 at w 32 above w 16 (405.9 against 395.0
-  tok/s simulated) where the runtime measured w 32 8% below w 16 (376.7 against 410.0,
-  bench/results/width_ab_2026-11-30_d93df8d.json). The step profile times the 32-row expansion, but the runtime
-  block's host cost per real row (2 us) is fitted on runs of at most 8 real rows, and these runs hold no 32-row
-  expansion (`async_bs8_w32_d3` joined the validation configurations after them). A per-row cost on the 1B step,
-  tried offline, did not close the gap either (docs/LOG.md, fifteenth session): where the w 32 runs' time goes is
-  not known yet. The autoconfig search stops at w 16 by default.
+- Expansions wider than 16 rows: at this table's workload (512-token prompts) the 32-row async_bs8_w32_d3 is
+  within 2.2% of the simulation and ties the w 16 pick (403.0 against 404.6 tok/s measured). At workload a (1K-token
+  prompts, 512 new tokens) the profile ranks bs 8 d 3 at w 32 above w 16 (417.1 against 408.3 tok/s simulated)
+  where the runtime measured w 32 1-7% below (394.4 / 371.2 against 398.4 / 397.0, interleaved, git 800833c,
+  bench/results/width_ab_2026-12-01_800833c.json; 8% below at d93df8d). There the three 32-row expansions and the
+  refills take 5.0-5.3 ms per round in the runs (4.3-4.4 ms at w 16), while a 32-row 1B step replays in 1.23 ms at
+  ctx 1280 (1.11 ms at 16 rows; bench/results/step_variants_2026-12-01_800833c_wide.json): the runtime's host work
+  per expansion grows with its rows faster than the fitted 2 us per real row (fitted on runs of at most 8 real
+  rows), and the expansions stop hiding behind the 4.6 ms verify. The autoconfig search stops at w 16 by default.
 - Since git 23cfdda a one-GPU target runs its projections through the skinny GEMMs with PDL launches
   (`kernels=graphs`). Since 68741c4 the operator profile times each GEMM with the kernel the runtime runs for
   that matrix, TP degree and row count (bench/runtime_kernels.py) and whole steps with the `kernels=graphs`

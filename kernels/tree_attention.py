@@ -146,11 +146,13 @@ step_variants_2026-11-30_rowblock_61d559d.json), ms for 64 / 16 / 32 rows per pr
 1.125 / 1.080 / 1.088."""
 WIDE_MAX_ROWS = 256
 """The most query rows (tokens x GQA group) a launch may have and still take the wide tile (CUDA, head dims <= 128, no
-tile override): 64, 128 or 256. Past 64 its row block starts at 64 (then the halving: 32 rows per program, 4-8 row
-blocks). With 64, a 128-row launch (the 1B draft's 32-row expansion: 32 tokens x GQA 4) runs one 128-row program per
-kv head and split on the 64-key tile: 20.7 us per layer at ctx 1280 against 10.6 for the 16-row expansion (H200,
-2026-11-30, bench/results/step_variants_2026-11-30_2cb6088_1b.json). bench/bench_step_variants.py patch
-`attn_wide256`."""
+tile override): 64, 128 or 256. Past 64 its row block starts at 64 (then the halving: 32 rows per program, 3-8 row
+blocks per kv head). With 64 (the default before 2026-12-01) a 128-row launch (the 1B draft's 32-row expansion: 32
+tokens x GQA 4) ran one 128-row program per kv head and split on the 64-key tile. H200, 1B 32-row CUDA-graph step at
+ctx 1280 (bench/results/step_variants_2026-12-01_800833c_wide.json, patch `attn_wide64` for the old value): the
+attention 335 -> 262 us per step (16 layers), the step 1.323 -> 1.233 ms; 16-row steps unchanged (1.106 ms). Launches of
+129-256 rows (the 8B verify at bs 33-64, 1B expansions past w 32) now take it too: not timed, checked against the
+reference by tests/gpu/test_attention_gpu.py."""
 _COUNTERS_INIT = 1024  # int32 counters per (device, stream), grown on demand
 
 _counter_cache: dict[tuple, torch.Tensor] = {}

@@ -34,7 +34,7 @@ timeout $((${BENCH_BUDGET_S:-120} + 30)) python3 bench/bench_runtime.py preset=r
   | grep -v -E "USDT|Loading weights" | tail -14
 
 stage "GPU tests on the real weights"
-timeout 60 python3 -m pytest -q -m "gpu or multi_gpu" tests/gpu -k real -p no:cacheprovider --timeout=50 \
+timeout 240 python3 -m pytest -q -m "gpu or multi_gpu" tests/gpu -k real -p no:cacheprovider --timeout=120 \
   > "$OUT/tests_real.log" 2>&1
 tail -3 "$OUT/tests_real.log"
 stage "done"
