@@ -19,7 +19,7 @@ each gets a share of `--budget-s`, unused time rolls over; the trace is rewritte
 | attention  | op.attention                              | the runtime's attention backend (triton tree attention if  |
 |            |                                           | it matches the reference here, else the reference; the     |
 |            |                                           | record says which) over ctx {256, 1K, 4K, 16K} x tree size |
-|            |                                           | / queries {1, 8, 16, 64}, head shapes of the presets       |
+|            |                                           | / queries {1, 8, 16, 32, 64}, head shapes of the presets   |
 | compaction | op.compaction                             | KVCache.keep (what the runtime calls) and kernels.kv_compact|
 | steps      | op.step_overhead kind verify|expand,      | whole runtime steps on random-weight models: TargetWorker  |
 |            | op.tree_op kind select|reroot             | forward + verdict + KV keep; DraftWorker.expand; propose /  |
@@ -87,7 +87,7 @@ PREFILL_M = (256, 1024)  # at TP 1-2: enough FLOP-bound rows to fit the FLOP coe
 ATTN_HEADS = (("llama3-8b", 1), ("llama3.2-1b", 1), ("llama3-8b", 2), ("smollm2-135m", 1), ("llama3-70b", 1),
               ("llama3.2-3b", 1), ("smollm2-draft", 1), ("llama3-70b", 8))
 ATTN_CTX = (256, 1024, 4096, 16384)
-ATTN_T = (1, 8, 16, 64)
+ATTN_T = (1, 8, 16, 32, 64)  # 32: the 1B draft's w 32 expansion (128 query rows at GQA 4), unprofiled before 2026-12-01
 COMPACT_PRESETS = ("llama3-8b", "llama3.2-1b")
 COMPACT_N = (1, 4, 16, 64)
 STEP_WARMUP, STEP_REPS = 3, 10  # host-timed calls: warm-up, then the median of these repetitions

@@ -125,15 +125,18 @@ LIMITS = """\
   (median / mean / max tokens/s, bench/results/validation_2026-11-30_2e1d982.json), 3-11% optimistic on the
   w 4 async and serial runs: the graph-replayed steps it timed got faster by more than the in-run expansions did
   (1.20-1.35 ms in the runs, with run-to-run host speed differences of up to 1.5x in the draft's host spans).
-- Expansions wider than 16 rows: at this table's workload (512-token prompts) the 32-row async_bs8_w32_d3 is
-  within 2.2% of the simulation and ties the w 16 pick (403.0 against 404.6 tok/s measured). At workload a (1K-token
-  prompts, 512 new tokens) the profile ranks bs 8 d 3 at w 32 above w 16 (417.1 against 408.3 tok/s simulated)
-  where the runtime measured w 32 1-7% below (394.4 / 371.2 against 398.4 / 397.0, interleaved, git 800833c,
-  bench/results/width_ab_2026-12-01_800833c.json; 8% below at d93df8d). There the three 32-row expansions and the
-  refills take 5.0-5.3 ms per round in the runs (4.3-4.4 ms at w 16), while a 32-row 1B step replays in 1.23 ms at
-  ctx 1280 (1.11 ms at 16 rows; bench/results/step_variants_2026-12-01_800833c_wide.json): the runtime's host work
-  per expansion grows with its rows faster than the fitted 2 us per real row (fitted on runs of at most 8 real
-  rows), and the expansions stop hiding behind the 4.6 ms verify. The autoconfig search stops at w 16 by default.
+- Expansions wider than 16 rows: the profile prices the 32-row 1B forward of async_bs8_w32_d3 at 1.30 ms where these
+  runs took 1.48 ms (16 rows: 1.23 ms, exact), and still lands within 2.2% on its tokens/s (at this workload's
+  512-token prompts w 32 ties the w 16 pick: 403.0 against 404.6 tok/s measured). The runs' host time per expansion
+  is ~0.15 ms at 32 rows as at 16 (in-run against replayed steps): the miss is device time. Its step model (operators
+  plus one constant) had no attention operator at 32 tokens, where the runtime's kernel fell off the wide tile (20.7
+  us per layer against 10.6 at 16 rows, ctx 1280), and the GEMMs took untuned tiles: since 800833c the runtime avoids
+  both (the 32-row step 1.368 -> 1.233 ms, bench/results/step_variants_2026-12-01_800833c_wide.json) and
+  `bench/profile_ops.py` times attention at 32 tokens; not yet recalibrated. At workload a (1K-token prompts) the
+  profile ranks bs 8 d 3 at w 32 above w 16 (417.1 against 408.3 tok/s simulated) where the runtime measured w 32
+  1-7% below (394.4 / 371.2 against 398.4 / 397.0, interleaved, git 800833c,
+  bench/results/width_ab_2026-12-01_800833c.json; 8% below at d93df8d): its three expansions no longer fit in the
+  verify. The autoconfig search stops at w 16 by default.
 - Since git 23cfdda a one-GPU target runs its projections through the skinny GEMMs with PDL launches
   (`kernels=graphs`). Since 68741c4 the operator profile times each GEMM with the kernel the runtime runs for
   that matrix, TP degree and row count (bench/runtime_kernels.py) and whole steps with the `kernels=graphs`
