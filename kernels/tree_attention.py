@@ -150,9 +150,10 @@ tile override): 64, 128 or 256. Past 64 its row block starts at 64 (then the hal
 blocks per kv head). With 64 (the default before 2026-12-01) a 128-row launch (the 1B draft's 32-row expansion: 32
 tokens x GQA 4) ran one 128-row program per kv head and split on the 64-key tile. H200, 1B 32-row CUDA-graph step at
 ctx 1280 (bench/results/step_variants_2026-12-01_800833c_wide.json, patch `attn_wide64` for the old value): the
-attention 335 -> 262 us per step (16 layers), the step 1.323 -> 1.233 ms; 16-row steps unchanged (1.106 ms). Launches of
-129-256 rows (the 8B verify at bs 33-64, 1B expansions past w 32) now take it too: not timed, checked against the
-reference by tests/gpu/test_attention_gpu.py."""
+attention 335 -> 262 us per step (16 layers), the step 1.323 -> 1.233 ms; 16-row steps unchanged (1.106 ms). At ctx 1024
+(bench/results/step_variants_2026-12-01_064a3e0_wide_8b.json): Llama-3-8B verify steps of 32 / 64 rows 5.748 -> 5.466
+/ 6.072 -> 5.950 ms, the 1B's 32-row step 1.316 -> 1.228 ms. Checked against the reference on the GPU at 128 and 256
+rows (tests/gpu/test_attention_gpu.py)."""
 _COUNTERS_INIT = 1024  # int32 counters per (device, stream), grown on demand
 
 _counter_cache: dict[tuple, torch.Tensor] = {}
