@@ -29,7 +29,7 @@ case "${1:-}" in
     for p in "${present[@]}"; do echo "/$p/" >> .git/info/exclude; done
     git rm -r -q --cached "${present[@]}"
     git commit -q -m "device-slim: big tracked data untracked for device transfers (never merged)"
-    echo "tracked bytes now: $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)"
+    echo "tracked bytes now: $(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1)"  # one du: xargs would split the total
     ;;
   off)
     [ -f "$STATE" ] || { echo "device_slim: not on"; exit 1; }
