@@ -152,7 +152,7 @@ PATCHES: dict[str, tuple[str, object]] = {
     "attn_m16": ("attention_rows", 16),
     "attn_m32": ("attention_rows", 32),
     "attn_m64": ("attention_rows", 64),  # the row blocks before 234ced2 (at most 64 rows per program)
-    # launches of up to 256 query rows on the wide tile (kernels.tree_attention.WIDE_MAX_ROWS; 64 by default)
+    # launches of up to 256 query rows on the wide tile (tree_attention.WIDE_MAX_ROWS: 256 since 800833c, 64 before)
     "attn_wide256": ("attention_wide_rows", 256),
     "attn_wide64": ("attention_wide_rows", 64),
     # the prefix K/V blocks through TMA tensor descriptors (kernels.tree_attention.TMA_PREFIX; pointers by default)
