@@ -51,7 +51,7 @@ from runtime.loader import build_model
 from runtime.metrics import Progress, Timeline, device_name, summarize
 from runtime.model import role_kernels
 from runtime.oracle import AcceptanceOracle, OracleOutcome, oracle_belief, resolve_bonus
-from runtime.parallel import ParallelContext
+from runtime.parallel import ParallelContext, leader_ranks
 from runtime.presend import Presend
 from runtime.target_worker import TargetWorker
 from runtime.tree_cache import in_place
@@ -486,7 +486,7 @@ def run_rank(ctx: ParallelContext, cfg: ExperimentConfig, prompts: list[list[int
     records = timeline.gather(ctx)
     if ctx.rank != 0:
         return None
-    leaders = {0} if ctx.peer_leader_rank is None else {0, ctx.num_target}
+    leaders = set(leader_ranks(ctx.num_target, ctx.num_draft))
     rows = iteration_rows(records, leaders, engine.colocated)
     generated = sum(len(o) for o in outputs if o is not None)
     d_used = [r.extra_fields()["d"] for r in records if r.name == "step.reroot"]

@@ -89,6 +89,12 @@ def role_of(cfg: ParallelConfig, rank: int) -> str:
     return "target" if rank < cfg.target_gpus else "draft"
 
 
+def leader_ranks(target_gpus: int, draft_gpus: int) -> tuple[int, ...]:
+    """World ranks of the group leaders: the target group's first rank (0), then the draft group's (`target_gpus`)
+    when there is a draft group."""
+    return (0,) if draft_gpus == 0 else (0, target_gpus)
+
+
 def check_world_size(cfg: ParallelConfig, world_size: int) -> None:
     """Raise ValueError unless exactly `cfg.world_size` ranks were started."""
     if world_size != cfg.world_size:
@@ -165,10 +171,10 @@ def init_parallel(
     for name, ranks in (("target", target_ranks), ("draft", draft_ranks)):
         if len(ranks) > 1:
             groups[name] = dist.new_group(list(ranks), timeout=timeout, backend=pg_backend)
-    leader_group = None
-    if d >= 1:
-        pair = dist.new_group([0, t], timeout=timeout, backend=pg_backend)
-        leader_group = pair if rank in (0, t) else None
+    leader_group, leaders = None, leader_ranks(t, d)
+    if len(leaders) == 2:
+        pair = dist.new_group(list(leaders), timeout=timeout, backend=pg_backend)
+        leader_group = pair if rank in leaders else None
 
     role = role_of(cfg, rank)
     ranks = target_ranks if role == "target" else draft_ranks

@@ -20,6 +20,7 @@ from conf.rundir import atomic_write_text
 from conf.trace import TRACE_FILE, read_traces
 from runtime.engine import iteration_rows
 from runtime.metrics import ITERATIONS_FILE, iterations_csv
+from runtime.parallel import leader_ranks
 
 
 class RebuildError(ValueError):
@@ -40,8 +41,8 @@ def rebuild(run_dir: str | Path) -> int:
         raise RebuildError(f"{run_dir}: a {meta.get('source')!r} run; only runtime run dirs derive their rows from "
                            f"their spans")
     target, draft = int(parallel.get("target_gpus", 1)), int(parallel.get("draft_gpus", 0))
-    leaders = {0} if draft == 0 else {0, target}  # the engine's leader ranks (runtime/parallel.py)
-    text = iterations_csv(iteration_rows(read_traces(paths[TRACE_FILE]), leaders, colocated=draft == 0))
+    text = iterations_csv(iteration_rows(read_traces(paths[TRACE_FILE]), set(leader_ranks(target, draft)),
+                                         colocated=draft == 0))
     new = list(csv.DictReader(text.splitlines()))
     with paths[ITERATIONS_FILE].open(newline="") as f:
         old = list(csv.DictReader(f))
