@@ -124,6 +124,9 @@ PATCHES: dict[str, tuple[str, object]] = {
     # Llama-3.2-1B: qkv block_n 32 (96 programs), o block_n 16 (128)
     "dqkv_n16": ("skinny", {(3072, 2048, 16): _skinny_tile(16)}),
     "do_s2": ("skinny", {(2048, 2048, 16): _skinny_tile(16, split_k=2)}),
+    # Llama-3.2-1B down (tuned: block_n 32 x split 4, 256 programs): 512 programs by split 8 or by 16 columns
+    "ddown_s8": ("skinny", {(2048, 8192, 16): _skinny_tile(32, split_k=8, block_k=128)}),
+    "ddown_n16": ("skinny", {(2048, 8192, 16): _skinny_tile(16, split_k=4, block_k=128)}),
     # Llama-3.2-1B at 17-32 rows (m bucket 32, the draft's w 32 expansion): the bucket-16 tuned tiles (the CONFIGS
     # entries since 2026-11-30's 2cb6088 measurement), or the heuristic's (split 2 on all three: a reduce launch after
     # the QKV GEMM; None removes a CONFIGS entry while the patch applies)
