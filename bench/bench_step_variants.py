@@ -123,15 +123,16 @@ PATCHES: dict[str, tuple[str, object]] = {
     "do_k128": ("skinny", {(2048, 2048, 16): _skinny_tile(16, block_k=128)}),
     # Llama-3.2-1B: qkv block_n 32 (96 programs), o block_n 16 (128)
     "dqkv_n16": ("skinny", {(3072, 2048, 16): _skinny_tile(16)}),
-    "do_s2": ("skinny", {(2048, 2048, 16): _skinny_tile(16, split_k=2)}),
+    "do_s2": ("skinny", {(2048, 2048, 16): _skinny_tile(16, split_k=2)}),  # the default since 2026-12-01
+    "do_s1": ("skinny", {(2048, 2048, 16): _skinny_tile(16)}),  # the tuned tile before 2026-12-01
     # Llama-3.2-1B down (tuned: block_n 32 x split 4, 256 programs): 512 programs by split 8 or by 16 columns
     "ddown_s8": ("skinny", {(2048, 8192, 16): _skinny_tile(32, split_k=8, block_k=128)}),
     "ddown_n16": ("skinny", {(2048, 8192, 16): _skinny_tile(16, split_k=4, block_k=128)}),
     # Llama-3.2-1B at 17-32 rows (m bucket 32, the draft's w 32 expansion): the bucket-16 tuned tiles (the CONFIGS
     # entries since 2026-11-30's 2cb6088 measurement), or the heuristic's (split 2 on all three: a reduce launch after
     # the QKV GEMM; None removes a CONFIGS entry while the patch applies)
-    "m32_as16": ("skinny", {(n, k, 32): dict(skinny_linear.CONFIGS[(n, k, 16)])
-                            for n, k in ((3072, 2048), (2048, 2048), (2048, 8192))}),
+    "m32_as16": ("skinny", {(3072, 2048, 32): _skinny_tile(32), (2048, 2048, 32): _skinny_tile(16),
+                            (2048, 8192, 32): _skinny_tile(32, split_k=4, block_k=128)}),
     "m32_heuristic": ("skinny", {(n, k, 32): None for n, k in ((3072, 2048), (2048, 2048), (2048, 8192))}),
     # SwiGLU intermediate columns per program (kernels.fused_mlp.BLOCK_I, 64: 224 programs at 8B, 128 at 1B)
     "swiglu_i32": ("swiglu", 32),
@@ -158,8 +159,10 @@ PATCHES: dict[str, tuple[str, object]] = {
     # launches of up to 256 query rows on the wide tile (tree_attention.WIDE_MAX_ROWS: 256 since 800833c, 64 before)
     "attn_wide256": ("attention_wide_rows", 256),
     "attn_wide64": ("attention_wide_rows", 64),
-    # the prefix K/V blocks through TMA tensor descriptors (kernels.tree_attention.TMA_PREFIX; pointers by default)
+    # the prefix K/V blocks through TMA tensor descriptors at every head dim, or never (tree_attention.TMA_PREFIX; by
+    # default since 2026-12-01 at head dims <= 64 only: the 1B's and SmolLM2's, not the 8B's)
     "attn_tma": ("attention_tma", True),
+    "attn_pointers": ("attention_tma", False),
     # the prefetched K/V kept in flight across the PDL wait (kernels.tree_attention.PREFETCH_HOLD)
     "attn_hold": ("attention_hold", True),
     # prefix_ready on multi-token steps too, after rope_kv_write (runtime.attention.TritonAttention.tree_prefix_ready)

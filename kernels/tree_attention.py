@@ -124,12 +124,30 @@ prefix_ready, pass the prefetched K/V tiles through an opaque move after the PDL
 is placed after the wait and the loads stay in flight across it (without it Triton stages them before the wait, and
 q's load, after the wait, runs in series with them: the prefetch's loss behind short launches). Offline (Triton 3.6,
 sm_90a): the same registers and SASS length, no shared-memory store before the wait (32 before it without)."""
-TMA_PREFIX = False
-"""Experiment switch (not measured on a GPU yet; bench/bench_step_variants.py patch `attn_tma`): load the prefix K/V
-blocks as whole [BLOCK_N, D] boxes through tensor descriptors (TMA on Hopper) instead of per-element pointers, whose
-address arithmetic is ~20% of the wide tile's instructions (Nsight Compute source counters, 2026-11-30). Keys past
-prefix_len in the last block are read and masked (scores -inf, V rows zeroed): the same result as the masked
-pointer loads. Caches a descriptor cannot cover (not row-contiguous, boxes over 256) keep the pointers."""
+TMA_PREFIX: bool | None = None
+"""Load the prefix K/V blocks as whole [BLOCK_N, D] boxes through tensor descriptors (TMA on Hopper) instead of
+per-element pointers, whose address arithmetic is ~20% of the wide tile's instructions (Nsight Compute source
+counters, 2026-11-30). Keys past prefix_len in the last block are read and masked (scores -inf, V rows zeroed): the
+same result as the masked pointer loads. Caches a descriptor cannot cover (not row-contiguous, boxes over 256) keep the
+pointers. True / False: always / never; None (the default): on CUDA when the head dim is at most
+TMA_AUTO_MAX_HEAD_DIM (the CPU interpreter keeps the pointers unless the switch says True).
+Measured in CUDA-graph step replays (H200, 2026-12-01, bench/bench_step_variants.py patch `attn_tma`, two rounds each,
+bench/results/step_variants_2026-12-01_0bfafc6_*.json): Llama-3.2-1B (D 64) rows 1 0.979 -> 0.962 ms, rows 16 1.099
+-> 1.100; Llama-3-8B (D 128, the target's path) rows 1 / 8 / 16 4.256 / 4.378 / 4.520 -> 4.301 / 4.452 / 4.586."""
+TMA_AUTO_MAX_HEAD_DIM = 64
+"""TMA_PREFIX None: the largest head dim whose launches take the descriptors."""
+
+
+def use_tma_prefix(head_dim: int, device: torch.device) -> bool:
+    """Whether a launch at `head_dim` on `device` loads its prefix through descriptors (TMA_PREFIX; None: CUDA and
+    a head dim of at most TMA_AUTO_MAX_HEAD_DIM)."""
+    if TMA_PREFIX is None:
+        return device.type == "cuda" and head_dim <= TMA_AUTO_MAX_HEAD_DIM
+    if not isinstance(TMA_PREFIX, bool):
+        raise ValueError(f"kernels.tree_attention.TMA_PREFIX: expected True, False or None, got {TMA_PREFIX!r}")
+    return TMA_PREFIX
+
+
 WIDE_WARPS: int | None = None
 """Warps of the wide tile's programs (None: 8). An experiment switch (bench/bench_step_variants.py `attn_w16`): Nsight
 Compute reads the 8-warp program as instruction-latency-bound (2 warps per scheduler, ~10 cycles per instruction);
@@ -416,7 +434,7 @@ def _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, rope, *, num
 
     upcast = q.device.type == "cpu"  # the interpreter computes bf16 wrongly: upcast right after loads
     grid = (m_blocks, hkv, splits)
-    descs = _prefix_descriptors(k_cache, v_cache, bn) if TMA_PREFIX else None
+    descs = _prefix_descriptors(k_cache, v_cache, bn) if use_tma_prefix(d, q.device) else None
     k_desc, v_desc = descs if descs is not None else (k_cache, v_cache)  # unused without TMA (pruned)
     _tree_attention_kernel[grid](
         q, k_cache, v_cache, k_desc, v_desc, out, mask, prefix_len, ws_acc, ws_m, ws_l, counter, pos, freq, slots,

@@ -112,3 +112,35 @@ def test_many_row_tree_attention_matches_the_reference_on_gpu(monkeypatch, prefi
     torch.cuda.synchronize()
     err = (got.float() - want).abs().max().item()
     assert err <= 2e-2, f"max |diff| vs reference {err:.3g}"
+
+
+@pytest.mark.parametrize("t,d", [(1, 64), (16, 64), (32, 64), (1, 128), (8, 128)])
+@pytest.mark.parametrize("prefix", [0, 77, 1280, CAP - 256])
+def test_tma_prefix_gives_the_pointer_loads_bits_on_gpu(monkeypatch, prefix, t, d):
+    """kernels.tree_attention.TMA_PREFIX (the default at head dim 64 on CUDA since 2026-12-01): the prefix through
+    tensor descriptors gives the pointer loads' output bits on the device, for the fused RoPE attention of a
+    single-token step and the plain one of a tree step, with stale non-finite rows past the tree region."""
+    import importlib
+
+    ta = importlib.import_module("kernels.tree_attention")
+    g = torch.Generator().manual_seed(prefix + 7 * t + d)
+    tree_len = 256
+    q = torch.randn(t, HQ, d, generator=g).to("cuda", torch.bfloat16)
+    k = torch.randn(CAP, HKV, d, generator=g).to("cuda", torch.bfloat16)
+    v = torch.randn(CAP, HKV, d, generator=g).to("cuda", torch.bfloat16)
+    k[prefix + tree_len:], v[prefix + tree_len:] = float("inf"), float("nan")  # rows a box may read past the region
+    parents = [-1] + [int(torch.randint(0, i, (1,), generator=g)) for i in range(1, t)]
+    mask = torch.zeros(t, tree_len, dtype=torch.bool)
+    mask[:, :t] = ancestor_mask(parents, t)
+    mask, scale = mask.cuda(), 1 / math.sqrt(d)
+    p = torch.tensor([prefix], device="cuda", dtype=torch.int32)
+    outs = []
+    for tma in (False, True):
+        monkeypatch.setattr(ta, "TMA_PREFIX", tma)
+        assert ta.use_tma_prefix(d, q.device) is tma
+        outs.append(tree_attention(q, k, v, p, mask, scale, prefix_ready=True))
+    torch.cuda.synchronize()
+    assert torch.isfinite(outs[0].float()).all()
+    assert torch.equal(outs[1], outs[0]), f"max |diff| {(outs[1].float() - outs[0].float()).abs().max().item():.3g}"
+    want = tree_attention_ref(q, k, v, prefix, mask, scale).float()
+    assert (outs[1].float() - want).abs().max().item() <= 2e-2
