@@ -160,7 +160,7 @@ PATCHES: dict[str, tuple[str, object]] = {
     "attn_wide256": ("attention_wide_rows", 256),
     "attn_wide64": ("attention_wide_rows", 64),
     # the prefix K/V blocks through TMA tensor descriptors at every head dim, or never (tree_attention.TMA_PREFIX; by
-    # default since 2026-12-01 at head dims <= 64 only: the 1B's and SmolLM2's, not the 8B's)
+    # default since 2026-12-01 on one-token launches at head dims <= 64 only: the 1B's refill, not the 8B's steps)
     "attn_tma": ("attention_tma", True),
     "attn_pointers": ("attention_tma", False),
     # the prefetched K/V kept in flight across the PDL wait (kernels.tree_attention.PREFETCH_HOLD)

@@ -56,8 +56,9 @@ CONFIG_KEYS = ("block_n", "block_k", "split_k", "num_warps", "num_stages")
 # tiles tried there (narrower QKV / o / down / SwiGLU tiles: more programs per SM) were slower or equal. A plain
 # skinny_linear at this shape (not the partials the runtime's o projection takes) now adds a reduce launch.
 # (2048, 2048, 16), the 1B o projection (partials summed in the next norm, as the 8B's): split 2 over split 1, 1B
-# CUDA-graph steps at ctx 1024 rows 1 / 16 0.979 / 1.099 -> 0.966 / 1.090 ms in two rounds (H200, 2026-12-01,
-# bench/results/step_variants_2026-12-01_0bfafc6_*.json, patch do_s2; at 6549bdd, 16 rows only: 1.111 -> 1.112).
+# CUDA-graph steps at ctx 1024, two calls of two rounds each (H200, 2026-12-01, patches do_s2 / do_s1,
+# bench/results/step_variants_2026-12-01_{0bfafc6,3b27d6c}_*.json): rows 1 / 16 0.979 / 1.099 -> 0.966 / 1.090 ms;
+# rows 1 / 4 / 8 / 16 0.965 / 1.047 / 1.058 / 1.096 -> 0.962 / 1.036 / 1.050 / 1.092 (at 6549bdd, 16 rows: the same).
 # (N, K, 32), the 1B draft's 32-row expansion (kernels at 17-32 rows): the bucket-16 tiles, whose QKV needs no reduce
 # launch (the heuristic splits all three in two): -0.045 / -0.044 ms per 32-row 1B CUDA-graph step at ctx 1280 / 640
 # (H200, 2026-11-30, bench/results/step_variants_2026-11-30_2cb6088_1b_ctx{1280,640}.json, patch m32_as16).

@@ -129,20 +129,25 @@ TMA_PREFIX: bool | None = None
 per-element pointers, whose address arithmetic is ~20% of the wide tile's instructions (Nsight Compute source
 counters, 2026-11-30). Keys past prefix_len in the last block are read and masked (scores -inf, V rows zeroed): the
 same result as the masked pointer loads. Caches a descriptor cannot cover (not row-contiguous, boxes over 256) keep the
-pointers. True / False: always / never; None (the default): on CUDA when the head dim is at most
-TMA_AUTO_MAX_HEAD_DIM (the CPU interpreter keeps the pointers unless the switch says True).
-Measured in CUDA-graph step replays (H200, 2026-12-01, bench/bench_step_variants.py patch `attn_tma`, two rounds each,
-bench/results/step_variants_2026-12-01_0bfafc6_*.json): Llama-3.2-1B (D 64) rows 1 0.979 -> 0.962 ms, rows 16 1.099
--> 1.100; Llama-3-8B (D 128, the target's path) rows 1 / 8 / 16 4.256 / 4.378 / 4.520 -> 4.301 / 4.452 / 4.586."""
+pointers. True / False: always / never; None (the default): on CUDA, for launches of at most TMA_AUTO_MAX_TOKENS tokens
+at head dims of at most TMA_AUTO_MAX_HEAD_DIM: the 1B draft's one-row refill, not the 8B target's steps (the CPU
+interpreter keeps the pointers unless the switch says True). CUDA-graph step replays, H200, 2026-12-01, ctx 1024, two
+rounds each with the same medians (bench/bench_step_variants.py patches `attn_tma` / `attn_pointers`,
+bench/results/step_variants_2026-12-01_{0bfafc6,3b27d6c}_*.json): Llama-3.2-1B (D 64) rows 1 0.979 -> 0.962 ms (o
+projection at split 1, first call) and 0.968 -> 0.962 (split 2, second call; another host), rows 4 / 8 / 16 / 32
+1.037 / 1.048 / 1.091 / 1.227 -> 1.036 / 1.050 / 1.092 / 1.230 (second call); Llama-3-8B (D 128, the target's path)
+rows 1 / 8 / 16 4.256 / 4.378 / 4.520 -> 4.301 / 4.452 / 4.586 (first call)."""
 TMA_AUTO_MAX_HEAD_DIM = 64
 """TMA_PREFIX None: the largest head dim whose launches take the descriptors."""
+TMA_AUTO_MAX_TOKENS = 1
+"""TMA_PREFIX None: the most tokens (query rows before GQA) a launch taking the descriptors has."""
 
 
-def use_tma_prefix(head_dim: int, device: torch.device) -> bool:
-    """Whether a launch at `head_dim` on `device` loads its prefix through descriptors (TMA_PREFIX; None: CUDA and
-    a head dim of at most TMA_AUTO_MAX_HEAD_DIM)."""
+def use_tma_prefix(head_dim: int, tokens: int, device: torch.device) -> bool:
+    """Whether a launch of `tokens` tokens at `head_dim` on `device` loads its prefix through descriptors (TMA_PREFIX;
+    None: CUDA, at most TMA_AUTO_MAX_TOKENS tokens and a head dim of at most TMA_AUTO_MAX_HEAD_DIM)."""
     if TMA_PREFIX is None:
-        return device.type == "cuda" and head_dim <= TMA_AUTO_MAX_HEAD_DIM
+        return device.type == "cuda" and head_dim <= TMA_AUTO_MAX_HEAD_DIM and tokens <= TMA_AUTO_MAX_TOKENS
     if not isinstance(TMA_PREFIX, bool):
         raise ValueError(f"kernels.tree_attention.TMA_PREFIX: expected True, False or None, got {TMA_PREFIX!r}")
     return TMA_PREFIX
@@ -434,7 +439,7 @@ def _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, rope, *, num
 
     upcast = q.device.type == "cpu"  # the interpreter computes bf16 wrongly: upcast right after loads
     grid = (m_blocks, hkv, splits)
-    descs = _prefix_descriptors(k_cache, v_cache, bn) if use_tma_prefix(d, q.device) else None
+    descs = _prefix_descriptors(k_cache, v_cache, bn) if use_tma_prefix(d, t, q.device) else None
     k_desc, v_desc = descs if descs is not None else (k_cache, v_cache)  # unused without TMA (pruned)
     _tree_attention_kernel[grid](
         q, k_cache, v_cache, k_desc, v_desc, out, mask, prefix_len, ws_acc, ws_m, ws_l, counter, pos, freq, slots,

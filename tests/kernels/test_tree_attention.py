@@ -448,19 +448,21 @@ def test_row_block_switch_is_checked_and_gives_the_same_result(monkeypatch):
             ta.attention_tile(64, 64, 2, True)
 
 
-def test_tma_prefix_default_by_head_dim_and_device(monkeypatch):
-    """TMA_PREFIX None (the default): descriptors on CUDA at head dims <= TMA_AUTO_MAX_HEAD_DIM only (the 1B draft's
-    64, not the 8B's 128), never under the CPU interpreter; True / False force it; anything else is refused."""
+def test_tma_prefix_default_by_head_dim_tokens_and_device(monkeypatch):
+    """TMA_PREFIX None (the default): descriptors on CUDA for single-token launches at head dims <=
+    TMA_AUTO_MAX_HEAD_DIM only (the 1B draft's one-row refill, not its tree steps nor the 8B's D 128), never under the
+    CPU interpreter; True / False force it; anything else is refused."""
     import importlib
 
     ta = importlib.import_module("kernels.tree_attention")
     cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
-    assert ta.TMA_PREFIX is None and ta.TMA_AUTO_MAX_HEAD_DIM == 64
-    assert [ta.use_tma_prefix(d, cuda) for d in (32, 64, 128)] == [True, True, False]
-    assert not ta.use_tma_prefix(64, cpu)
+    assert ta.TMA_PREFIX is None and ta.TMA_AUTO_MAX_HEAD_DIM == 64 and ta.TMA_AUTO_MAX_TOKENS == 1
+    assert [ta.use_tma_prefix(d, 1, cuda) for d in (32, 64, 128)] == [True, True, False]
+    assert not ta.use_tma_prefix(64, 2, cuda) and not ta.use_tma_prefix(64, 16, cuda)
+    assert not ta.use_tma_prefix(64, 1, cpu)
     for forced in (True, False):
         monkeypatch.setattr(ta, "TMA_PREFIX", forced)
-        assert ta.use_tma_prefix(128, cuda) is forced and ta.use_tma_prefix(64, cpu) is forced
+        assert ta.use_tma_prefix(128, 16, cuda) is forced and ta.use_tma_prefix(64, 1, cpu) is forced
     monkeypatch.setattr(ta, "TMA_PREFIX", 1)
     with pytest.raises(ValueError, match="kernels.tree_attention.TMA_PREFIX: expected True, False or None"):
-        ta.use_tma_prefix(64, cuda)
+        ta.use_tma_prefix(64, 1, cuda)
