@@ -101,16 +101,22 @@ LIMITS = """\
 - The profile and its runtime block are fb00b9b's: operator traces of that commit, whose whole steps are built as the
   Engine builds them (`runtime.model.role_kernels`: the 8B verify with `kernels.target_qkv_rope`, the 1B expansion
   with the fused RoPE attention and head, at w 1 / 4 / 8 / 16 / 32 over the runtime's 256-slot tree region), and the
-  runtime block fitted on the five configurations of item 5 from the fb00b9b call's runs. This table is of the 72bd305
-  call's runs (the first with `parallel.gc=freeze` and the 32-row `async_bs8_w32_d3`), another call on another host:
-  every row is unseen by the fit (2.1% median / 2.1% mean / 4.4% max tokens/s). On the c52c1c3 call's runs the same
-  profile gives 1.8% / 2.2% / 8.6% (bench/results/validation_2026-11-30_c52c1c3.json; the worst row there,
+  runtime block fitted on the five configurations of item 5 from the fb00b9b call's runs. This table is of the 0bfafc6
+  call's runs (2026-12-01: the 1B's 32-row step on the wide attention tile and tuned GEMM tiles, the step profiler
+  reaching the 1B steps at every context), another call: every row is unseen by the fit (1.4% median / 1.8% mean /
+  7.3% max tokens/s; the worst rows are the TP-2 autoregressive ones, 6-7% optimistic). On the 72bd305 call's runs
+  (the first with `parallel.gc=freeze`) the same profile gives 2.1% / 2.1% / 4.4%
+  (bench/results/validation_2026-11-30_72bd305.json), on the c52c1c3 call's 1.8% / 2.2% / 8.6%
+  (bench/results/validation_2026-11-30_c52c1c3.json; the worst row there,
   async_bs4_w8_d2 at 313.6 tok/s against 348.3 for its repeat, held a 78 ms verify: a full garbage collection, which
   `parallel.gc=freeze` keeps out of the decode loop since 5ba2b30), and on its own call's 24 held-out runs 2.4% / 3.6%
   / 15.4% (bench/results/validation_2026-11-30_fb00b9b.json; repeats spread up to 14.6% there). A profile refitted on
-  the 72bd305 call (bench/results/profile_h200_2026-11-30_72bd305.json) gives 1.9% / 2.4% / 5.5% here
-  (bench/results/validation_refit_2026-11-30_72bd305.json), 0.8% / 1.4% / 10.5% on the c52c1c3 runs and 2.8% / 3.8% /
-  16.1% on the fb00b9b runs: no better across calls, so the fb00b9b profile stays. The c52c1c3 profile gave 5.0% /
+  the 0bfafc6 call (bench/results/profile_h200_2026-12-01_0bfafc6.json) gives 1.6% / 1.9% / 8.9% here
+  (bench/results/validation_refit_2026-12-01_0bfafc6.json), 1.9% / 2.2% / 5.1% on the 72bd305 runs, 1.9% / 2.7% / 9.0%
+  on the c52c1c3 runs and 2.1% / 3.3% / 14.4% on the fb00b9b runs; one refitted on the 72bd305 call
+  (bench/results/profile_h200_2026-11-30_72bd305.json) gave 1.9% / 2.4% / 5.5% on its own runs, 0.8% / 1.4% / 10.5%
+  on the c52c1c3 runs and 2.8% / 3.8% / 16.1% on the fb00b9b runs: neither is better across calls, so the fb00b9b
+  profile stays. The c52c1c3 profile gave 5.0% /
   5.7% / 18.5% on the fb00b9b runs (bench/results/profile_h200_2026-11-30_c52c1c3.json), and the 1bed0ab profile
   before them was 7.9% / 7.7% / 11.0% pessimistic on the c52c1c3 runs (its verify steps predate target_qkv_rope;
   bench/results/validation_kept1bed0ab_2026-11-30_c52c1c3.json).
@@ -125,18 +131,20 @@ LIMITS = """\
   (median / mean / max tokens/s, bench/results/validation_2026-11-30_2e1d982.json), 3-11% optimistic on the
   w 4 async and serial runs: the graph-replayed steps it timed got faster by more than the in-run expansions did
   (1.20-1.35 ms in the runs, with run-to-run host speed differences of up to 1.5x in the draft's host spans).
-- Expansions wider than 16 rows: the profile prices the 32-row 1B forward of async_bs8_w32_d3 at 1.30 ms where these
-  runs took 1.48 ms (16 rows: 1.23 ms, exact), and still lands within 2.2% on its tokens/s (at this workload's
-  512-token prompts w 32 ties the w 16 pick: 403.0 against 404.6 tok/s measured). The runs' host time per expansion
-  is ~0.15 ms at 32 rows as at 16 (in-run against replayed steps): the miss is device time. Its step model (operators
-  plus one constant) had no attention operator at 32 tokens, where the runtime's kernel fell off the wide tile (20.7
-  us per layer against 10.6 at 16 rows, ctx 1280), and the GEMMs took untuned tiles: since 800833c the runtime avoids
-  both (the 32-row step 1.368 -> 1.233 ms, bench/results/step_variants_2026-12-01_800833c_wide.json) and
-  `bench/profile_ops.py` times attention at 32 tokens; not yet recalibrated. At workload a (1K-token prompts) the
-  profile ranks bs 8 d 3 at w 32 above w 16 (417.1 against 408.3 tok/s simulated) where the runtime measured w 32
-  1-7% below (394.4 / 371.2 against 398.4 / 397.0, interleaved, git 800833c,
+- Expansions wider than 16 rows: on the 72bd305 runs the profile priced the 32-row 1B forward of async_bs8_w32_d3 at
+  1.30 ms where the runs took 1.48 ms (16 rows: 1.23 ms, exact); the runs' host time per expansion was ~0.15 ms at 32
+  rows as at 16 (in-run against replayed steps), so the miss was device time: the runtime's attention fell off the
+  wide tile at 32 tokens (20.7 us per layer against 10.6 at 16 rows, ctx 1280) and its GEMMs took untuned tiles.
+  Since 800833c the runtime avoids both (the 32-row step 1.368 -> 1.233 ms,
+  bench/results/step_variants_2026-12-01_800833c_wide.json), and on the 0bfafc6 runs the 32-row forward takes
+  1.36-1.37 ms: the profile's 1.30 ms is 4-5% short, and async_bs8_w32_d3's tokens/s within 2.2%. There w 32 is the
+  best measured configuration (407.0 tok/s over two repeats, the w 16 pick 396.1) and the simulator's pick among the
+  measured ones. The profile refitted on that call (which timed attention at 32 tokens) charges 9.4 us per real row
+  of an expansion (2.0 in the shipped one) and prices the 32-row forward at 1.49 ms, 9% high. At workload a (1K-token
+  prompts) both profiles rank bs 8 d 3 at w 32 above w 16 (shipped 417.1 against 408.3 tok/s, refit 414.0 against
+  409.0) where the runtime measured w 32 1-7% below (394.4 / 371.2 against 398.4 / 397.0, interleaved, git 800833c,
   bench/results/width_ab_2026-12-01_800833c.json; 8% below at d93df8d): its three expansions no longer fit in the
-  verify. The autoconfig search stops at w 16 by default.
+  verify there. The autoconfig search stops at w 16 by default.
 - Since git 23cfdda a one-GPU target runs its projections through the skinny GEMMs with PDL launches
   (`kernels=graphs`). Since 68741c4 the operator profile times each GEMM with the kernel the runtime runs for
   that matrix, TP degree and row count (bench/runtime_kernels.py) and whole steps with the `kernels=graphs`
