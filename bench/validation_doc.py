@@ -142,9 +142,10 @@ LIMITS = """\
   measured ones. The profile refitted on that call (which timed attention at 32 tokens) charges 9.4 us per real row
   of an expansion (2.0 in the shipped one) and prices the 32-row forward at 1.49 ms, 9% high. At workload a (1K-token
   prompts) both profiles rank bs 8 d 3 at w 32 above w 16 (shipped 417.1 against 408.3 tok/s, refit 414.0 against
-  409.0) where the runtime measured w 32 1-7% below (394.4 / 371.2 against 398.4 / 397.0, interleaved, git 800833c,
-  bench/results/width_ab_2026-12-01_800833c.json; 8% below at d93df8d): its three expansions no longer fit in the
-  verify there. The autoconfig search stops at w 16 by default.
+  409.0). Measured there: w 32 1-7% below w 16 at 800833c (394.4 / 371.2 against 398.4 / 397.0, interleaved,
+  bench/results/width_ab_2026-12-01_800833c.json; 8% below at d93df8d), and 1.6% above at 56051f4 on another host
+  (415.8 against 409.1 and 385.6 for two runs of w 16, bench/results/runtime_shape_realistic_2026-12-01_56051f4_*.json):
+  the sign of the gap changes between hosts and calls. The autoconfig search stops at w 16 by default.
 - Since git 23cfdda a one-GPU target runs its projections through the skinny GEMMs with PDL launches
   (`kernels=graphs`). Since 68741c4 the operator profile times each GEMM with the kernel the runtime runs for
   that matrix, TP degree and row count (bench/runtime_kernels.py) and whole steps with the `kernels=graphs`
