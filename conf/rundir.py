@@ -25,6 +25,20 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
+ITERATIONS_FILE = "iterations.csv"
+ITERATION_COLUMNS = (
+    "request", "iteration", "start_s", "end_s", "verify_s", "expand_s", "reroot_s", "message_s",
+    "target_idle_s", "draft_idle_s", "accepted", "emitted", "hit", "ranks", "refills",
+)
+"""Columns of iterations.csv, one row per verify step, written by the runtime (runtime/metrics.py) and the simulator
+(simulator/records.py documents each cell as it records them; docs/CONTRACTS.md "Metrics contract"). `ranks`: the
+verified path's draft ranks, dot-joined: one per accepted token, then the bonus token's (-1: not a child in the draft
+tree, a miss); empty where it does not apply (autoregressive, simulated runs). The simulator's replay of the run
+(`acceptance.kind=replay`) follows them; the runtime's replay oracle does not read them. `refills`: the draft forwards
+the next proposal of the request waited for after this verify's re-root (the refill to bs nodes: every miss, and a hit
+whose subtree was smaller, e.g. a never-expanded leaf); 0: the subtree was ready; empty for autoregressive runs and a
+request's last verify. Run dirs before 2026-11-30's fourteenth session have no such column."""
+
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write `text` to `path` through a temporary file in the same folder and an atomic rename."""

@@ -16,10 +16,10 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from conf.rundir import atomic_write_text
+from conf.rundir import ITERATIONS_FILE, atomic_write_text
 from conf.trace import TRACE_FILE, read_traces
 from runtime.engine import iteration_rows
-from runtime.metrics import ITERATIONS_FILE, iterations_csv
+from runtime.metrics import iterations_csv
 from runtime.parallel import leader_ranks
 
 

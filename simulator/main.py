@@ -6,7 +6,7 @@ the metrics (metrics.py contract), and writes into `run_dir` (conf.rundir, atomi
 
     config.json        resolved config + meta (git SHA, seed, date, command, device "sim:<gpu>", oracle false)
     metrics.json/.csv  the metrics contract
-    iterations.csv     per-iteration breakdown (records.py ITERATION_COLUMNS)
+    iterations.csv     per-iteration breakdown (conf/rundir.py ITERATION_COLUMNS; records.py: its cells)
     traces.jsonl       conf.trace records: step.prefill / step.verify / step.expand / step.reroot (groups
                        target, draft) and msg.proposal / msg.verified (group link)   [trace.enabled]
     chrome_trace.json  the same as a Chrome / Perfetto trace                          [trace.chrome]
@@ -20,15 +20,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from conf.rundir import atomic_write_csv, atomic_write_json, run_meta, write_run
+from conf.rundir import ITERATIONS_FILE, atomic_write_csv, atomic_write_json, run_meta, write_run
 from conf.schema import ExperimentConfig
 from conf.trace import CHROME_FILE, TRACE_FILE, to_chrome_trace, write_traces
 from simulator.checks import draft_tp
 from simulator.metrics import metrics_of, summary_table
 from simulator.records import iteration_dicts, to_trace_records
 from simulator.simulation import Simulation, simulate
-
-ITERATIONS_FILE = "iterations.csv"
 
 
 def run_simulation(config: ExperimentConfig) -> tuple[Simulation, dict[str, Any]]:

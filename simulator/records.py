@@ -26,10 +26,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from conf.rundir import ITERATION_COLUMNS
 from conf.trace import TraceRecord
 
-ITERATION_COLUMNS = ("request", "iteration", "start_s", "end_s", "verify_s", "expand_s", "reroot_s", "message_s",
-                     "target_idle_s", "draft_idle_s", "accepted", "emitted", "hit", "ranks", "refills")
 (REQUEST, ITERATION, START, END, VERIFY, EXPAND, REROOT, MESSAGE, TARGET_IDLE, DRAFT_IDLE, ACCEPTED, EMITTED,
  HIT, REFILLS) = range(len(ITERATION_COLUMNS) - 1)
 """Row indices (a row holds no `ranks`: the runtime's verified draft ranks, written empty by the simulator)."""
