@@ -117,10 +117,9 @@ def test_many_row_tree_attention_matches_the_reference_on_gpu(monkeypatch, prefi
 @pytest.mark.parametrize("t,d", [(1, 64), (16, 64), (32, 64), (1, 128), (8, 128)])
 @pytest.mark.parametrize("prefix", [0, 77, 1280, CAP - 256])
 def test_tma_prefix_gives_the_pointer_loads_bits_on_gpu(monkeypatch, prefix, t, d):
-    """kernels.tree_attention.TMA_PREFIX (by default on CUDA for one-token launches at head dim 64 since 2026-12-01;
-    forced here at every shape): the prefix through
-    tensor descriptors gives the pointer loads' output bits on the device, for the fused RoPE attention of a
-    single-token step and the plain one of a tree step, with stale non-finite rows past the tree region."""
+    """kernels.tree_attention.TMA_PREFIX (by default on CUDA for one-token launches at head dims <= 64 since
+    2026-12-01; forced on and off here at every shape): the prefix through tensor descriptors gives the pointer loads'
+    output bits on the device, for one-token and tree launches, with stale non-finite rows past the tree region."""
     import importlib
 
     ta = importlib.import_module("kernels.tree_attention")
