@@ -21,8 +21,9 @@ class Cycle:
         self.me = self
 
 
-def gc_spans(timeline: Timeline) -> list[dict]:
-    return [json.loads(r.extra) for r in timeline.records() if r.name == "host.gc"]
+def gc_spans(records) -> list[dict]:
+    """The extra fields of the host.gc spans among trace records (a Timeline's, or a run's traces)."""
+    return [json.loads(r.extra) for r in records if r.name == "host.gc"]
 
 
 def test_freeze_moves_what_exists_out_of_the_collections_and_gives_it_back_on_exit():
@@ -38,11 +39,11 @@ def test_freeze_moves_what_exists_out_of_the_collections_and_gives_it_back_on_ex
         assert gc.get_freeze_count() >= frozen
         gc.collect()  # a full collection inside the block is recorded
     assert gc.get_freeze_count() == frozen_before
-    spans = gc_spans(timeline)
+    spans = gc_spans(timeline.records())
     assert [s["generation"] for s in spans] == [2, 2]
     assert spans[0]["collected"] >= 3  # the three cycles
     gc.collect()  # after the block: no hook, no record
-    assert len(gc_spans(timeline)) == 2
+    assert len(gc_spans(timeline.records())) == 2
 
 
 def test_default_leaves_the_collector_alone_and_still_records_its_pauses():
@@ -55,7 +56,7 @@ def test_default_leaves_the_collector_alone_and_still_records_its_pauses():
         Cycle()
         gc.collect(1)  # a younger generation's collection under min_s is not recorded; a full one always is
         gc.collect()
-    assert [s["generation"] for s in gc_spans(timeline)] == [2]
+    assert [s["generation"] for s in gc_spans(timeline.records())] == [2]
 
 
 def test_a_disabled_collector_is_not_frozen_or_collected():
@@ -86,7 +87,7 @@ def test_a_run_decodes_the_same_under_either_mode_and_unfreezes_after(mode):
     out = run(cfg, PROMPTS, eos=eos)  # one rank, in process: the policy applies to this interpreter
     assert out["outputs"] == expected
     assert gc.get_freeze_count() == frozen_before
-    spans = [json.loads(r.extra) for r in out["traces"] if r.name == "host.gc"]
+    spans = gc_spans(out["traces"])
     assert all(set(s) == {"generation", "collected", "uncollectable"} for s in spans)
     if mode == "freeze":  # the collection between two requests is inside the timed region: recorded
         assert sum(s["generation"] == 2 for s in spans) >= len(PROMPTS) - 1
