@@ -46,9 +46,10 @@ def sim_config(config: Any, profile: str | None, settings: dict[str, float], acc
 
 def with_oracle_ranks(run_dir: Path, config: Any, measured: dict[str, Any], out_dir: Path) -> Path | None:
     """A positional-oracle run recorded without iterations.csv `ranks`: its verifies with the draft ranks the
-    oracle drew, reconstructed from the run's seed (runtime.oracle.reconstruct_ranks), as a replay JSON
-    `out_dir/<run>.json`; None when the run has ranks, is not such a run, or its stream does not match."""
-    from runtime.oracle import reconstruct_ranks
+    oracle drew, reconstructed from the run's seed (runtime.oracle.reconstruct_ranks, with the multinomial draws
+    of those runs: the ranks column is older than the uniform draws), as a replay JSON `out_dir/<run>.json`; None
+    when the run has ranks, is not such a run, or its stream does not match."""
+    from runtime.oracle import MULTINOMIAL, reconstruct_ranks
     from simulator.acceptance import read_replay_csv
 
     if not measured.get("oracle") or config.acceptance.kind != "positional" or config.spec.mode == "autoregressive":
@@ -60,7 +61,7 @@ def with_oracle_ranks(run_dir: Path, config: Any, measured: dict[str, Any], out_
     for request in sorted({r["request"] for r in rows}):
         recorded = [(r["accepted"], bool(r["hit"])) for r in rows if r["request"] == request]
         try:
-            ranks = reconstruct_ranks(config.acceptance, config.workload.seed, request, recorded)
+            ranks = reconstruct_ranks(config.acceptance, config.workload.seed, request, recorded, MULTINOMIAL)
         except ValueError as e:
             print(f"[validate] {run_dir.name}: no ranks reconstructed ({e}); replaying accepted counts only")
             return None

@@ -22,11 +22,22 @@ a placeholder (its argmax); the next proposal's root token is the emitted token.
 
 Ranks within a proposal: the draft sends nodes best-first, so the children of a node appear in decreasing
 draft probability; the r-th child in the proposal is the draft's rank-r child.
+
+Draws (`DRAWS`): each rank is the inverse CDF of the depth's row (plus "none") at one float64 uniform of the
+request's stream, the uniforms taken from the generator `UNIFORM_BATCH` at a time, so a walk runs no torch op
+(two sides that walk the same proposals in the same order still read the same uniforms). The oracle stands in for
+the verdict a real run computes on the GPU, and both leaders walk it on their critical path (the target's verdict,
+the draft's re-root): until 2026-12-01 each rank was a `torch.multinomial` over a new tensor, ~34 us per rank and
+~100 us per walk on a 2-core CPU (~2.6 ranks per walk at the SmolLM2 table), i.e. host time in every
+shape-realistic speculative run that a real one does not spend. Runs recorded with those draws keep them
+(`reconstruct_ranks(..., draws="multinomial")`, `MULTINOMIAL`).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 
 import torch
@@ -34,6 +45,11 @@ import torch
 from conf.schema import AcceptanceConfig
 
 NO_RANK = -1  # the target's token is none of the draft's ranked children
+UNIFORM = "uniform"  # a rank per float64 uniform of the stream, inverted through the row's CDF (the default)
+MULTINOMIAL = "multinomial"  # a torch.multinomial per rank: runs recorded before 2026-12-01
+DRAWS = (UNIFORM, MULTINOMIAL)
+UNIFORM_BATCH = 256
+"""Uniforms taken from the generator per refill (one torch op per 256 ranks)."""
 
 
 @dataclass(frozen=True)
@@ -88,11 +104,18 @@ def _children(parents: tuple[int, ...] | list[int]) -> list[list[int]]:
 class AcceptanceOracle:
     """Seeded verify outcomes for one request (one per side; equal seeds give equal outcomes)."""
 
-    def __init__(self, cfg: AcceptanceConfig, generator: torch.Generator) -> None:
-        """`generator` is this request's oracle stream (the same seed on the draft and target side)."""
+    def __init__(self, cfg: AcceptanceConfig, generator: torch.Generator, draws: str = UNIFORM) -> None:
+        """`generator` is this request's oracle stream (the same seed on the draft and target side); `draws` how
+        a rank is drawn from it (module docstring: `uniform`, or `multinomial` as runs before 2026-12-01 drew)."""
+        if draws not in DRAWS:
+            raise ValueError(f"AcceptanceOracle: draws must be one of {', '.join(DRAWS)}, got {draws!r}")
         self.kind = cfg.kind
         self.generator = generator
+        self.draws = draws
         self.table = load_positional(cfg) if cfg.kind == "positional" else []
+        # per depth row: the cumulative probabilities of its ranks; a uniform at or past the last is "none"
+        self._cdf = [list(accumulate(row)) for row in self.table]
+        self._uniforms: list[float] = []
         self.replay = load_replay(cfg.file) if cfg.kind == "replay" else []
         self._step = 0
 
@@ -115,19 +138,27 @@ class AcceptanceOracle:
             path.append(kids[node][rank])
 
     def _draw_rank(self, depth: int) -> int:
-        row = self.table[min(depth, len(self.table) - 1)]
-        probs = torch.tensor(row + [max(0.0, 1.0 - sum(row))], dtype=torch.float64)
-        r = int(torch.multinomial(probs, 1, generator=self.generator))
-        return NO_RANK if r == len(row) else r
+        d = min(depth, len(self.table) - 1)
+        if self.draws == MULTINOMIAL:
+            row = self.table[d]
+            probs = torch.tensor(row + [max(0.0, 1.0 - sum(row))], dtype=torch.float64)
+            r = int(torch.multinomial(probs, 1, generator=self.generator))
+            return NO_RANK if r == len(row) else r
+        if not self._uniforms:  # consumed from the end: reverse so that the stream is read in order
+            self._uniforms = torch.rand(UNIFORM_BATCH, dtype=torch.float64, generator=self.generator).tolist()[::-1]
+        cdf = self._cdf[d]
+        r = bisect_right(cdf, self._uniforms.pop())  # the first rank whose cumulative probability exceeds u
+        return NO_RANK if r == len(cdf) else r
 
 
-def reconstruct_ranks(cfg: AcceptanceConfig, seed: int, request: int, verifies: list[tuple[int, bool | None]]
-                      ) -> list[list[int]]:
+def reconstruct_ranks(cfg: AcceptanceConfig, seed: int, request: int, verifies: list[tuple[int, bool | None]],
+                      draws: str = UNIFORM) -> list[list[int]]:
     """The draft ranks a positional oracle drew for one request's verifies, from its seed alone: a verify
     with `accepted` tokens consumed exactly accepted + 1 draws (one per accepted depth, then the rank that
     was not proposed), so replaying the stream in order recovers every rank. The bonus is -1 unless the run
     recorded a hit. Raises ValueError if the stream contradicts the record (an accepted depth drawing "none",
-    or a hit without a rank): a different seed, table or torch generator than the run's.
+    or a hit without a rank): a different seed, table, torch generator or `draws` than the run's (every run
+    without a ranks column drew with `multinomial`).
 
     For runs recorded before iterations.csv had its `ranks` column (runtime/metrics.py ITERATION_COLUMNS).
     """
@@ -135,7 +166,7 @@ def reconstruct_ranks(cfg: AcceptanceConfig, seed: int, request: int, verifies: 
 
     if cfg.kind != "positional":
         raise ValueError(f"acceptance.kind={cfg.kind}: only a positional oracle's draws can be reconstructed")
-    oracle = AcceptanceOracle(cfg, request_generator(seed, request, "oracle", "cpu"))
+    oracle = AcceptanceOracle(cfg, request_generator(seed, request, "oracle", "cpu"), draws)
     out = []
     for i, (accepted, hit) in enumerate(verifies):
         ranks = [oracle._draw_rank(depth) for depth in range(accepted + 1)]

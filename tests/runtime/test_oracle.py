@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conf.schema import AcceptanceConfig
-from runtime.oracle import NO_RANK, AcceptanceOracle, load_positional, resolve_bonus
+from runtime.oracle import MULTINOMIAL, NO_RANK, UNIFORM_BATCH, AcceptanceOracle, load_positional, resolve_bonus
 
 CHAIN = [-1, 0, 1, 2, 3]  # root + 4 drafted tokens in a chain
 
@@ -32,6 +32,34 @@ def test_positional_chain_statistics():
     assert abs(stopped.count(1) / len(stopped) - 0.5) < 0.015
     assert set(stopped) == {1, NO_RANK}
     assert all(o.path == tuple(range(len(o.path))) for o in outcomes)
+
+
+def test_uniform_draws_take_one_torch_op_per_batch(monkeypatch):
+    """The default draws read float64 uniforms UNIFORM_BATCH at a time and invert the row's CDF in Python: no
+    torch.multinomial, one torch.rand per batch, and the stream is read in order (a fresh oracle on the same seed
+    that draws the batch itself sees the same uniforms)."""
+    calls = []
+    real_rand = torch.rand
+    monkeypatch.setattr(torch, "multinomial", lambda *a, **k: pytest.fail("a multinomial per rank"))
+    monkeypatch.setattr(torch, "rand", lambda *a, **k: calls.append(a) or real_rand(*a, **k))
+    oracle = _oracle(3, positional=[[0.6, 0.2]])
+    draws = sum(len(oracle.walk(CHAIN).path) for _ in range(1000))  # accepted + 1 ranks per walk
+    assert len(calls) == -(-draws // UNIFORM_BATCH) and calls[0] == (UNIFORM_BATCH,)
+    u = real_rand(UNIFORM_BATCH, dtype=torch.float64, generator=torch.Generator().manual_seed(3)).tolist()
+    fresh = _oracle(3, positional=[[0.6, 0.2]])
+    assert [fresh._draw_rank(0) for _ in range(UNIFORM_BATCH)] == [0 if x < 0.6 else 1 if x < 0.8 else NO_RANK
+                                                                     for x in u]
+
+
+def test_multinomial_draws_follow_the_table_too():
+    """draws="multinomial" (runs recorded before 2026-12-01) samples the same model: accept the first of a chain
+    w.p. 0.6 (n = 4000: standard error 0.008, tolerance > 4 sigma). An unknown `draws` names the argument."""
+    oracle = AcceptanceOracle(AcceptanceConfig(positional=[[0.6, 0.2]]), torch.Generator().manual_seed(1),
+                              MULTINOMIAL)
+    first = [len(oracle.walk(CHAIN).path) > 1 for _ in range(4000)]
+    assert abs(sum(first) / 4000 - 0.6) < 0.035
+    with pytest.raises(ValueError, match="draws must be one of uniform, multinomial"):
+        AcceptanceOracle(AcceptanceConfig(positional=[[0.6]]), torch.Generator(), "cdf")
 
 
 def test_ranks_pick_siblings_and_depth_rows():
