@@ -62,11 +62,17 @@ ROW_METRICS = ("tokens_per_s", "time_per_output_token_s", "mean_accept_len", "it
 
 @dataclass(frozen=True)
 class ModeJob:
-    """One of our modes: its measured configuration and its (shorter) warm-up configuration."""
+    """One of our modes: its measured configuration, its (shorter) warm-up configuration, and the configuration of
+    each measured repeat after the first where they differ (`oracle_seeds=per_repeat`: the oracle's seed)."""
 
     name: str
     cfg: Any  # ExperimentConfig
     warmup_cfg: Any
+    repeat_cfgs: tuple[Any, ...] = ()
+
+    def repeat_cfg(self, k: int) -> Any:
+        """The configuration measured repeat `k` decodes with."""
+        return self.repeat_cfgs[k - 1] if 0 < k <= len(self.repeat_cfgs) else self.cfg
 
 
 # ---- configs and prompts ---------------------------------------------------------------------------------
@@ -99,12 +105,17 @@ def mode_jobs(bc: BenchRuntimeConfig, base: list[str]) -> tuple[list[ModeJob], d
     Spec group defaults apply: chain gamma 4, trees bs 8 w 8 d auto (overridable per workload).
     """
     warm = min(bc.warmup_new_tokens, bc.selected.max_new_tokens)
+    per_repeat = bc.selected.oracle and bc.oracle_seeds == "per_repeat"
     jobs, errors = [], {}
     for m in bc.modes:
         try:
+            # the prompts come from bc.seed (make_prompts); a later repeat's seed only changes the oracle's stream
+            reseeded = tuple(compose_experiment([*base, f"spec={m}", f"run_name=bench_{m}",
+                                                 f"workload.seed={bc.seed + k}"])
+                             for k in range(1, bc.repeats)) if per_repeat and m != "autoregressive" else ()
             jobs.append(ModeJob(m, compose_experiment([*base, f"spec={m}", f"run_name=bench_{m}"]),
                                 compose_experiment([*base, f"spec={m}", f"run_name=bench_{m}_warmup",
-                                                    f"workload.max_new_tokens={warm}"])))
+                                                    f"workload.max_new_tokens={warm}"]), reseeded))
         except Exception as exc:  # validation names the field; the other modes still run
             errors[m] = {"error": f"invalid configuration: {exc}"}
     return jobs, errors
@@ -182,12 +193,13 @@ def run_modes(ctx: Any, cfg: Any, *, jobs: list[ModeJob], prompts: list[list[int
             break
         for _ in range(warmup_runs):
             decode(ctx, job.warmup_cfg, prompts, eos_token_id)
-        reps = [decode(ctx, job.cfg, prompts, eos_token_id) for _ in range(repeats)]
+        reps = [decode(ctx, job.repeat_cfg(k), prompts, eos_token_id) for k in range(repeats)]
         if ctx.rank == 0:
             for k, rep in enumerate(reps):
-                meta = run_meta(job.cfg.seed, f"bench/bench_runtime.py ({job.name} repeat {k})", rep["metrics"]["gpu"],
-                                source="runtime", oracle=bool(job.cfg.spec.oracle))
-                write_run_dir(Path(out_dir) / f"{job.name}__r{k}", job.cfg, meta, rep["metrics"], rep["iterations"],
+                cfg_k = job.repeat_cfg(k)
+                meta = run_meta(cfg_k.seed, f"bench/bench_runtime.py ({job.name} repeat {k})", rep["metrics"]["gpu"],
+                                source="runtime", oracle=bool(cfg_k.spec.oracle))
+                write_run_dir(Path(out_dir) / f"{job.name}__r{k}", cfg_k, meta, rep["metrics"], rep["iterations"],
                               rep["traces"])
             atomic_write_json(Path(out_dir) / f"{job.name}.json",
                               {"repeats": [{**r["metrics"], "outputs": r["outputs"]} for r in reps]})
@@ -260,6 +272,7 @@ def make_row(system: str, mode: str, raw: dict[str, Any], *, gpus: int, tp: int,
     for key in ROW_METRICS:
         row[key] = _median([r.get(key) for r in reps])
     row["tokens_per_s_repeats"] = [r.get("tokens_per_s") for r in reps]
+    row["accept_len_repeats"] = [r.get("mean_accept_len") for r in reps]
     row["per_forward_s"] = row["verify_time_s"]
     row["byte_floor"] = floor
     row["byte_floor_s"] = floor["floor_s"]
@@ -350,7 +363,10 @@ def doc_section(result: dict[str, Any]) -> str:
         f"## {result['workload']}: {result['date']} (git {result['git_sha'][:12]}, {result['device']})", "",
         f"{wl['description']}. {len(result['prompt_tokens'])} prompt(s) of {result['prompt_tokens']} tokens, "
         f"{wl['max_new_tokens']} new tokens, {result['config']['repeats']} measured repeats (medians) after "
-        f"{result['config']['warmup_runs']} warm-up run(s); results `{result['json']}`.", "",
+        f"{result['config']['warmup_runs']} warm-up run(s)"
+        + ("; the oracle's seed is workload.seed + k in repeat k" if wl.get("oracle")
+           and result["config"].get("oracle_seeds") == "per_repeat" else "")
+        + f"; results `{result['json']}`.", "",
         result["table"], "", *[f"- {n}" for n in result["notes"]], ""])
 
 

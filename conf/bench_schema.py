@@ -110,6 +110,11 @@ class BenchRuntimeConfig(_Frozen):
     """Markdown file a dated results section is appended to; None = none."""
     seed: int = 0
     """Seed of random prompts (workload.seed of our runs)."""
+    oracle_seeds: str = "per_repeat"
+    """Oracle workloads: per_repeat: measured repeat k of a mode decodes with workload.seed = seed + k (the prompts
+    stay those of `seed`), so the repeats draw k different acceptance streams and their median is not one
+    stream's luck; fixed: every repeat draws the stream of `seed` (all runs before 2026-12-01: one prompt of 512
+    tokens is ~200 verifies, whose mean accepted length varies by ~4% between streams, in each mode alike)."""
 
     def validate(self) -> None:
         """Check the workload name, the modes and the measurement settings."""
@@ -127,6 +132,8 @@ class BenchRuntimeConfig(_Frozen):
         _require(self.gpu in GPU_PRESETS, "gpu", f"unknown GPU preset {self.gpu!r}; allowed: {sorted(GPU_PRESETS)}")
         _require(self.timeout_s > 0, "timeout_s", f"must be > 0, got {self.timeout_s}")
         _require(self.budget_s > 0, "budget_s", f"must be > 0, got {self.budget_s}")
+        _require(self.oracle_seeds in ("per_repeat", "fixed"), "oracle_seeds",
+                 f"{self.oracle_seeds!r} is not one of per_repeat, fixed")
 
     @property
     def selected(self) -> BenchWorkloadConfig:

@@ -241,3 +241,25 @@ def test_every_preset_composes_our_four_modes_and_the_deepspeed_split(preset):
     if preset == "shape_realistic":
         assert (jobs[0].cfg.model.target.preset, jobs[0].cfg.model.draft.preset) == ("llama3-8b", "llama3.2-1b")
         assert jobs[0].cfg.workload.prompt_tokens == 1024 and "hf_assisted" not in wl.peers
+
+
+def test_oracle_repeats_draw_their_own_streams():
+    """oracle_seeds=per_repeat (the default): in an oracle workload, measured repeat k of a speculative mode decodes
+    with workload.seed + k, the rest of its configuration unchanged (the prompts come from bc.seed); the
+    autoregressive mode never draws and keeps one configuration; fixed, or a workload without the oracle, keeps
+    one stream. A bad value names the field."""
+    bc = bench_cfg(["preset=shape_realistic", "repeats=3", "seed=5"])
+    jobs, _ = B.mode_jobs(bc, B.base_overrides(bc, bc.selected, "cpu"))
+    for job in jobs:
+        seeds = [job.repeat_cfg(k).workload.seed for k in range(3)]
+        assert seeds == ([5, 5, 5] if job.name == "autoregressive" else [5, 6, 7])
+        for k in range(3):
+            a, b = job.repeat_cfg(k), job.cfg
+            assert (a.spec, a.model, a.kernels, a.workload.max_new_tokens) == (b.spec, b.model, b.kernels,
+                                                                               b.workload.max_new_tokens)
+    for overrides in (["oracle_seeds=fixed"], ["preset=real_pair"]):
+        bc = bench_cfg(["repeats=3", "seed=5", *overrides])
+        jobs, _ = B.mode_jobs(bc, B.base_overrides(bc, bc.selected, "cpu"))
+        assert all(job.repeat_cfg(k).workload.seed == 5 for job in jobs for k in range(3))
+    with pytest.raises(ValueError, match="oracle_seeds: 'each' is not one of per_repeat, fixed"):
+        bench_cfg(["oracle_seeds=each"])
