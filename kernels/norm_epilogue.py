@@ -91,11 +91,12 @@ def _skinny_residual_kernel(
     pid_s = tl.program_id(1)  # K split
     rm = tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
     m_ok = rm < M
     n_ok = rn < N
     k_lo = pid_s * K_CHUNK
     k_hi = tl.minimum(k_lo + K_CHUNK, K)
-    acc = skinny_tile(X, W, rm, rn, m_ok, n_ok, k_lo, k_hi, K, stride_xm, stride_wn,
+    acc = skinny_tile(X, W, rm, rn, rk, m_ok, n_ok, k_lo, k_hi, K, stride_xm, stride_wn,
                       X, X, 0, 0, 0.0,  # no NORM_IN: the o / down inputs are no residual
                       BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, UPCAST, DOT_PRECISION, False, 1)
     if SPLIT_K == 1:

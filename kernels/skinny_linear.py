@@ -80,17 +80,17 @@ _sm_counts: dict[int, int] = {}
 
 @triton.jit
 def skinny_tile(
-    X, W, rm, rn, m_ok, n_ok, k_lo, k_hi, K, stride_xm, stride_wn,
+    X, W, rm, rn, rk, m_ok, n_ok, k_lo, k_hi, K, stride_xm, stride_wn,
     SumSq, NormW, num_tiles, stride_sq, eps,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
     UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, NORM_IN: tl.constexpr, BLOCK_T: tl.constexpr,
 ):
-    """The float32 [BLOCK_M, BLOCK_N] product of x rows `rm` and w rows `rn` over K range [k_lo, k_hi).
+    """The float32 [BLOCK_M, BLOCK_N] product of x rows `rm` and w rows `rn` over K range [k_lo, k_hi) (rk: arange
+    of BLOCK_K).
 
     NORM_IN: x is the residual h and each x tile is normed right before its dot (``kernels.norm.norm_scale``, rstd
     from the producer's per-tile sums of squares, ``kernels.norm_epilogue``); off, none of that is generated.
     """
-    rk = tl.arange(0, BLOCK_K)
     if NORM_IN:  # rstd is per row, over all of K: independent of this program's K split
         rstd = rstd_from_sumsq(SumSq, rm, m_ok, num_tiles, stride_sq, K, eps, BLOCK_T)
         g_ptrs = NormW + k_lo + rk
@@ -135,11 +135,12 @@ def _skinny_kernel(
     pid_s = tl.program_id(1)  # K split
     rm = tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
     m_ok = rm < M
     n_ok = rn < N
     k_lo = pid_s * K_CHUNK
     k_hi = tl.minimum(k_lo + K_CHUNK, K)
-    acc = skinny_tile(X, W, rm, rn, m_ok, n_ok, k_lo, k_hi, K, stride_xm, stride_wn,
+    acc = skinny_tile(X, W, rm, rn, rk, m_ok, n_ok, k_lo, k_hi, K, stride_xm, stride_wn,
                       SumSq, NormW, num_tiles, stride_sq, eps,
                       BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, UPCAST, DOT_PRECISION, NORM_IN, BLOCK_T)
     out_ptrs = Out + pid_s * stride_os + rm[:, None] * stride_om + rn[None, :]
