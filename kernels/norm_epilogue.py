@@ -24,7 +24,8 @@ The consumer (QKV, SwiGLU, LM head: ``NORM_IN`` on ``_skinny_kernel``, ``_swiglu
 program sums sumsq over the T tiles once (``kernels.norm.rstd_from_sumsq``: chunks of up to 128 tiles, tl.sum over
 the tile axis, a fixed order), rstd[m] = 1 / sqrt(sum / K + eps), and forms each x tile in its K loop right before
 tl.dot as round_dt(h * rstd * norm_weight) (``kernels.norm.norm_scale``, the norm kernel's (h * rstd) * w order).
-Its weights stream exactly as without the switch; with it off the kernels are unchanged (constexpr-guarded).
+Its weights stream exactly as without the switch; with it off the kernels are unchanged (constexpr-guarded: the
+plain kernels' sm_90 PTX at 8B tiles is instruction for instruction the one from before, offline compile, 2026-12-01).
 Unlike the failed prologue experiment (``kernels.norm_gemm``: every consuming program re-read every partial and
 redid the row's norm, 1.5x slower) no program here recomputes a whole row: the producer's last program per tile
 touches its own tile's S partials once, and the consumer reads T * M floats of sums (T = cdiv(N, BLOCK_N): 128 for

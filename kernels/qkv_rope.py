@@ -70,6 +70,8 @@ of the writers, unspecified which. ``q_out`` must not overlap x, w_qkv or the ca
 of x). CUDA graphs: capturable; the launch configuration depends only on shapes (T, K, heads, D), positions
 and slots are read on device, nothing syncs with the host, and nothing is allocated when ``q_out`` is given.
 PDL: ``pdl_start(USE_PDL)`` is the first statement; launched with ``pdl_role``'s trigger ("gemm" by default).
+``norm_in=`` (constexpr NORM_IN; experiment switch ``runtime.model.NORM_EPILOGUE``, not yet measured on a GPU): x is a
+residual whose RMSNorm the K loop applies per x tile (``kernels.norm_epilogue``); off, the kernel is unchanged.
 """
 
 from __future__ import annotations

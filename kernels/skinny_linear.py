@@ -32,6 +32,9 @@ Configuration: ``CONFIGS[(N, K, m_bucket(M))]`` (filled from bench/bench_skinny.
 the heuristic in ``pick_config``; explicit keywords override both. Capturable in CUDA graphs: no host
 syncs, and nothing is allocated when ``out`` (and, for split_k > 1, ``workspace``) are given.
 On CPU it runs under TRITON_INTERPRET=1 with operands upcast to float32 right after the loads.
+``norm_in=`` (constexpr NORM_IN; experiment switch ``runtime.model.NORM_EPILOGUE``, not yet measured on a GPU): x is a
+residual whose RMSNorm the K loop applies per x tile (``kernels.norm_epilogue``). Off, the kernel is unchanged: its
+sm_90 PTX (8B o tile) is instruction for instruction the one from before (offline compile, 2026-12-01).
 """
 
 from __future__ import annotations
