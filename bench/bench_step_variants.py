@@ -172,6 +172,9 @@ PATCHES: dict[str, tuple[str, object]] = {
     "qkvrope_split1": ("qkv_rope_split", 1),  # one program per head: the default before fa74a6f
     # the norms of the o / down partials in the prologue of the next SwiGLU / QKV GEMM (runtime.model.NORM_PROLOGUE)
     "norm_prologue": ("norm_prologue", True),
+    # the norms split across the GEMM boundary: residual + sums of squares in the o / down epilogue, the scaling in the
+    # next SwiGLU / QKV / LM-head GEMM's K loop (runtime.model.NORM_EPILOGUE, kernels.norm_epilogue)
+    "norm_epilogue": ("norm_epilogue", True),
 }
 """Tile / placement experiments appended to a variant as `variant+patch+...`: they set the module-level tile
 choices while that variant's graphs are captured (what a capture records is what its replays run)."""
@@ -197,6 +200,7 @@ KNOBS: dict[str, tuple[object, str]] = {
     "attention_wide_rows": (tree_attention, "WIDE_MAX_ROWS"), "attention_hold": (tree_attention, "PREFETCH_HOLD"),
     "attention_tree_prefetch": (TritonAttention, "tree_prefix_ready"),
     "norm_prologue": (runtime_model, "NORM_PROLOGUE"), "qkv_rope_split": (qkv_rope, "PAIR_SPLIT"),
+    "norm_epilogue": (runtime_model, "NORM_EPILOGUE"),
 }
 """The module-level value each non-skinny patch kind sets (skinny patches set, or with None remove,
 skinny_linear.CONFIGS entries)."""
