@@ -11,8 +11,9 @@ is chosen to spread I over enough programs (BLOCK_I=64 -> 224 programs for I=143
 software pipeline over K. For M >= 128 a real GEMM (cuBLAS on a concatenated gate_up weight) wins;
 the paper sees the same loss at 70B (Table 8).
 
-``norm_in=`` (constexpr NORM_IN; experiment switch ``runtime.model.NORM_EPILOGUE``, not yet measured on a GPU): x is a
-residual whose RMSNorm the K loop applies per x tile (``kernels.norm_epilogue``); off, the kernel is unchanged.
+``norm_in=`` (constexpr NORM_IN; experiment switch ``runtime.model.NORM_EPILOGUE``, off: measured slower,
+kernels/norm_epilogue.py): x is a residual whose RMSNorm the K loop applies per x tile (``kernels.norm_epilogue``); off,
+the kernel is unchanged.
 """
 
 from __future__ import annotations

@@ -65,13 +65,13 @@ per SM: only 48 SMs stream weights, each 1 MB, and the ceiling holds only if one
 the H200; it has NOT been measured yet. (If it loses, the next step is split-K over K with a float32
 workspace and the RoPE epilogue in the reduce, or several programs per head.)
 
-``write_slots`` must be distinct and in [0, cap) (not checked: that would need a host sync); duplicates leave one
-of the writers, unspecified which. ``q_out`` must not overlap x, w_qkv or the caches (every program reads all
-of x). CUDA graphs: capturable; the launch configuration depends only on shapes (T, K, heads, D), positions
-and slots are read on device, nothing syncs with the host, and nothing is allocated when ``q_out`` is given.
-PDL: ``pdl_start(USE_PDL)`` is the first statement; launched with ``pdl_role``'s trigger ("gemm" by default).
-``norm_in=`` (constexpr NORM_IN; experiment switch ``runtime.model.NORM_EPILOGUE``, not yet measured on a GPU): x is a
-residual whose RMSNorm the K loop applies per x tile (``kernels.norm_epilogue``); off, the kernel is unchanged.
+``write_slots`` must be distinct and in [0, cap) (not checked: that would need a host sync); duplicates leave one of the
+writers, unspecified which. ``q_out`` must not overlap x, w_qkv or the caches (every program reads all of x). CUDA
+graphs: capturable; the launch configuration depends only on shapes (T, K, heads, D), positions and slots are read on
+device, nothing syncs with the host, and nothing is allocated when ``q_out`` is given. PDL: ``pdl_start(USE_PDL)`` is
+the first statement; launched with ``pdl_role``'s trigger ("gemm" by default). ``norm_in=`` (constexpr NORM_IN;
+experiment switch ``runtime.model.NORM_EPILOGUE``, off: measured slower, kernels/norm_epilogue.py): x is a residual
+whose RMSNorm the K loop applies per x tile (``kernels.norm_epilogue``); off, the kernel is unchanged.
 """
 
 from __future__ import annotations

@@ -28,13 +28,13 @@ Alone it is no faster than cuBLAS; in the runtime's step it is (``kernels.skinny
 launch: ``kernels/pdl.py``): the reduce launches go and every projection can be launched dependent, -0.20 ms per
 8B step at 1 row (bench/bench_step_variants.py, H200 2026-11-30).
 
-Configuration: ``CONFIGS[(N, K, m_bucket(M))]`` (filled from bench/bench_skinny.py on the H200) overrides
-the heuristic in ``pick_config``; explicit keywords override both. Capturable in CUDA graphs: no host
-syncs, and nothing is allocated when ``out`` (and, for split_k > 1, ``workspace``) are given.
-On CPU it runs under TRITON_INTERPRET=1 with operands upcast to float32 right after the loads.
-``norm_in=`` (constexpr NORM_IN; experiment switch ``runtime.model.NORM_EPILOGUE``, not yet measured on a GPU): x is a
-residual whose RMSNorm the K loop applies per x tile (``kernels.norm_epilogue``). Off, the kernel is unchanged: its
-sm_90 PTX (8B o tile) is instruction for instruction the one from before (offline compile, 2026-12-01).
+Configuration: ``CONFIGS[(N, K, m_bucket(M))]`` (filled from bench/bench_skinny.py on the H200) overrides the heuristic
+in ``pick_config``; explicit keywords override both. Capturable in CUDA graphs: no host syncs, and nothing is allocated
+when ``out`` (and, for split_k > 1, ``workspace``) are given. On CPU it runs under TRITON_INTERPRET=1 with operands
+upcast to float32 right after the loads. ``norm_in=`` (constexpr NORM_IN; experiment switch
+``runtime.model.NORM_EPILOGUE``, off: measured slower, kernels/norm_epilogue.py): x is a residual whose RMSNorm the K
+loop applies per x tile (``kernels.norm_epilogue``). Off, the kernel is unchanged: its sm_90 PTX (8B o tile) is
+instruction for instruction the one from before (offline compile, 2026-12-01).
 """
 
 from __future__ import annotations

@@ -63,21 +63,22 @@ SKINNY_MAX_ROWS = 64
 """The skinny path (`kernels.skinny`) serves decode-sized steps (kernels.skinny_linear MAX_M); prefill: cuBLAS."""
 
 NORM_PROLOGUE = False
-"""Experiment switch (off; not yet measured on a GPU): on the skinny-partials path the add + RMSNorm of the o / down
-projection partials runs in the prologue of the GEMM that consumes it (`kernels.swiglu_normed` for the MLP,
-`kernels.skinny_linear_normed` for the next layer's QKV where its tuned tile has split_k 1, no bias and no qkv_rope):
-of the step's 2 * num_layers `add_rmsnorm_partials` launches only the final norm's stays. Read when a step runs (or
-is captured); bench/bench_step_variants.py patch `norm_prologue`. The first layer's norm (of the embedding) and the
-final one keep the norm kernels; so does any QKV that cannot take the prologue."""
+"""Experiment switch (off; measured 1.5x slower per step on the H200, kernels/norm_gemm.py): on the skinny-partials path
+the add + RMSNorm of the o / down projection partials runs in the prologue of the GEMM that consumes it
+(`kernels.swiglu_normed` for the MLP, `kernels.skinny_linear_normed` for the next layer's QKV where its tuned tile has
+split_k 1, no bias and no qkv_rope): of the step's 2 * num_layers `add_rmsnorm_partials` launches only the final norm's
+stays. Read when a step runs (or is captured); bench/bench_step_variants.py patch `norm_prologue`. The first layer's
+norm (of the embedding) and the final one keep the norm kernels; so does any QKV that cannot take the prologue."""
 
 NORM_EPILOGUE = False
-"""Experiment switch (off; not yet measured on a GPU): on the skinny path without TP the RMSNorm after the o / down
-projection is split across the GEMM boundary (`kernels.norm_epilogue`): the projection (`skinny_linear_residual`)
-stores the new residual and its per-tile sums of squares in its epilogue, and the GEMM that consumes the normed rows
-(SwiGLU, the next layer's QKV: qkv_rope or the skinny GEMM, the LM head after the last layer) norms its x tiles itself
-(`norm_in=`). No norm launch remains between them; only the first layer's norm (of the embedding) keeps the norm
-kernel, and so does a consumer that cannot take `norm_in` (a QKV bias, cuBLAS: `add_rmsnorm` of the new residual).
-Read when a step runs (or is captured); bench/bench_step_variants.py patch `norm_epilogue`. Not with NORM_PROLOGUE."""
+"""Experiment switch (off; measured slower on the H200, +0.15-0.21 ms per 8B step, kernels/norm_epilogue.py): on the
+skinny path without TP the RMSNorm after the o / down projection is split across the GEMM boundary
+(`kernels.norm_epilogue`): the projection (`skinny_linear_residual`) stores the new residual and its per-tile sums of
+squares in its epilogue, and the GEMM that consumes the normed rows (SwiGLU, the next layer's QKV: qkv_rope or the
+skinny GEMM, the LM head after the last layer) norms its x tiles itself (`norm_in=`). No norm launch remains between
+them; only the first layer's norm (of the embedding) keeps the norm kernel, and so does a consumer that cannot take
+`norm_in` (a QKV bias, cuBLAS: `add_rmsnorm` of the new residual). Read when a step runs (or is captured);
+bench/bench_step_variants.py patch `norm_epilogue`. Not with NORM_PROLOGUE."""
 
 
 def role_kernels(shape: ModelShape, *, skinny: bool, rope_attention: bool, target_qkv_rope: bool,
