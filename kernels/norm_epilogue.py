@@ -43,14 +43,19 @@ same counters concurrently (on two streams): a model's steps run in stream order
 syncs, nothing allocated when ``new_residual``, ``sumsq``, ``workspace`` and ``counters`` are given. Cost model: S * M *
 N * 4 B of partials written and read once more (as ``add_rmsnorm_partials`` reads them), T * M * 4 B of sums, and per
 consumer program T * BLOCK_M * 4 B of sums (L2) plus the norm weight's BLOCK_K elements per K step; against one ~3 us
-norm launch (one CTA's latency, exposed) saved per norm: 2 * num_layers per step. Experiment switch
-(``runtime.model.NORM_EPILOGUE``, bench/bench_step_variants.py patch ``norm_epilogue``, off), measured slower on the
-H200 (2026-12-01, git 88027cd, CUDA-graph step replays at ctx 1024,
+norm launch (one CTA's latency, exposed) saved per norm: 2 * num_layers per step.
+
+Experiment switch (``runtime.model.NORM_EPILOGUE``, bench/bench_step_variants.py patch ``norm_epilogue``, off), measured
+slower on the H200 (2026-12-01, git 88027cd, CUDA-graph step replays at ctx 1024,
 bench/results/step_variants_2026-12-01_88027cd_norm_epilogue.json): Llama-3-8B rows 1 / 8 / 16 4.363 / 4.541 / 4.662 ->
-4.512 / 4.749 / 4.812 ms, Llama-3.2-1B rows 1 / 16 0.956 / 1.077 -> 1.171 / 1.303 ms: +2.3 to +3.4 us per 8B norm site
-and ~+7 us per 1B one, against the ~3 us launch each saves. Not attributed per kernel yet; the GPU tests
-(tests/gpu/test_norm_epilogue_gpu.py: 18) pass. On CPU it runs under TRITON_INTERPRET=1 (programs one after another: the
-counters work the same) with operands upcast to float32 right after the loads.
+4.512 / 4.749 / 4.812 ms, Llama-3.2-1B rows 1 / 16 0.956 / 1.077 -> 1.171 / 1.303 ms. Per kernel (exposed time, 8B rows
+8 / 1B rows 1, bench/results/step_variants_2026-12-01_18df897_norm_epilogue_profile.json): the norms saved 159 / 64 us,
+but the consumers' per-tile scaling costs SwiGLU +3.7 / +6.6 us and QKV +4.5 / +5.5 us per call (the x tiles' transform
+between their loads and tl.dot), the producers' last-arriver tail +1.8 / +1.7 us per call. Even with a free consumer
+(e.g. the norm weight folded into its weight columns and rstd, a per-row scalar, applied in its epilogue) the producers'
+cost leaves ~1.4 us per 8B layer, ~1% of a step. The GPU tests (tests/gpu/test_norm_epilogue_gpu.py: 18) pass. On CPU it
+runs under TRITON_INTERPRET=1 (programs one after another: the counters work the same) with operands upcast to float32
+right after the loads.
 """
 
 from __future__ import annotations
