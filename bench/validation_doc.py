@@ -131,6 +131,11 @@ LIMITS = """\
   (median / mean / max tokens/s, bench/results/validation_2026-11-30_2e1d982.json), 3-11% optimistic on the
   w 4 async and serial runs: the graph-replayed steps it timed got faster by more than the in-run expansions did
   (1.20-1.35 ms in the runs, with run-to-run host speed differences of up to 1.5x in the draft's host spans).
+- Oracle runs (every validation run) walked the acceptance oracle with a `torch.multinomial` per rank until
+  2026-12-01: ~52 us per walk on the H200 host, one walk inside each verify span and one in each draft re-root, both on
+  the critical path. The shipped profile's runtime block was fitted on such runs, so its `step_extra_s` and
+  `draft_round_s` each hold ~50 us that runs since 9979d58 (`spec.oracle_draws=uniform`, ~2.5 us per walk) no longer
+  spend: against those runs it should price an iteration ~0.1 ms long (~2% at the pick) until it is refitted on them.
 - Expansions wider than 16 rows: on the 72bd305 runs the profile priced the 32-row 1B forward of async_bs8_w32_d3 at
   1.30 ms where the runs took 1.48 ms (16 rows: 1.23 ms, exact); the runs' host time per expansion was ~0.15 ms at 32
   rows as at 16 (in-run against replayed steps), so the miss was device time: the runtime's attention fell off the
