@@ -67,7 +67,7 @@ import triton
 import triton.language as tl
 
 from kernels.pdl import check_role, pdl_options, pdl_start
-from kernels.skinny_linear import skinny_tile
+from kernels.skinny_linear import skinny_coords, skinny_tile
 
 # the module, not the package's same-named function (kernels/__init__.py re-exports skinny_linear); its CONFIGS are
 # read at call time, so the benchmarks' patches apply here too
@@ -97,15 +97,7 @@ def _skinny_residual_kernel(
     EVEN_K: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, USE_PDL: tl.constexpr,
 ):
     pdl_start(USE_PDL)
-    pid_n = tl.program_id(0)  # fastest axis: neighbouring programs stream neighbouring weight rows
-    pid_s = tl.program_id(1)  # K split
-    rm = tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    m_ok = rm < M
-    n_ok = rn < N
-    k_lo = pid_s * K_CHUNK
-    k_hi = tl.minimum(k_lo + K_CHUNK, K)
+    pid_n, pid_s, rm, rn, rk, m_ok, n_ok, k_lo, k_hi = skinny_coords(M, N, K, K_CHUNK, BLOCK_M, BLOCK_N, BLOCK_K)
     acc = skinny_tile(X, W, rm, rn, rk, m_ok, n_ok, k_lo, k_hi, K, stride_xm, stride_wn,
                       X, X, 0, 0, 0.0,  # no NORM_IN: the o / down inputs are no residual
                       BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, UPCAST, DOT_PRECISION, False, 1)

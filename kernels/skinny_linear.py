@@ -125,6 +125,19 @@ def skinny_tile(
 
 
 @triton.jit
+def skinny_coords(M, N, K, K_CHUNK, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Program (pid_n, pid_s)'s tile of a skinny GEMM: (pid_n, pid_s, rm, rn, rk, m_ok, n_ok, k_lo, k_hi), N tile pid_n
+    (the fastest grid axis: neighbouring programs stream neighbouring weight rows) over K split pid_s."""
+    pid_n = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    rm = tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    k_lo = pid_s * K_CHUNK
+    return pid_n, pid_s, rm, rn, rk, rm < M, rn < N, k_lo, tl.minimum(k_lo + K_CHUNK, K)
+
+
+@triton.jit
 def _skinny_kernel(
     X, W, Out, M, N, K, K_CHUNK,
     stride_xm, stride_wn, stride_os, stride_om,
@@ -134,15 +147,7 @@ def _skinny_kernel(
     NORM_IN: tl.constexpr, BLOCK_T: tl.constexpr,
 ):
     pdl_start(USE_PDL)
-    pid_n = tl.program_id(0)  # fastest axis: neighbouring programs stream neighbouring weight rows
-    pid_s = tl.program_id(1)  # K split
-    rm = tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    m_ok = rm < M
-    n_ok = rn < N
-    k_lo = pid_s * K_CHUNK
-    k_hi = tl.minimum(k_lo + K_CHUNK, K)
+    pid_n, pid_s, rm, rn, rk, m_ok, n_ok, k_lo, k_hi = skinny_coords(M, N, K, K_CHUNK, BLOCK_M, BLOCK_N, BLOCK_K)
     acc = skinny_tile(X, W, rm, rn, rk, m_ok, n_ok, k_lo, k_hi, K, stride_xm, stride_wn,
                       SumSq, NormW, num_tiles, stride_sq, eps,
                       BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, UPCAST, DOT_PRECISION, NORM_IN, BLOCK_T)

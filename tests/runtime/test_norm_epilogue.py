@@ -14,7 +14,7 @@ from conf.presets import MODEL_PRESETS
 from runtime.attention import AttnMeta, make_attention_backend
 from runtime.loader import build_model
 from tests.kernels.tolerances import assert_close
-from tests.runtime import new_cache
+from tests.runtime import count_kernel_calls, new_cache
 
 pytest.importorskip("kernels")
 
@@ -24,19 +24,10 @@ COUNTED = ("add_rmsnorm", "add_rmsnorm_partials", "skinny_linear_residual")
 def _run(monkeypatch, epilogue: bool, preset: str = "tiny-llama", dtype: torch.dtype = torch.float32,
          prefill: int = 8, **fused_kw) -> tuple[list, object, dict, object]:
     """Logits of a `prefill`-token prefill and 3 decode steps, the cache, the launch counts of COUNTED, the model."""
-    import kernels
     import runtime.model
 
     monkeypatch.setattr(runtime.model, "NORM_EPILOGUE", epilogue)
-    calls = dict.fromkeys(COUNTED, 0)
-    for name in calls:
-        real = getattr(kernels, name)
-
-        def counted(*args, _name=name, _real=real, **kw):
-            calls[_name] += 1
-            return _real(*args, **kw)
-
-        monkeypatch.setattr(kernels, name, counted)
+    calls = count_kernel_calls(monkeypatch, COUNTED)
     shape = MODEL_PRESETS[preset]
     model = build_model(shape, dtype, "cpu", seed=0).use_fused_kernels(True, skinny=True, **fused_kw)
     attn = make_attention_backend("triton")
