@@ -184,15 +184,7 @@ def skinny_linear_residual(
         return new_residual, sumsq
     part = x  # placeholders at split_k 1: no workspace, no atomics
     if sk > 1:
-        need = sk * m * n
-        if workspace is None:
-            workspace = torch.empty(need, dtype=torch.float32, device=x.device)
-        elif (workspace.dtype != torch.float32 or workspace.device != x.device or not workspace.is_contiguous()
-              or workspace.numel() < need):
-            raise ValueError(f"{fn}: workspace must be a contiguous float32 tensor on {x.device} with >= {need} "
-                             f"elements (split_k * M * N), got {list(workspace.shape)} {workspace.dtype} on "
-                             f"{workspace.device}")
-        part = workspace.view(-1)[:need].view(sk, m, n)
+        part = _skinny.split_workspace(workspace, sk, m, n, x.device, fn)
         if counters is None:
             counters = torch.zeros(tiles, dtype=torch.int32, device=x.device)
         elif (counters.dtype != torch.int32 or counters.device != x.device or counters.dim() != 1

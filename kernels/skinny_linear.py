@@ -281,6 +281,21 @@ def _check_buffer(t: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype | 
         raise ValueError(f"{fn}: {name} needs a contiguous last dim")
 
 
+def split_workspace(workspace: torch.Tensor | None, sk: int, m: int, n: int, device: torch.device,
+                    fn: str) -> torch.Tensor:
+    """The [sk, M, N] float32 partials view of `workspace` (a contiguous float32 tensor of >= sk * M * N elements
+    on `device`; None: a new one), or a ValueError naming `fn`'s argument."""
+    need = sk * m * n
+    if workspace is None:
+        workspace = torch.empty(need, dtype=torch.float32, device=device)
+    elif (workspace.dtype != torch.float32 or workspace.device != device or not workspace.is_contiguous()
+          or workspace.numel() < need):
+        raise ValueError(f"{fn}: workspace must be a contiguous float32 tensor on {device} with >= {need} "
+                         f"elements (split_k * M * N), got {list(workspace.shape)} {workspace.dtype} "
+                         f"on {workspace.device}")
+    return workspace.view(-1)[:need].view(sk, m, n)
+
+
 def skinny_linear_partials(
     x: torch.Tensor,
     w: torch.Tensor,
@@ -359,15 +374,7 @@ def skinny_linear(
     if sk == 1:
         _launch_partials(x, w, out, cfg, m, n, k, pdl_role, norm_args)
         return out
-    need = sk * m * n
-    if workspace is None:
-        workspace = torch.empty(need, dtype=torch.float32, device=x.device)
-    elif (workspace.dtype != torch.float32 or workspace.device != x.device or not workspace.is_contiguous()
-          or workspace.numel() < need):
-        raise ValueError(f"{fn}: workspace must be a contiguous float32 tensor on {x.device} with >= {need} "
-                         f"elements (split_k * M * N), got {list(workspace.shape)} {workspace.dtype} "
-                         f"on {workspace.device}")
-    partials = workspace.view(-1)[:need].view(sk, m, n)
+    partials = split_workspace(workspace, sk, m, n, x.device, fn)
     _launch_partials(x, w, partials, cfg, m, n, k, norm_args=norm_args)
     block = min(1024, triton.next_power_of_2(n))
     _reduce_partials_kernel[(triton.cdiv(n, block), m)](
