@@ -89,7 +89,9 @@ FN = "qkv_rope_kv_write"
 PAIR_SPLIT = 2
 """Programs per head (each takes an equal share of its D/2 rotation pairs, at least MIN_DOT of them): 1 (48 programs
 at 8B, as measured at 0eab9f8: slower than the two-kernel path) or 2 (96, the tuned skinny QKV GEMM's count: the
-runtime's, kernels.target_qkv_rope; H200 2026-11-30, bench/results/step_variants_2026-11-30_fa74a6f*.json) or 4."""
+runtime's, kernels.target_qkv_rope; H200 2026-11-30, bench/results/step_variants_2026-11-30_fa74a6f*.json) or 4
+(192 at 8B: slower, 8B rows 1 / 8 / 16 4.312 / 4.434 / 4.554 -> 4.522 / 4.659 / 4.775 ms, H200 2026-12-01,
+bench/results/step_variants_2026-12-01_c997825_8b_target.json)."""
 MIN_DOT = 16  # tl.dot needs every tile dim >= 16
 
 
