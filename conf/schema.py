@@ -344,6 +344,12 @@ class KernelsConfig(_Frozen):
     """CUDA graphs (on in kernels=graphs): a draft expansion of a lone root (after a miss, or a hit on a never-expanded
     leaf: 37-44% of the H200 async rounds) replays a captured one-row step instead of the w-row one (a smaller
     attention and head; the weights' bytes are the same). Needs kernels.cuda_graphs."""
+    verdict_graph: bool = False
+    """Experiment switch (CUDA graphs, backend triton, greedy): a tree verify's graph also computes what its verdict
+    reads (`runtime.graphs.StepGraph` verdict): the greedy verdict (`kernels.greedy_verify` over the rows' argmax), or
+    in oracle runs the rows' argmax, so that after the replay one small read-back is left instead of the argmax over
+    the logits, the verify kernel and their launches (~73 us from the graph's end to the verdict on the H200 host,
+    2026-12-01, bench/results/verify_split_2026-12-01_1651a26.json)."""
     input_staging: str = "pageable"
     """How a CUDA-graph step's inputs are copied (runtime/graphs.py): pageable (each copy waits for the stream) |
     pinned (preallocated pinned buffers, copies that do not block the host)."""
@@ -361,6 +367,9 @@ class KernelsConfig(_Frozen):
                  "replaces the skinny QKV GEMM: needs kernels.skinny=true (or set kernels.target_qkv_rope=false)")
         _require(not self.refill_graph or self.cuda_graphs, "kernels.refill_graph",
                  "a captured one-row draft step: needs kernels.cuda_graphs=true (kernels=graphs)")
+        _require(not self.verdict_graph or (self.cuda_graphs and self.backend == "triton"), "kernels.verdict_graph",
+                 "the verdict inside the verify graph: needs kernels.cuda_graphs=true and kernels.backend=triton "
+                 "(kernels=graphs)")
 
 
 @dataclass

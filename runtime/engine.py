@@ -104,7 +104,8 @@ class Engine:
             self.target = TargetWorker(self._model(cfg.model.target, target=True), attn, rows=self.shape.rows,
                                        max_seq_len=seq, temperature=spec.temperature, backend=cfg.kernels.backend,
                                        cuda_graphs=graphs, graph_events=cfg.trace.graph_events,
-                                       staging=cfg.kernels.input_staging)
+                                       staging=cfg.kernels.input_staging, verdict_graph=cfg.kernels.verdict_graph,
+                                       oracle=self.oracle_on)
         if self.mode != "autoregressive" and (ctx.role == "draft" or self.colocated):
             self.draft = DraftWorker(self._model(cfg.model.draft), attn, w=self.shape.w, topk=self.shape.topk,
                                      max_tree_nodes=spec.max_tree_nodes, max_seq_len=seq,

@@ -187,6 +187,23 @@ class ReplayTimer:
         return {f"{k}_s": self.marks[k] - self.marks["start"] for k in (self.ready, "copied", "launched")}
 
 
+VERDICTS = (None, "argmax", "greedy")
+"""`StepGraph`'s `verdict` options: nothing, the rows' argmax, or the argmax and the greedy tree verdict."""
+
+
+def verdict_outputs(verdict: str, logits: torch.Tensor, ids: torch.Tensor, parents: torch.Tensor) -> tuple:
+    """A verify graph's outputs under `verdict` ("argmax" | "greedy", `StepGraph`): (logits, the rows' argmax) and,
+    for "greedy", the verdict of `kernels.greedy_verify` over all rows (padding rows have parent -1: never accepted)
+    packed as [rows + 2] int64: the path padded with -1, the accepted count, the bonus."""
+    argmax = logits.argmax(dim=-1)
+    if verdict == "argmax":
+        return logits, argmax
+    from kernels import greedy_verify
+
+    path, count, bonus = greedy_verify(argmax, ids, parents, ids.shape[0])
+    return logits, argmax, torch.cat([path, count.reshape(1), bonus.reshape(1)])
+
+
 class StepGraph:
     """A model forward over `rows` tokens with a [rows, tree_len] tree mask, captured once, replayed per step."""
 
@@ -194,7 +211,7 @@ class StepGraph:
 
     def __init__(self, model: torch.nn.Module, cache: KVCache, attn: AttentionBackend, rows: int, tree_len: int,
                  *, head: Callable[[torch.Tensor], Any] | None = None, pool: Any = None, chain: bool = False,
-                 staging: str = "pageable", keep_rows: int = 0) -> None:
+                 staging: str = "pageable", keep_rows: int = 0, verdict: str | None = None) -> None:
         """Capture `head(model(...))` (or the fp32 logits [rows, vocab] without a head) on `cache`'s device.
 
         `chain`: also capture the greedy hand-over to the next autoregressive step (rows = 1, no head): see the
@@ -202,6 +219,11 @@ class StepGraph:
         `staging` (`kernels.input_staging`): how the inputs reach the device (`StepBuffers`).
         `keep_rows`: capture a KV compaction of up to this many slots in front of the forward (`load_inputs`'s
         `keep`); 0: none. Not with `chain` (a chained replay reuses the last inputs, which would compact again).
+        `verdict` (a tree verify's graph, no head): also capture what its verdict reads after the replay, so that only a
+        small read-back is left then. "argmax": the outputs are (logits, the rows' argmax [rows] int64: an oracle run's
+        placeholder token); "greedy": (logits, argmax, the greedy verdict packed as [rows + 2] int64: the path padded
+        with -1, the accepted count, the bonus), by `kernels.greedy_verify` over the loaded token ids and parent rows
+        (padding rows have parent -1, so they are never accepted: the verdict of the real nodes alone).
         """
         device = cache.device
         if device.type != "cuda":
@@ -214,6 +236,9 @@ class StepGraph:
         if chain and (rows != 1 or head is not None or keep_rows):
             raise ValueError(f"StepGraph: chain=True needs rows 1, no head and no keep_rows (an autoregressive "
                              f"step), got rows {rows}, head {head}, keep_rows {keep_rows}")
+        if verdict not in VERDICTS or (verdict is not None and (chain or head is not None)):
+            raise ValueError(f"StepGraph: verdict must be one of {VERDICTS} and needs no chain and no head, got "
+                             f"verdict {verdict!r}, chain {chain}, head {head}")
         self.rows, self.tree_len, self.chained = rows, tree_len, chain
         self.inputs = buf = StepBuffers(rows, tree_len, device, staging, keep_rows)  # what the graph reads
         buf.slots.copy_(torch.arange(rows))  # capture-time writes land in slots [0, rows), before any prefill
@@ -228,6 +253,8 @@ class StepGraph:
             if chain:  # the next step's input: this step's greedy token, one slot and position further
                 torch.argmax(logits, dim=-1, out=buf.ids)
                 buf.packed[0:3:2].add_(1)  # [prefix, id, position, slot, parent]: prefix and position
+            if verdict is not None:
+                return verdict_outputs(verdict, logits, buf.ids, buf.parents)
             return head(logits) if head is not None else logits
 
         with torch.no_grad():

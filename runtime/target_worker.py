@@ -30,12 +30,16 @@ class TargetWorker:
 
     def __init__(self, model: Transformer, attn: AttentionBackend, *, rows: int, max_seq_len: int,
                  temperature: float, backend: str, cuda_graphs: bool = False, graph_events: bool = False,
-                 staging: str = "pageable") -> None:
+                 staging: str = "pageable", verdict_graph: bool = False, oracle: bool = False) -> None:
         """Allocate the cache: `max_seq_len` prefix slots plus `rows` verify slots; capture the verify step.
 
         `graph_events` (`trace.graph_events`, CUDA graphs only): CUDA events around every verify's input copies and
         graph replay, read back (no extra sync) by `last_device_s` once the verdict has synchronised.
-        `staging` (`kernels.input_staging`): how the graph's inputs are copied (runtime/graphs.py)."""
+        `staging` (`kernels.input_staging`): how the graph's inputs are copied (runtime/graphs.py).
+        `verdict_graph` (`kernels.verdict_graph`; greedy, the Triton backend): a tree verify's graph also computes
+        what the verdict reads, so that after the replay only a small read-back is left (`StepGraph` verdict): the
+        greedy verdict, or with `oracle` (the verdict is drawn; the target only supplies a placeholder token) the
+        rows' argmax."""
         self.model, self.attn = model, attn
         self.rows, self.temperature, self.backend = rows, temperature, backend
         self.device = model.norm.weight.device
@@ -49,9 +53,13 @@ class TargetWorker:
         # autoregressive target's graph also hands its token to the next step on the device (`chain_step`).
         chain = rows == 1 and temperature == 0
         # A tree verify's graph also applies the last verdict's KV keep in front of its forward (`keep`).
+        verdict = (None if not verdict_graph or chain or temperature > 0 or backend != "triton" else
+                   "argmax" if oracle else "greedy")
         self.graph = (StepGraph(model, self.cache, attn, rows, rows, chain=chain, staging=staging,
-                                keep_rows=0 if chain else rows)
+                                keep_rows=0 if chain else rows, verdict=verdict)
                       if cuda_graphs else None)
+        self._argmax: torch.Tensor | None = None  # the graph's [rows] argmax of the last verify (verdict graphs)
+        self._verdict: torch.Tensor | None = None  # its packed greedy verdict [rows + 2] ("greedy" graphs)
         self._owed_keep: tuple[int, list[int]] | None = None  # (destination, source slots) for the next graph
         # trace.graph_events: events and host marks around every verify's input copies and replay
         self._timer = ReplayTimer("inputs") if graph_events and self.graph is not None else None
@@ -76,7 +84,9 @@ class TargetWorker:
             self._owed_keep = None
             if timer is not None:
                 timer.loaded()
-            self._logits = self.graph.launch()
+            out = self.graph.launch()
+            self._logits, self._argmax, self._verdict = (out, None, None) if isinstance(out, torch.Tensor) else \
+                (*out, None)[:3]
             if timer is not None:
                 timer.launched()
         else:
@@ -90,8 +100,13 @@ class TargetWorker:
         inp, logits = self._inputs, self._logits
         if oracle is not None:
             outcome = oracle.walk(inp.parent_rows[: inp.num_real])
-            placeholder = int(logits[outcome.path[-1]].argmax())  # the draft resolves the real token
+            # the draft resolves the real token; a verdict graph computed the rows' argmax: one read-back, no launch
+            last = outcome.path[-1]
+            placeholder = int(self._argmax[last] if self._argmax is not None else logits[last].argmax())
             return Verdict(outcome.path, placeholder, outcome.bonus_rank)
+        if self._verdict is not None and self.temperature == 0:  # the graph's greedy verdict: one read-back
+            *path_list, n, bonus = self._verdict.tolist()
+            return Verdict(tuple(path_list[: n + 1]), bonus)
         if self.graph is not None and self.graph.chained:
             # A greedy one-row step (a TP > 1 or unchained autoregressive target): its graph already wrote the
             # argmax of its logits (`StepGraph` chain=True), which is the verdict: one device -> host read instead
@@ -146,7 +161,7 @@ class TargetWorker:
             self.graph.launch()
             ids = self.graph.next_ids
         self.prefix_len += 1
-        self._logits = self._inputs = None
+        self._logits = self._inputs = self._argmax = self._verdict = None
         return ids
 
     def keep(self, path: tuple[int, ...]) -> None:
@@ -161,7 +176,7 @@ class TargetWorker:
             self.prefix_len += len(path)
         else:
             self.prefix_len = keep_accepted(self.cache, self.prefix_len, path)
-        self._logits = self._inputs = None
+        self._logits = self._inputs = self._argmax = self._verdict = None
 
     def flush_keep(self) -> bool:
         """Apply an owed KV keep now (before anything but the verify graph reads the cache); whether one was owed."""

@@ -80,6 +80,8 @@ def test_config_is_immutable_after_validation():
         (["kernels=graphs", "kernels.skinny=false"],
          r"kernels\.target_qkv_rope: replaces the skinny QKV GEMM: needs kernels\.skinny=true \(or set "
          r"kernels\.target_qkv_rope=false\)"),
+        (["kernels=triton", "kernels.verdict_graph=true"],
+         r"kernels\.verdict_graph: the verdict inside the verify graph: needs kernels\.cuda_graphs=true"),
         (["kernels.input_staging=mapped"], r"kernels\.input_staging: 'mapped' is not one of pageable, pinned"),
         (["parallel.host_threads=-1"], r"parallel\.host_threads: expected an integer >= 0 \(0 = auto\), got -1"),
         (["parallel.recv_wake=futex"], r"parallel\.recv_wake: 'futex' is not one of socket, shm"),

@@ -478,3 +478,49 @@ def test_presend_lossless_on_gpus():
     assert_lossless(cfg_for("async_tree", "tiny-llama", "tiny-llama", "bfloat16", target_gpus=1, draft_gpus=1,
                             draft_seed=1, leader_channel="unix", reroot_prefetch=4, presend=True, bs=3, w=4, topk=2,
                             d="2"))
+
+
+@pytest.mark.parametrize("rows", [4, 8])
+def test_verdict_in_the_verify_graph_matches_the_verdict_after_it(rows):
+    """A greedy tree verify's graph computes its verdict itself (`StepGraph` verdict="greedy": the rows' argmax and
+    `kernels.greedy_verify` over the loaded ids and parent rows, padding rows never accepted); an oracle run's graph
+    only the rows' argmax. Both equal `verify_proposal` / the argmax on the graph's own logits, for proposals that
+    fill the rows or leave padding, over several verifies of one request (tiny-llama, bf16). The root's first child
+    is the target's own next token (from a probe forward of the same root), so verdicts accept nodes too."""
+    from conf.messages import DraftProposal
+    from runtime.oracle import NO_RANK, OracleOutcome
+    from runtime.target_worker import TargetWorker
+    from runtime.verify import verify_proposal
+
+    class FirstChild:  # an oracle outcome: the root's first child accepted, where the proposal has one
+        def walk(self, parents):
+            return OracleOutcome((0, 1) if len(parents) > 1 else (0,), NO_RANK)
+
+    model = build_model(MODEL_PRESETS["tiny-llama"], "bfloat16", "cuda", seed=3).use_fused_kernels(skinny=True)
+    vocab = MODEL_PRESETS["tiny-llama"].vocab_size
+    gen = torch.Generator().manual_seed(5)
+    proposals = [(-1, 0, 0, 1), (-1, 0, 1), (-1,), (-1, 0, 0, 0, 1, 2, 3, 4)[:rows]]
+    accepted = 0
+    for kind in ("greedy", "oracle"):
+        worker = TargetWorker(model, make_attention_backend("triton"), rows=rows, max_seq_len=96, temperature=0.0,
+                              backend="triton", cuda_graphs=True, verdict_graph=True, oracle=kind == "oracle")
+        worker.start(list(range(10, 40)))
+        for it, parents in enumerate(proposals):
+            ids = [int(t) for t in torch.randint(1, vocab, (len(parents),), generator=gen)]
+            worker.forward(DraftProposal(0, it, tuple(ids), parents))  # probe: the target's token after the root
+            if len(ids) > 1:
+                ids[1] = int(worker._logits[0].argmax())
+            worker.forward(DraftProposal(0, it, tuple(ids), parents))
+            logits = worker._logits.clone()
+            if kind == "greedy":
+                inp = worker._inputs
+                want = verify_proposal(logits, inp.token_ids.cuda(), inp.parents.cuda(), inp.num_real, 0.0, None,
+                                       "triton")
+                got = worker.decide(None)
+                assert got == want, (it, got, want)
+                accepted += got.num_accepted
+            else:
+                got = worker.decide(None, FirstChild())
+                assert got.bonus == int(logits[got.path[-1]].argmax())
+            worker.keep(got.path)
+    assert accepted >= 2  # the target's own tokens were accepted (one per proposal with a child)

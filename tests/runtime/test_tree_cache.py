@@ -21,7 +21,7 @@ from conf.presets import MODEL_PRESETS
 from kernels import kv_compact
 from runtime.attention import AttnMeta, ReferenceAttention
 from runtime.draft_worker import DraftWorker
-from runtime.graphs import StepBuffers
+from runtime.graphs import StepBuffers, verdict_outputs
 from runtime.kv_cache import KVCache
 from runtime.tree import DraftTree, proposal_inputs
 from runtime.tree_cache import keep_accepted, keep_slots, step_meta
@@ -206,9 +206,9 @@ class CpuStepGraph:
     the step eagerly and applies the head. Not for chained steps."""
 
     def __init__(self, model, cache, attn, rows: int, tree_len: int, *, head=None, pool=None, chain: bool = False,
-                 staging: str = "pageable", keep_rows: int = 0) -> None:
+                 staging: str = "pageable", keep_rows: int = 0, verdict: str | None = None) -> None:
         assert not chain, "the CPU stand-in does not chain autoregressive steps"
-        self.model, self.cache, self.attn, self.head = model, cache, attn, head
+        self.model, self.cache, self.attn, self.head, self.verdict = model, cache, attn, head, verdict
         self.rows, self.tree_len = rows, tree_len
         self.inputs = StepBuffers(rows, tree_len, "cpu", staging, keep_rows)
         self.chained, self.keep_rows, self.loaded, self.calls, self.moved = False, keep_rows, None, 0, 0
@@ -238,6 +238,8 @@ class CpuStepGraph:
         meta = AttnMeta(positions=inp.positions, write_slots=prefix_len + inp.tree_slots, prefix_len=prefix_len,
                         tree_len=self.tree_len, tree_mask=inp.tree_mask)
         logits = self.model(inp.token_ids, meta, self.cache, self.attn)
+        if self.verdict is not None:
+            return verdict_outputs(self.verdict, logits, self.inputs.ids, self.inputs.parents)
         return logits if self.head is None else self.head(logits)
 
 
@@ -402,6 +404,48 @@ def test_a_target_graph_applies_the_owed_keep_in_the_next_verify():
     assert graphed.flush_keep() and not graphed.flush_keep()
     used = eager.prefix_len
     _assert_same(graphed.cache.kv[:, :, :used], eager.cache.kv[:, :, :used])
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("oracle", [False, True], ids=["greedy", "oracle"])
+def test_a_target_verdict_graph_decides_as_after_the_replay(oracle):
+    """A greedy Triton-backend target's verify graph computes its verdict inside (`StepGraph` verdict: "greedy", or
+    "argmax" for an oracle run's placeholder token); the worker then decides from that read-back. Same verdicts and
+    placeholders as an eager target deciding from the logits, over verifies that accept nodes (the root's first child
+    is the target's own token, from a probe forward) and padded ones (`CpuStepGraph`, kernels.greedy_verify
+    interpreted)."""
+    from conf.messages import DraftProposal
+    from runtime.oracle import NO_RANK, OracleOutcome
+    from runtime.target_worker import TargetWorker
+
+    class FirstChild:  # an oracle outcome: the root's first child accepted, where the proposal has one
+        def walk(self, parents):
+            return OracleOutcome((0, 1) if len(parents) > 1 else (0,), NO_RANK)
+
+    def worker(graphs: bool) -> TargetWorker:
+        with mock.patch("runtime.target_worker.StepGraph", CpuStepGraph):
+            w = TargetWorker(_model("tiny-llama", 1), ATTN, rows=5, max_seq_len=CAPACITY, temperature=0.0,
+                             backend="triton", cuda_graphs=graphs, verdict_graph=True, oracle=oracle)
+        w.start(PROMPT)
+        return w
+
+    eager, graphed = worker(False), worker(True)
+    assert graphed.graph.verdict == ("argmax" if oracle else "greedy") and eager.graph is None
+    accepted = 0
+    for k, parents in enumerate([(-1, 0, 0, 1, 2), (-1, 0, 1), (-1,), (-1, 0, 0, 1)]):
+        ids = [5 + k, 6, 7, 8, 9][: len(parents)]
+        verdicts = []
+        for w in (eager, graphed):
+            w.forward(DraftProposal(0, k, tuple(ids), parents))  # probe: the target's own token after the root
+            if len(ids) > 1:
+                ids[1] = int(w._logits[0].argmax())
+            w.forward(DraftProposal(0, k, tuple(ids), parents))
+            verdicts.append(w.decide(None, FirstChild() if oracle else None))
+        assert verdicts[1] == verdicts[0], (k, verdicts)
+        accepted += verdicts[0].num_accepted
+        for w in (eager, graphed):
+            w.keep(verdicts[0].path)
+    assert accepted >= 3  # every proposal with a child accepted at least its first
 
 
 def test_keep_slots_takes_only_forward_compaction():
