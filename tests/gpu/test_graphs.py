@@ -56,7 +56,8 @@ def prompts(vocab: int, n: int = 3, seed: int = 0) -> list[list[int]]:
 def cfg_for(mode: str, target: str, draft: str, dtype: str, *, target_gpus: int = 1, draft_gpus: int = 0,
             checkpoint: str | None = None, draft_seed: int = 1, skinny: bool = True, pdl: bool = True,
             input_staging: str = "pageable", rope_attention: bool = True, recv_wake: str = "socket",
-            refill_graph: bool = True, target_qkv_rope: bool = True, **spec) -> ExperimentConfig:
+            refill_graph: bool = True, target_qkv_rope: bool = True, verdict_graph: bool = False,
+            **spec) -> ExperimentConfig:
     """kernels=graphs on CUDA (skinny GEMMs, PDL, RoPE in the single-token attention, the one-row refill graph, the
     target's QKV GEMM with RoPE + the KV write, as conf/kernels/graphs.yaml; skinny=False turns the last off);
     the draft is `draft` (the target itself with draft_seed == 1: self-speculation)."""
@@ -65,7 +66,7 @@ def cfg_for(mode: str, target: str, draft: str, dtype: str, *, target_gpus: int 
                     cuda_graphs=True, checkpoint=checkpoint, timeout_s=120, skinny=skinny, pdl=pdl,
                     input_staging=input_staging, rope_attention=rope_attention, recv_wake=recv_wake,
                     refill_graph=refill_graph, target_qkv_rope=target_qkv_rope and skinny,
-                    **{**MODES[mode], **spec})
+                    verdict_graph=verdict_graph, **{**MODES[mode], **spec})
 
 
 @functools.cache
@@ -310,6 +311,16 @@ def test_modes_lossless_without_skinny_gemms_or_pdl(mode):
     the separate RoPE kernel in single-token steps too (the other tests run all three)."""
     assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", skinny=False, pdl=False,
                             rope_attention=False))
+
+
+@pytest.mark.parametrize("mode", ["chain", "serial_tree",
+                                  pytest.param("async_tree", marks=[pytest.mark.multi_gpu, TWO_GPUS])])
+def test_modes_lossless_with_the_verdict_in_the_graph(mode):
+    """kernels.verdict_graph: the verify graph computes the greedy verdict itself; self-speculation (long accepted
+    paths) and a small random draft (misses)."""
+    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", verdict_graph=True, **split_of(mode)))
+    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama-draft", "bfloat16", draft_seed=2, verdict_graph=True,
+                            **split_of(mode)))
 
 
 @pytest.mark.parametrize("mode", ["chain", "serial_tree"])
