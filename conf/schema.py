@@ -349,7 +349,9 @@ class KernelsConfig(_Frozen):
     reads (`runtime.graphs.StepGraph` verdict): the greedy verdict (`kernels.greedy_verify` over the rows' argmax), or
     in oracle runs the rows' argmax, so that after the replay one small read-back is left instead of the argmax over
     the logits, the verify kernel and their launches (~73 us from the graph's end to the verdict on the H200 host,
-    2026-12-01, bench/results/verify_split_2026-12-01_1651a26.json)."""
+    2026-12-01, bench/results/verify_split_2026-12-01_1651a26.json). Measured on 1 x H200 (2026-12-01, colocated
+    chain / serial at workload a, interleaved, bench/results/verdict_graph_ab_2026-12-01_2b13c0b.json): no gain, the
+    verify spans 4.58-4.63 ms off against 4.61-4.65 on. Off."""
     input_staging: str = "pageable"
     """How a CUDA-graph step's inputs are copied (runtime/graphs.py): pageable (each copy waits for the stream) |
     pinned (preallocated pinned buffers, copies that do not block the host)."""
