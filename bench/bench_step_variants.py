@@ -173,9 +173,6 @@ PATCHES: dict[str, tuple[str, object]] = {
     "qkvrope_split4": ("qkv_rope_split", 4),  # four per head, 192 programs at 8B: +0.21 ms (2026-12-01)
     # the norms of the o / down partials in the prologue of the next SwiGLU / QKV GEMM (runtime.model.NORM_PROLOGUE)
     "norm_prologue": ("norm_prologue", True),
-    # the norms split across the GEMM boundary: residual + sums of squares in the o / down epilogue, the scaling in the
-    # next SwiGLU / QKV / LM-head GEMM's K loop (runtime.model.NORM_EPILOGUE, kernels.norm_epilogue)
-    "norm_epilogue": ("norm_epilogue", True),
 }
 """Tile / placement experiments appended to a variant as `variant+patch+...`: they set the module-level tile
 choices while that variant's graphs are captured (what a capture records is what its replays run)."""
@@ -201,7 +198,6 @@ KNOBS: dict[str, tuple[object, str]] = {
     "attention_wide_rows": (tree_attention, "WIDE_MAX_ROWS"), "attention_hold": (tree_attention, "PREFETCH_HOLD"),
     "attention_tree_prefetch": (TritonAttention, "tree_prefix_ready"),
     "norm_prologue": (runtime_model, "NORM_PROLOGUE"), "qkv_rope_split": (qkv_rope, "PAIR_SPLIT"),
-    "norm_epilogue": (runtime_model, "NORM_EPILOGUE"),
 }
 """The module-level value each non-skinny patch kind sets (skinny patches set, or with None remove,
 skinny_linear.CONFIGS entries)."""

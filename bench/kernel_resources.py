@@ -186,9 +186,6 @@ def compile_gemm_case(name: str, arch: int) -> dict:
 
     kind, what, n, k, split, bn, bk, stages = GEMM_TILES[name]
     common = {"BLOCK_M": 16, "BLOCK_K": bk, "UPCAST": False, "DOT_PRECISION": "tf32", "USE_PDL": 2}
-    # the plain kernels' launch (runtime.model.NORM_EPILOGUE off): norm_in's arguments are placeholders (x, 0, 0.0)
-    plain, plain_types, plain_values = ({"NORM_IN": False, "BLOCK_T": 1}, {"SumSq": "*bf16", "NormW": "*bf16",
-                                        "eps": "fp32"}, {"num_tiles": 0, "stride_sq": 0})
     if kind.endswith("_normed"):  # S float32 partials [S, 1, K] + a bf16 residual in, the new residual out
         bk, stages = prologue_tile(split, 16, bn, bk, stages, 2, weights=2 if kind == "swiglu_normed" else 1)
         common["BLOCK_K"] = bk
@@ -203,16 +200,15 @@ def compile_gemm_case(name: str, arch: int) -> dict:
                               {**strides, "I": n, "stride_wgi": k, "stride_wui": k}, arch, 4, stages)
     elif kind == "skinny":
         chunk = split_chunk(k, split) if split > 1 else k
-        kernel = _compile(_skinny_kernel, {"X": "*bf16", "W": "*bf16", "Out": "*fp32", **plain_types},
-                          {**common, **plain, "BLOCK_N": bn, "EVEN_K": k % (split * bk) == 0},
+        kernel = _compile(_skinny_kernel, {"X": "*bf16", "W": "*bf16", "Out": "*fp32"},
+                          {**common, "BLOCK_N": bn, "EVEN_K": k % (split * bk) == 0},
                           {"M": 1, "N": n, "K": k, "K_CHUNK": chunk, "stride_xm": k, "stride_wn": k,
-                           "stride_os": n if split > 1 else 0, "stride_om": n, **plain_values}, arch, 4, stages)
+                           "stride_os": n if split > 1 else 0, "stride_om": n}, arch, 4, stages)
     else:
-        kernel = _compile(_swiglu_kernel,
-                          {"X": "*bf16", "Wg": "*bf16", "Wu": "*bf16", "Out": "*bf16", **plain_types},
-                          {**common, **plain, "BLOCK_I": bn},
-                          {"M": 1, "I": n, "K": k, "stride_xm": k, "stride_wgi": k, "stride_wui": k, "stride_om": n,
-                           **plain_values}, arch, 4, stages)
+        kernel = _compile(_swiglu_kernel, {"X": "*bf16", "Wg": "*bf16", "Wu": "*bf16", "Out": "*bf16"},
+                          {**common, "BLOCK_I": bn},
+                          {"M": 1, "I": n, "K": k, "stride_xm": k, "stride_wgi": k, "stride_wui": k, "stride_om": n},
+                          arch, 4, stages)
     return {"case": name, "kernel": kind, "what": what, "n": n, "k": k, "split_k": split, "block_n": bn,
             "block_k": bk, "num_stages": stages, "num_warps": 4, "shared_bytes": kernel.metadata.shared,
             **ptxas_report(kernel.asm["ptx"], arch)}

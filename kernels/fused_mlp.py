@@ -10,10 +10,6 @@ Roofline (decode, M <= 64): weights dominate. Llama-3-8B at TP=1 (K=4096, I=1433
 is chosen to spread I over enough programs (BLOCK_I=64 -> 224 programs for I=14336) with a deep
 software pipeline over K. For M >= 128 a real GEMM (cuBLAS on a concatenated gate_up weight) wins;
 the paper sees the same loss at 70B (Table 8).
-
-``norm_in=`` (constexpr NORM_IN; experiment switch ``runtime.model.NORM_EPILOGUE``, off: measured slower,
-kernels/norm_epilogue.py): x is a residual whose RMSNorm the K loop applies per x tile (``kernels.norm_epilogue``); off,
-the kernel is unchanged.
 """
 
 from __future__ import annotations
@@ -22,7 +18,6 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.norm import norm_in_args, norm_scale, rstd_from_sumsq
 from kernels.pdl import pdl_options, pdl_start
 
 BLOCK_I = 64
@@ -36,10 +31,8 @@ BLOCK_K = 128
 def _swiglu_kernel(
     X, Wg, Wu, Out, M, I, K,
     stride_xm, stride_wgi, stride_wui, stride_om,
-    SumSq, NormW, num_tiles, stride_sq, eps,
     BLOCK_M: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_K: tl.constexpr,
     UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, USE_PDL: tl.constexpr,
-    NORM_IN: tl.constexpr, BLOCK_T: tl.constexpr,
 ):
     pdl_start(USE_PDL)
     pid_i = tl.program_id(0)  # fastest axis: neighbouring programs stream neighbouring weight rows
@@ -49,8 +42,6 @@ def _swiglu_kernel(
     rk = tl.arange(0, BLOCK_K)
     m_ok = rm < M
     i_ok = ri < I
-    if NORM_IN:  # x is the residual h: normed per tile (kernels.norm_epilogue)
-        rstd = rstd_from_sumsq(SumSq, rm, m_ok, num_tiles, stride_sq, K, eps, BLOCK_T)
     acc_g = tl.zeros([BLOCK_M, BLOCK_I], dtype=tl.float32)
     acc_u = tl.zeros([BLOCK_M, BLOCK_I], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
@@ -59,8 +50,6 @@ def _swiglu_kernel(
         x = tl.load(X + rm[:, None] * stride_xm + kk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
         wg = tl.load(Wg + ri[None, :] * stride_wgi + kk[:, None], mask=i_ok[None, :] & k_ok[:, None], other=0.0)
         wu = tl.load(Wu + ri[None, :] * stride_wui + kk[:, None], mask=i_ok[None, :] & k_ok[:, None], other=0.0)
-        if NORM_IN:
-            x = norm_scale(x, tl.load(NormW + kk, mask=k_ok, other=0.0), rstd)
         if UPCAST:
             x = x.to(tl.float32)
             wg = wg.to(tl.float32)
@@ -81,23 +70,17 @@ def swiglu(
     block_m: int | None = None,
     block_i: int | None = None,
     block_k: int | None = None,
-    norm_in: tuple[torch.Tensor, torch.Tensor, float] | None = None,
 ) -> torch.Tensor:
     """silu(x @ w_gate.T) * (x @ w_up.T) with x [M,K], w_gate/w_up [I,K]; returns [M,I] in x.dtype.
 
     ``out`` is an optional [M, I] buffer; ``block_*`` override the tile heuristic (tests, benchmarks).
-    ``norm_in = (sumsq [T, M] float32, norm_weight [K], eps)``: x is the residual h and each x tile is normed in the
-    K loop, as ``kernels.skinny_linear.skinny_linear``'s ``norm_in`` (``kernels.norm_epilogue``).
     """
-    if x.dim() != 2:
-        raise ValueError(f"swiglu: x must be [M, K], got shape {tuple(x.shape)}")
     m, k = x.shape
     i = w_gate.shape[0]
     if w_gate.shape != (i, k) or w_up.shape != (i, k):
         raise ValueError(f"swiglu: weights must be [I,K={k}], got {tuple(w_gate.shape)}, {tuple(w_up.shape)}")
     if x.stride(-1) != 1 or w_gate.stride(-1) != 1 or w_up.stride(-1) != 1:
         raise ValueError("swiglu: x and the weights need a contiguous last dim")
-    norm_ptrs, norm_flags = norm_in_args("swiglu", norm_in, x)
     if out is None:
         out = torch.empty(m, i, dtype=x.dtype, device=x.device)
     if m == 0:
@@ -109,9 +92,9 @@ def swiglu(
     grid = (triton.cdiv(i, bi), triton.cdiv(m, bm))
     _swiglu_kernel[grid](
         x, w_gate, w_up, out, m, i, k,
-        x.stride(0), w_gate.stride(0), w_up.stride(0), out.stride(0), *norm_ptrs,
+        x.stride(0), w_gate.stride(0), w_up.stride(0), out.stride(0),
         BLOCK_M=bm, BLOCK_I=bi, BLOCK_K=bk,
         UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or x.dtype == torch.float32) else "tf32",
-        num_warps=4, num_stages=4, **pdl_options(x.device, "gemm"), **norm_flags,
+        num_warps=4, num_stages=4, **pdl_options(x.device, "gemm"),
     )
     return out

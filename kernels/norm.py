@@ -11,10 +11,6 @@ trips of the eager add, pow/mean and mul chain.
 
 ``add_rmsnorm_partials`` takes x as float32 split-K partials [S, M, N] (``kernels.skinny_linear``): it sums
 them, rounds to the residual's dtype and continues as above, replacing the GEMM's reduce launch.
-
-The two ``@triton.jit`` helpers at the end (``rstd_from_sumsq``, ``norm_scale``) are the consumer half of the norm
-split across a GEMM boundary (``kernels.norm_epilogue``): a GEMM whose ``NORM_IN`` switch is on norms its x tiles
-itself from the residual and the per-tile sums of squares its producer stored.
 """
 
 from __future__ import annotations
@@ -181,65 +177,3 @@ def add_rmsnorm_partials(
         **pdl_options(residual.device),
     )
     return normed, new_res
-
-
-@triton.jit
-def rstd_from_sumsq(SumSq, rm, m_ok, num_tiles, stride_sq, K, eps, BLOCK_T: tl.constexpr):
-    """Per row m of `rm`: 1 / sqrt(sum over the tiles t of SumSq[t, m] / K + eps), as the norm kernels' rstd.
-
-    SumSq is float32 [num_tiles, M] (``kernels.norm_epilogue``: one row per N tile of the producing GEMM); it is
-    summed in chunks of BLOCK_T tiles, each reduced by tl.sum over the tile axis, in chunk order: a fixed order,
-    so every program (and every replay) gets the same rstd, but another order than the norm kernels' single row
-    reduction (equal within tolerance, not bitwise).
-    """
-    rt = tl.arange(0, BLOCK_T)
-    ss = tl.zeros(rm.shape, dtype=tl.float32)
-    for t0 in range(0, num_tiles, BLOCK_T):
-        tt = t0 + rt
-        sq = tl.load(SumSq + tt[:, None] * stride_sq + rm[None, :], mask=(tt < num_tiles)[:, None] & m_ok[None, :],
-                     other=0.0)
-        ss += tl.sum(sq, axis=0)
-    return 1.0 / tl.sqrt(ss / K + eps)
-
-
-@triton.jit
-def norm_scale(h, g, rstd):
-    """The normed x tile [BLOCK_M, BLOCK_K] in h's dtype from the residual tile h, the norm weight g [BLOCK_K] and
-    rstd [BLOCK_M]: round(h * rstd * g) in float32, the norm kernels' (h * rstd) * w order."""
-    return (h.to(tl.float32) * rstd[:, None] * g.to(tl.float32)[None, :]).to(h.dtype)
-
-
-MAX_SUMSQ_CHUNK = 128
-"""Tiles per chunk of ``rstd_from_sumsq``'s sum (a [BLOCK_T, BLOCK_M] float32 load): 128 covers the 8B's o / down
-projections (4,096 columns in 32- / 64-wide tiles) in one chunk."""
-
-
-def norm_in_args(fn: str, norm_in: tuple[torch.Tensor, torch.Tensor, float] | None,
-                 x: torch.Tensor) -> tuple[tuple, dict]:
-    """The launch arguments (SumSq, NormW, num_tiles, stride_sq, eps) and constexprs (NORM_IN, BLOCK_T) of a GEMM
-    whose x [M, K] is the residual h when ``norm_in = (sumsq [T, M] float32, norm_weight [K], eps)`` is given (the
-    GEMM norms its x tiles: ``rstd_from_sumsq``, ``norm_scale``); placeholders with NORM_IN off for None. A
-    ValueError naming `fn` and the argument for anything else."""
-    if norm_in is None:
-        return (x, x, 0, 0, 0.0), {"NORM_IN": False, "BLOCK_T": 1}
-    if not isinstance(norm_in, tuple) or len(norm_in) != 3:
-        raise ValueError(f"{fn}: norm_in must be a tuple (sumsq, norm_weight, eps), got {type(norm_in).__name__}")
-    sumsq, weight, eps = norm_in
-    m, k = x.shape
-    if (not isinstance(sumsq, torch.Tensor) or sumsq.dim() != 2 or sumsq.shape[1] != m or sumsq.shape[0] < 1
-            or sumsq.dtype != torch.float32 or sumsq.device != x.device or sumsq.stride(-1) != 1):
-        got = (f"{list(sumsq.shape)} {sumsq.dtype} on {sumsq.device}" if isinstance(sumsq, torch.Tensor)
-               else type(sumsq).__name__)
-        raise ValueError(f"{fn}: norm_in's sumsq must be float32 [T >= 1, M={m}] on {x.device} with a contiguous last "
-                         f"dim, got {got}")
-    if (not isinstance(weight, torch.Tensor) or tuple(weight.shape) != (k,) or not weight.dtype.is_floating_point
-            or weight.device != x.device or weight.stride(-1) != 1):
-        got = (f"{list(weight.shape)} {weight.dtype} on {weight.device}" if isinstance(weight, torch.Tensor)
-               else type(weight).__name__)
-        raise ValueError(f"{fn}: norm_in's norm_weight must be a contiguous floating-point [K={k}] tensor on "
-                         f"{x.device}, got {got}")
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
-        raise ValueError(f"{fn}: norm_in's eps must be a float >= 0, got {eps!r}")
-    t = sumsq.shape[0]
-    return ((sumsq, weight, t, sumsq.stride(0), float(eps)),
-            {"NORM_IN": True, "BLOCK_T": min(MAX_SUMSQ_CHUNK, triton.next_power_of_2(t))})

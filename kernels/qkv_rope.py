@@ -65,13 +65,11 @@ per SM: only 48 SMs stream weights, each 1 MB, and the ceiling holds only if one
 the H200; it has NOT been measured yet. (If it loses, the next step is split-K over K with a float32
 workspace and the RoPE epilogue in the reduce, or several programs per head.)
 
-``write_slots`` must be distinct and in [0, cap) (not checked: that would need a host sync); duplicates leave one of the
-writers, unspecified which. ``q_out`` must not overlap x, w_qkv or the caches (every program reads all of x). CUDA
-graphs: capturable; the launch configuration depends only on shapes (T, K, heads, D), positions and slots are read on
-device, nothing syncs with the host, and nothing is allocated when ``q_out`` is given. PDL: ``pdl_start(USE_PDL)`` is
-the first statement; launched with ``pdl_role``'s trigger ("gemm" by default). ``norm_in=`` (constexpr NORM_IN;
-experiment switch ``runtime.model.NORM_EPILOGUE``, off: measured slower, kernels/norm_epilogue.py): x is a residual
-whose RMSNorm the K loop applies per x tile (``kernels.norm_epilogue``); off, the kernel is unchanged.
+``write_slots`` must be distinct and in [0, cap) (not checked: that would need a host sync); duplicates leave one
+of the writers, unspecified which. ``q_out`` must not overlap x, w_qkv or the caches (every program reads all
+of x). CUDA graphs: capturable; the launch configuration depends only on shapes (T, K, heads, D), positions
+and slots are read on device, nothing syncs with the host, and nothing is allocated when ``q_out`` is given.
+PDL: ``pdl_start(USE_PDL)`` is the first statement; launched with ``pdl_role``'s trigger ("gemm" by default).
 """
 
 from __future__ import annotations
@@ -80,7 +78,6 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.norm import norm_in_args, norm_scale, rstd_from_sumsq
 from kernels.pdl import check_role, pdl_options, pdl_start
 from kernels.rope import check_rope_operands, q_out_buffer
 from kernels.skinny_linear import MAX_M, SMEM_BUDGET, m_bucket
@@ -101,10 +98,8 @@ def _qkv_rope_kv_write_kernel(
     T, K, num_heads, num_kv_heads, half,
     stride_xm, stride_wn, stride_pos, stride_slot,
     stride_q0, stride_q1, stride_k0, stride_k1, stride_v0, stride_v1,
-    SumSq, NormW, num_tiles, stride_sq, eps,
     BLOCK_M: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
     UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, USE_PDL: tl.constexpr,
-    NORM_IN: tl.constexpr, BLOCK_T: tl.constexpr,
 ):
     pdl_start(USE_PDL)
     h = tl.program_id(0)  # head index in the q|k|v row; neighbouring programs stream neighbouring weight rows
@@ -115,9 +110,6 @@ def _qkv_rope_kv_write_kernel(
     i_ok = i < half
     row1 = (h * 2 * half + i).to(tl.int64)  # weight rows of the head's first half; the second is + half
 
-    if NORM_IN:  # x is the residual h: normed per tile (kernels.norm_epilogue)
-        rstd = rstd_from_sumsq(SumSq, rm, m_ok, num_tiles, stride_sq, K, eps, BLOCK_T)
-        g_ptrs = NormW + rk
     x_ptrs = X + rm[:, None] * stride_xm + rk[None, :]
     w1_ptrs = W + row1[None, :] * stride_wn + rk[:, None]  # [BLOCK_K, BLOCK_HALF] view of w
     w2_ptrs = w1_ptrs + half * stride_wn
@@ -128,18 +120,11 @@ def _qkv_rope_kv_write_kernel(
             x = tl.load(x_ptrs, mask=m_ok[:, None], other=0.0)
             w1 = tl.load(w1_ptrs, mask=i_ok[None, :], other=0.0)
             w2 = tl.load(w2_ptrs, mask=i_ok[None, :], other=0.0)
-            if NORM_IN:
-                g = tl.load(g_ptrs)
         else:
             k_ok = (k0 + rk) < K
             x = tl.load(x_ptrs, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
             w1 = tl.load(w1_ptrs, mask=i_ok[None, :] & k_ok[:, None], other=0.0)
             w2 = tl.load(w2_ptrs, mask=i_ok[None, :] & k_ok[:, None], other=0.0)
-            if NORM_IN:
-                g = tl.load(g_ptrs, mask=k_ok, other=0.0)
-        if NORM_IN:
-            x = norm_scale(x, g, rstd)
-            g_ptrs += BLOCK_K
         if UPCAST:
             x = x.to(tl.float32)
             w1 = w1.to(tl.float32)
@@ -202,7 +187,6 @@ def qkv_rope_kv_write(
     num_warps: int = 4,
     num_stages: int = 4,
     pdl_role: str = "gemm",
-    norm_in: tuple[torch.Tensor, torch.Tensor, float] | None = None,
 ) -> torch.Tensor:
     """x @ w_qkv.T, RoPE on q and k, k and v written to the caches at ``write_slots``; returns q (module docstring).
 
@@ -219,8 +203,6 @@ def qkv_rope_kv_write(
         block_k, num_warps, num_stages: tile configuration overrides (block_k: a power of two >= 16; default
             from T, K, D and the shared-memory budget). Untuned.
         pdl_role: the `kernels.pdl` role of the launch ("pre_attention" when a prefix_ready attention follows).
-        norm_in: (sumsq [T_tiles, T] float32, norm_weight [K], eps): x is the residual h and each x tile is normed in
-            the K loop (``kernels.norm_epilogue``; as ``kernels.skinny_linear.skinny_linear``'s ``norm_in``).
 
     Returns:
         q [T, Hq, D]: ``q_out`` if given, else a new contiguous tensor of x's dtype.
@@ -251,7 +233,6 @@ def qkv_rope_kv_write(
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"{FN}: {name} must be a positive int, got {v!r}")
     check_role(FN, pdl_role)
-    norm_ptrs, norm_flags = norm_in_args(FN, norm_in, x)
     if isinstance(PAIR_SPLIT, bool) or PAIR_SPLIT not in (1, 2, 4):
         raise ValueError(f"kernels.qkv_rope.PAIR_SPLIT: expected 1, 2 or 4, got {PAIR_SPLIT!r}")
     half = d // 2
@@ -269,9 +250,8 @@ def qkv_rope_kv_write(
         t, k, num_heads, num_kv_heads, half,
         x.stride(0), w_qkv.stride(0), positions.stride(0), write_slots.stride(0),
         q_out.stride(0), q_out.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
-        *norm_ptrs,
         BLOCK_M=m_bucket(t), BLOCK_HALF=block_half, BLOCK_K=block_k, EVEN_K=k % block_k == 0,
         UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or x.dtype == torch.float32) else "tf32",
-        num_warps=num_warps, num_stages=num_stages, **pdl_options(x.device, pdl_role), **norm_flags,
+        num_warps=num_warps, num_stages=num_stages, **pdl_options(x.device, pdl_role),
     )
     return q_out

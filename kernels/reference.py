@@ -236,33 +236,6 @@ def swiglu_normed_ref(
     return swiglu_ref(x, w_gate, w_up), new_res
 
 
-def skinny_linear_residual_ref(
-    x: torch.Tensor,  # [M, K]
-    w: torch.Tensor,  # [N, K]
-    residual: torch.Tensor,  # [M, N]
-    split_k: int,
-    block_n: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Twin of ``kernels.norm_epilogue.skinny_linear_residual`` at a given split and N tile: (new_residual
-    [M, N], sumsq [cdiv(N, block_n), M] float32), new_residual = add_rmsnorm_partials_ref's of the split-K partials,
-    sumsq[b] = the row sums of new_residual's squares over columns [b * block_n, (b + 1) * block_n)."""
-    parts = skinny_linear_partials_ref(x, w, split_k)
-    acc = parts[0].clone()
-    for s in range(1, split_k):  # split order, as the kernel
-        acc += parts[s]
-    new_res = (acc.to(residual.dtype).float() + residual.float()).to(residual.dtype)
-    h = new_res.float()
-    sumsq = torch.stack([(h[:, b:b + block_n] ** 2).sum(-1) for b in range(0, w.shape[0], block_n)])
-    return new_res, sumsq
-
-
-def normed_input_ref(h: torch.Tensor, sumsq: torch.Tensor, norm_weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """What a GEMM with ``norm_in=(sumsq, norm_weight, eps)`` multiplies: round(h * rstd * norm_weight) (float32
-    maths), rstd = 1 / sqrt(sum over tiles of sumsq / K + eps), h [M, K], sumsq [T, M]."""
-    rstd = 1.0 / torch.sqrt(sumsq.sum(0) / h.shape[1] + eps)
-    return (h.float() * rstd[:, None] * norm_weight.float()).to(h.dtype)
-
-
 def topk_logprobs_ref(logits: torch.Tensor, k: int, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Twin of ``kernels.topk_logprobs``: (values, ids) of the k largest log-softmax entries of `logits` * `scale`."""
     top = torch.topk(torch.log_softmax(logits.float() * scale, dim=-1), k, dim=-1)

@@ -28,13 +28,10 @@ Alone it is no faster than cuBLAS; in the runtime's step it is (``kernels.skinny
 launch: ``kernels/pdl.py``): the reduce launches go and every projection can be launched dependent, -0.20 ms per
 8B step at 1 row (bench/bench_step_variants.py, H200 2026-11-30).
 
-Configuration: ``CONFIGS[(N, K, m_bucket(M))]`` (filled from bench/bench_skinny.py on the H200) overrides the heuristic
-in ``pick_config``; explicit keywords override both. Capturable in CUDA graphs: no host syncs, and nothing is allocated
-when ``out`` (and, for split_k > 1, ``workspace``) are given. On CPU it runs under TRITON_INTERPRET=1 with operands
-upcast to float32 right after the loads. ``norm_in=`` (constexpr NORM_IN; experiment switch
-``runtime.model.NORM_EPILOGUE``, off: measured slower, kernels/norm_epilogue.py): x is a residual whose RMSNorm the K
-loop applies per x tile (``kernels.norm_epilogue``). Off, the kernel is unchanged: its sm_90 PTX (8B o tile) is
-instruction for instruction the one from before (offline compile, 2026-12-01).
+Configuration: ``CONFIGS[(N, K, m_bucket(M))]`` (filled from bench/bench_skinny.py on the H200) overrides
+the heuristic in ``pick_config``; explicit keywords override both. Capturable in CUDA graphs: no host
+syncs, and nothing is allocated when ``out`` (and, for split_k > 1, ``workspace``) are given.
+On CPU it runs under TRITON_INTERPRET=1 with operands upcast to float32 right after the loads.
 """
 
 from __future__ import annotations
@@ -43,7 +40,6 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.norm import norm_in_args, norm_scale, rstd_from_sumsq
 from kernels.pdl import check_role, pdl_options, pdl_start
 
 MAX_M = 64  # one M tile per program; larger batches are compute-bound enough for cuBLAS
@@ -82,21 +78,22 @@ _sm_counts: dict[int, int] = {}
 
 
 @triton.jit
-def skinny_tile(
-    X, W, rm, rn, rk, m_ok, n_ok, k_lo, k_hi, K, stride_xm, stride_wn,
-    SumSq, NormW, num_tiles, stride_sq, eps,
+def _skinny_kernel(
+    X, W, Out, M, N, K, K_CHUNK,
+    stride_xm, stride_wn, stride_os, stride_om,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, NORM_IN: tl.constexpr, BLOCK_T: tl.constexpr,
+    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, USE_PDL: tl.constexpr,
 ):
-    """The float32 [BLOCK_M, BLOCK_N] product of x rows `rm` and w rows `rn` over K range [k_lo, k_hi) (rk: arange
-    of BLOCK_K).
-
-    NORM_IN: x is the residual h and each x tile is normed right before its dot (``kernels.norm.norm_scale``, rstd
-    from the producer's per-tile sums of squares, ``kernels.norm_epilogue``); off, none of that is generated.
-    """
-    if NORM_IN:  # rstd is per row, over all of K: independent of this program's K split
-        rstd = rstd_from_sumsq(SumSq, rm, m_ok, num_tiles, stride_sq, K, eps, BLOCK_T)
-        g_ptrs = NormW + k_lo + rk
+    pdl_start(USE_PDL)
+    pid_n = tl.program_id(0)  # fastest axis: neighbouring programs stream neighbouring weight rows
+    pid_s = tl.program_id(1)  # K split
+    rm = tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    m_ok = rm < M
+    n_ok = rn < N
+    k_lo = pid_s * K_CHUNK
+    k_hi = tl.minimum(k_lo + K_CHUNK, K)
     x_ptrs = X + rm[:, None] * stride_xm + (k_lo + rk)[None, :]
     w_ptrs = W + rn[None, :].to(tl.int64) * stride_wn + (k_lo + rk)[:, None]  # [BLOCK_K, BLOCK_N] view of w
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
@@ -104,53 +101,16 @@ def skinny_tile(
         if EVEN_K:  # every chunk is a whole number of BLOCK_K tiles: no K mask, full-width vector loads
             x = tl.load(x_ptrs, mask=m_ok[:, None], other=0.0)
             w = tl.load(w_ptrs, mask=n_ok[None, :], other=0.0)
-            if NORM_IN:
-                g = tl.load(g_ptrs)
         else:
             k_ok = (k0 + rk) < k_hi
             x = tl.load(x_ptrs, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
             w = tl.load(w_ptrs, mask=n_ok[None, :] & k_ok[:, None], other=0.0)
-            if NORM_IN:
-                g = tl.load(g_ptrs, mask=k_ok, other=0.0)
-        if NORM_IN:
-            x = norm_scale(x, g, rstd)
-            g_ptrs += BLOCK_K
         if UPCAST:
             x = x.to(tl.float32)
             w = w.to(tl.float32)
         acc = tl.dot(x, w, acc, input_precision=DOT_PRECISION)
         x_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
-    return acc
-
-
-@triton.jit
-def skinny_coords(M, N, K, K_CHUNK, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Program (pid_n, pid_s)'s tile of a skinny GEMM: (pid_n, pid_s, rm, rn, rk, m_ok, n_ok, k_lo, k_hi), N tile pid_n
-    (the fastest grid axis: neighbouring programs stream neighbouring weight rows) over K split pid_s."""
-    pid_n = tl.program_id(0)
-    pid_s = tl.program_id(1)
-    rm = tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    k_lo = pid_s * K_CHUNK
-    return pid_n, pid_s, rm, rn, rk, rm < M, rn < N, k_lo, tl.minimum(k_lo + K_CHUNK, K)
-
-
-@triton.jit
-def _skinny_kernel(
-    X, W, Out, M, N, K, K_CHUNK,
-    stride_xm, stride_wn, stride_os, stride_om,
-    SumSq, NormW, num_tiles, stride_sq, eps,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, USE_PDL: tl.constexpr,
-    NORM_IN: tl.constexpr, BLOCK_T: tl.constexpr,
-):
-    pdl_start(USE_PDL)
-    pid_n, pid_s, rm, rn, rk, m_ok, n_ok, k_lo, k_hi = skinny_coords(M, N, K, K_CHUNK, BLOCK_M, BLOCK_N, BLOCK_K)
-    acc = skinny_tile(X, W, rm, rn, rk, m_ok, n_ok, k_lo, k_hi, K, stride_xm, stride_wn,
-                      SumSq, NormW, num_tiles, stride_sq, eps,
-                      BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, UPCAST, DOT_PRECISION, NORM_IN, BLOCK_T)
     out_ptrs = Out + pid_s * stride_os + rm[:, None] * stride_om + rn[None, :]
     tl.store(out_ptrs, acc.to(Out.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
 
@@ -255,20 +215,18 @@ def _resolve(x: torch.Tensor, m: int, n: int, k: int, fn: str, **overrides: int 
 
 
 def _launch_partials(x: torch.Tensor, w: torch.Tensor, dst: torch.Tensor, cfg: dict[str, int], m: int, n: int,
-                     k: int, pdl_role: str = "gemm", norm_args: tuple[tuple, dict] | None = None) -> None:
-    """The GEMM kernel: dst is [M, N] (split_k 1) or [split_k, M, N] float32; launched with `pdl_role`'s trigger.
-    `norm_args`: ``kernels.norm.norm_in_args``'s (x is then the residual, normed per tile), None for plain x."""
+                     k: int, pdl_role: str = "gemm") -> None:
+    """The GEMM kernel: dst is [M, N] (split_k 1) or [split_k, M, N] float32; launched with `pdl_role`'s trigger."""
     sk, bk = cfg["split_k"], cfg["block_k"]
     chunk = split_chunk(k, sk) if sk > 1 else k
     upcast = x.device.type == "cpu"
     grid = (triton.cdiv(n, cfg["block_n"]), sk)
-    norm_ptrs, norm_flags = norm_args if norm_args is not None else norm_in_args("", None, x)
     _skinny_kernel[grid](
         x, w, dst, m, n, k, chunk,
-        x.stride(0), w.stride(0), dst.stride(0) if dst.dim() == 3 else 0, dst.stride(-2), *norm_ptrs,
+        x.stride(0), w.stride(0), dst.stride(0) if dst.dim() == 3 else 0, dst.stride(-2),
         BLOCK_M=m_bucket(m), BLOCK_N=cfg["block_n"], BLOCK_K=bk, EVEN_K=k % (sk * bk) == 0,
         UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or x.dtype == torch.float32) else "tf32",
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **pdl_options(x.device, pdl_role), **norm_flags,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **pdl_options(x.device, pdl_role),
     )
 
 
@@ -281,21 +239,6 @@ def _check_buffer(t: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype | 
         raise ValueError(f"{fn}: {name} needs a contiguous last dim")
 
 
-def split_workspace(workspace: torch.Tensor | None, sk: int, m: int, n: int, device: torch.device,
-                    fn: str) -> torch.Tensor:
-    """The [sk, M, N] float32 partials view of `workspace` (a contiguous float32 tensor of >= sk * M * N elements
-    on `device`; None: a new one), or a ValueError naming `fn`'s argument."""
-    need = sk * m * n
-    if workspace is None:
-        workspace = torch.empty(need, dtype=torch.float32, device=device)
-    elif (workspace.dtype != torch.float32 or workspace.device != device or not workspace.is_contiguous()
-          or workspace.numel() < need):
-        raise ValueError(f"{fn}: workspace must be a contiguous float32 tensor on {device} with >= {need} "
-                         f"elements (split_k * M * N), got {list(workspace.shape)} {workspace.dtype} "
-                         f"on {workspace.device}")
-    return workspace.view(-1)[:need].view(sk, m, n)
-
-
 def skinny_linear_partials(
     x: torch.Tensor,
     w: torch.Tensor,
@@ -306,18 +249,15 @@ def skinny_linear_partials(
     block_k: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
-    norm_in: tuple[torch.Tensor, torch.Tensor, float] | None = None,
 ) -> torch.Tensor:
     """Split-K partials of x @ w.T: [split_k, M, N] float32, partial s over K chunk s (module docstring).
 
     Their sum (in split order) is the product; ``kernels.norm.add_rmsnorm_partials`` consumes them. ``out``
     is an optional [split_k, M, N] float32 buffer; the other keywords override the tile configuration
     (``split_k=None``: the configured one, ``CONFIGS`` or the heuristic, as ``skinny_linear`` picks it).
-    ``norm_in``: as ``skinny_linear``'s.
     """
     fn = "skinny_linear_partials"
     m, n, k = _check_operands(x, w, fn)
-    norm_args = norm_in_args(fn, norm_in, x)
     cfg = _resolve(x, m, n, k, fn, split_k=split_k, block_n=block_n, block_k=block_k, num_warps=num_warps,
                    num_stages=num_stages)
     split_k = cfg["split_k"]
@@ -326,7 +266,7 @@ def skinny_linear_partials(
     else:
         _check_buffer(out, (split_k, m, n), torch.float32, x.device, "out", fn)
     if m > 0 and n > 0:
-        _launch_partials(x, w, out, cfg, m, n, k, norm_args=norm_args)
+        _launch_partials(x, w, out, cfg, m, n, k)
     return out
 
 
@@ -342,7 +282,6 @@ def skinny_linear(
     num_warps: int | None = None,
     num_stages: int | None = None,
     pdl_role: str = "gemm",
-    norm_in: tuple[torch.Tensor, torch.Tensor, float] | None = None,
 ) -> torch.Tensor:
     """x @ w.T with x [M, K] (M <= 64), w [N, K]; returns [M, N] in x.dtype (float32 accumulation).
 
@@ -351,14 +290,10 @@ def skinny_linear(
     without it one is allocated. ``pdl_role``: the `kernels.pdl` role whose trigger the GEMM launches with
     ("pre_attention" for the QKV projection feeding the fused RoPE attention); with split_k > 1 the GEMM keeps
     "gemm" and the reduce, the last launch, takes the role ("small" for "gemm").
-    ``norm_in = (sumsq [T, M] float32, norm_weight [K], eps)``: x is the residual h of an RMSNorm split across the
-    GEMM boundary (``kernels.norm_epilogue``: sumsq from ``skinny_linear_residual``) and the product is that of the
-    normed x = round(h * rstd * norm_weight), rstd = 1 / sqrt(sum(sumsq) / K + eps), formed per x tile in the K
-    loop (any split_k: rstd is per row). The other keywords override ``CONFIGS`` and the heuristic.
+    The other keywords override ``CONFIGS`` and the heuristic.
     """
     fn = "skinny_linear"
     m, n, k = _check_operands(x, w, fn)
-    norm_args = norm_in_args(fn, norm_in, x)
     cfg = _resolve(x, m, n, k, fn, split_k=split_k, block_n=block_n, block_k=block_k, num_warps=num_warps,
                    num_stages=num_stages)
     if out is None:
@@ -372,10 +307,18 @@ def skinny_linear(
     sk = cfg["split_k"]
     check_role(fn, pdl_role)
     if sk == 1:
-        _launch_partials(x, w, out, cfg, m, n, k, pdl_role, norm_args)
+        _launch_partials(x, w, out, cfg, m, n, k, pdl_role)
         return out
-    partials = split_workspace(workspace, sk, m, n, x.device, fn)
-    _launch_partials(x, w, partials, cfg, m, n, k, norm_args=norm_args)
+    need = sk * m * n
+    if workspace is None:
+        workspace = torch.empty(need, dtype=torch.float32, device=x.device)
+    elif (workspace.dtype != torch.float32 or workspace.device != x.device or not workspace.is_contiguous()
+          or workspace.numel() < need):
+        raise ValueError(f"{fn}: workspace must be a contiguous float32 tensor on {x.device} with >= {need} "
+                         f"elements (split_k * M * N), got {list(workspace.shape)} {workspace.dtype} "
+                         f"on {workspace.device}")
+    partials = workspace.view(-1)[:need].view(sk, m, n)
+    _launch_partials(x, w, partials, cfg, m, n, k)
     block = min(1024, triton.next_power_of_2(n))
     _reduce_partials_kernel[(triton.cdiv(n, block), m)](
         partials, out, n, partials.stride(0), partials.stride(1), out.stride(0),

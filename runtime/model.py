@@ -68,17 +68,10 @@ the add + RMSNorm of the o / down projection partials runs in the prologue of th
 (`kernels.swiglu_normed` for the MLP, `kernels.skinny_linear_normed` for the next layer's QKV where its tuned tile has
 split_k 1, no bias and no qkv_rope): of the step's 2 * num_layers `add_rmsnorm_partials` launches only the final norm's
 stays. Read when a step runs (or is captured); bench/bench_step_variants.py patch `norm_prologue`. The first layer's
-norm (of the embedding) and the final one keep the norm kernels; so does any QKV that cannot take the prologue."""
-
-NORM_EPILOGUE = False
-"""Experiment switch (off; measured slower on the H200, +0.15-0.21 ms per 8B step, kernels/norm_epilogue.py): on the
-skinny path without TP the RMSNorm after the o / down projection is split across the GEMM boundary
-(`kernels.norm_epilogue`): the projection (`skinny_linear_residual`) stores the new residual and its per-tile sums of
-squares in its epilogue, and the GEMM that consumes the normed rows (SwiGLU, the next layer's QKV: qkv_rope or the
-skinny GEMM, the LM head after the last layer) norms its x tiles itself (`norm_in=`). No norm launch remains between
-them; only the first layer's norm (of the embedding) keeps the norm kernel, and so does a consumer that cannot take
-`norm_in` (a QKV bias, cuBLAS: `add_rmsnorm` of the new residual). Read when a step runs (or is captured);
-bench/bench_step_variants.py patch `norm_epilogue`. Not with NORM_PROLOGUE."""
+norm (of the embedding) and the final one keep the norm kernels; so does any QKV that cannot take the prologue.
+A second form, the norm split across the GEMM boundary (the o / down GEMMs' epilogues storing the new residual and
+per-tile sums of squares, the consuming GEMMs scaling their x tiles), measured slower too on the H200 (2026-12-01,
++0.10-0.21 ms per 8B step; docs/LOG.md eighteenth session) and was removed (its code: git 88027cd)."""
 
 
 def role_kernels(shape: ModelShape, *, skinny: bool, rope_attention: bool, target_qkv_rope: bool,
@@ -91,39 +84,13 @@ def role_kernels(shape: ModelShape, *, skinny: bool, rope_attention: bool, targe
     return {"skinny": skinny, "qkv_rope": qkv_rope, "rope_attention": rope_attention and not qkv_rope}
 
 
-NormIn = tuple[torch.Tensor, torch.Tensor, float]
-"""NORM_EPILOGUE: (sumsq [tiles, T] float32, norm_weight [hidden], eps) of a residual h whose RMSNorm the consuming
-GEMM applies itself (`kernels.norm_epilogue`)."""
-
-
 def _skinny(x: torch.Tensor, weight: torch.Tensor, *, partials: bool = False,
-            out: torch.Tensor | None = None, pdl_role: str = "gemm", norm_in: NormIn | None = None) -> torch.Tensor:
+            out: torch.Tensor | None = None, pdl_role: str = "gemm") -> torch.Tensor:
     """x @ weight.T by the Triton skinny GEMM; `partials`: float32 split-K partials [S, T, N] at the tuned split.
-    `pdl_role`: the kernels.pdl role of the launch ("pre_attention" right before the fused RoPE attention).
-    `norm_in` (NORM_EPILOGUE): x is the residual h, normed inside the GEMM."""
+    `pdl_role`: the kernels.pdl role of the launch ("pre_attention" right before the fused RoPE attention)."""
     from kernels import skinny_linear, skinny_linear_partials
 
-    if partials:
-        return skinny_linear_partials(x, weight, norm_in=norm_in)
-    return skinny_linear(x, weight, out=out, pdl_role=pdl_role, norm_in=norm_in)
-
-
-def _normed(h: torch.Tensor, norm_in: NormIn | None) -> torch.Tensor:
-    """NORM_EPILOGUE's fallback for a consumer that cannot take `norm_in`: the norm kernel on the residual h (already
-    the new residual: no add), bitwise the normed rows of the path without the switch. h itself for None."""
-    if norm_in is None:
-        return h
-    from kernels import add_rmsnorm
-
-    return add_rmsnorm(h, None, norm_in[1], norm_in[2])[0]
-
-
-def _residual_projection(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor,
-                         counters: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """NORM_EPILOGUE's producer: (new residual, its per-tile sums of squares) of residual + x @ weight.T."""
-    from kernels import skinny_linear_residual
-
-    return skinny_linear_residual(x, weight, residual, counters=counters)
+    return skinny_linear_partials(x, weight) if partials else skinny_linear(x, weight, out=out, pdl_role=pdl_role)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -176,10 +143,7 @@ class Attention(nn.Module):
         attn: AttentionBackend,
         partials: bool = False,
         qkv: torch.Tensor | None = None,
-        residual: torch.Tensor | None = None,
-        counters: torch.Tensor | None = None,
-        norm_in: NormIn | None = None,
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    ) -> torch.Tensor:
         """x [T, hidden] -> [T, hidden] (a partial sum under TP: the all-reduce is the transform's).
 
         `rope`: the (cos, sin) tables [T, head_dim] (torch path), or the inv_freq vector [head_dim / 2]
@@ -189,9 +153,6 @@ class Attention(nn.Module):
         for `kernels.add_rmsnorm_partials` instead.
         `qkv` (fused path): the QKV projection [T, q_size + 2 * kv_size] already computed (`qkv_normed`); x is then
         unused (None) and the step goes on with the RoPE + KV write.
-        NORM_EPILOGUE (skinny path, no TP): `residual` [T, hidden] makes the o projection `skinny_linear_residual`,
-        returning (residual + o, its sums of squares per tile) (`counters`: that call site's); `norm_in` makes x the
-        residual h whose norm the QKV GEMM applies (the norm kernel first where the QKV cannot: a bias, cuBLAS).
         """
         if qkv is not None and not isinstance(rope, torch.Tensor):
             raise ValueError("Attention: a precomputed qkv needs the fused path (rope given as inv_freq)")
@@ -202,26 +163,26 @@ class Attention(nn.Module):
 
             # it writes q and the tree slots' K/V only: the attention may load its prefix beside it (prefix_ready)
             q = qkv_rope_kv_write(x, self.wqkv.weight, meta.positions, rope, k_cache, v_cache, meta.write_slots,
-                                  self.num_heads, self.num_kv_heads, pdl_role="pre_attention", norm_in=norm_in)
+                                  self.num_heads, self.num_kv_heads, pdl_role="pre_attention")
             out = attn(q, k_cache, v_cache, meta, self.scale, prefix_ready=True).reshape(t, self.num_heads * d)
-            return self._project(out, partials, residual, counters)
+            return self._project(out, partials)
         elif isinstance(rope, torch.Tensor):
             # Before the fused RoPE attention the QKV GEMM takes the "pre_attention" PDL role (kernels/pdl.py): the
             # attention prefetches its prefix K/V beside it (kernels.tree_attention `prefix_ready`).
             role = self._qkv_role(t, attn)
             fuse_rope = role == "pre_attention"
             if qkv is None:
-                qkv = (self.wqkv(_normed(x, norm_in)) if not skinny or self.wqkv.bias is not None else
-                       _skinny(x, self.wqkv.weight, pdl_role=role, norm_in=norm_in))
+                qkv = (self.wqkv(x) if not skinny or self.wqkv.bias is not None else
+                       _skinny(x, self.wqkv.weight, pdl_role=role))
             if fuse_rope:
                 out = attn.rope_attend(qkv, rope, k_cache, v_cache, meta, self.scale, self.num_heads)
-                return self._project(out.reshape(t, self.num_heads * d), partials, residual, counters)
+                return self._project(out.reshape(t, self.num_heads * d), partials)
             from kernels import rope_kv_write
 
             q = rope_kv_write(qkv, meta.positions, rope, k_cache, v_cache, meta.write_slots, self.num_heads,
                               self.num_kv_heads)
         else:
-            qkv = self.wqkv(_normed(x, norm_in))
+            qkv = self.wqkv(x)
             cos, sin = rope
             q, k, v = qkv.split([self.num_heads * d, self.num_kv_heads * d, self.num_kv_heads * d], dim=-1)
             q = apply_rope(q.view(t, self.num_heads, d), cos, sin)  # [T, Hq, D]
@@ -229,7 +190,7 @@ class Attention(nn.Module):
             k_cache.index_copy_(0, meta.write_slots, k.to(k_cache.dtype))
             v_cache.index_copy_(0, meta.write_slots, v.view(t, self.num_kv_heads, d).to(v_cache.dtype))
         out = attn(q, k_cache, v_cache, meta, self.scale).reshape(t, self.num_heads * d)  # [T, Hq * D]
-        return self._project(out, partials, residual, counters)
+        return self._project(out, partials)
 
     def _qkv_role(self, t: int, attn: AttentionBackend) -> str:
         """The kernels.pdl role of a fused-path QKV GEMM of `t` rows: "pre_attention" right before the fused RoPE
@@ -253,12 +214,8 @@ class Attention(nn.Module):
 
         return skinny_linear_normed(partials, residual, norm_weight, eps, w, pdl_role=self._qkv_role(t, attn))
 
-    def _project(self, out: torch.Tensor, partials: bool, residual: torch.Tensor | None = None,
-                 counters: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """The o projection of the attention output [T, Hq * D] (split-K partials on the skinny path; with
-        `residual`, NORM_EPILOGUE's (new residual, sums of squares))."""
-        if residual is not None:
-            return _residual_projection(out, self.wo.weight, residual, counters)
+    def _project(self, out: torch.Tensor, partials: bool) -> torch.Tensor:
+        """The o projection of the attention output [T, Hq * D] (split-K partials on the skinny path)."""
         if partials:
             return _skinny(out, self.wo.weight, partials=True)
         return self.wo(out)
@@ -278,27 +235,18 @@ class MLP(nn.Module):
         self.w2 = nn.Linear(shape.intermediate_size, shape.hidden_size, bias=False, dtype=dtype)
         self.fused = False  # Transformer.use_fused_kernels: one Triton GEMM + SiLU * up for small T
 
-    def forward(self, x: torch.Tensor, partials: bool = False, residual: torch.Tensor | None = None,
-                counters: torch.Tensor | None = None,
-                norm_in: NormIn | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, partials: bool = False) -> torch.Tensor:
         """x [T, hidden] -> [T, hidden] (a partial sum under TP).
 
         `partials` (skinny path, no TP): the down projection as float32 split-K partials [S, T, hidden].
-        NORM_EPILOGUE (fused path): `norm_in` makes x the residual h whose norm the SwiGLU GEMM applies; `residual`
-        makes the down projection `skinny_linear_residual`: returns (residual + down, its sums of squares per tile).
         """
         if self.fused and x.shape[0] <= self.FUSED_MAX_ROWS:
             from kernels import swiglu
 
             w_gate, w_up = self.w13.weight.chunk(2, dim=0)
-            mid = swiglu(x, w_gate, w_up, norm_in=norm_in)
-            if residual is not None:
-                return _residual_projection(mid, self.w2.weight, residual, counters)
-            return self._down(mid, partials)
-        if partials or residual is not None:
-            raise ValueError(f"MLP: partials and residual need the fused path and T <= {self.FUSED_MAX_ROWS}, got "
-                             f"T={x.shape[0]}")
-        x = _normed(x, norm_in)
+            return self._down(swiglu(x, w_gate, w_up), partials)
+        if partials:
+            raise ValueError(f"MLP: partials need the fused path and T <= {self.FUSED_MAX_ROWS}, got T={x.shape[0]}")
         gate, up = self.w13(x).chunk(2, dim=-1)
         return self.w2(F.silu(gate) * up)
 
@@ -359,10 +307,6 @@ class Transformer(nn.Module):
         self.register_buffer("inv_freq", rope_inv_freq(shape), persistent=False)
         self.fused_kernels = False
         self.skinny = False
-        # NORM_EPILOGUE: per (layer, "o" / "down", device) the int32 counters of that projection's split-K epilogue,
-        # allocated zeroed on first use (an eager step: StepGraph warms up before it captures) and left zero by every
-        # launch, so CUDA-graph replays reuse them without a memset. One model's steps run in stream order.
-        self._norm_counters: dict[tuple[int, str, torch.device], torch.Tensor] = {}
         self.tie_weights()
 
     def use_fused_kernels(self, enabled: bool = True, skinny: bool = False, qkv_rope: bool = False,
@@ -432,21 +376,6 @@ class Transformer(nn.Module):
             x = layer(x, cos, sin, meta, k_cache, v_cache, attn)
         return self.lm_head(self.norm(x)).float()
 
-    def _counters(self, layer: int, site: str, like: torch.Tensor) -> torch.Tensor:
-        """NORM_EPILOGUE: the persistent zeroed counters of projection `site` ("o" / "down") of `layer` on like's
-        device; a RuntimeError where the first use falls inside a CUDA-graph capture (the zeros would be a memset
-        node of the graph, not a buffer allocated once)."""
-        key = (layer, site, like.device)
-        counters = self._norm_counters.get(key)
-        if counters is None:
-            if like.is_cuda and torch.cuda.is_current_stream_capturing():
-                raise RuntimeError("NORM_EPILOGUE: split-K counters first needed inside a CUDA-graph capture; run one "
-                                   "eager step first (StepGraph's warm-up does)")
-            from kernels.norm_epilogue import new_counters
-
-            counters = self._norm_counters[key] = new_counters(self.shape.hidden_size, like.device)
-        return counters
-
     def _forward_fused(self, x: torch.Tensor, meta: AttnMeta, cache: KVCache, attn: AttentionBackend) -> torch.Tensor:
         """The forward with fused kernels: the residual stream rides along `kernels.add_rmsnorm`.
 
@@ -456,18 +385,12 @@ class Transformer(nn.Module):
         With NORM_PROLOGUE (skinny partials path) the two norms of a layer move into the prologues of the GEMMs that
         consume them: the SwiGLU's, and the next layer's QKV's where `Attention.qkv_normed` applies (the down
         partials wait in `pending` until then; the final norm keeps the norm kernel).
-        With NORM_EPILOGUE (skinny path, no TP) the o / down projections store r and its per-tile sums of squares `sq`
-        and the next GEMM norms r itself (`_layer_epilogue`; h is not computed while `sq` is set).
         """
         from kernels import add_rmsnorm, add_rmsnorm_partials
 
         eps, n = self.shape.rms_eps, len(self.layers)
         skinny = self.skinny and x.shape[0] <= SKINNY_MAX_ROWS
-        if skinny and NORM_PROLOGUE and NORM_EPILOGUE:
-            raise ValueError("runtime.model: NORM_PROLOGUE and NORM_EPILOGUE both move the norms; set one")
         prologue = skinny and NORM_PROLOGUE
-        epilogue = skinny and NORM_EPILOGUE
-        sq = None  # NORM_EPILOGUE: the sums of squares per tile of `res`, whose norm the next GEMM applies (no h)
         pending = None  # NORM_PROLOGUE: the last down projection's partials, not yet added to `res` and normed
         h, res = add_rmsnorm(x, None, self.layers[0].attn_norm.weight, eps)
         for i, layer in enumerate(self.layers):
@@ -475,11 +398,6 @@ class Transformer(nn.Module):
             nxt = self.layers[i + 1].attn_norm.weight if i + 1 < n else self.norm.weight
             # Partials skip the module outputs, so only where no TP all-reduce hook needs them.
             plain = skinny and not (layer.attn._forward_hooks or layer.mlp._forward_hooks)
-            if epilogue and plain:
-                res, sq = self._layer_epilogue(i, h if sq is None else None, res, sq, meta, k_cache, v_cache, attn)
-                continue
-            if sq is not None:  # a layer that cannot take the epilogue's sums: the norm kernel
-                h, sq = _normed(res, (sq, layer.attn_norm.weight, eps)), None
             qkv = None
             if pending is not None:  # this layer's attention norm: in its QKV GEMM's prologue where that applies
                 normed = layer.attn.qkv_normed(pending, res, layer.attn_norm.weight, eps, attn) if plain else None
@@ -502,24 +420,7 @@ class Transformer(nn.Module):
             h, res = add_rmsnorm(layer.mlp(h), res, nxt, eps)
         if pending is not None:
             h, res = add_rmsnorm_partials(pending, res, self.norm.weight, eps)
-        final = None if sq is None else (sq, self.norm.weight, eps)
         if skinny and type(self.lm_head) is nn.Linear:
-            return _skinny(res if final else h, self.lm_head.weight, norm_in=final,
-                           out=torch.empty(res.shape[0], self.shape.vocab_size, dtype=torch.float32, device=res.device))
-        return self.lm_head(_normed(res, final) if final else h).float()
-
-    def _layer_epilogue(self, i: int, h: torch.Tensor | None, res: torch.Tensor, sq: torch.Tensor | None,
-                        meta: AttnMeta, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                        attn: AttentionBackend) -> tuple[torch.Tensor, torch.Tensor]:
-        """NORM_EPILOGUE: layer `i` from its residual stream `res` -> (new residual, its sums of squares per tile).
-
-        The QKV GEMM takes the normed rows `h` (layer 0: the embedding's norm kernel) or norms `res` itself from the
-        previous down projection's sums `sq`; the o projection adds into the residual and sums squares per tile; the
-        SwiGLU norms that residual (mlp_norm); the down projection adds and sums again, for the next consumer.
-        """
-        layer, eps = self.layers[i], self.shape.rms_eps
-        norm_in = None if sq is None else (sq, layer.attn_norm.weight, eps)
-        res, sq = layer.attn(res if norm_in else h, self.inv_freq, meta, k_cache, v_cache, attn, residual=res,
-                             counters=self._counters(i, "o", res), norm_in=norm_in)
-        return layer.mlp(res, residual=res, counters=self._counters(i, "down", res),
-                         norm_in=(sq, layer.mlp_norm.weight, eps))
+            return _skinny(h, self.lm_head.weight, out=torch.empty(h.shape[0], self.shape.vocab_size,
+                                                                    dtype=torch.float32, device=h.device))
+        return self.lm_head(h).float()

@@ -64,7 +64,6 @@ def test_patches_parse_apply_and_restore():
 
     before = state()
     assert before[1]["attention_prefetch"] is True and before[1]["norm_prologue"] is False
-    assert before[1]["norm_epilogue"] is False
     with patched(["qkv_n32", "o_s1", "swiglu_i32", "swiglu_k64", "attn_k128", "attn_r255", "norm_w8",
                   "attn_noprefetch", "attn_w16", "attn_tma", "norm_prologue", "qkvrope_split2",
                   "attn_hold", "attn_tree_prefetch", "attn_m16", "attn_wide64", "m32_heuristic"]):
@@ -72,13 +71,9 @@ def test_patches_parse_apply_and_restore():
         assert skinny.pick_config(8, 4096, 4096)["split_k"] == 1
         assert state()[1] == {"swiglu": 32, "swiglu_k": 64, "attention": 128, "attention_regs": 255, "norm_warps": 8,
                               "attention_prefetch": False, "attention_warps": 16, "attention_tma": True,
-                              "norm_prologue": True, "norm_epilogue": False, "qkv_rope_split": 2,
-                              "attention_hold": True,
+                              "norm_prologue": True, "qkv_rope_split": 2, "attention_hold": True,
                               "attention_tree_prefetch": True, "attention_rows": 16, "attention_wide_rows": 64}
         assert (2048, 8192, 32) not in skinny.CONFIGS and skinny.pick_config(32, 2048, 8192)["split_k"] == 2
-    assert state() == before
-    with patched(["norm_epilogue"]):  # the other norm experiment (not with norm_prologue: the model refuses both)
-        assert state()[1] == {**before[1], "norm_epilogue": True}
     assert state() == before
     assert skinny.pick_config(8, 4096, 4096)["split_k"] == 2
     assert skinny.pick_config(32, 2048, 8192)["split_k"] == 4

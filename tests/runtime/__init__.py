@@ -183,21 +183,3 @@ def new_cache(model: Transformer, capacity: int) -> KVCache:
     """An empty KVCache sized for `model` (its local kv heads) with `capacity` slots."""
     layers, heads, head_dim = model.cache_spec()
     return KVCache(layers, capacity, heads, head_dim, model.dtype, "cpu")
-
-
-def count_kernel_calls(monkeypatch, names) -> dict[str, int]:
-    """Wrap each `kernels.<name>` in `names` so that its calls are counted (the model looks them up at call time);
-    returns the live {name: calls} dict."""
-    import kernels
-
-    calls = dict.fromkeys(names, 0)
-    for name in calls:
-        real = getattr(kernels, name)
-
-        def counted(*args, _name=name, _real=real, **kw):
-            calls[_name] += 1
-            return _real(*args, **kw)
-
-        monkeypatch.setattr(kernels, name, counted)
-    return calls
-

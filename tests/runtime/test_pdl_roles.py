@@ -17,8 +17,7 @@ from tests.runtime import new_cache
 pytest.importorskip("kernels")
 
 ENTRY_POINTS = ("add_rmsnorm", "add_rmsnorm_partials", "skinny_linear", "skinny_linear_partials",
-                "skinny_linear_normed", "skinny_linear_residual", "swiglu", "swiglu_normed", "rope_kv_write",
-                "tree_attention",
+                "skinny_linear_normed", "swiglu", "swiglu_normed", "rope_kv_write", "tree_attention",
                 "rope_tree_attention", "qkv_rope_kv_write")
 
 
@@ -38,14 +37,13 @@ def _record(monkeypatch) -> list[tuple[str, str | None, bool]]:
     return log
 
 
-@pytest.mark.parametrize("mode", ["default", "norm_prologue", "norm_epilogue", "qkv_rope"])
+@pytest.mark.parametrize("mode", ["default", "norm_prologue", "qkv_rope"])
 def test_prefix_ready_attention_follows_its_pre_attention_qkv(monkeypatch, mode):
-    """default / norm_prologue / norm_epilogue: single-token steps (the fused RoPE attention) only; qkv_rope
-    (experiment): every step, the prefill's too, after the fused QKV + RoPE GEMM."""
+    """default / norm_prologue: single-token steps (the fused RoPE attention) only; qkv_rope (experiment): every step,
+    the prefill's too, after the fused QKV + RoPE GEMM."""
     import runtime.model
 
     monkeypatch.setattr(runtime.model, "NORM_PROLOGUE", mode == "norm_prologue")
-    monkeypatch.setattr(runtime.model, "NORM_EPILOGUE", mode == "norm_epilogue")
     log = _record(monkeypatch)
     shape = MODEL_PRESETS["tiny-llama"]
     model = build_model(shape, torch.float32, "cpu", seed=0).use_fused_kernels(
