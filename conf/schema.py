@@ -300,8 +300,12 @@ class SpecConfig(_Frozen):
                  f"{self.oracle_draws!r} is not one of uniform, multinomial")
 
 
-INPUT_STAGING = ("pageable", "pinned")
+INPUT_STAGING = ("pageable", "pinned", "graph")
 """`kernels.input_staging` values: how a CUDA-graph step's inputs reach the device (runtime/graphs.py)."""
+
+
+READBACK = ("sync", "spin")
+"""`kernels.readback` values: how the host reads a CUDA-graph step's small outputs (runtime/graphs.py)."""
 
 
 DRAFT_HEAD_MAX_TOPK = 64
@@ -354,7 +358,15 @@ class KernelsConfig(_Frozen):
     verify spans 4.58-4.63 ms off against 4.61-4.65 on. Off."""
     input_staging: str = "pageable"
     """How a CUDA-graph step's inputs are copied (runtime/graphs.py): pageable (each copy waits for the stream) |
-    pinned (preallocated pinned buffers, copies that do not block the host)."""
+    pinned (preallocated pinned buffers, copies that do not block the host) | graph (a pinned buffer the graph copies
+    as its first node: the host only writes it and launches; a chained autoregressive graph stages pinned)."""
+    readback: str = "sync"
+    """How the host reads a CUDA-graph step's small outputs (the draft expansion's top-k children, the verify's
+    verdict): sync (a device -> host copy and a stream sync after the replay, ~73 us from the graph's end to the
+    verdict on the H200 host, 2026-12-01) | spin (the graph copies them into pinned host memory itself, then the step's
+    ticket; the host spins on the ticket and reads numpy views: no CUDA call after the launch). spin builds the verify
+    graph with its verdict inside, as kernels.verdict_graph does. Needs kernels.cuda_graphs (and, for the verify,
+    kernels.backend=triton)."""
 
     def validate(self) -> None:
         """Check the backend name and what needs the Triton backend."""
@@ -369,6 +381,11 @@ class KernelsConfig(_Frozen):
                  "replaces the skinny QKV GEMM: needs kernels.skinny=true (or set kernels.target_qkv_rope=false)")
         _require(not self.refill_graph or self.cuda_graphs, "kernels.refill_graph",
                  "a captured one-row draft step: needs kernels.cuda_graphs=true (kernels=graphs)")
+        _require(self.readback in READBACK, "kernels.readback", f"{self.readback!r} is not one of {', '.join(READBACK)}")
+        _require(self.readback == "sync" or self.cuda_graphs, "kernels.readback",
+                 "spin reads what a CUDA graph copied to the host: needs kernels.cuda_graphs=true (kernels=graphs)")
+        _require(self.input_staging == "pageable" or self.cuda_graphs, "kernels.input_staging",
+                 f"{self.input_staging} stages a CUDA graph's inputs: needs kernels.cuda_graphs=true (kernels=graphs)")
         _require(not self.verdict_graph or (self.cuda_graphs and self.backend == "triton"), "kernels.verdict_graph",
                  "the verdict inside the verify graph: needs kernels.cuda_graphs=true and kernels.backend=triton "
                  "(kernels=graphs)")

@@ -38,7 +38,8 @@ class DraftWorker:
 
     def __init__(self, model: Transformer, attn: AttentionBackend, *, w: int, topk: int, max_tree_nodes: int,
                  max_seq_len: int, temperature: float, cuda_graphs: bool = False, staging: str = "pageable",
-                 graph_events: bool = False, fused_head: bool = False, refill_graph: bool = False) -> None:
+                 graph_events: bool = False, fused_head: bool = False, refill_graph: bool = False,
+                 readback: str = "sync") -> None:
         """Allocate the cache: `max_seq_len` prefix slots plus the `max_tree_nodes` tree region.
 
         `cuda_graphs`: capture the expansion step (w rows over the whole tree region, log-softmax and top-k
@@ -52,6 +53,8 @@ class DraftWorker:
         input copies + replay (`last_device_split`). `fused_head` (`kernels.draft_head`): the top-k children from
         `kernels.topk_logprobs` instead of torch's log_softmax + topk (eager and captured alike). `refill_graph`
         (`kernels.refill_graph`, CUDA graphs only): a third graph, one row, for the expansion of a lone root.
+        `readback` (`kernels.readback`, CUDA graphs only): "spin", every expansion graph copies its top-k children to
+        pinned host memory itself and the host spins on it (`StepGraph.host_outputs`) instead of reading them back.
         """
         self.model, self.attn = model, attn
         self.w, self.topk, self.max_len = w, topk, max_tree_nodes
@@ -73,13 +76,15 @@ class DraftWorker:
         self.graph = self.pending_graph = self.refill_graph = None
         self.belief: list[list[float]] | None = None  # oracle runs, spec.oracle_belief=table (runtime/oracle.py)
         if cuda_graphs:
+            spin = readback == "spin"
             self.graph = StepGraph(model, self.cache, attn, w, max_tree_nodes, head=self._top_children,
-                                   staging=staging, keep_rows=max_tree_nodes)
+                                   staging=staging, keep_rows=max_tree_nodes, readback=spin)
             self.pending_graph = StepGraph(model, self.cache, attn, w + 1, max_tree_nodes + 1,
-                                           head=self._pending_children, staging=staging, keep_rows=max_tree_nodes)
+                                           head=self._pending_children, staging=staging, keep_rows=max_tree_nodes,
+                                           readback=spin)
             if refill_graph and w > 1:
                 self.refill_graph = StepGraph(model, self.cache, attn, 1, max_tree_nodes, head=self._top_children,
-                                              staging=staging, keep_rows=max_tree_nodes)
+                                              staging=staging, keep_rows=max_tree_nodes, readback=spin)
         # trace.graph_events: events and host marks around every replayed expansion's input copies and replay
         self._timer = ReplayTimer("planned") if graph_events and cuda_graphs else None
         self._timed = False  # whether the last expansion was timed (a replay; an eager one is not)
@@ -129,6 +134,8 @@ class DraftWorker:
             top_lp, top_tok = graph.launch()
             if timer is not None:
                 timer.launched()
+            if graph.readback:  # numpy views of the pinned copies the graph wrote last (spins until they arrive)
+                top_lp, top_tok = graph.host_outputs()
         else:
             self.compact(force=True)
             logits = self.model(inp.token_ids.to(self.device), step_meta(inp, self.prefix_len, self.device),

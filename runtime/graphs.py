@@ -53,39 +53,47 @@ from runtime.tree import StepInputs
 class StepBuffers:
     """A step's inputs in one byte buffer on the device, staged in one host buffer of the same layout: int64
     [prefix_len | token ids | positions | tree slots | parent rows | (keep_rows > 0:) keep destination | keep
-    sources, -1-padded to keep_rows], then the [rows, tree_len] bool mask. A load
+    sources, -1-padded to keep_rows | ticket], then the [rows, tree_len] bool mask. A load
     writes the host buffer through numpy views (a list into a slice costs ~1 us; a torch op cost ~10-30 us of
     host time on the H200 host, before every replay) and copies it in one host -> device copy.
 
     `staging` (`kernels.input_staging`): `pageable`, an ordinary host buffer and a copy that waits for the
-    stream; `pinned`, a pinned buffer and a copy that does not block the host (an event guards its reuse).
-    The graph reads all but the parent rows, which a verify's verdict reads.
+    stream; `pinned`, a pinned buffer and a copy that does not block the host (an event guards its reuse);
+    `graph`, a pinned buffer that the graph copies itself, as its first node (`capture_copy`): a load only writes
+    host memory, and its caller must know the previous replay has read it (`StepGraph` waits for it).
+    The graph reads all but the parent rows, which a verify's verdict reads, and the ticket: the load's number
+    (1, 2, ...), which a graph with `readback` hands back to the host after its outputs (`StepGraph.host_outputs`).
     """
 
     def __init__(self, rows: int, tree_len: int, device: torch.device | str, staging: str = "pageable",
                  keep_rows: int = 0) -> None:
         if staging not in INPUT_STAGING:
             raise ValueError(f"kernels.input_staging: {staging!r} is not one of {', '.join(INPUT_STAGING)}")
+        if staging != "pageable" and not torch.cuda.is_available():
+            raise ValueError(f"kernels.input_staging={staging} stages in pinned host memory: needs a CUDA device")
         if keep_rows < 0:
             raise ValueError(f"StepBuffers: keep_rows must be >= 0, got {keep_rows}")
-        self.rows, self.tree_len, self.keep_rows = rows, tree_len, keep_rows
-        ints = 1 + 4 * rows + (1 + keep_rows if keep_rows else 0)
+        self.rows, self.tree_len, self.keep_rows, self.staging = rows, tree_len, keep_rows, staging
+        ints = 1 + 4 * rows + (1 + keep_rows if keep_rows else 0) + 1
         self.device_bytes = torch.zeros(8 * ints + rows * tree_len, dtype=torch.uint8, device=device)
         self.packed = self.device_bytes[:8 * ints].view(torch.long)
         self.prefix, self.ids = self.packed[:1], self.packed[1:1 + rows]
         self.positions = self.packed[1 + rows:1 + 2 * rows]
         self.slots = self.packed[1 + 2 * rows:1 + 3 * rows]
         self.parents = self.packed[1 + 3 * rows:1 + 4 * rows]
-        self.keep_dst = self.packed[1 + 4 * rows:2 + 4 * rows]  # empty without keep_rows
-        self.keep_src = self.packed[2 + 4 * rows:]
+        self.keep_dst = self.packed[1 + 4 * rows:2 + 4 * rows] if keep_rows else self.packed[:0]
+        self.keep_src = self.packed[2 + 4 * rows:ints - 1] if keep_rows else self.packed[:0]
+        self.ticket = self.packed[ints - 1:]  # [1]: the number of the load, for a readback graph's host wait
         self.keep_src.fill_(-1)
         self.mask = self.device_bytes[8 * ints:].view(torch.bool).view(rows, tree_len)
         self._pinned = staging == "pinned"
-        self._host = torch.zeros(self.device_bytes.numel(), dtype=torch.uint8, pin_memory=self._pinned)
+        self._host = torch.zeros(self.device_bytes.numel(), dtype=torch.uint8, pin_memory=staging != "pageable")
         host = self._host.numpy()
         self._host_ints, self._host_mask = host[:8 * ints].view(np.int64), host[8 * ints:]
-        self._host_ints[2 + 4 * rows:] = -1
+        if keep_rows:
+            self._host_ints[2 + 4 * rows:ints - 1] = -1
         self._copied = torch.cuda.Event() if self._pinned else None
+        self.loads = 0  # loads so far: the ticket of the last one
 
     def load(self, token_ids: torch.Tensor, positions: torch.Tensor, tree_slots: torch.Tensor, prefix_len: int,
              tree_mask: torch.Tensor) -> None:
@@ -125,11 +133,32 @@ class StepBuffers:
             n = 0 if keep is None else len(keep[1])
             ints[1 + 4 * r] = 0 if keep is None else keep[0]
             ints[2 + 4 * r:2 + 4 * r + n] = [] if keep is None else keep[1]
-            ints[2 + 4 * r + n:] = -1
+            ints[2 + 4 * r + n:-1] = -1
+        self.loads += 1
+        ints[-1] = self.loads
         self._host_mask[:] = mask
+        if self.staging == "graph":  # the replay copies it (capture_copy)
+            return
         self.device_bytes.copy_(self._host, non_blocking=self._pinned)
         if self._pinned:
             self._copied.record()
+
+    def capture_defaults(self) -> None:
+        """The inputs of the capture-time forwards, on the device and in the host buffer (staging "graph" copies that
+        one inside the step): tree slots 0..rows - 1, so their K/V writes land in slots [0, rows) before any prefill,
+        and an identity mask."""
+        r = self.rows
+        self.slots.copy_(torch.arange(r))
+        self.mask[:, :r] = torch.eye(r, dtype=torch.bool)
+        self._host_ints[1 + 2 * r:1 + 3 * r] = np.arange(r)
+        self._host_mask.reshape(r, self.tree_len)[:, :r] = np.eye(r, dtype=np.uint8)
+
+    def capture_copy(self) -> None:
+        """`staging="graph"`: queue the host buffer's copy to the device (called inside the step the graph captures,
+        so every replay copies what the host staged last)."""
+        if self.staging != "graph":
+            raise ValueError(f"StepBuffers.capture_copy: staging {self.staging!r}, needs 'graph'")
+        self.device_bytes.copy_(self._host, non_blocking=True)
 
 
 class ReplayTimer:
@@ -187,6 +216,36 @@ class ReplayTimer:
         return {f"{k}_s": self.marks[k] - self.marks["start"] for k in (self.ready, "copied", "launched")}
 
 
+READBACK_CHECK_S = 0.05
+"""`wait_for_ticket`: after this long spinning, also ask whether the replay's stream is done (a stream that is idle
+with no ticket, or a CUDA error, then raises instead of spinning on)."""
+READBACK_TIMEOUT_S = 600.0
+"""`wait_for_ticket`: give up after this long (a replay that runs but never finishes)."""
+
+
+def wait_for_ticket(flag: np.ndarray, ticket: int, stream_done: Callable[[], bool], what: str,
+                    timeout_s: float = READBACK_TIMEOUT_S) -> None:
+    """Spin until `flag[0]` (host memory a graph's last copy writes) equals `ticket`: a readback graph's outputs
+    have then reached the host (`StepGraph.host_outputs`). No CUDA call while it spins; after `READBACK_CHECK_S`,
+    every ~1,000 spins `stream_done()` (e.g. `torch.cuda.Stream.query`, which also raises a CUDA error) tells a
+    replay still running from one that ended without the copy: the latter raises RuntimeError naming `what`, as
+    does a wait beyond `timeout_s` (TimeoutError)."""
+    if flag[0] == ticket:
+        return
+    start, spins = time.perf_counter(), 0
+    while flag[0] != ticket:
+        spins += 1
+        if spins % 1024:
+            continue
+        waited = time.perf_counter() - start
+        if waited > timeout_s:
+            raise TimeoutError(f"{what}: waited {waited:.1f} s for the replay's read-back (ticket {ticket}, the "
+                               f"host holds {int(flag[0])})")
+        if waited > READBACK_CHECK_S and stream_done() and flag[0] != ticket:
+            raise RuntimeError(f"{what}: the stream is idle but the read-back holds ticket {int(flag[0])}, expected "
+                               f"{ticket}: the replay's copy to the host did not arrive")
+
+
 VERDICTS = (None, "argmax", "greedy")
 """`StepGraph`'s `verdict` options: nothing, the rows' argmax, or the argmax and the greedy tree verdict."""
 
@@ -204,6 +263,15 @@ def verdict_outputs(verdict: str, logits: torch.Tensor, ids: torch.Tensor, paren
     return logits, argmax, torch.cat([path, count.reshape(1), bonus.reshape(1)])
 
 
+def readback_outputs(out: Any, verdict: bool) -> tuple[torch.Tensor, ...]:
+    """What a readback graph (`StepGraph` readback) mirrors on the host: a head's outputs, or a verdict graph's
+    outputs but the logits."""
+    outs = (out,) if isinstance(out, torch.Tensor) else tuple(out)
+    if not all(isinstance(t, torch.Tensor) for t in outs):
+        raise ValueError(f"StepGraph readback: the step's outputs must be tensors, got {[type(t) for t in outs]}")
+    return outs[1:] if verdict else outs
+
+
 class StepGraph:
     """A model forward over `rows` tokens with a [rows, tree_len] tree mask, captured once, replayed per step."""
 
@@ -211,7 +279,8 @@ class StepGraph:
 
     def __init__(self, model: torch.nn.Module, cache: KVCache, attn: AttentionBackend, rows: int, tree_len: int,
                  *, head: Callable[[torch.Tensor], Any] | None = None, pool: Any = None, chain: bool = False,
-                 staging: str = "pageable", keep_rows: int = 0, verdict: str | None = None) -> None:
+                 staging: str = "pageable", keep_rows: int = 0, verdict: str | None = None,
+                 readback: bool = False) -> None:
         """Capture `head(model(...))` (or the fp32 logits [rows, vocab] without a head) on `cache`'s device.
 
         `chain`: also capture the greedy hand-over to the next autoregressive step (rows = 1, no head): see the
@@ -224,6 +293,12 @@ class StepGraph:
         placeholder token); "greedy": (logits, argmax, the greedy verdict packed as [rows + 2] int64: the path padded
         with -1, the accepted count, the bonus), by `kernels.greedy_verify` over the loaded token ids and parent rows
         (padding rows have parent -1, so they are never accepted: the verdict of the real nodes alone).
+        `staging="graph"` (`kernels.input_staging`): the graph's first node copies the pinned host buffer a load wrote;
+        a load first waits for the previous replay (its read-back, or an event). A chained graph stages "pinned"
+        instead (its chained replays must not copy the host buffer again).
+        `readback` (`kernels.readback=spin`; a head or a verdict): the graph ends by copying its outputs (a verdict's:
+        all but the logits) into pinned host memory, then the load's ticket; `host_outputs` spins on that ticket
+        and returns numpy views: no stream sync, no read-back call, no torch op on the host after the replay.
         """
         device = cache.device
         if device.type != "cuda":
@@ -239,12 +314,23 @@ class StepGraph:
         if verdict not in VERDICTS or (verdict is not None and (chain or head is not None)):
             raise ValueError(f"StepGraph: verdict must be one of {VERDICTS} and needs no chain and no head, got "
                              f"verdict {verdict!r}, chain {chain}, head {head}")
-        self.rows, self.tree_len, self.chained = rows, tree_len, chain
+        if readback and head is None and verdict is None:
+            raise ValueError("StepGraph: readback needs a head or a verdict (the logits stay on the device)")
+        self.rows, self.tree_len, self.chained, self.device = rows, tree_len, chain, device
+        if chain and staging == "graph":
+            staging = "pinned"
         self.inputs = buf = StepBuffers(rows, tree_len, device, staging, keep_rows)  # what the graph reads
-        buf.slots.copy_(torch.arange(rows))  # capture-time writes land in slots [0, rows), before any prefill
-        buf.mask[:, :rows] = torch.eye(rows, dtype=torch.bool)
+        buf.capture_defaults()
+        self._host_out: tuple[torch.Tensor, ...] = ()  # readback: pinned host mirrors of the outputs
+        self._host_np: tuple[np.ndarray, ...] = ()
+        self._host_ticket = torch.zeros(1, dtype=torch.long, pin_memory=True) if readback else None
+        self._flag = self._host_ticket.numpy() if readback else None
+        self._done = torch.cuda.Event() if staging == "graph" and not readback else None
+        self._inflight = False  # a replay queued and not known to have finished (staging "graph")
 
         def step() -> Any:
+            if staging == "graph":
+                buf.capture_copy()
             if keep_rows:  # the owed compaction first (all sources -1: nothing moves)
                 kv_compact(cache.kv, buf.keep_src, buf.keep_dst)
             meta = AttnMeta(positions=buf.positions, write_slots=buf.prefix + buf.slots,
@@ -262,12 +348,21 @@ class StepGraph:
             side.wait_stream(torch.cuda.current_stream(device))
             with torch.cuda.stream(side):  # JIT compilation, cuBLAS workspaces, NCCL communicators
                 for _ in range(self.WARMUP):
-                    step()
+                    out = step()
             torch.cuda.current_stream(device).wait_stream(side)
+            if readback:
+                mirrored = readback_outputs(out, verdict is not None)
+                self._host_out = tuple(torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in mirrored)
+                self._host_np = tuple(h.numpy() for h in self._host_out)
             self.graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(self.graph, pool=pool):
                 self.out = step()
+                if readback:  # the outputs, then the ticket: stream order puts the ticket last on the host
+                    for h, t in zip(self._host_out, readback_outputs(self.out, verdict is not None)):
+                        h.copy_(t, non_blocking=True)
+                    self._host_ticket.copy_(buf.ticket, non_blocking=True)
         torch.cuda.synchronize(device)
+        self.readback = readback
 
     def replay(self, token_ids: torch.Tensor, positions: torch.Tensor, tree_slots: torch.Tensor, prefix_len: int,
                tree_mask: torch.Tensor) -> Any:
@@ -281,12 +376,35 @@ class StepGraph:
     def load(self, token_ids: torch.Tensor, positions: torch.Tensor, tree_slots: torch.Tensor, prefix_len: int,
              tree_mask: torch.Tensor) -> None:
         """`replay`'s first half: copy the step's inputs (host tensors) into the graph's buffers."""
+        self._finish()
         self.inputs.load(token_ids, positions, tree_slots, prefix_len, tree_mask)
 
     def load_inputs(self, inp: StepInputs, prefix_len: int, keep: tuple[int, list[int]] | None = None) -> None:
         """`load` of a `runtime.tree.StepInputs` from its host lists and mask bytes (no torch op on the host), with
         an optional KV compaction (destination slot, source slots) the replay applies first (`keep_rows`)."""
+        self._finish()
         self.inputs.load_inputs(inp, prefix_len, keep)
+
+    def _finish(self) -> None:
+        """Staging "graph": wait until the last replay has copied the host buffer (before a load overwrites it)."""
+        if not self._inflight:
+            return
+        if self._flag is not None:
+            self.host_outputs()
+        else:
+            self._done.synchronize()
+        self._inflight = False
+
+    def host_outputs(self) -> tuple[np.ndarray, ...]:
+        """`readback`: wait (spinning, `wait_for_ticket`) until the last replay's outputs reached the host and return
+        them as numpy views of pinned memory, in output order (a verdict graph: all but the logits). Valid until the
+        next replay."""
+        if self._flag is None:
+            raise ValueError("StepGraph.host_outputs: this graph was captured without readback")
+        wait_for_ticket(self._flag, self.inputs.loads, torch.cuda.current_stream(self.device).query,
+                        f"StepGraph ({self.rows} rows x {self.tree_len})")
+        self._inflight = False
+        return self._host_np
 
     @property
     def keeps(self) -> bool:
@@ -296,6 +414,10 @@ class StepGraph:
     def launch(self) -> Any:
         """`replay`'s second half: queue the graph on the inputs `load` copied; returns its static outputs."""
         self.graph.replay()
+        if self.inputs.staging == "graph":
+            self._inflight = True
+            if self._done is not None:
+                self._done.record()
         return self.out
 
     def replay_chained(self) -> torch.Tensor:

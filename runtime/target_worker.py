@@ -30,7 +30,8 @@ class TargetWorker:
 
     def __init__(self, model: Transformer, attn: AttentionBackend, *, rows: int, max_seq_len: int,
                  temperature: float, backend: str, cuda_graphs: bool = False, graph_events: bool = False,
-                 staging: str = "pageable", verdict_graph: bool = False, oracle: bool = False) -> None:
+                 staging: str = "pageable", verdict_graph: bool = False, oracle: bool = False,
+                 readback: str = "sync") -> None:
         """Allocate the cache: `max_seq_len` prefix slots plus `rows` verify slots; capture the verify step.
 
         `graph_events` (`trace.graph_events`, CUDA graphs only): CUDA events around every verify's input copies and
@@ -39,7 +40,10 @@ class TargetWorker:
         `verdict_graph` (`kernels.verdict_graph`; greedy, the Triton backend): a tree verify's graph also computes
         what the verdict reads, so that after the replay only a small read-back is left (`StepGraph` verdict): the
         greedy verdict, or with `oracle` (the verdict is drawn; the target only supplies a placeholder token) the
-        rows' argmax."""
+        rows' argmax.
+        `readback` (`kernels.readback`): "spin" builds the verdict into the graph as `verdict_graph` does and has the
+        graph copy it to pinned host memory, which `decide` spins on (`StepGraph.host_outputs`) instead of a read-back
+        and a stream sync. A chained, sampled or reference-backend target reads back as before."""
         self.model, self.attn = model, attn
         self.rows, self.temperature, self.backend = rows, temperature, backend
         self.device = model.norm.weight.device
@@ -53,10 +57,12 @@ class TargetWorker:
         # autoregressive target's graph also hands its token to the next step on the device (`chain_step`).
         chain = rows == 1 and temperature == 0
         # A tree verify's graph also applies the last verdict's KV keep in front of its forward (`keep`).
-        verdict = (None if not verdict_graph or chain or temperature > 0 or backend != "triton" else
+        spin = readback == "spin"
+        verdict = (None if not (verdict_graph or spin) or chain or temperature > 0 or backend != "triton" else
                    "argmax" if oracle else "greedy")
         self.graph = (StepGraph(model, self.cache, attn, rows, rows, chain=chain, staging=staging,
-                                keep_rows=0 if chain else rows, verdict=verdict)
+                                keep_rows=0 if chain else rows, verdict=verdict,
+                                readback=spin and verdict is not None)
                       if cuda_graphs else None)
         self._argmax: torch.Tensor | None = None  # the graph's [rows] argmax of the last verify (verdict graphs)
         self._verdict: torch.Tensor | None = None  # its packed greedy verdict [rows + 2] ("greedy" graphs)
@@ -87,6 +93,8 @@ class TargetWorker:
             out = self.graph.launch()
             self._logits, self._argmax, self._verdict = (out, None, None) if isinstance(out, torch.Tensor) else \
                 (*out, None)[:3]
+            if self.graph.readback:  # decide reads the host mirrors (numpy) the graph writes last
+                self._argmax = self._verdict = None
             if timer is not None:
                 timer.launched()
         else:
@@ -98,6 +106,13 @@ class TargetWorker:
     def decide(self, generator: torch.Generator | None, oracle: AcceptanceOracle | None = None) -> Verdict:
         """The verdict on the last forward: drawn by the oracle if given, else greedy / sampled."""
         inp, logits = self._inputs, self._logits
+        if self.graph is not None and self.graph.readback:  # the graph copied its verdict to the host: spin on it
+            host = self.graph.host_outputs()  # (argmax,) or (argmax, packed greedy verdict), numpy
+            if oracle is not None:
+                outcome = oracle.walk(inp.parent_rows[: inp.num_real])
+                return Verdict(outcome.path, int(host[0][outcome.path[-1]]), outcome.bonus_rank)
+            *path_list, n, bonus = host[1].tolist()
+            return Verdict(tuple(path_list[: n + 1]), bonus)
         if oracle is not None:
             outcome = oracle.walk(inp.parent_rows[: inp.num_real])
             # the draft resolves the real token; a verdict graph computed the rows' argmax: one read-back, no launch

@@ -27,6 +27,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 
@@ -400,10 +401,10 @@ class DraftTree:
         top_lp, top_tok = torch.topk(logprobs[: len(expanded)].float(), k, dim=-1)  # [n, k], descending
         self.grow_topk(expanded, top_lp, top_tok)
 
-    def grow_topk(self, expanded: list[int], top_lp: torch.Tensor, top_tok: torch.Tensor,
+    def grow_topk(self, expanded: list[int], top_lp: torch.Tensor | np.ndarray, top_tok: torch.Tensor | np.ndarray,
                   belief: list[list[float]] | None = None) -> None:
         """In place: add children from precomputed top-k: top_lp/top_tok [>= len(expanded), k] (descending per row,
-        log-probs and token ids, any device; only the first len(expanded) rows are read).
+        log-probs and token ids: tensors on any device, or numpy arrays; only the first len(expanded) rows are read).
 
         Children are added in column order (so column 0 is the first child); a row's log-probs are clamped to
         <= 0 and must not increase along the row (torch.topk's order: the lazy frontier relies on it). One host
@@ -425,9 +426,11 @@ class DraftTree:
         for i in expanded:
             if first_child[i] >= 0:
                 raise RuntimeError(f"node {i} already has children (a node is expanded once)")
-        # One device -> host copy: token ids (< 2**24 for any vocabulary here) ride along as float64 exactly.
-        both = torch.stack((top_lp[:n].to(torch.float64), top_tok[:n].to(torch.float64))).cpu()
-        lp_rows, tok_rows = both.tolist()
+        if isinstance(top_lp, np.ndarray):  # host arrays (a readback graph's pinned copies): no torch op
+            lp_rows, tok_rows = top_lp[:n].tolist(), top_tok[:n].tolist()
+        else:  # one device -> host copy: token ids (< 2**24 for any vocabulary here) ride along as float64 exactly
+            both = torch.stack((top_lp[:n].to(torch.float64), top_tok[:n].to(torch.float64))).cpu()
+            lp_rows, tok_rows = both.tolist()
         # The draft's host time per expansion (w x k children; bench/bench_host_path.py): per parent, a few list
         # extends; constant columns once per expansion; one heap push per parent (its first child: lazy frontier).
         first, weights, parents = len(self.tokens), self.weights, self.parents

@@ -57,7 +57,7 @@ def cfg_for(mode: str, target: str, draft: str, dtype: str, *, target_gpus: int 
             checkpoint: str | None = None, draft_seed: int = 1, skinny: bool = True, pdl: bool = True,
             input_staging: str = "pageable", rope_attention: bool = True, recv_wake: str = "socket",
             refill_graph: bool = True, target_qkv_rope: bool = True, verdict_graph: bool = False,
-            **spec) -> ExperimentConfig:
+            readback: str = "sync", **spec) -> ExperimentConfig:
     """kernels=graphs on CUDA (skinny GEMMs, PDL, RoPE in the single-token attention, the one-row refill graph, the
     target's QKV GEMM with RoPE + the KV write, as conf/kernels/graphs.yaml; skinny=False turns the last off);
     the draft is `draft` (the target itself with draft_seed == 1: self-speculation)."""
@@ -66,7 +66,7 @@ def cfg_for(mode: str, target: str, draft: str, dtype: str, *, target_gpus: int 
                     cuda_graphs=True, checkpoint=checkpoint, timeout_s=120, skinny=skinny, pdl=pdl,
                     input_staging=input_staging, rope_attention=rope_attention, recv_wake=recv_wake,
                     refill_graph=refill_graph, target_qkv_rope=target_qkv_rope and skinny,
-                    verdict_graph=verdict_graph, **{**MODES[mode], **spec})
+                    verdict_graph=verdict_graph, readback=readback, **{**MODES[mode], **spec})
 
 
 @functools.cache
@@ -159,7 +159,7 @@ def test_pinned_input_staging_replays_like_pageable():
                    for ids, p in steps]
     for k, (a, b) in enumerate(zip(outs["pageable"], outs["pinned"])):
         assert torch.equal(a, b), f"step {k}: pinned staging differs"
-    with pytest.raises(ValueError, match="kernels.input_staging: 'mapped' is not one of pageable, pinned"):
+    with pytest.raises(ValueError, match="kernels.input_staging: 'mapped' is not one of pageable, pinned, graph"):
         StepGraph(model, caches["pinned"], attn, 8, 8, staging="mapped")
 
 
@@ -321,6 +321,71 @@ def test_modes_lossless_with_the_verdict_in_the_graph(mode):
     assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", verdict_graph=True, **split_of(mode)))
     assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama-draft", "bfloat16", draft_seed=2, verdict_graph=True,
                             **split_of(mode)))
+
+
+@pytest.mark.parametrize("mode", ["autoregressive", "chain", "serial_tree",
+                                  pytest.param("async_tree", marks=[pytest.mark.multi_gpu, TWO_GPUS])])
+def test_modes_lossless_with_in_graph_staging_and_spin_readback(mode):
+    """kernels.input_staging=graph kernels.readback=spin: every graph copies its pinned inputs itself and its top-k
+    children / verdict back to pinned host memory, which the host spins on (the chained autoregressive graph stages
+    pinned); self-speculation and a small random draft (misses, refills, pending rows)."""
+    for draft, seed in (("tiny-llama", 1), ("tiny-llama-draft", 2)):
+        assert_lossless(cfg_for(mode, "tiny-llama", draft, "bfloat16", draft_seed=seed, input_staging="graph",
+                                readback="spin", **split_of(mode)))
+
+
+@pytest.mark.multi_gpu
+@TWO_GPUS
+@pytest.mark.parametrize("mode", ["serial_tree", "autoregressive"])
+def test_tp2_target_lossless_with_in_graph_staging_and_spin_readback(mode):
+    """A TP-2 target with kernels.input_staging=graph kernels.readback=spin: the peer never reads its verdict back,
+    so its next load waits on the ticket alone; the TP-2 autoregressive step (a chained graph, replayed with a load
+    each step) stages pinned instead."""
+    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", target_gpus=2, draft_seed=1,
+                            input_staging="graph", readback="spin"))
+
+
+@torch.no_grad()
+def test_in_graph_staging_and_spin_readback_replay_like_pageable():
+    """A graph that copies its pinned inputs itself (staging "graph") and its head's outputs to pinned host memory
+    (readback): the host copies equal a pageable graph's device outputs bitwise, step after step, with the loads
+    queued back to back (each load waits for the previous replay's ticket) and interleaved with host reads."""
+    shape = MODEL_PRESETS["tiny-llama"]
+    model = build_model(shape, "bfloat16", "cuda", seed=3).use_fused_kernels(skinny=True)
+    attn = make_attention_backend("triton")
+    layers, heads, head_dim = model.cache_spec()
+    caches = {s: KVCache(layers, 200, heads, head_dim, model.dtype, "cuda") for s in ("pageable", "graph")}
+
+    def head(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        top = torch.topk(logits.float(), 4, dim=-1)
+        return top.values, top.indices
+
+    graphs = {"pageable": StepGraph(model, caches["pageable"], attn, 8, 8, head=head),
+              "graph": StepGraph(model, caches["graph"], attn, 8, 8, head=head, staging="graph", keep_rows=8,
+                                 readback=True)}
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, shape.vocab_size, (150,), generator=g).cuda()
+    for cache in caches.values():
+        model(prompt, AttnMeta.causal(0, 150, "cuda"), cache, attn)
+    parents = [-1, 0, 0, 1, 1, 2, 3, 3]
+    mask, depth = ancestor_mask(parents, 8), [0, 1, 1, 2, 2, 2, 3, 3]
+    steps = [(torch.randint(0, shape.vocab_size, (8,), generator=g), p) for p in (20, 77, 141, 150, 33)]
+    want = [tuple(t.clone() for t in graphs["pageable"].replay(ids, torch.tensor([p + d for d in depth]),
+                                                                torch.arange(8), p, mask)) for ids, p in steps]
+    spun = graphs["graph"]
+    for k, (ids, p) in enumerate(steps):
+        spun.replay(ids, torch.tensor([p + d for d in depth]), torch.arange(8), p, mask)
+        if k % 2:  # odd steps: read now; even ones: the next load waits for the ticket itself
+            continue
+        lp, tok = spun.host_outputs()
+        assert spun._flag[0] == k + 1
+        assert torch.equal(torch.from_numpy(lp), want[k][0].cpu()), f"step {k}: log-probs differ"
+        assert torch.equal(torch.from_numpy(tok), want[k][1].cpu()), f"step {k}: ids differ"
+    assert spun._flag[0] == len(steps)
+    with pytest.raises(ValueError, match="readback needs a head or a verdict"):
+        StepGraph(model, caches["graph"], attn, 8, 8, readback=True)
+    with pytest.raises(ValueError, match="captured without readback"):
+        graphs["pageable"].host_outputs()
 
 
 @pytest.mark.parametrize("mode", ["chain", "serial_tree"])

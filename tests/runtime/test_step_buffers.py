@@ -44,15 +44,20 @@ def test_step_buffers_load_host_tensors_and_refuse_other_shapes():
     buf = StepBuffers(2, 3, "cpu")
     mask = torch.tensor([[1, 0, 0], [1, 1, 0]], dtype=torch.bool)
     buf.load(torch.tensor([7, 8]), torch.tensor([20, 21]), torch.tensor([0, 1]), 20, mask)
-    assert buf.packed.tolist() == [20, 7, 8, 20, 21, 0, 1, -1, -1] and torch.equal(buf.mask, mask)
+    assert buf.packed.tolist() == [20, 7, 8, 20, 21, 0, 1, -1, -1, 1] and torch.equal(buf.mask, mask)  # ticket 1
     with pytest.raises(ValueError, match=r"captured for 2 rows x 3 tree slots, got token_ids \(3,\)"):
         buf.load(torch.tensor([7, 8, 9]), torch.tensor([20, 21, 22]), torch.tensor([0, 1, 2]), 20, mask)
     with pytest.raises(ValueError, match=r"got token_ids \(2,\), positions \(1,\)"):  # no silent broadcast
         buf.load(torch.tensor([7, 8]), torch.tensor([20]), torch.tensor([0, 1]), 20, mask)
     with pytest.raises(ValueError, match=r"StepGraph.load_inputs: captured for 2 rows x 3 tree slots, got 2 rows x 2"):
         buf.load_inputs(proposal_inputs([1, 2], [-1, 0], 5, 2), 5)
-    with pytest.raises(ValueError, match="kernels.input_staging: 'mapped' is not one of pageable, pinned"):
+    with pytest.raises(ValueError, match="kernels.input_staging: 'mapped' is not one of pageable, pinned, graph"):
         StepBuffers(2, 3, "cpu", staging="mapped")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="kernels.input_staging=graph stages in pinned host memory: needs a CUDA"):
+            StepBuffers(2, 3, "cpu", staging="graph")
+    with pytest.raises(ValueError, match="staging 'pageable', needs 'graph'"):
+        buf.capture_copy()
 
 
 def test_step_buffers_stage_an_owed_compaction_padded_with_minus_one():
@@ -73,3 +78,27 @@ def test_step_buffers_stage_an_owed_compaction_padded_with_minus_one():
         StepBuffers(2, 2, "cpu").load_inputs(inp, 36, keep=(30, [31]))
     with pytest.raises(ValueError, match="keep_rows must be >= 0"):
         StepBuffers(2, 2, "cpu", keep_rows=-1)
+
+
+def test_step_buffers_number_their_loads_in_the_ticket_after_the_compaction():
+    """The last int is the load's ticket (1, 2, ...; a readback graph hands it back after its outputs), after the
+    keep sources; a compaction's -1 padding stops before it."""
+    buf = StepBuffers(2, 2, "cpu", keep_rows=3)
+    assert buf.ticket.tolist() == [0] and buf.loads == 0
+    inp = proposal_inputs([5, 6], [-1, 0], 30, 2)
+    buf.load_inputs(inp, 33, keep=(30, [31]))
+    assert buf.keep_src.tolist() == [31, -1, -1] and buf.ticket.tolist() == [1]
+    buf.load_inputs(inp, 34)
+    assert buf.keep_src.tolist() == [-1] * 3 and buf.ticket.tolist() == [2] and buf.loads == 2
+    assert buf.packed.tolist()[-5:] == [0, -1, -1, -1, 2]  # keep destination (none: 0), sources, ticket
+
+
+def test_step_buffers_capture_defaults_on_device_and_host():
+    """The capture-time inputs (slots 0..rows - 1, an identity mask) are in the device views and the host buffer,
+    which a graph-staged step copies inside its capture."""
+    buf = StepBuffers(3, 5, "cpu")
+    buf.capture_defaults()
+    assert buf.slots.tolist() == [0, 1, 2] and torch.equal(buf.mask[:, :3], torch.eye(3, dtype=torch.bool))
+    assert not buf.mask[:, 3:].any()
+    buf.device_bytes.copy_(buf._host)  # what a graph-staged replay's first node copies
+    assert buf.slots.tolist() == [0, 1, 2] and torch.equal(buf.mask[:, :3], torch.eye(3, dtype=torch.bool))

@@ -245,8 +245,9 @@ def _snapshot(tree: DraftTree) -> tuple:
 
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10_000), steps=st.integers(1, 6), w=st.integers(1, 4), topk=st.integers(1, 5),
-       ties=st.booleans(), int32=st.booleans())
-def test_grow_topk_builds_the_same_tree_as_grow(seed, steps, w, topk, ties, int32):
+       ties=st.booleans(), int32=st.booleans(), host=st.booleans())
+def test_grow_topk_builds_the_same_tree_as_grow(seed, steps, w, topk, ties, int32, host):
+    """Tensors or (`host`: a readback graph's pinned copies) numpy arrays of the top-k grow the same tree as `grow`."""
     gen = torch.Generator().manual_seed(seed)
     vocab, max_len = 7, 64
     a, b = DraftTree(0), DraftTree(0)
@@ -262,7 +263,8 @@ def test_grow_topk_builds_the_same_tree_as_grow(seed, steps, w, topk, ties, int3
         logprobs = torch.log_softmax(logits, -1)
         a.grow(nodes_a, logprobs, topk)
         top_lp, top_tok = torch.topk(logprobs, min(topk, vocab), dim=-1)  # all rows, padding included
-        b.grow_topk(nodes_b, top_lp, top_tok.int() if int32 else top_tok)
+        top_tok = top_tok.int() if int32 else top_tok
+        b.grow_topk(nodes_b, *((top_lp.numpy(), top_tok.numpy()) if host else (top_lp, top_tok)))
         assert _snapshot(a) == _snapshot(b)
     assert all(type(n.token) is int for n in b.nodes)
 
