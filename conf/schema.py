@@ -381,7 +381,8 @@ class KernelsConfig(_Frozen):
                  "replaces the skinny QKV GEMM: needs kernels.skinny=true (or set kernels.target_qkv_rope=false)")
         _require(not self.refill_graph or self.cuda_graphs, "kernels.refill_graph",
                  "a captured one-row draft step: needs kernels.cuda_graphs=true (kernels=graphs)")
-        _require(self.readback in READBACK, "kernels.readback", f"{self.readback!r} is not one of {', '.join(READBACK)}")
+        _require(self.readback in READBACK, "kernels.readback",
+                 f"{self.readback!r} is not one of {', '.join(READBACK)}")
         _require(self.readback == "sync" or self.cuda_graphs, "kernels.readback",
                  "spin reads what a CUDA graph copied to the host: needs kernels.cuda_graphs=true (kernels=graphs)")
         _require(self.input_staging == "pageable" or self.cuda_graphs, "kernels.input_staging",
