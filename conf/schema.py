@@ -366,7 +366,9 @@ class KernelsConfig(_Frozen):
     verdict on the H200 host, 2026-12-01) | spin (the graph copies them into pinned host memory itself, then the step's
     ticket; the host spins on the ticket and reads numpy views: no CUDA call after the launch). spin builds the verify
     graph with its verdict inside, as kernels.verdict_graph does. Needs kernels.cuda_graphs (and, for the verify,
-    kernels.backend=triton)."""
+    kernels.backend=triton). kernels=graphs runs spin with input_staging=graph: workload a on 1 x H200 (draft
+    colocated, 4 paired rounds, 2026-12-01): iteration 9.75 -> 9.30 ms (chain), 7.76 -> 7.15 ms (serial_tree); spin
+    with pageable staging 9.36 / 7.29 ms (bench/results/host_io_ab_2026-12-01_ab44f24.json)."""
 
     def validate(self) -> None:
         """Check the backend name and what needs the Triton backend."""

@@ -55,11 +55,12 @@ def prompts(vocab: int, n: int = 3, seed: int = 0) -> list[list[int]]:
 
 def cfg_for(mode: str, target: str, draft: str, dtype: str, *, target_gpus: int = 1, draft_gpus: int = 0,
             checkpoint: str | None = None, draft_seed: int = 1, skinny: bool = True, pdl: bool = True,
-            input_staging: str = "pageable", rope_attention: bool = True, recv_wake: str = "socket",
+            input_staging: str = "graph", rope_attention: bool = True, recv_wake: str = "socket",
             refill_graph: bool = True, target_qkv_rope: bool = True, verdict_graph: bool = False,
-            readback: str = "sync", **spec) -> ExperimentConfig:
+            readback: str = "spin", **spec) -> ExperimentConfig:
     """kernels=graphs on CUDA (skinny GEMMs, PDL, RoPE in the single-token attention, the one-row refill graph, the
-    target's QKV GEMM with RoPE + the KV write, as conf/kernels/graphs.yaml; skinny=False turns the last off);
+    target's QKV GEMM with RoPE + the KV write, in-graph input staging and spin read-backs, as
+    conf/kernels/graphs.yaml; skinny=False turns the QKV one off);
     the draft is `draft` (the target itself with draft_seed == 1: self-speculation)."""
     return make_cfg(mode, target, draft, target_gpus=target_gpus, draft_gpus=draft_gpus, draft_seed=draft_seed,
                     max_new=MAX_NEW, capacity=CAPACITY, backend="triton", device="cuda", dtype=dtype,
@@ -325,24 +326,23 @@ def test_modes_lossless_with_the_verdict_in_the_graph(mode):
 
 @pytest.mark.parametrize("mode", ["autoregressive", "chain", "serial_tree",
                                   pytest.param("async_tree", marks=[pytest.mark.multi_gpu, TWO_GPUS])])
-def test_modes_lossless_with_in_graph_staging_and_spin_readback(mode):
-    """kernels.input_staging=graph kernels.readback=spin: every graph copies its pinned inputs itself and its top-k
-    children / verdict back to pinned host memory, which the host spins on (the chained autoregressive graph stages
-    pinned); self-speculation and a small random draft (misses, refills, pending rows)."""
+def test_modes_lossless_with_pageable_staging_and_sync_readback(mode):
+    """kernels.input_staging=pageable kernels.readback=sync (the defaults before 2026-12-01; the other tests run
+    kernels=graphs' in-graph staging and spin read-backs): every input copy and read-back a call of its own;
+    self-speculation and a small random draft (misses, refills, pending rows)."""
     for draft, seed in (("tiny-llama", 1), ("tiny-llama-draft", 2)):
-        assert_lossless(cfg_for(mode, "tiny-llama", draft, "bfloat16", draft_seed=seed, input_staging="graph",
-                                readback="spin", **split_of(mode)))
+        assert_lossless(cfg_for(mode, "tiny-llama", draft, "bfloat16", draft_seed=seed, input_staging="pageable",
+                                readback="sync", **split_of(mode)))
 
 
 @pytest.mark.multi_gpu
 @TWO_GPUS
 @pytest.mark.parametrize("mode", ["serial_tree", "autoregressive"])
-def test_tp2_target_lossless_with_in_graph_staging_and_spin_readback(mode):
+def test_tp2_target_lossless_with_in_graph_staging_and_spin_readback(mode):  # (cfg_for's defaults)
     """A TP-2 target with kernels.input_staging=graph kernels.readback=spin: the peer never reads its verdict back,
     so its next load waits on the ticket alone; the TP-2 autoregressive step (a chained graph, replayed with a load
     each step) stages pinned instead."""
-    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", target_gpus=2, draft_seed=1,
-                            input_staging="graph", readback="spin"))
+    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", target_gpus=2, draft_seed=1))
 
 
 @torch.no_grad()
