@@ -363,6 +363,9 @@ class StepGraph:
                     self._host_ticket.copy_(buf.ticket, non_blocking=True)
         torch.cuda.synchronize(device)
         self.readback = readback
+        # host_outputs' liveness check: the stream the runtime replays on (the current one, as at capture)
+        self._stream_done = torch.cuda.current_stream(device).query
+        self._what = f"StepGraph ({rows} rows x {tree_len})"
 
     def replay(self, token_ids: torch.Tensor, positions: torch.Tensor, tree_slots: torch.Tensor, prefix_len: int,
                tree_mask: torch.Tensor) -> Any:
@@ -401,8 +404,7 @@ class StepGraph:
         next replay."""
         if self._flag is None:
             raise ValueError("StepGraph.host_outputs: this graph was captured without readback")
-        wait_for_ticket(self._flag, self.inputs.loads, torch.cuda.current_stream(self.device).query,
-                        f"StepGraph ({self.rows} rows x {self.tree_len})")
+        wait_for_ticket(self._flag, self.inputs.loads, self._stream_done, self._what)
         self._inflight = False
         return self._host_np
 
