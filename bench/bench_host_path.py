@@ -13,8 +13,8 @@ and the graph steps before b594258 read them), so a regression shows on a CPU ma
     channel: the unix channel's unpack + decode of a received bs 8 proposal (2026-11-30: 2.44 -> 1.59 us here
             with a decode that does not re-convert every slot and checks the parents at C speed)
     draft:  plan_expansion (w 16 over a grown tree), + StepBuffers.load_inputs, grow_topk (w x k children from
-            top-k tensors), plan_expansion + grow_topk (one expansion's host part), select (top-bs subtree),
-            reroot (hit)
+            top-k tensors; and from numpy arrays, as kernels.readback=spin hands them over), plan_expansion +
+            grow_topk (one expansion's host part), select (top-bs subtree), reroot (hit)
 
 Medians over `reps` calls after a warm-up, host clock; `<out>/host_path_<date>.json` (git SHA, machine, date,
 config, medians in us) and a table. Ratios between rows carry over to other hosts; absolute numbers do not.
@@ -116,6 +116,14 @@ def measure(reps: int) -> dict[str, float]:
         tree.grow_topk(nodes, lp, tok)
 
     out["draft.grow_topk"] = _time(grow, reps)
+    lp_np, tok_np = lp.numpy(), tok.numpy()
+    it = iter([(tree, tree.plan_expansion(W, PREFIX, MAX_LEN)[0]) for tree in (fresh() for _ in range(WARMUP + reps))])
+
+    def grow_host() -> None:
+        tree, nodes = next(it)
+        tree.grow_topk(nodes, lp_np, tok_np)
+
+    out["draft.grow_topk (numpy: readback=spin)"] = _time(grow_host, reps)
     it = iter([fresh() for _ in range(WARMUP + reps)])
 
     def expansion() -> None:  # one expansion's host part: take w nodes, then add their children
