@@ -8,18 +8,11 @@
 #       "kernels.readback=spin kernels.input_staging=graph"
 # A variant is one or more space-separated overrides. AB_ROUNDS=2 rounds (round r uses workload.seed r - 1),
 # AB_MODES="chain serial_tree", AB_NEW_TOKENS=512, AB_REQUESTS=2; AB_BASE replaces the model / kernels / prompt
-# overrides (default: workload a's, prompts of 1,024 tokens; a CPU smoke run: see tests/scripts).
+# overrides (default: workload a's, prompts of 1,024 tokens; a CPU run: tests/bench/test_colocated_ab.py).
 # OUTDIR gets ab.json (git SHA, device, date, config, per run and per variant), ab.log; the table last.
 set -uo pipefail
-OUT=${1:?usage: scripts/gpu_colocated_ab.sh OUTDIR OVERRIDES_A OVERRIDES_B [...]}
-shift
-[ $# -ge 2 ] && [ $# -le 6 ] || { echo "gpu_colocated_ab: 2 to 6 variants expected, got $#" >&2; exit 2; }
-VARIANTS=("$@")
-LABELS=(a b c d e f)
-OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
-cd "$(dirname "$0")/.."
-source scripts/device_env.sh
-WORK=$(mktemp -d)
+# shellcheck source=scripts/ab_args.sh
+source "$(dirname "$0")/ab_args.sh" "$@"  # OUT, VARIANTS, LABELS, WORK; cwd: the repository root
 BASE=${AB_BASE:-"model=llama3-8b_llama3.2-1b kernels=graphs trace.graph_events=true workload.prompt_tokens=1024 \
 workload.max_seq_len_tokens=2048"}
 for r in $(seq 1 "${AB_ROUNDS:-2}"); do

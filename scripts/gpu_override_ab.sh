@@ -11,15 +11,8 @@
 # OUTDIR gets ab.tar.gz (per variant and round, e.g. a_1: the run dirs), ab.log and ab.json (tokens/s per run and
 # variant, with the overrides, git SHA and date); the table (each variant's mean over rounds / variant a's) last.
 set -uo pipefail
-OUT=${1:?usage: scripts/gpu_override_ab.sh OUTDIR OVERRIDES_A OVERRIDES_B [OVERRIDES_C ...]}
-shift
-[ $# -ge 2 ] && [ $# -le 6 ] || { echo "gpu_override_ab: 2 to 6 variants expected, got $#" >&2; exit 2; }
-VARIANTS=("$@")
-LABELS=(a b c d e f)
-OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
-cd "$(dirname "$0")/.."
-source scripts/device_env.sh
-WORK=$(mktemp -d)
+# shellcheck source=scripts/ab_args.sh
+source "$(dirname "$0")/ab_args.sh" "$@"  # OUT, VARIANTS, LABELS, WORK; cwd: the repository root
 for r in $(seq 1 "${AB_REPEATS:-2}"); do
   for i in "${!VARIANTS[@]}"; do
     v=${LABELS[$i]}_$r

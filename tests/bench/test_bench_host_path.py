@@ -17,7 +17,8 @@ def test_host_path_benchmark_writes_every_piece(tmp_path):
     assert set(saved["median_us"]) == {
         "verify.proposal_inputs", "verify.inputs+load_inputs", "verify.inputs+tensors (before b594258)",
         "channel.unpack+decode (bs 8 proposal)",
-        "draft.plan_expansion", "draft.plan_expansion+load_inputs", "draft.grow_topk", "draft.plan_expansion+grow_topk",
+        "draft.plan_expansion", "draft.plan_expansion+load_inputs", "draft.grow_topk",
+        "draft.grow_topk (numpy: readback=spin)", "draft.plan_expansion+grow_topk",
         "draft.select",
         "draft.reroot (hit)"}
     assert all(v > 0 for v in saved["median_us"].values())

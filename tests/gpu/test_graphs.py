@@ -134,26 +134,34 @@ def test_step_graph_replays_match_eager_forwards(dtype, tol, skinny, use_pdl, ro
         assert err <= tol, f"prefix {prefix}: relative error {err:.2e}"
 
 
+STAGING_TREE = (ancestor_mask([-1, 0, 0, 1, 1, 2, 3, 3], 8), [0, 1, 1, 2, 2, 2, 3, 3])
+"""The staging tests' 8-node tree: its [8, 8] ancestor mask and the nodes' depths."""
+
+
+def _staging_case(names: tuple[str, ...], prefixes: tuple[int, ...]) -> tuple:
+    """The staging tests' setup: the tiny bf16 model (skinny GEMMs), the Triton attention, one 200-slot cache per name
+    with the same 150-token prompt prefilled, and one step per prefix length ((8 random token ids, prefix))."""
+    shape = MODEL_PRESETS["tiny-llama"]
+    model = build_model(shape, "bfloat16", "cuda", seed=3).use_fused_kernels(skinny=True)
+    attn = make_attention_backend("triton")
+    layers, heads, head_dim = model.cache_spec()
+    caches = {s: KVCache(layers, 200, heads, head_dim, model.dtype, "cuda") for s in names}
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, shape.vocab_size, (150,), generator=g).cuda()
+    for cache in caches.values():
+        model(prompt, AttnMeta.causal(0, 150, "cuda"), cache, attn)
+    steps = [(torch.randint(0, shape.vocab_size, (8,), generator=g), p) for p in prefixes]
+    return model, attn, caches, steps
+
+
 @torch.no_grad()
 def test_pinned_input_staging_replays_like_pageable():
     """kernels.input_staging=pinned: the same graph fed through pinned buffers and copies that do not block the
     host gives bitwise the logits of pageable staging, step after step (each step's inputs differ, and the
     buffers are refilled while nothing waits on the previous replay)."""
-    shape = MODEL_PRESETS["tiny-llama"]
-    model = build_model(shape, "bfloat16", "cuda", seed=3).use_fused_kernels(skinny=True)
-    attn = make_attention_backend("triton")
-    layers, heads, head_dim = model.cache_spec()
-    caches = {s: KVCache(layers, 200, heads, head_dim, model.dtype, "cuda") for s in ("pageable", "pinned")}
+    model, attn, caches, steps = _staging_case(("pageable", "pinned"), (20, 77, 141, 150))
     graphs = {s: StepGraph(model, caches[s], attn, 8, 8, staging=s) for s in caches}
-    g = torch.Generator().manual_seed(0)
-    prompt = torch.randint(0, shape.vocab_size, (150,), generator=g).cuda()
-    for cache in caches.values():
-        model(prompt, AttnMeta.causal(0, 150, "cuda"), cache, attn)
-    parents = [-1, 0, 0, 1, 1, 2, 3, 3]
-    mask, depth = ancestor_mask(parents, 8), [0, 1, 1, 2, 2, 2, 3, 3]
-    steps = []
-    for prefix in (20, 77, 141, 150):
-        steps.append((torch.randint(0, shape.vocab_size, (8,), generator=g), prefix))
+    mask, depth = STAGING_TREE
     outs = {}
     for s in ("pinned", "pageable"):  # the pinned steps back to back: only the staging event guards the buffer
         outs[s] = [graphs[s].replay(ids, torch.tensor([p + d for d in depth]), torch.arange(8), p, mask).clone()
@@ -350,11 +358,7 @@ def test_in_graph_staging_and_spin_readback_replay_like_pageable():
     """A graph that copies its pinned inputs itself (staging "graph") and its head's outputs to pinned host memory
     (readback): the host copies equal a pageable graph's device outputs bitwise, step after step, with the loads
     queued back to back (each load waits for the previous replay's ticket) and interleaved with host reads."""
-    shape = MODEL_PRESETS["tiny-llama"]
-    model = build_model(shape, "bfloat16", "cuda", seed=3).use_fused_kernels(skinny=True)
-    attn = make_attention_backend("triton")
-    layers, heads, head_dim = model.cache_spec()
-    caches = {s: KVCache(layers, 200, heads, head_dim, model.dtype, "cuda") for s in ("pageable", "graph")}
+    model, attn, caches, steps = _staging_case(("pageable", "graph"), (20, 77, 141, 150, 33))
 
     def head(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         top = torch.topk(logits.float(), 4, dim=-1)
@@ -363,13 +367,7 @@ def test_in_graph_staging_and_spin_readback_replay_like_pageable():
     graphs = {"pageable": StepGraph(model, caches["pageable"], attn, 8, 8, head=head),
               "graph": StepGraph(model, caches["graph"], attn, 8, 8, head=head, staging="graph", keep_rows=8,
                                  readback=True)}
-    g = torch.Generator().manual_seed(0)
-    prompt = torch.randint(0, shape.vocab_size, (150,), generator=g).cuda()
-    for cache in caches.values():
-        model(prompt, AttnMeta.causal(0, 150, "cuda"), cache, attn)
-    parents = [-1, 0, 0, 1, 1, 2, 3, 3]
-    mask, depth = ancestor_mask(parents, 8), [0, 1, 1, 2, 2, 2, 3, 3]
-    steps = [(torch.randint(0, shape.vocab_size, (8,), generator=g), p) for p in (20, 77, 141, 150, 33)]
+    mask, depth = STAGING_TREE
     want = [tuple(t.clone() for t in graphs["pageable"].replay(ids, torch.tensor([p + d for d in depth]),
                                                                 torch.arange(8), p, mask)) for ids, p in steps]
     spun = graphs["graph"]
