@@ -232,7 +232,8 @@ def test_a_chained_one_row_graph_gives_the_verdict_from_its_own_argmax():
     worker.forward(DraftProposal(0, 0, (4,), (-1,)))
     logits = worker._logits
     want = verify_proposal(logits, torch.tensor([4]), torch.tensor([-1]), 1, 0.0, None)
-    worker.graph = SimpleNamespace(chained=True, next_ids=logits.argmax(dim=-1))  # what the chain graph writes
+    worker.graph = SimpleNamespace(chained=True, readback=False,  # what the chain graph writes (no readback)
+                                   next_ids=logits.argmax(dim=-1))
     assert worker.decide(None) == want and want.path == (0,)
 
 
