@@ -355,7 +355,8 @@ class KernelsConfig(_Frozen):
     the logits, the verify kernel and their launches (~73 us from the graph's end to the verdict on the H200 host,
     2026-12-01, bench/results/verify_split_2026-12-01_1651a26.json). Measured on 1 x H200 (2026-12-01, colocated
     chain / serial at workload a, interleaved, bench/results/verdict_graph_ab_2026-12-01_2b13c0b.json): no gain, the
-    verify spans 4.58-4.63 ms off against 4.61-4.65 on. Off."""
+    verify spans 4.58-4.63 ms off against 4.61-4.65 on. Off; `kernels.readback=spin` (on in kernels=graphs) builds the
+    verdict into the graph regardless, so this switch matters only with readback=sync."""
     input_staging: str = "pageable"
     """How a CUDA-graph step's inputs are copied (runtime/graphs.py): pageable (each copy waits for the stream) |
     pinned (preallocated pinned buffers, copies that do not block the host) | graph (a pinned buffer the graph copies
