@@ -296,8 +296,12 @@ class SpecConfig(_Frozen):
                  "sends the prepared re-roots' proposals: needs spec.reroot_prefetch > 0")
         _require(self.oracle_belief in ("model", "table"), "spec.oracle_belief",
                  f"{self.oracle_belief!r} is not one of model, table")
-        _require(self.oracle_draws in ("uniform", "multinomial"), "spec.oracle_draws",
-                 f"{self.oracle_draws!r} is not one of uniform, multinomial")
+        _require(self.oracle_draws in ORACLE_DRAWS, "spec.oracle_draws",
+                 f"{self.oracle_draws!r} is not one of {', '.join(ORACLE_DRAWS)}")
+
+
+ORACLE_DRAWS = ("uniform", "multinomial")
+"""`spec.oracle_draws` values: how the acceptance oracle draws a rank (runtime/oracle.py DRAWS)."""
 
 
 INPUT_STAGING = ("pageable", "pinned", "graph")

@@ -42,12 +42,13 @@ from pathlib import Path
 
 import torch
 
-from conf.schema import AcceptanceConfig
+from conf.schema import ORACLE_DRAWS, AcceptanceConfig
 
 NO_RANK = -1  # the target's token is none of the draft's ranked children
-UNIFORM = "uniform"  # a rank per float64 uniform of the stream, inverted through the row's CDF (the default)
-MULTINOMIAL = "multinomial"  # a torch.multinomial per rank: runs recorded before 2026-12-01
-DRAWS = (UNIFORM, MULTINOMIAL)
+DRAWS = ORACLE_DRAWS
+# uniform: a rank per float64 uniform of the stream, inverted through the row's CDF (the default);
+# multinomial: a torch.multinomial per rank, as runs recorded before 2026-12-01 drew
+UNIFORM, MULTINOMIAL = DRAWS
 UNIFORM_BATCH = 256
 """Uniforms taken from the generator per refill (one torch op per 256 ranks)."""
 

@@ -93,8 +93,6 @@ class TargetWorker:
             out = self.graph.launch()
             self._logits, self._argmax, self._verdict = (out, None, None) if isinstance(out, torch.Tensor) else \
                 (*out, None)[:3]
-            if self.graph.readback:  # decide reads the host mirrors (numpy) the graph writes last
-                self._argmax = self._verdict = None
             if timer is not None:
                 timer.launched()
         else:
@@ -106,21 +104,18 @@ class TargetWorker:
     def decide(self, generator: torch.Generator | None, oracle: AcceptanceOracle | None = None) -> Verdict:
         """The verdict on the last forward: drawn by the oracle if given, else greedy / sampled."""
         inp, logits = self._inputs, self._logits
-        if self.graph is not None and self.graph.readback:  # the graph copied its verdict to the host: spin on it
-            host = self.graph.host_outputs()  # (argmax,) or (argmax, packed greedy verdict), numpy
-            if oracle is not None:
-                outcome = oracle.walk(inp.parent_rows[: inp.num_real])
-                return Verdict(outcome.path, int(host[0][outcome.path[-1]]), outcome.bonus_rank)
-            *path_list, n, bonus = host[1].tolist()
-            return Verdict(tuple(path_list[: n + 1]), bonus)
+        argmax, packed = self._argmax, self._verdict  # a verdict graph's outputs (device tensors)
+        if self.graph is not None and self.graph.readback:  # their host copies (numpy), once the ticket arrived
+            argmax, *rest = self.graph.host_outputs()
+            packed = rest[0] if rest else None
         if oracle is not None:
             outcome = oracle.walk(inp.parent_rows[: inp.num_real])
-            # the draft resolves the real token; a verdict graph computed the rows' argmax: one read-back, no launch
+            # the draft resolves the real token; a verdict graph computed the rows' argmax: one read, no launch
             last = outcome.path[-1]
-            placeholder = int(self._argmax[last] if self._argmax is not None else logits[last].argmax())
+            placeholder = int(argmax[last] if argmax is not None else logits[last].argmax())
             return Verdict(outcome.path, placeholder, outcome.bonus_rank)
-        if self._verdict is not None and self.temperature == 0:  # the graph's greedy verdict: one read-back
-            *path_list, n, bonus = self._verdict.tolist()
+        if packed is not None and self.temperature == 0:  # the graph's greedy verdict: one read
+            *path_list, n, bonus = packed.tolist()
             return Verdict(tuple(path_list[: n + 1]), bonus)
         if self.graph is not None and self.graph.chained:
             # A greedy one-row step (a TP > 1 or unchained autoregressive target): its graph already wrote the
