@@ -116,6 +116,22 @@ def read_traces(path: str | Path) -> list[TraceRecord]:
     return out
 
 
+def span_medians(records: Iterable[TraceRecord], keys: Iterable[str], where: str) -> dict[str, Any]:
+    """Medians of spans, in ms: `n` records, `span_ms` (None without records), and `<key minus _s>_ms` for each
+    extra field in `keys` (seconds; None where no record carries it). `where` names the records in errors. The
+    device scripts' summaries (scripts/gpu_verify_gap.sh, scripts/gpu_colocated_ab.sh) read their spans this way."""
+    import statistics
+
+    recs = list(records)
+    extras = [r.extra_fields(where) for r in recs]
+    row: dict[str, Any] = {"n": len(recs),
+                           "span_ms": statistics.median(r.duration_s for r in recs) * 1e3 if recs else None}
+    for key in keys:
+        vals = [x[key] for x in extras if x.get(key) is not None]
+        row[key.removesuffix("_s") + "_ms"] = statistics.median(vals) * 1e3 if vals else None
+    return row
+
+
 def to_chrome_trace(records: Iterable[TraceRecord]) -> dict[str, Any]:
     """Chrome trace-event JSON (complete events, microseconds): pid = group, tid = rank."""
     events = []

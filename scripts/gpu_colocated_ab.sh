@@ -34,20 +34,12 @@ import datetime, json, os, statistics, sys
 from pathlib import Path
 import torch
 from conf.rundir import atomic_write_json
-from conf.trace import read_traces
+from conf.trace import read_traces, span_medians
 out, work, variants = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:]
 labels = "abcdef"[:len(variants)]
 VERIFY = ("device_s", "gpu_inputs_s", "gpu_copies_s", "gpu_replay_s", "inputs_s", "copied_s", "launched_s",
           "decided_s")
 EXPAND = ("device_s", "gpu_copies_s", "gpu_replay_s", "planned_s", "copied_s", "launched_s")
-
-def medians(recs, keys, where):
-    extras = [r.extra_fields(where) for r in recs]
-    row = {"n": len(recs), "span_ms": statistics.median(r.duration_s for r in recs) * 1e3 if recs else None}
-    for k in keys:
-        vals = [x[k] for x in extras if x.get(k) is not None]
-        row[k.removesuffix("_s") + "_ms"] = statistics.median(vals) * 1e3 if vals else None
-    return row
 
 runs = {}
 for run in sorted(work.iterdir()):
@@ -58,8 +50,8 @@ for run in sorted(work.iterdir()):
     recs = list(read_traces(run / "traces.jsonl"))
     row = {"tokens_per_s": m["tokens_per_s"], "iteration_ms": m["iteration_time_s"] * 1e3,
            "mean_accept_len": m["mean_accept_len"],
-           "verify": medians([r for r in recs if r.name == "step.verify"][5:], VERIFY, f"{run}: step.verify"),
-           "expand": medians([r for r in recs if r.name == "step.expand"][5:], EXPAND, f"{run}: step.expand")}
+           "verify": span_medians([r for r in recs if r.name == "step.verify"][5:], VERIFY, f"{run}: step.verify"),
+           "expand": span_medians([r for r in recs if r.name == "step.expand"][5:], EXPAND, f"{run}: step.expand")}
     runs[run.name] = row
 per_variant = {}
 for mode in sorted({k.split("__")[0] for k in runs}):

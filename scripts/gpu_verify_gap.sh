@@ -23,11 +23,11 @@ for mode in async_tree serial_tree; do
   done
 done
 python3 - "$OUT" <<'PY' 2>&1 | tee "$OUT/verify_gap.log"
-import datetime, json, statistics, sys
+import datetime, json, sys
 from pathlib import Path
 import torch
 from conf.rundir import atomic_write_json, git_sha
-from conf.trace import read_traces
+from conf.trace import read_traces, span_medians
 KEYS = ("device_s", "gpu_inputs_s", "gpu_copies_s", "gpu_replay_s", "inputs_s", "copied_s", "launched_s",
         "decided_s")
 res = {}
@@ -37,14 +37,11 @@ for run in sorted(Path("/tmp").glob("gap_*_*")):
         recs = [r for r in read_traces(run / "traces.jsonl") if r.name == "step.verify"]
     except FileNotFoundError as e:
         print(mode, "no trace:", e); continue
-    extras = [r.extra_fields(f"{run}: step.verify") for r in recs[5:]]
     metrics = json.loads((run / "metrics.json").read_text()) if (run / "metrics.json").exists() else {}
-    row = {"verifies": len(extras), "tokens_per_s": metrics.get("tokens_per_s"),
-           "iteration_ms": metrics.get("iteration_time_s", 0) * 1e3,
-           "span_ms": statistics.median(r.duration_s for r in recs[5:]) * 1e3}
-    for key in KEYS:  # medians, ms: device parts (gpu_*), host marks after the span's start (*_s)
-        vals = [x[key] for x in extras if key in x]
-        row[key.removesuffix("_s") + "_ms"] = statistics.median(vals) * 1e3 if vals else None
+    # medians, ms: the span, device parts (gpu_*), host marks after the span's start (*_s)
+    medians = span_medians(recs[5:], KEYS, f"{run}: step.verify")
+    row = {"verifies": medians.pop("n"), "tokens_per_s": metrics.get("tokens_per_s"),
+           "iteration_ms": metrics.get("iteration_time_s", 0) * 1e3, **medians}
     res[mode] = row
     print(mode, " ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()))
 record = {"benchmark": "verify_gap", "git_sha": git_sha(), "device": f"2 x {torch.cuda.get_device_name()}",

@@ -107,3 +107,21 @@ def test_git_sha_env_override(monkeypatch):
     assert git_sha() == "0123abc"
     monkeypatch.delenv(GIT_SHA_ENV)
     assert git_sha() != "0123abc"
+
+
+def test_span_medians_of_spans_and_their_extra_fields():
+    """conf.trace.span_medians (the device scripts' summaries): the spans' median, each extra field's median over the
+    records that carry it (ms), None for a field no record carries and for no records at all."""
+    import json as _json
+
+    from conf.trace import TraceRecord, span_medians
+
+    def rec(dur: float, **extra) -> TraceRecord:
+        return TraceRecord("step.verify", "", 1, 0, "cpu", 0.0, dur, "r", extra=_json.dumps(extra))
+
+    recs = [rec(0.004, device_s=0.0039, launched_s=1e-4), rec(0.005, device_s=0.0041), rec(0.006, device_s=None)]
+    row = span_medians(recs, ("device_s", "launched_s", "decided_s"), "test")
+    assert row["n"] == 3 and row["span_ms"] == pytest.approx(5.0)
+    assert row["device_ms"] == pytest.approx(4.0) and row["launched_ms"] == pytest.approx(0.1)
+    assert row["decided_ms"] is None
+    assert span_medians([], ("device_s",), "test") == {"n": 0, "span_ms": None, "device_ms": None}
