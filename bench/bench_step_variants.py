@@ -104,8 +104,14 @@ RUNTIME_VARIANTS = frozenset({"runtime", "runtime_pre_late", "runtime_pre_early"
 """What `kernels=graphs` runs: skinny_pdl_late with the fused RoPE attention on single-token steps only."""
 
 
-def _skinny_tile(block_n: int, split_k: int = 1, block_k: int = 256) -> dict[str, int]:
-    return {"block_n": block_n, "block_k": block_k, "split_k": split_k, "num_warps": 4, "num_stages": 4}
+def _skinny_tile(block_n: int, split_k: int = 1, block_k: int = 256, programs: int = 0) -> dict[str, int]:
+    tile = {"block_n": block_n, "block_k": block_k, "split_k": split_k, "num_warps": 4, "num_stages": 4}
+    return {**tile, "programs": programs} if programs else tile
+
+
+def _balanced(programs: int, split_k: int = 1, block_k: int = 256) -> dict[str, int]:
+    """Balanced columns (skinny_linear CONFIG_KEYS `programs`): block_n is derived from N / programs."""
+    return _skinny_tile(16, split_k, block_k, programs)
 
 
 PATCHES: dict[str, tuple[str, object]] = {
@@ -171,6 +177,19 @@ PATCHES: dict[str, tuple[str, object]] = {
     "qkvrope_split2": ("qkv_rope_split", 2),  # the default since fa74a6f (kernels.target_qkv_rope)
     "qkvrope_split1": ("qkv_rope_split", 1),  # one program per head: the default before fa74a6f
     "qkvrope_split4": ("qkv_rope_split", 4),  # four per head, 192 programs at 8B: +0.21 ms (2026-12-01)
+    # balanced columns: one equal share of the weight rows per program (kernels.skinny_linear `programs`,
+    # kernels.qkv_rope.PROGRAMS), so every SM streams, instead of 96 tiles on 132 SMs (QKV); 132 = the H200's SMs
+    "qkvrope_p132": ("qkv_rope_programs", 132),
+    "qkvrope_p120": ("qkv_rope_programs", 120),
+    "qkvrope_p112": ("qkv_rope_programs", 112),
+    "qkv_bal132": ("skinny", {(6144, 4096, 16): _balanced(132)}),
+    "qkv_bal120": ("skinny", {(6144, 4096, 16): _balanced(120)}),
+    "o_bal132": ("skinny", {(4096, 4096, 16): _balanced(132)}),
+    "o_bal66s2": ("skinny", {(4096, 4096, 16): _balanced(66, split_k=2)}),
+    "down_bal33s4": ("skinny", {(4096, 14336, 16): _balanced(33, split_k=4, block_k=128)}),
+    "dqkv_bal132": ("skinny", {(3072, 2048, 16): _balanced(132)}),
+    "do_bal66s2": ("skinny", {(2048, 2048, 16): _balanced(66, split_k=2)}),
+    "ddown_bal33s4": ("skinny", {(2048, 8192, 16): _balanced(33, split_k=4, block_k=128)}),
     # the norms of the o / down partials in the prologue of the next SwiGLU / QKV GEMM (runtime.model.NORM_PROLOGUE)
     "norm_prologue": ("norm_prologue", True),
 }
@@ -198,6 +217,7 @@ KNOBS: dict[str, tuple[object, str]] = {
     "attention_wide_rows": (tree_attention, "WIDE_MAX_ROWS"), "attention_hold": (tree_attention, "PREFETCH_HOLD"),
     "attention_tree_prefetch": (TritonAttention, "tree_prefix_ready"),
     "norm_prologue": (runtime_model, "NORM_PROLOGUE"), "qkv_rope_split": (qkv_rope, "PAIR_SPLIT"),
+    "qkv_rope_programs": (qkv_rope, "PROGRAMS"),
 }
 """The module-level value each non-skinny patch kind sets (skinny patches set, or with None remove,
 skinny_linear.CONFIGS entries)."""

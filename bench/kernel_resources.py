@@ -201,7 +201,7 @@ def compile_gemm_case(name: str, arch: int) -> dict:
     elif kind == "skinny":
         chunk = split_chunk(k, split) if split > 1 else k
         kernel = _compile(_skinny_kernel, {"X": "*bf16", "W": "*bf16", "Out": "*fp32"},
-                          {**common, "BLOCK_N": bn, "EVEN_K": k % (split * bk) == 0},
+                          {**common, "BLOCK_N": bn, "EVEN_K": k % (split * bk) == 0, "BALANCED": False},
                           {"M": 1, "N": n, "K": k, "K_CHUNK": chunk, "stride_xm": k, "stride_wn": k,
                            "stride_os": n if split > 1 else 0, "stride_om": n}, arch, 4, stages)
     else:

@@ -47,6 +47,11 @@ DEFAULT_SM_COUNT = 132  # H200; used off CUDA (the CPU interpreter)
 SPLIT_ALIGN = 16  # split-K chunks are a multiple of 16 elements, so every chunk start stays 32-B aligned
 SMEM_BUDGET = 160 * 1024  # bytes of pipelined tiles the heuristic allows (H200: 227 KiB per block)
 CONFIG_KEYS = ("block_n", "block_k", "split_k", "num_warps", "num_stages")
+"""Every tile configuration has these; an optional ``programs`` (> 0) asks for balanced columns instead of
+block_n-wide tiles: that many column programs per K split, program b taking columns [b N / P, (b + 1) N / P), so
+every program streams the same number of weight rows (+-1) and block_n becomes the widest share (rounded up to a
+power of two, masked). With P = the SM count and split_k 1 each SM streams one equal share: the 8B QKV's 96 tiles
+of 64 columns leave 36 of 132 SMs without weights to stream."""
 # (N, K, m_bucket) -> {block_n, block_k, split_k, num_warps, num_stages}; tuned on the H200 by
 # bench/bench_skinny.py (its JSON's "configs_literal"): bench/results/skinny_2026-11-30.json, Llama-3-8B and
 # Llama-3.2-1B decode projections at M = 1, 8, 16 (best total over the three). Other shapes: the heuristic.
@@ -82,16 +87,22 @@ def _skinny_kernel(
     X, W, Out, M, N, K, K_CHUNK,
     stride_xm, stride_wn, stride_os, stride_om,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, USE_PDL: tl.constexpr,
+    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, USE_PDL: tl.constexpr, BALANCED: tl.constexpr,
 ):
     pdl_start(USE_PDL)
     pid_n = tl.program_id(0)  # fastest axis: neighbouring programs stream neighbouring weight rows
     pid_s = tl.program_id(1)  # K split
     rm = tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    if BALANCED:  # program b: columns [b * N // P, (b + 1) * N // P) of P column programs (<= BLOCK_N of them)
+        n_lo = (pid_n * N) // tl.num_programs(0)
+        n_hi = ((pid_n + 1) * N) // tl.num_programs(0)
+    else:
+        n_lo = pid_n * BLOCK_N
+        n_hi = N
+    rn = n_lo + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     m_ok = rm < M
-    n_ok = rn < N
+    n_ok = rn < n_hi
     k_lo = pid_s * K_CHUNK
     k_hi = tl.minimum(k_lo + K_CHUNK, K)
     x_ptrs = X + rm[:, None] * stride_xm + (k_lo + rk)[None, :]
@@ -208,6 +219,11 @@ def _resolve(x: torch.Tensor, m: int, n: int, k: int, fn: str, **overrides: int 
         v = cfg[key]
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"{fn}: {key} must be a positive int, got {v!r}")
+    programs = cfg.get("programs", 0)
+    if isinstance(programs, bool) or not isinstance(programs, int) or programs < 0:
+        raise ValueError(f"{fn}: programs must be an int >= 0 (0: tiles of block_n), got {programs!r}")
+    if programs:  # balanced columns: the tile is the widest share, rounded up to a power of two
+        cfg["block_n"] = max(16, triton.next_power_of_2(triton.cdiv(n, min(programs, n))))
     for key in ("block_n", "block_k"):
         if cfg[key] < 16 or cfg[key] & (cfg[key] - 1):
             raise ValueError(f"{fn}: {key} must be a power of two >= 16, got {cfg[key]}")
@@ -220,11 +236,12 @@ def _launch_partials(x: torch.Tensor, w: torch.Tensor, dst: torch.Tensor, cfg: d
     sk, bk = cfg["split_k"], cfg["block_k"]
     chunk = split_chunk(k, sk) if sk > 1 else k
     upcast = x.device.type == "cpu"
-    grid = (triton.cdiv(n, cfg["block_n"]), sk)
+    programs = cfg.get("programs", 0)
+    grid = (min(programs, n) if programs else triton.cdiv(n, cfg["block_n"]), sk)
     _skinny_kernel[grid](
         x, w, dst, m, n, k, chunk,
         x.stride(0), w.stride(0), dst.stride(0) if dst.dim() == 3 else 0, dst.stride(-2),
-        BLOCK_M=m_bucket(m), BLOCK_N=cfg["block_n"], BLOCK_K=bk, EVEN_K=k % (sk * bk) == 0,
+        BLOCK_M=m_bucket(m), BLOCK_N=cfg["block_n"], BLOCK_K=bk, EVEN_K=k % (sk * bk) == 0, BALANCED=bool(programs),
         UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or x.dtype == torch.float32) else "tf32",
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **pdl_options(x.device, pdl_role),
     )

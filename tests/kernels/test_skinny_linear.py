@@ -5,6 +5,7 @@ wide tiles keep the interpreter cheap; one GPU test (marker `gpu`) checks Llama 
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import pytest
@@ -129,6 +130,32 @@ def test_configs_table_then_keywords_override_the_heuristic(monkeypatch):
     partials = skinny_linear_partials(x, w)  # split_k=None: the table's split, as skinny_linear picks it
     assert partials.shape == (2, 3, 96)
     assert_close(partials.sum(0), skinny_linear_ref(x, w), torch.float32, "configured split partials")
+
+
+@pytest.mark.parametrize("programs,sk", [(5, 1), (7, 2), (200, 1)], ids=["p5", "p7_split2", "p200_over_n"])
+def test_balanced_programs_match_reference(programs, sk):
+    """`programs`: column programs of equal shares (96 / 5 = 19-20 columns in a 32-wide tile; 200 > N: one column
+    each, masked to 16) give the tiles' product, and the partials of each split."""
+    x, w = _inputs(5, 96, 200, torch.float32, seed=programs)
+    cfg = {"block_n": 64, "block_k": 64, "split_k": sk, "num_warps": 4, "num_stages": 2, "programs": programs}
+    with _configs({(96, 200, 16): cfg}):
+        out = skinny_linear(x, w, out=poisoned((5, 96), torch.float32))
+        partials = skinny_linear_partials(x, w, out=poisoned((sk, 5, 96), torch.float32))
+    assert_close(out, skinny_linear_ref(x, w), torch.float32, f"balanced over {programs}")
+    assert_close(partials, skinny_linear_partials_ref(x, w, sk), torch.float32, f"balanced partials over {programs}")
+    with _configs({(96, 200, 16): {**cfg, "programs": -1}}), pytest.raises(ValueError, match="programs must be"):
+        skinny_linear(x, w)
+
+
+@contextlib.contextmanager
+def _configs(entries):
+    saved = dict(CONFIGS)
+    CONFIGS.update(entries)
+    try:
+        yield
+    finally:
+        CONFIGS.clear()
+        CONFIGS.update(saved)
 
 
 BAD = [  # (message the ValueError must match: it names the argument, call on x [4,64], w [32,64], ...)
