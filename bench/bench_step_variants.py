@@ -63,8 +63,14 @@ fused_mlp, norm, qkv_rope, skinny_linear, tree_attention = (
     importlib.import_module(f"kernels.{m}")
     for m in ("fused_mlp", "norm", "qkv_rope", "skinny_linear", "tree_attention"))
 runtime_model = importlib.import_module("runtime.model")
-_EARLY = {"gemm": "early", "small": "early", "pre_attention": "early"}
-_LATE = {"gemm": "late", "small": "late", "pre_attention": "late"}
+pdl_module = importlib.import_module("kernels.pdl")
+def _roles(gemm: str, small: str, pre_attention: str, norm: str | None = None) -> dict[str, str]:
+    """A PDL policy; the norms take the small kernels' trigger unless given (they were "small" until 2026-12-01)."""
+    return {"gemm": gemm, "small": small, "pre_attention": pre_attention, "norm": norm or small}
+
+
+_EARLY = _roles("early", "early", "early")
+_LATE = _roles("late", "late", "late")
 VARIANTS: dict[str, tuple[bool, dict[str, str] | None]] = {
     "base": (False, None),
     "pdl": (False, _EARLY),
@@ -72,17 +78,19 @@ VARIANTS: dict[str, tuple[bool, dict[str, str] | None]] = {
     "skinny": (True, None),
     "skinny_pdl": (True, _EARLY),
     "skinny_pdl_late": (True, _LATE),
-    "skinny_pdl_small": (True, {"gemm": "off", "small": "early", "pre_attention": "early"}),
-    "skinny_pdl_small_late": (True, {"gemm": "off", "small": "late", "pre_attention": "late"}),
-    "skinny_pdl_gemm_late": (True, {"gemm": "late", "small": "early", "pre_attention": "early"}),
-    "skinny_pdl_small_late_gemm_early": (True, {"gemm": "early", "small": "late", "pre_attention": "late"}),
+    "skinny_pdl_small": (True, _roles("off", "early", "early")),
+    "skinny_pdl_small_late": (True, _roles("off", "late", "late")),
+    "skinny_pdl_gemm_late": (True, _roles("late", "early", "early")),
+    "skinny_pdl_small_late_gemm_early": (True, _roles("early", "late", "late")),
     "skinny_pdl_late_qkvrope": (True, _LATE),
     "skinny_pdl_late_ropeattn": (True, _LATE),
     "runtime": (True, dict(DEFAULT_POLICY)),
     "runtime_pre_late": (True, _LATE),
-    "runtime_pre_early": (True, {"gemm": "late", "small": "late", "pre_attention": "early"}),
-    "ropeattn_pre_early": (True, {"gemm": "late", "small": "late", "pre_attention": "early"}),
-    "qkvrope_pre_early": (True, {"gemm": "late", "small": "late", "pre_attention": "early"}),
+    "runtime_pre_early": (True, _roles("late", "late", "early")),
+    "runtime_norm_early": (True, _roles("late", "late", "early", norm="early")),
+    "ropeattn_pre_early": (True, _roles("late", "late", "early")),
+    "qkvrope_pre_early": (True, _roles("late", "late", "early")),
+    "qkvrope_norm_early": (True, _roles("late", "late", "early", norm="early")),
 }
 """name -> (kernels.skinny, the PDL trigger per kernel role or None for ordinary launches: kernels/pdl.py). The
 pre_attention role (2026-11-30, ninth session: the QKV GEMM right before the fused RoPE attention of single-token
@@ -93,14 +101,16 @@ multi-token steps prefetched as well; that measured slower there and is off sinc
 attention at every row count with the QKV GEMM released early (its q RoPE angles and first prefix block loaded beside
 the GEMM). qkvrope_pre_early: the QKV GEMM with RoPE + the KV write in its epilogue (kernels.qkv_rope), released early,
 and the attention after it prefix_ready (since the ninth session every *qkvrope variant's attention is prefix_ready;
-at 0eab9f8 it was not)."""
-QKV_ROPE_VARIANTS = frozenset({"skinny_pdl_late_qkvrope", "qkvrope_pre_early"})
+at 0eab9f8 it was not). *_norm_early: the same with the norms (role "norm" since 2026-12-01) released early, so the
+QKV / SwiGLU / LM-head GEMM's blocks are resident while the norm runs (with `wpf<N>`: asking their first weight tiles
+into L2 there)."""
+QKV_ROPE_VARIANTS = frozenset({"skinny_pdl_late_qkvrope", "qkvrope_pre_early", "qkvrope_norm_early"})
 """Variants whose QKV GEMM also does RoPE + the KV write (`kernels.qkv_rope_kv_write`; qkvrope_pre_early is the
 runtime's target path under `kernels.target_qkv_rope`, on in kernels=graphs since fa74a6f's child)."""
 ROPE_ATTENTION_VARIANTS = frozenset({"skinny_pdl_late_ropeattn", "ropeattn_pre_early"})
 """Variants whose tree attention does RoPE + the KV write at every row count (`kernels.rope_tree_attention`; the
 runtime's `kernels.rope_attention` uses it for single-token steps only: ROPE_FASTER_MAX_TOKENS)."""
-RUNTIME_VARIANTS = frozenset({"runtime", "runtime_pre_late", "runtime_pre_early"})
+RUNTIME_VARIANTS = frozenset({"runtime", "runtime_pre_late", "runtime_pre_early", "runtime_norm_early"})
 """What `kernels=graphs` runs: skinny_pdl_late with the fused RoPE attention on single-token steps only."""
 
 
@@ -190,6 +200,11 @@ PATCHES: dict[str, tuple[str, object]] = {
     "dqkv_bal132": ("skinny", {(3072, 2048, 16): _balanced(132)}),
     "do_bal66s2": ("skinny", {(2048, 2048, 16): _balanced(66, split_k=2)}),
     "ddown_bal33s4": ("skinny", {(2048, 8192, 16): _balanced(33, split_k=4, block_k=128)}),
+    # each weight-streaming GEMM launched with PDL asks the first N K-tiles of its rows into L2 before its wait
+    # (kernels.pdl.WEIGHT_PREFETCH); a window for it: the *_norm_early variants
+    "wpf1": ("weight_prefetch", 1),
+    "wpf2": ("weight_prefetch", 2),
+    "wpf3": ("weight_prefetch", 3),
     # the norms of the o / down partials in the prologue of the next SwiGLU / QKV GEMM (runtime.model.NORM_PROLOGUE)
     "norm_prologue": ("norm_prologue", True),
 }
@@ -217,7 +232,7 @@ KNOBS: dict[str, tuple[object, str]] = {
     "attention_wide_rows": (tree_attention, "WIDE_MAX_ROWS"), "attention_hold": (tree_attention, "PREFETCH_HOLD"),
     "attention_tree_prefetch": (TritonAttention, "tree_prefix_ready"),
     "norm_prologue": (runtime_model, "NORM_PROLOGUE"), "qkv_rope_split": (qkv_rope, "PAIR_SPLIT"),
-    "qkv_rope_programs": (qkv_rope, "PROGRAMS"),
+    "qkv_rope_programs": (qkv_rope, "PROGRAMS"), "weight_prefetch": (pdl_module, "WEIGHT_PREFETCH"),
 }
 """The module-level value each non-skinny patch kind sets (skinny patches set, or with None remove,
 skinny_linear.CONFIGS entries)."""

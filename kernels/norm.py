@@ -99,7 +99,7 @@ def add_rmsnorm(
         x, residual if residual is not None else x, weight, normed, new_res, n, float(eps),
         x.stride(0), residual.stride(0) if residual is not None else 0, normed.stride(0), new_res.stride(0),
         HAS_RESIDUAL=residual is not None, BLOCK_N=block_n,
-        num_warps=_row_warps(block_n), **pdl_options(x.device),
+        num_warps=_row_warps(block_n), **pdl_options(x.device, "norm"),
     )
     return normed, new_res
 
@@ -174,6 +174,6 @@ def add_rmsnorm_partials(
         partials.stride(0), partials.stride(1), residual.stride(0), normed.stride(0), new_res.stride(0),
         SPLIT_K=s, BLOCK_N=block_n,
         num_warps=_row_warps(block_n),  # as add_rmsnorm: the same row reduction, bit for bit
-        **pdl_options(residual.device),
+        **pdl_options(residual.device, "norm"),
     )
     return normed, new_res

@@ -41,13 +41,14 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 TRIGGERS = {"off": 0, "early": 1, "late": 2}
 """How a kernel of one role is launched: off = ordinary launch; early = PDL, releasing the next kernel right after
 its own wait; late = PDL without an explicit release (the next kernel launches as this one's blocks exit)."""
-ROLES = ("gemm", "small", "pre_attention")
+ROLES = ("gemm", "small", "pre_attention", "norm")
 """gemm: the weight-streaming kernels (skinny GEMM, SwiGLU), whose bandwidth needs their blocks spread over every
-SM; small: the rest (norms, RoPE + KV write, tree attention, the split-K reduce); pre_attention: the QKV GEMM right
+SM; small: the rest (RoPE + KV write, tree attention, the split-K reduce); norm: the (add +) RMSNorm kernels, one
+program per row, each followed by a weight-streaming GEMM (QKV, SwiGLU, LM head); pre_attention: the QKV GEMM right
 before the fused RoPE attention of a single-token step, whose dependent loads its first prefix K/V block and q's
 RoPE angles before its wait (`kernels.tree_attention`, `prefix_ready`): an early release lets the attention's
 blocks take the SMs the GEMM leaves idle (96 programs on 132 SMs at 8B) and run that load beside it."""
-DEFAULT_POLICY = {"gemm": "late", "small": "late", "pre_attention": "early"}
+DEFAULT_POLICY = {"gemm": "late", "small": "late", "pre_attention": "early", "norm": "late"}
 """What `set_pdl(True)` (`kernels.pdl=true`) uses: the best of bench/bench_step_variants.py on the H200
 (2026-11-30, bench/results/step_variants_2026-11-30_15085c8.json, CUDA-graph replay, skinny path): late/late
 Llama-3-8B rows 1 / 8 / 16: 4.531 / 4.720 / 4.862 ms, against 4.574 / 4.753 / 4.908 without PDL and
@@ -56,6 +57,15 @@ still holds some of them: its blocks pile up two per SM and its weight stream sl
 pre_attention early with the attention's prefetch (bench/results/step_variants_2026-11-30_prefetch.json): 8B rows 1
 4.416 -> 4.363 ms (the attention's exposed time 376 -> 304 us per step, the QKV GEMM's 495 -> 520 us).
 With cuBLAS projections (no skinny path) early/early was the better one (4.600 vs 4.674 ms at rows 1)."""
+
+WEIGHT_PREFETCH = 0
+"""K tiles of its own weight rows that a weight-streaming GEMM launched with PDL (skinny GEMM, SwiGLU, QKV + RoPE)
+asks into L2 before its wait (``cp.async.bulk.prefetch.L2``, one request per weight row and program: no registers,
+no shared memory, nothing to wait for), so its first pipelined loads hit L2 instead of starting from HBM once the
+previous kernel has completed. 0: off. Weights are never written by a kernel, so the requests may precede the wait.
+A cache hint: results are bitwise the same. It has a window only where the GEMM's blocks are resident before the
+previous kernel ends: an early release of that kernel (the "norm" role before QKV / SwiGLU), or a late one's
+launch-to-flush gap. An experiment switch (bench/bench_step_variants.py patches wpf<N>)."""
 
 _policy = {role: "off" for role in ROLES}
 _capable: dict[int, bool] = {}
@@ -114,6 +124,24 @@ def pdl_options(device: torch.device, role: str = "small") -> dict:
     if launch_pdl(device, role):
         return {"USE_PDL": TRIGGERS[_policy[role]], "launch_pdl": True}
     return {"USE_PDL": 0}
+
+
+def prefetch_tiles(device: torch.device, role: str, k_tiles: int) -> int:
+    """The ``W_PREFETCH`` constexpr of a GEMM launch: WEIGHT_PREFETCH (at most the `k_tiles` its K range holds) when
+    the launch uses PDL on an sm90+ GPU, else 0 (the CPU interpreter never sees the instruction)."""
+    if isinstance(WEIGHT_PREFETCH, bool) or not isinstance(WEIGHT_PREFETCH, int) or WEIGHT_PREFETCH < 0:
+        raise ValueError(f"kernels.pdl.WEIGHT_PREFETCH: expected an int >= 0, got {WEIGHT_PREFETCH!r}")
+    return min(WEIGHT_PREFETCH, k_tiles) if WEIGHT_PREFETCH and launch_pdl(device, role) else 0
+
+
+@triton.jit
+def prefetch_rows_l2(row_ptrs, NBYTES: tl.constexpr):
+    """Ask NBYTES from each (16-byte aligned) address of `row_ptrs` into L2: one bulk prefetch per lane (sm90+)."""
+    size = tl.full(row_ptrs.shape, NBYTES, tl.int32)
+    tl.inline_asm_elementwise(
+        "cp.async.bulk.prefetch.L2.global [$1], $2;\n\tmov.u32 $0, 0;", "=r,l,r",
+        [row_ptrs.to(tl.pointer_type(tl.int8)), size], dtype=tl.int32, is_pure=False, pack=1,
+    )
 
 
 @triton.jit

@@ -78,7 +78,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.pdl import check_role, pdl_options, pdl_start
+from kernels.pdl import check_role, pdl_options, pdl_start, prefetch_rows_l2, prefetch_tiles
 from kernels.rope import check_rope_operands, q_out_buffer
 from kernels.skinny_linear import MAX_M, SMEM_BUDGET, m_bucket
 
@@ -106,8 +106,8 @@ def _qkv_rope_kv_write_kernel(
     stride_q0, stride_q1, stride_k0, stride_k1, stride_v0, stride_v1,
     BLOCK_M: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
     UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, USE_PDL: tl.constexpr, BALANCED: tl.constexpr,
+    W_PREFETCH_BYTES: tl.constexpr,
 ):
-    pdl_start(USE_PDL)
     rm = tl.arange(0, BLOCK_M)
     if BALANCED:  # program b: rotation pairs [b * P // G, (b + 1) * P // G) of all P = heads * half, any heads
         pairs = (num_heads + 2 * num_kv_heads) * half
@@ -124,6 +124,11 @@ def _qkv_rope_kv_write_kernel(
     rk = tl.arange(0, BLOCK_K)
     m_ok = rm < T
     row1 = (h * 2 * half + i).to(tl.int64)  # weight rows of the head's first half; the second is + half
+    if W_PREFETCH_BYTES > 0:  # kernels.pdl.WEIGHT_PREFETCH: the rows' first tiles into L2, before the wait
+        first = tl.where(i_ok, row1, tl.min(tl.where(i_ok, row1, 2147483647), axis=0))
+        prefetch_rows_l2(W + first * stride_wn, W_PREFETCH_BYTES)
+        prefetch_rows_l2(W + (first + half) * stride_wn, W_PREFETCH_BYTES)
+    pdl_start(USE_PDL)
 
     x_ptrs = X + rm[:, None] * stride_xm + rk[None, :]
     w1_ptrs = W + row1[None, :] * stride_wn + rk[:, None]  # [BLOCK_K, BLOCK_HALF] view of w
@@ -298,6 +303,8 @@ def qkv_rope_kv_write(
         q_out.stride(0), q_out.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
         BLOCK_M=m_bucket(t), BLOCK_HALF=block_half, BLOCK_K=block_k, EVEN_K=k % block_k == 0,
         BALANCED=PROGRAMS is not None,
+        W_PREFETCH_BYTES=prefetch_tiles(x.device, pdl_role, k // block_k) * block_k * x.element_size()
+        if k % block_k == 0 else 0,
         UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or x.dtype == torch.float32) else "tf32",
         num_warps=num_warps, num_stages=num_stages, **pdl_options(x.device, pdl_role),
     )

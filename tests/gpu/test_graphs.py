@@ -172,6 +172,32 @@ def test_pinned_input_staging_replays_like_pageable():
         StepGraph(model, caches["pinned"], attn, 8, 8, staging="mapped")
 
 
+@torch.no_grad()
+@pytest.mark.parametrize("qkv_rope", [False, True], ids=["skinny_qkv", "qkv_rope"])
+def test_weight_prefetch_and_early_norms_replay_bitwise(monkeypatch, qkv_rope):
+    """kernels.pdl.WEIGHT_PREFETCH (each GEMM asks its first weight tiles into L2 before its PDL wait) with the norms
+    released early: a cache hint and a launch order, so the logits are bitwise those of the default PDL policy."""
+    import importlib
+
+    from kernels.pdl import pdl
+
+    pdl_mod = importlib.import_module("kernels.pdl")
+    model, attn, caches, steps = _staging_case(("default", "prefetch"), (20, 77, 141))
+    model.use_fused_kernels(skinny=True, qkv_rope=qkv_rope)
+    with pdl(True):
+        base = StepGraph(model, caches["default"], attn, 8, 8)
+    monkeypatch.setattr(pdl_mod, "WEIGHT_PREFETCH", 3)
+    with pdl(True, norm="early"):
+        assert pdl_mod.prefetch_tiles(torch.device("cuda"), "gemm", 8) == 3
+        fetched = StepGraph(model, caches["prefetch"], attn, 8, 8)
+    mask, depth = STAGING_TREE
+    for k, (ids, p) in enumerate(steps):
+        pos = torch.tensor([p + d for d in depth])
+        a = base.replay(ids, pos, torch.arange(8), p, mask).clone()
+        b = fetched.replay(ids, pos, torch.arange(8), p, mask).clone()
+        assert torch.equal(a, b), f"step {k}: the weight prefetch changed the logits"
+
+
 def _cuda_draft(graphs: bool, fused_head: bool = False):
     """The tiny fp32 draft on CUDA (w 4, top-k 3, 32 tree slots), eager or with its two expansion graphs;
     `fused_head`: kernels.draft_head."""

@@ -10,13 +10,14 @@ import pytest
 import torch
 
 from kernels import add_rmsnorm
-from kernels.pdl import DEFAULT_POLICY, launch_pdl, pdl, pdl_enabled, pdl_options, pdl_policy, set_pdl
+from kernels.pdl import (DEFAULT_POLICY, launch_pdl, pdl, pdl_enabled, pdl_options, pdl_policy, prefetch_tiles,
+                         set_pdl)
 from kernels.reference import add_rmsnorm_ref
 
 
 def test_switch_policy_and_context_restore():
     set_pdl(False)  # the default; tests/conftest.py restores whatever policy the test found
-    assert not pdl_enabled() and pdl_policy() == {"gemm": "off", "small": "off", "pre_attention": "off"}
+    assert not pdl_enabled() and pdl_policy() == {"gemm": "off", "small": "off", "pre_attention": "off", "norm": "off"}
     with pdl(True):
         assert pdl_enabled() and pdl_policy() == DEFAULT_POLICY
         with pdl(True, gemm="off", small="late"):
@@ -33,8 +34,8 @@ def test_switch_policy_and_context_restore():
         set_pdl(False)
     with pytest.raises(ValueError, match="kernels.pdl: gemm='sometimes'"):
         set_pdl(True, gemm="sometimes")
-    with pytest.raises(ValueError, match="kernels.pdl: norm='early'"):
-        set_pdl(True, norm="early")
+    with pytest.raises(ValueError, match="kernels.pdl: attention='early'"):
+        set_pdl(True, attention="early")
     assert not pdl_enabled()  # a refused policy changes nothing
 
 
@@ -60,3 +61,24 @@ def test_pdl_role_of_a_launch_is_checked():
     torch.testing.assert_close(skinny_linear(x, w, pdl_role="pre_attention"), x @ w.T, rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="skinny_linear: pdl_role must be one of .*got 'qkv'"):
         skinny_linear(x, w, pdl_role="qkv")
+
+
+def test_weight_prefetch_never_reaches_a_cpu_launch(monkeypatch):
+    """kernels.pdl.WEIGHT_PREFETCH: a GEMM launch asks for it only with PDL on an sm90+ GPU (the interpreter cannot
+    run the PTX), capped by the K tiles of its range; a bad value is named. Its GPU check: tests/gpu/test_graphs.py."""
+    import importlib
+
+    mod = importlib.import_module("kernels.pdl")
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(mod, "WEIGHT_PREFETCH", 3)
+    with pdl(True):
+        assert prefetch_tiles(cpu, "gemm", 16) == 0
+        from kernels import skinny_linear
+
+        x, w = torch.randn(2, 64), torch.randn(48, 64)
+        torch.testing.assert_close(skinny_linear(x, w), x @ w.T, rtol=1e-4, atol=1e-4)
+    monkeypatch.setattr(mod, "launch_pdl", lambda device, role="small": True)
+    assert prefetch_tiles(cpu, "gemm", 16) == 3 and prefetch_tiles(cpu, "gemm", 2) == 2
+    monkeypatch.setattr(mod, "WEIGHT_PREFETCH", -1)
+    with pytest.raises(ValueError, match="kernels.pdl.WEIGHT_PREFETCH: expected an int >= 0, got -1"):
+        prefetch_tiles(cpu, "gemm", 16)
