@@ -10,8 +10,7 @@ import pytest
 import torch
 
 from kernels import add_rmsnorm
-from kernels.pdl import (DEFAULT_POLICY, launch_pdl, pdl, pdl_enabled, pdl_options, pdl_policy, prefetch_tiles,
-                         set_pdl)
+from kernels.pdl import DEFAULT_POLICY, launch_pdl, pdl, pdl_enabled, pdl_options, pdl_policy, prefetch_tiles, set_pdl
 from kernels.reference import add_rmsnorm_ref
 
 
