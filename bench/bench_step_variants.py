@@ -88,6 +88,7 @@ VARIANTS: dict[str, tuple[bool, dict[str, str] | None]] = {
     "runtime_pre_late": (True, _LATE),
     "runtime_pre_early": (True, _roles("late", "late", "early")),
     "runtime_norm_early": (True, _roles("late", "late", "early", norm="early")),
+    "runtime_norm_late": (True, _roles("late", "late", "early", norm="late")),
     "ropeattn_pre_early": (True, _roles("late", "late", "early")),
     "qkvrope_pre_early": (True, _roles("late", "late", "early")),
     "qkvrope_norm_early": (True, _roles("late", "late", "early", norm="early")),
@@ -110,7 +111,8 @@ runtime's target path under `kernels.target_qkv_rope`, on in kernels=graphs sinc
 ROPE_ATTENTION_VARIANTS = frozenset({"skinny_pdl_late_ropeattn", "ropeattn_pre_early"})
 """Variants whose tree attention does RoPE + the KV write at every row count (`kernels.rope_tree_attention`; the
 runtime's `kernels.rope_attention` uses it for single-token steps only: ROPE_FASTER_MAX_TOKENS)."""
-RUNTIME_VARIANTS = frozenset({"runtime", "runtime_pre_late", "runtime_pre_early", "runtime_norm_early"})
+RUNTIME_VARIANTS = frozenset({"runtime", "runtime_pre_late", "runtime_pre_early", "runtime_norm_early",
+                              "runtime_norm_late"})
 """What `kernels=graphs` runs: skinny_pdl_late with the fused RoPE attention on single-token steps only."""
 
 
@@ -205,6 +207,10 @@ PATCHES: dict[str, tuple[str, object]] = {
     "wpf1": ("weight_prefetch", 1),
     "wpf2": ("weight_prefetch", 2),
     "wpf3": ("weight_prefetch", 3),
+    # the largest norm launch that takes the "norm" role (released early by default; kernels.norm.EARLY_MAX_ROWS, 8)
+    "norm_rows4": ("norm_early_rows", 4),
+    "norm_rows16": ("norm_early_rows", 16),
+    "norm_rows64": ("norm_early_rows", 64),
     # the norms of the o / down partials in the prologue of the next SwiGLU / QKV GEMM (runtime.model.NORM_PROLOGUE)
     "norm_prologue": ("norm_prologue", True),
 }
@@ -233,6 +239,7 @@ KNOBS: dict[str, tuple[object, str]] = {
     "attention_tree_prefetch": (TritonAttention, "tree_prefix_ready"),
     "norm_prologue": (runtime_model, "NORM_PROLOGUE"), "qkv_rope_split": (qkv_rope, "PAIR_SPLIT"),
     "qkv_rope_programs": (qkv_rope, "PROGRAMS"), "weight_prefetch": (pdl_module, "WEIGHT_PREFETCH"),
+    "norm_early_rows": (norm, "EARLY_MAX_ROWS"),
 }
 """The module-level value each non-skinny patch kind sets (skinny patches set, or with None remove,
 skinny_linear.CONFIGS entries)."""

@@ -30,6 +30,21 @@ so their row reductions stay bit for bit alike. H200 2026-11-30, two calls
 -0.011. Smaller rows were not measured, so they keep the old count. An override for experiments (a power of two,
 1-32; bench/bench_step_variants.py norm_w4 / norm_w8)."""
 
+EARLY_MAX_ROWS = 8
+"""A norm launch over at most this many rows takes the PDL role "norm", a larger one "small" (kernels.pdl: the
+default policy releases "norm" early, "small" late), so the weight-streaming GEMM after a short norm has its blocks
+resident while the norm runs. Measured (H200, 2026-12-01, CUDA-graph steps at ctx 1024,
+bench/results/step_variants_2026-12-01_3823e13_wpf_{8b,1b}.json, norms early at every row count against late):
+8B rows 1 / 8 -0.048 / -0.042 ms (the QKV and SwiGLU GEMMs' exposed time -22 to -28 us each per step), 1B rows 1
+-0.026 ms, but 1B rows 16 +0.022 ms (its SwiGLU +27 us). The threshold: see docs/BENCHMARKS_RUNTIME.md."""
+
+
+def norm_role(rows: int) -> str:
+    """The kernels.pdl role of a norm launch over `rows` rows ("norm" up to EARLY_MAX_ROWS, else "small")."""
+    if isinstance(EARLY_MAX_ROWS, bool) or not isinstance(EARLY_MAX_ROWS, int) or EARLY_MAX_ROWS < 0:
+        raise ValueError(f"kernels.norm.EARLY_MAX_ROWS: expected an int >= 0, got {EARLY_MAX_ROWS!r}")
+    return "norm" if rows <= EARLY_MAX_ROWS else "small"
+
 
 def _row_warps(block_n: int) -> int:
     """The warps of a norm row program over next_pow2(N) = block_n elements (NUM_WARPS when set)."""
@@ -99,7 +114,7 @@ def add_rmsnorm(
         x, residual if residual is not None else x, weight, normed, new_res, n, float(eps),
         x.stride(0), residual.stride(0) if residual is not None else 0, normed.stride(0), new_res.stride(0),
         HAS_RESIDUAL=residual is not None, BLOCK_N=block_n,
-        num_warps=_row_warps(block_n), **pdl_options(x.device, "norm"),
+        num_warps=_row_warps(block_n), **pdl_options(x.device, norm_role(m)),
     )
     return normed, new_res
 
@@ -174,6 +189,6 @@ def add_rmsnorm_partials(
         partials.stride(0), partials.stride(1), residual.stride(0), normed.stride(0), new_res.stride(0),
         SPLIT_K=s, BLOCK_N=block_n,
         num_warps=_row_warps(block_n),  # as add_rmsnorm: the same row reduction, bit for bit
-        **pdl_options(residual.device, "norm"),
+        **pdl_options(residual.device, norm_role(m)),
     )
     return normed, new_res

@@ -48,7 +48,7 @@ program per row, each followed by a weight-streaming GEMM (QKV, SwiGLU, LM head)
 before the fused RoPE attention of a single-token step, whose dependent loads its first prefix K/V block and q's
 RoPE angles before its wait (`kernels.tree_attention`, `prefix_ready`): an early release lets the attention's
 blocks take the SMs the GEMM leaves idle (96 programs on 132 SMs at 8B) and run that load beside it."""
-DEFAULT_POLICY = {"gemm": "late", "small": "late", "pre_attention": "early", "norm": "late"}
+DEFAULT_POLICY = {"gemm": "late", "small": "late", "pre_attention": "early", "norm": "early"}
 """What `set_pdl(True)` (`kernels.pdl=true`) uses: the best of bench/bench_step_variants.py on the H200
 (2026-11-30, bench/results/step_variants_2026-11-30_15085c8.json, CUDA-graph replay, skinny path): late/late
 Llama-3-8B rows 1 / 8 / 16: 4.531 / 4.720 / 4.862 ms, against 4.574 / 4.753 / 4.908 without PDL and
@@ -56,7 +56,9 @@ Llama-3-8B rows 1 / 8 / 16: 4.531 / 4.720 / 4.862 ms, against 4.574 / 4.753 / 4.
 still holds some of them: its blocks pile up two per SM and its weight stream slows); 1B rows 16 1.154 ms.
 pre_attention early with the attention's prefetch (bench/results/step_variants_2026-11-30_prefetch.json): 8B rows 1
 4.416 -> 4.363 ms (the attention's exposed time 376 -> 304 us per step, the QKV GEMM's 495 -> 520 us).
-With cuBLAS projections (no skinny path) early/early was the better one (4.600 vs 4.674 ms at rows 1)."""
+With cuBLAS projections (no skinny path) early/early was the better one (4.600 vs 4.674 ms at rows 1).
+norm early (2026-12-01; the norms were "small" before; kernels.norm.EARLY_MAX_ROWS keeps larger norms late): 8B rows
+1 / 8 -0.048 / -0.042 ms against late (bench/results/step_variants_2026-12-01_3823e13_wpf_8b.json)."""
 
 WEIGHT_PREFETCH = 0
 """K tiles of its own weight rows that a weight-streaming GEMM launched with PDL (skinny GEMM, SwiGLU, QKV + RoPE)
