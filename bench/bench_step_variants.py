@@ -207,10 +207,13 @@ PATCHES: dict[str, tuple[str, object]] = {
     "wpf1": ("weight_prefetch", 1),
     "wpf2": ("weight_prefetch", 2),
     "wpf3": ("weight_prefetch", 3),
-    # the largest norm launch that takes the "norm" role (released early by default; kernels.norm.EARLY_MAX_ROWS, 8)
+    # the largest norm launch of >= 4,096-element rows that takes the "norm" role (released early by default;
+    # kernels.norm.EARLY_MAX_ROWS, 8)
     "norm_rows4": ("norm_early_rows", 4),
     "norm_rows16": ("norm_early_rows", 16),
     "norm_rows64": ("norm_early_rows", 64),
+    "norm_narrow4": ("norm_early_rows_narrow", 4),  # EARLY_MAX_ROWS_NARROW (rows of < 4,096 elements: 1)
+    "norm_narrow8": ("norm_early_rows_narrow", 8),
     # the norms of the o / down partials in the prologue of the next SwiGLU / QKV GEMM (runtime.model.NORM_PROLOGUE)
     "norm_prologue": ("norm_prologue", True),
 }
@@ -239,7 +242,7 @@ KNOBS: dict[str, tuple[object, str]] = {
     "attention_tree_prefetch": (TritonAttention, "tree_prefix_ready"),
     "norm_prologue": (runtime_model, "NORM_PROLOGUE"), "qkv_rope_split": (qkv_rope, "PAIR_SPLIT"),
     "qkv_rope_programs": (qkv_rope, "PROGRAMS"), "weight_prefetch": (pdl_module, "WEIGHT_PREFETCH"),
-    "norm_early_rows": (norm, "EARLY_MAX_ROWS"),
+    "norm_early_rows": (norm, "EARLY_MAX_ROWS"), "norm_early_rows_narrow": (norm, "EARLY_MAX_ROWS_NARROW"),
 }
 """The module-level value each non-skinny patch kind sets (skinny patches set, or with None remove,
 skinny_linear.CONFIGS entries)."""

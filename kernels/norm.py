@@ -31,19 +31,29 @@ so their row reductions stay bit for bit alike. H200 2026-11-30, two calls
 1-32; bench/bench_step_variants.py norm_w4 / norm_w8)."""
 
 EARLY_MAX_ROWS = 8
-"""A norm launch over at most this many rows takes the PDL role "norm", a larger one "small" (kernels.pdl: the
-default policy releases "norm" early, "small" late), so the weight-streaming GEMM after a short norm has its blocks
-resident while the norm runs. Measured (H200, 2026-12-01, CUDA-graph steps at ctx 1024,
-bench/results/step_variants_2026-12-01_3823e13_wpf_{8b,1b}.json, norms early at every row count against late):
-8B rows 1 / 8 -0.048 / -0.042 ms (the QKV and SwiGLU GEMMs' exposed time -22 to -28 us each per step), 1B rows 1
--0.026 ms, but 1B rows 16 +0.022 ms (its SwiGLU +27 us). The threshold: see docs/BENCHMARKS_RUNTIME.md."""
+"""A norm launch over at most this many rows of >= WIDE_ROW elements (at most EARLY_MAX_ROWS_NARROW rows of fewer)
+takes the PDL role "norm", a larger one "small" (kernels.pdl: the default policy releases "norm" early, "small"
+late), so the weight-streaming GEMM after a short norm has its blocks resident while the norm runs. Measured on the
+H200 (2026-12-01, CUDA-graph steps at ctx 1024, norms early against late; logits bitwise equal):
+- call 3 (bench/results/step_variants_2026-12-01_3823e13_wpf_{8b,1b}.json): 8B rows 1 / 8 -0.048 / -0.042 ms (the QKV
+  and SwiGLU GEMMs' exposed time -22 to -28 us each per step); 1B rows 1 -0.026 ms, 1B rows 16 +0.022 ms (its SwiGLU
+  +27 us);
+- call 4 (..._7ad05a2_norm_rows_{8b,1b}.json, another host): 8B rows 1 / 4 / 8 -0.069 / -0.057 / -0.060 ms, rows 16
+  -0.011; 1B rows 1 -0.025 ms, rows 8 +0.012, rows 16 +0.018, rows 32 +-0.003.
+The 1B loses from 8 rows on, the 8B not even at 16. A likely reason, not verified: the 1B SwiGLU's 128 programs run
+one per SM and no longer fit beside 8 norm programs in one wave (the 8B's 224 run two per SM). Hence two limits."""
+EARLY_MAX_ROWS_NARROW = 1
+"""EARLY_MAX_ROWS for rows of fewer than WIDE_ROW elements (the 1B's 2,048: early at 1 row only, measured above)."""
+WIDE_ROW = 4096
 
 
-def norm_role(rows: int) -> str:
-    """The kernels.pdl role of a norm launch over `rows` rows ("norm" up to EARLY_MAX_ROWS, else "small")."""
-    if isinstance(EARLY_MAX_ROWS, bool) or not isinstance(EARLY_MAX_ROWS, int) or EARLY_MAX_ROWS < 0:
-        raise ValueError(f"kernels.norm.EARLY_MAX_ROWS: expected an int >= 0, got {EARLY_MAX_ROWS!r}")
-    return "norm" if rows <= EARLY_MAX_ROWS else "small"
+def norm_role(rows: int, n: int) -> str:
+    """The kernels.pdl role of a norm launch over `rows` rows of `n` elements ("norm": released early by default)."""
+    for name in ("EARLY_MAX_ROWS", "EARLY_MAX_ROWS_NARROW", "WIDE_ROW"):
+        v = globals()[name]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"kernels.norm.{name}: expected an int >= 0, got {v!r}")
+    return "norm" if rows <= (EARLY_MAX_ROWS if n >= WIDE_ROW else EARLY_MAX_ROWS_NARROW) else "small"
 
 
 def _row_warps(block_n: int) -> int:
@@ -114,7 +124,7 @@ def add_rmsnorm(
         x, residual if residual is not None else x, weight, normed, new_res, n, float(eps),
         x.stride(0), residual.stride(0) if residual is not None else 0, normed.stride(0), new_res.stride(0),
         HAS_RESIDUAL=residual is not None, BLOCK_N=block_n,
-        num_warps=_row_warps(block_n), **pdl_options(x.device, norm_role(m)),
+        num_warps=_row_warps(block_n), **pdl_options(x.device, norm_role(m, n)),
     )
     return normed, new_res
 
@@ -189,6 +199,6 @@ def add_rmsnorm_partials(
         partials.stride(0), partials.stride(1), residual.stride(0), normed.stride(0), new_res.stride(0),
         SPLIT_K=s, BLOCK_N=block_n,
         num_warps=_row_warps(block_n),  # as add_rmsnorm: the same row reduction, bit for bit
-        **pdl_options(residual.device, norm_role(m)),
+        **pdl_options(residual.device, norm_role(m, n)),
     )
     return normed, new_res

@@ -57,8 +57,9 @@ still holds some of them: its blocks pile up two per SM and its weight stream sl
 pre_attention early with the attention's prefetch (bench/results/step_variants_2026-11-30_prefetch.json): 8B rows 1
 4.416 -> 4.363 ms (the attention's exposed time 376 -> 304 us per step, the QKV GEMM's 495 -> 520 us).
 With cuBLAS projections (no skinny path) early/early was the better one (4.600 vs 4.674 ms at rows 1).
-norm early (2026-12-01; the norms were "small" before; kernels.norm.EARLY_MAX_ROWS keeps larger norms late): 8B rows
-1 / 8 -0.048 / -0.042 ms against late (bench/results/step_variants_2026-12-01_3823e13_wpf_8b.json)."""
+norm early (2026-12-01; the norms were "small" before): 8B rows 1 / 8 -0.048 / -0.042 and -0.069 / -0.060 ms against
+late in two calls (bench/results/step_variants_2026-12-01_{3823e13_wpf,7ad05a2_norm_rows}_8b.json); the 1B lost from 8
+rows on, so kernels.norm.norm_role keeps larger norms "small" (EARLY_MAX_ROWS)."""
 
 WEIGHT_PREFETCH = 0
 """K tiles of its own weight rows that a weight-streaming GEMM launched with PDL (skinny GEMM, SwiGLU, QKV + RoPE)

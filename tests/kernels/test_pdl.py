@@ -84,15 +84,16 @@ def test_weight_prefetch_never_reaches_a_cpu_launch(monkeypatch):
 
 
 def test_norm_launches_take_the_norm_role_up_to_early_max_rows(monkeypatch):
-    """kernels.norm.EARLY_MAX_ROWS: a norm over at most that many rows launches as "norm" (early in the default
-    policy), a larger one as "small" (late); a bad value is named."""
+    """kernels.norm.EARLY_MAX_ROWS: a norm over at most that many rows of >= WIDE_ROW elements (EARLY_MAX_ROWS_NARROW
+    of fewer) launches as "norm" (early in the default policy), a larger one as "small" (late); bad values named."""
     import importlib
 
     norm = importlib.import_module("kernels.norm")
     assert DEFAULT_POLICY["norm"] == "early" and DEFAULT_POLICY["small"] == "late"
-    assert [norm.norm_role(r) for r in (1, 8, 9, 16)] == ["norm", "norm", "small", "small"]
+    assert [norm.norm_role(r, 4096) for r in (1, 8, 9, 16)] == ["norm", "norm", "small", "small"]
+    assert [norm.norm_role(r, 2048) for r in (1, 2, 8)] == ["norm", "small", "small"]
     monkeypatch.setattr(norm, "EARLY_MAX_ROWS", 0)
-    assert norm.norm_role(1) == "small"
+    assert norm.norm_role(1, 4096) == "small"
     monkeypatch.setattr(norm, "EARLY_MAX_ROWS", None)
     with pytest.raises(ValueError, match="kernels.norm.EARLY_MAX_ROWS: expected an int >= 0, got None"):
-        norm.norm_role(1)
+        norm.norm_role(1, 4096)
