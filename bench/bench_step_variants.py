@@ -63,7 +63,6 @@ fused_mlp, norm, qkv_rope, skinny_linear, tree_attention = (
     importlib.import_module(f"kernels.{m}")
     for m in ("fused_mlp", "norm", "qkv_rope", "skinny_linear", "tree_attention"))
 runtime_model = importlib.import_module("runtime.model")
-pdl_module = importlib.import_module("kernels.pdl")
 def _roles(gemm: str, small: str, pre_attention: str, norm: str | None = None) -> dict[str, str]:
     """A PDL policy; the norms take the small kernels' trigger unless given (they were "small" until 2026-12-01)."""
     return {"gemm": gemm, "small": small, "pre_attention": pre_attention, "norm": norm or small}
@@ -103,8 +102,8 @@ attention at every row count with the QKV GEMM released early (its q RoPE angles
 the GEMM). qkvrope_pre_early: the QKV GEMM with RoPE + the KV write in its epilogue (kernels.qkv_rope), released early,
 and the attention after it prefix_ready (since the ninth session every *qkvrope variant's attention is prefix_ready;
 at 0eab9f8 it was not). *_norm_early: the same with the norms (role "norm" since 2026-12-01) released early, so the
-QKV / SwiGLU / LM-head GEMM's blocks are resident while the norm runs (with `wpf<N>`: asking their first weight tiles
-into L2 there)."""
+QKV / SwiGLU / LM-head GEMM's blocks are resident while the norm runs (within kernels.norm.EARLY_MAX_ROWS; the
+weight-prefetch patches wpf<N> of 2026-12-01, measured slower, are in git history: 3823e13)."""
 QKV_ROPE_VARIANTS = frozenset({"skinny_pdl_late_qkvrope", "qkvrope_pre_early", "qkvrope_norm_early"})
 """Variants whose QKV GEMM also does RoPE + the KV write (`kernels.qkv_rope_kv_write`; qkvrope_pre_early is the
 runtime's target path under `kernels.target_qkv_rope`, on in kernels=graphs since fa74a6f's child)."""
@@ -189,11 +188,9 @@ PATCHES: dict[str, tuple[str, object]] = {
     "qkvrope_split2": ("qkv_rope_split", 2),  # the default since fa74a6f (kernels.target_qkv_rope)
     "qkvrope_split1": ("qkv_rope_split", 1),  # one program per head: the default before fa74a6f
     "qkvrope_split4": ("qkv_rope_split", 4),  # four per head, 192 programs at 8B: +0.21 ms (2026-12-01)
-    # balanced columns: one equal share of the weight rows per program (kernels.skinny_linear `programs`,
-    # kernels.qkv_rope.PROGRAMS), so every SM streams, instead of 96 tiles on 132 SMs (QKV); 132 = the H200's SMs
-    "qkvrope_p132": ("qkv_rope_programs", 132),
-    "qkvrope_p120": ("qkv_rope_programs", 120),
-    "qkvrope_p112": ("qkv_rope_programs", 112),
+    # balanced columns: one equal share of the weight rows per program (kernels.skinny_linear `programs`), so every SM
+    # streams, instead of 96 tiles on 132 SMs (QKV); 132 = the H200's SMs. The fused QKV + RoPE's balanced grid
+    # (qkvrope_p132 / p120 / p112 in step_variants_2026-12-01_243d5ab_balanced_8b.json) is in git history (243d5ab)
     "qkv_bal132": ("skinny", {(6144, 4096, 16): _balanced(132)}),
     "qkv_bal120": ("skinny", {(6144, 4096, 16): _balanced(120)}),
     "o_bal132": ("skinny", {(4096, 4096, 16): _balanced(132)}),
@@ -202,11 +199,6 @@ PATCHES: dict[str, tuple[str, object]] = {
     "dqkv_bal132": ("skinny", {(3072, 2048, 16): _balanced(132)}),
     "do_bal66s2": ("skinny", {(2048, 2048, 16): _balanced(66, split_k=2)}),
     "ddown_bal33s4": ("skinny", {(2048, 8192, 16): _balanced(33, split_k=4, block_k=128)}),
-    # each weight-streaming GEMM launched with PDL asks the first N K-tiles of its rows into L2 before its wait
-    # (kernels.pdl.WEIGHT_PREFETCH); a window for it: the *_norm_early variants
-    "wpf1": ("weight_prefetch", 1),
-    "wpf2": ("weight_prefetch", 2),
-    "wpf3": ("weight_prefetch", 3),
     # the largest norm launch of >= 4,096-element rows that takes the "norm" role (released early by default;
     # kernels.norm.EARLY_MAX_ROWS, 8)
     "norm_rows4": ("norm_early_rows", 4),
@@ -241,7 +233,6 @@ KNOBS: dict[str, tuple[object, str]] = {
     "attention_wide_rows": (tree_attention, "WIDE_MAX_ROWS"), "attention_hold": (tree_attention, "PREFETCH_HOLD"),
     "attention_tree_prefetch": (TritonAttention, "tree_prefix_ready"),
     "norm_prologue": (runtime_model, "NORM_PROLOGUE"), "qkv_rope_split": (qkv_rope, "PAIR_SPLIT"),
-    "qkv_rope_programs": (qkv_rope, "PROGRAMS"), "weight_prefetch": (pdl_module, "WEIGHT_PREFETCH"),
     "norm_early_rows": (norm, "EARLY_MAX_ROWS"), "norm_early_rows_narrow": (norm, "EARLY_MAX_ROWS_NARROW"),
 }
 """The module-level value each non-skinny patch kind sets (skinny patches set, or with None remove,

@@ -172,16 +172,10 @@ GEMM_TILES = {
     # kernel's tile, which the launch narrows through kernels.norm_gemm.prologue_tile (compiled as launched)
     "qkv_8b_normed": ("skinny_normed", "Llama-3-8B QKV, normed prologue (S 4)", 6144, 4096, 4, 64, 256, 4),
     "swiglu_normed": ("swiglu_normed", "SwiGLU, normed prologue (S 2)", 14336, 4096, 2, 64, 128, 4),
-    # kernels.pdl.WEIGHT_PREFETCH (GEMM_PREFETCH tiles): the first K tiles of the program's rows into L2 before the wait
-    "qkv_8b_wpf3": ("skinny", "Llama-3-8B QKV, 3 tiles into L2 before the PDL wait", 6144, 4096, 1, 64, 256, 4),
-    "swiglu_wpf3": ("swiglu", "SwiGLU, 3 tiles into L2 before the PDL wait", 14336, 4096, 1, 64, 128, 4),
 }
 """The weight-streaming GEMM tiles of the decode step (`--gemms`): the tuned ones and the half-size K steps measured
 against them in the step (bench/bench_step_variants.py qkv_k128 / o_k128 / swiglu_k64: none faster; specialised as
-the JIT does, none of them spills more than 16 B); the norm-prologue experiment's two kernels; the weight prefetch.
-Each row counts the L2 prefetches (`cp.async.bulk.prefetch.L2`) its PTX issues before `griddepcontrol.wait`."""
-GEMM_PREFETCH = {"qkv_8b_wpf3": 3, "swiglu_wpf3": 3}
-"""GEMM_TILES case -> K tiles of kernels.pdl.WEIGHT_PREFETCH (the W_PREFETCH_BYTES constexpr); others: 0."""
+the JIT does, none of them spills more than 16 B); and the norm-prologue experiment's two kernels."""
 
 
 def compile_gemm_case(name: str, arch: int) -> dict:
@@ -192,7 +186,6 @@ def compile_gemm_case(name: str, arch: int) -> dict:
 
     kind, what, n, k, split, bn, bk, stages = GEMM_TILES[name]
     common = {"BLOCK_M": 16, "BLOCK_K": bk, "UPCAST": False, "DOT_PRECISION": "tf32", "USE_PDL": 2}
-    prefetch = {"W_PREFETCH_BYTES": GEMM_PREFETCH.get(name, 0) * bk * 2}  # bf16 weights
     if kind.endswith("_normed"):  # S float32 partials [S, 1, K] + a bf16 residual in, the new residual out
         bk, stages = prologue_tile(split, 16, bn, bk, stages, 2, weights=2 if kind == "swiglu_normed" else 1)
         common["BLOCK_K"] = bk
@@ -208,18 +201,17 @@ def compile_gemm_case(name: str, arch: int) -> dict:
     elif kind == "skinny":
         chunk = split_chunk(k, split) if split > 1 else k
         kernel = _compile(_skinny_kernel, {"X": "*bf16", "W": "*bf16", "Out": "*fp32"},
-                          {**common, **prefetch, "BLOCK_N": bn, "EVEN_K": k % (split * bk) == 0, "BALANCED": False},
+                          {**common, "BLOCK_N": bn, "EVEN_K": k % (split * bk) == 0, "BALANCED": False},
                           {"M": 1, "N": n, "K": k, "K_CHUNK": chunk, "stride_xm": k, "stride_wn": k,
                            "stride_os": n if split > 1 else 0, "stride_om": n}, arch, 4, stages)
     else:
         kernel = _compile(_swiglu_kernel, {"X": "*bf16", "Wg": "*bf16", "Wu": "*bf16", "Out": "*bf16"},
-                          {**common, **prefetch, "BLOCK_I": bn},
+                          {**common, "BLOCK_I": bn},
                           {"M": 1, "I": n, "K": k, "stride_xm": k, "stride_wgi": k, "stride_wui": k, "stride_om": n},
                           arch, 4, stages)
     return {"case": name, "kernel": kind, "what": what, "n": n, "k": k, "split_k": split, "block_n": bn,
             "block_k": bk, "num_stages": stages, "num_warps": 4, "shared_bytes": kernel.metadata.shared,
-            "l2_prefetch_before_wait": kernel.asm["ptx"].split("griddepcontrol.wait")[0].count(
-                "cp.async.bulk.prefetch.L2"), **ptxas_report(kernel.asm["ptx"], arch)}
+            **ptxas_report(kernel.asm["ptx"], arch)}
 
 
 ATTENTION_CASES = (("llama3-8b", 1, True), ("llama3-8b", 8, False), ("llama3.2-1b", 16, False),

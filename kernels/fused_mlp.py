@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.pdl import pdl_options, pdl_start, prefetch_rows_l2, prefetch_tiles
+from kernels.pdl import pdl_options, pdl_start
 
 BLOCK_I = 64
 """Intermediate columns per program (the default tile; `block_i` overrides it per call): 224 programs for the 8B's
@@ -32,8 +32,9 @@ def _swiglu_kernel(
     X, Wg, Wu, Out, M, I, K,
     stride_xm, stride_wgi, stride_wui, stride_om,
     BLOCK_M: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_K: tl.constexpr,
-    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, USE_PDL: tl.constexpr, W_PREFETCH_BYTES: tl.constexpr,
+    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, USE_PDL: tl.constexpr,
 ):
+    pdl_start(USE_PDL)
     pid_i = tl.program_id(0)  # fastest axis: neighbouring programs stream neighbouring weight rows
     pid_m = tl.program_id(1)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -41,11 +42,6 @@ def _swiglu_kernel(
     rk = tl.arange(0, BLOCK_K)
     m_ok = rm < M
     i_ok = ri < I
-    if W_PREFETCH_BYTES > 0:  # kernels.pdl.WEIGHT_PREFETCH: both weights' first tiles into L2, before the wait
-        rows = tl.minimum(ri, I - 1).to(tl.int64)
-        prefetch_rows_l2(Wg + rows * stride_wgi, W_PREFETCH_BYTES)
-        prefetch_rows_l2(Wu + rows * stride_wui, W_PREFETCH_BYTES)
-    pdl_start(USE_PDL)
     acc_g = tl.zeros([BLOCK_M, BLOCK_I], dtype=tl.float32)
     acc_u = tl.zeros([BLOCK_M, BLOCK_I], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
@@ -99,7 +95,6 @@ def swiglu(
         x.stride(0), w_gate.stride(0), w_up.stride(0), out.stride(0),
         BLOCK_M=bm, BLOCK_I=bi, BLOCK_K=bk,
         UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or x.dtype == torch.float32) else "tf32",
-        W_PREFETCH_BYTES=prefetch_tiles(x.device, "gemm", k // bk) * bk * x.element_size() if k % bk == 0 else 0,
         num_warps=4, num_stages=4, **pdl_options(x.device, "gemm"),
     )
     return out

@@ -12,7 +12,8 @@ wait, i.e. once the kernel before that has completed. The tree attention relies 
 first prefix K/V block, prefix_len and the positions, which the QKV GEMM right before it does not write).
 
 The rule: every kernel here that takes ``USE_PDL`` does, when it is > 0, before it reads anything the previous
-kernel wrote (at its very start, except the norms' weight load and the attention's prefix_ready loads), and never
+kernel wrote (at its start, after index math at most, except the norms' weight load and the attention's prefix_ready
+loads), and never
 releases before it waits::
 
     gdc_wait()               # the previous kernel has completed; its writes are visible
@@ -60,15 +61,6 @@ With cuBLAS projections (no skinny path) early/early was the better one (4.600 v
 norm early (2026-12-01; the norms were "small" before): 8B rows 1 / 8 -0.048 / -0.042 and -0.069 / -0.060 ms against
 late in two calls (bench/results/step_variants_2026-12-01_{3823e13_wpf,7ad05a2_norm_rows}_8b.json); the 1B lost from 8
 rows on, so kernels.norm.norm_role keeps larger norms "small" (EARLY_MAX_ROWS)."""
-
-WEIGHT_PREFETCH = 0
-"""K tiles of its own weight rows that a weight-streaming GEMM launched with PDL (skinny GEMM, SwiGLU, QKV + RoPE)
-asks into L2 before its wait (``cp.async.bulk.prefetch.L2``, one request per weight row and program: no registers,
-no shared memory, nothing to wait for), so its first pipelined loads hit L2 instead of starting from HBM once the
-previous kernel has completed. 0: off. Weights are never written by a kernel, so the requests may precede the wait.
-A cache hint: results are bitwise the same. It has a window only where the GEMM's blocks are resident before the
-previous kernel ends: an early release of that kernel (the "norm" role before QKV / SwiGLU), or a late one's
-launch-to-flush gap. An experiment switch (bench/bench_step_variants.py patches wpf<N>)."""
 
 _policy = {role: "off" for role in ROLES}
 _capable: dict[int, bool] = {}
@@ -129,27 +121,10 @@ def pdl_options(device: torch.device, role: str = "small") -> dict:
     return {"USE_PDL": 0}
 
 
-def prefetch_tiles(device: torch.device, role: str, k_tiles: int) -> int:
-    """The ``W_PREFETCH`` constexpr of a GEMM launch: WEIGHT_PREFETCH (at most the `k_tiles` its K range holds) when
-    the launch uses PDL on an sm90+ GPU, else 0 (the CPU interpreter never sees the instruction)."""
-    if isinstance(WEIGHT_PREFETCH, bool) or not isinstance(WEIGHT_PREFETCH, int) or WEIGHT_PREFETCH < 0:
-        raise ValueError(f"kernels.pdl.WEIGHT_PREFETCH: expected an int >= 0, got {WEIGHT_PREFETCH!r}")
-    return min(WEIGHT_PREFETCH, k_tiles) if WEIGHT_PREFETCH and launch_pdl(device, role) else 0
-
-
-@triton.jit
-def prefetch_rows_l2(row_ptrs, NBYTES: tl.constexpr):
-    """Ask NBYTES from each (16-byte aligned) address of `row_ptrs` into L2: one bulk prefetch per lane (sm90+)."""
-    size = tl.full(row_ptrs.shape, NBYTES, tl.int32)
-    tl.inline_asm_elementwise(
-        "cp.async.bulk.prefetch.L2.global [$1], $2;\n\tmov.u32 $0, 0;", "=r,l,r",
-        [row_ptrs.to(tl.pointer_type(tl.int8)), size], dtype=tl.int32, is_pure=False, pack=1,
-    )
-
-
 @triton.jit
 def pdl_start(USE_PDL: tl.constexpr):
-    """A kernel's first statement: with USE_PDL, wait for the previous grid; with USE_PDL == 1 also release the next."""
+    """Before a kernel's first load: with USE_PDL, wait for the previous grid; with USE_PDL == 1, then release the
+    next."""
     if USE_PDL > 0:
         gdc_wait()
         if USE_PDL == 1:

@@ -69,7 +69,8 @@ workspace and the RoPE epilogue in the reduce, or several programs per head.)
 of the writers, unspecified which. ``q_out`` must not overlap x, w_qkv or the caches (every program reads all
 of x). CUDA graphs: capturable; the launch configuration depends only on shapes (T, K, heads, D), positions
 and slots are read on device, nothing syncs with the host, and nothing is allocated when ``q_out`` is given.
-PDL: ``pdl_start(USE_PDL)`` is the first statement; launched with ``pdl_role``'s trigger ("gemm" by default).
+PDL: ``pdl_start(USE_PDL)`` follows the index math, before any load; launched with ``pdl_role``'s trigger ("gemm" by
+default).
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.pdl import check_role, pdl_options, pdl_start, prefetch_rows_l2, prefetch_tiles
+from kernels.pdl import check_role, pdl_options, pdl_start
 from kernels.rope import check_rope_operands, q_out_buffer
 from kernels.skinny_linear import MAX_M, SMEM_BUDGET, m_bucket
 
@@ -88,13 +89,9 @@ PAIR_SPLIT = 2
 at 8B, as measured at 0eab9f8: slower than the two-kernel path) or 2 (96, the tuned skinny QKV GEMM's count: the
 runtime's, kernels.target_qkv_rope; H200 2026-11-30, bench/results/step_variants_2026-11-30_fa74a6f*.json) or 4
 (192 at 8B: slower, 8B rows 1 / 8 / 16 4.312 / 4.434 / 4.554 -> 4.522 / 4.659 / 4.775 ms, H200 2026-12-01,
-bench/results/step_variants_2026-12-01_c997825_8b_target.json)."""
-PROGRAMS: int | None = None
-"""None: the head grid above (PAIR_SPLIT programs per head). An int G: G programs (at most one per pair) over the
-rotation pairs of all heads in a row, program b taking pairs [b P / G, (b + 1) P / G) of P = (Hq + 2 Hkv) * D/2,
-across head boundaries (each column finds its head; the stores are masked per head kind). With G = the SM count
-every SM streams an equal share of the weight: the head grid's 96 programs at 8B leave 36 of 132 SMs idle while
-each of the others streams 64 rows. An experiment switch (bench/bench_step_variants.py `qkvrope_p<G>`)."""
+bench/results/step_variants_2026-12-01_c997825_8b_target.json). Equal shares of all heads' pairs over one program per SM
+(132 at 8B, across head boundaries) measured the same: 8B rows 1 / 8 4.256 / 4.381 -> 4.248 / 4.378 ms (H200,
+2026-12-01, bench/results/step_variants_2026-12-01_243d5ab_balanced_8b.json); that code is in git history (243d5ab)."""
 MIN_DOT = 16  # tl.dot needs every tile dim >= 16
 
 
@@ -105,30 +102,16 @@ def _qkv_rope_kv_write_kernel(
     stride_xm, stride_wn, stride_pos, stride_slot,
     stride_q0, stride_q1, stride_k0, stride_k1, stride_v0, stride_v1,
     BLOCK_M: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, USE_PDL: tl.constexpr, BALANCED: tl.constexpr,
-    W_PREFETCH_BYTES: tl.constexpr,
+    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, USE_PDL: tl.constexpr,
 ):
+    h = tl.program_id(0)  # head index in the q|k|v row; neighbouring programs stream neighbouring weight rows
     rm = tl.arange(0, BLOCK_M)
-    if BALANCED:  # program b: rotation pairs [b * P // G, (b + 1) * P // G) of all P = heads * half, any heads
-        pairs = (num_heads + 2 * num_kv_heads) * half
-        g_lo = (tl.program_id(0) * pairs) // tl.num_programs(0)
-        g_hi = ((tl.program_id(0) + 1) * pairs) // tl.num_programs(0)
-        g = g_lo + tl.arange(0, BLOCK_HALF)
-        i_ok = g < g_hi
-        h = g // half  # a head per column
-        i = g - h * half
-    else:
-        h = tl.program_id(0)  # head index in the q|k|v row; neighbouring programs stream neighbouring weight rows
-        i = tl.program_id(1) * BLOCK_HALF + tl.arange(0, BLOCK_HALF)  # column inside one half of the head
-        i_ok = i < half
+    i = tl.program_id(1) * BLOCK_HALF + tl.arange(0, BLOCK_HALF)  # column inside one half of the head
     rk = tl.arange(0, BLOCK_K)
     m_ok = rm < T
+    i_ok = i < half
     row1 = (h * 2 * half + i).to(tl.int64)  # weight rows of the head's first half; the second is + half
-    if W_PREFETCH_BYTES > 0:  # kernels.pdl.WEIGHT_PREFETCH: the rows' first tiles into L2, before the wait
-        first = tl.where(i_ok, row1, tl.min(tl.where(i_ok, row1, 2147483647), axis=0))
-        prefetch_rows_l2(W + first * stride_wn, W_PREFETCH_BYTES)
-        prefetch_rows_l2(W + (first + half) * stride_wn, W_PREFETCH_BYTES)
-    pdl_start(USE_PDL)
+    pdl_start(USE_PDL)  # after the index math (no load before it), as measured on 2026-12-01
 
     x_ptrs = X + rm[:, None] * stride_xm + rk[None, :]
     w1_ptrs = W + row1[None, :] * stride_wn + rk[:, None]  # [BLOCK_K, BLOCK_HALF] view of w
@@ -161,30 +144,7 @@ def _qkv_rope_kv_write_kernel(
     ok = m_ok[:, None] & i_ok[None, :]
     slot = tl.load(Slots + rm * stride_slot, mask=m_ok, other=0).to(tl.int64)
     n_qk = num_heads + num_kv_heads
-    if BALANCED:  # the same expressions per column, each store masked to its heads (indices clamped in range)
-        pos = tl.load(Pos + rm * stride_pos, mask=m_ok, other=0).to(tl.float32)
-        angle = pos[:, None] * tl.load(InvFreq + i, mask=i_ok, other=0.0).to(tl.float32)[None, :]
-        cos = tl.cos(angle)
-        sin = tl.sin(angle)
-        rot = (h < n_qk)[None, :]
-        r1 = tl.where(rot, y1 * cos - y2 * sin, y1)
-        r2 = tl.where(rot, y2 * cos + y1 * sin, y2)
-        q_ok = ok & (h < num_heads)[None, :]
-        k_ok = ok & ((h >= num_heads) & (h < n_qk))[None, :]
-        v_ok = ok & (h >= n_qk)[None, :]
-        hq = tl.minimum(h, num_heads - 1)
-        hk = tl.minimum(tl.maximum(h - num_heads, 0), num_kv_heads - 1)
-        hv = tl.minimum(tl.maximum(h - n_qk, 0), num_kv_heads - 1)
-        q_ptr = Q + rm[:, None].to(tl.int64) * stride_q0 + hq[None, :] * stride_q1 + i[None, :]
-        tl.store(q_ptr, r1.to(Q.dtype.element_ty), mask=q_ok)
-        tl.store(q_ptr + half, r2.to(Q.dtype.element_ty), mask=q_ok)
-        k_ptr = Kc + slot[:, None] * stride_k0 + hk[None, :] * stride_k1 + i[None, :]
-        tl.store(k_ptr, r1.to(Kc.dtype.element_ty), mask=k_ok)
-        tl.store(k_ptr + half, r2.to(Kc.dtype.element_ty), mask=k_ok)
-        v_ptr = Vc + slot[:, None] * stride_v0 + hv[None, :] * stride_v1 + i[None, :]
-        tl.store(v_ptr, r1.to(Vc.dtype.element_ty), mask=v_ok)
-        tl.store(v_ptr + half, r2.to(Vc.dtype.element_ty), mask=v_ok)
-    elif h < n_qk:
+    if h < n_qk:
         pos = tl.load(Pos + rm * stride_pos, mask=m_ok, other=0).to(tl.float32)
         angle = pos[:, None] * tl.load(InvFreq + i, mask=i_ok, other=0.0).to(tl.float32)[None, :]
         cos = tl.cos(angle)
@@ -278,16 +238,8 @@ def qkv_rope_kv_write(
     check_role(FN, pdl_role)
     if isinstance(PAIR_SPLIT, bool) or PAIR_SPLIT not in (1, 2, 4):
         raise ValueError(f"kernels.qkv_rope.PAIR_SPLIT: expected 1, 2 or 4, got {PAIR_SPLIT!r}")
-    if PROGRAMS is not None and (isinstance(PROGRAMS, bool) or not isinstance(PROGRAMS, int) or PROGRAMS < 1):
-        raise ValueError(f"kernels.qkv_rope.PROGRAMS: expected None or a positive int, got {PROGRAMS!r}")
     half = d // 2
-    pairs = (num_heads + 2 * num_kv_heads) * half
-    if PROGRAMS is None:
-        block_half = max(MIN_DOT, triton.next_power_of_2(triton.cdiv(half, PAIR_SPLIT)))
-        grid = (num_heads + 2 * num_kv_heads, triton.cdiv(half, block_half))
-    else:
-        grid = (min(PROGRAMS, pairs),)
-        block_half = max(MIN_DOT, triton.next_power_of_2(triton.cdiv(pairs, grid[0])))
+    block_half = max(MIN_DOT, triton.next_power_of_2(triton.cdiv(half, PAIR_SPLIT)))
     if block_k is None:
         block_k = _block_k(t, k, block_half, x.element_size(), num_stages)
     elif not isinstance(block_k, int) or block_k < MIN_DOT or block_k & (block_k - 1):
@@ -296,15 +248,12 @@ def qkv_rope_kv_write(
         return q_out
 
     upcast = x.device.type == "cpu"
-    _qkv_rope_kv_write_kernel[grid](
+    _qkv_rope_kv_write_kernel[(num_heads + 2 * num_kv_heads, triton.cdiv(half, block_half))](
         x, w_qkv, positions, inv_freq, q_out, k_cache, v_cache, write_slots,
         t, k, num_heads, num_kv_heads, half,
         x.stride(0), w_qkv.stride(0), positions.stride(0), write_slots.stride(0),
         q_out.stride(0), q_out.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
         BLOCK_M=m_bucket(t), BLOCK_HALF=block_half, BLOCK_K=block_k, EVEN_K=k % block_k == 0,
-        BALANCED=PROGRAMS is not None,
-        W_PREFETCH_BYTES=prefetch_tiles(x.device, pdl_role, k // block_k) * block_k * x.element_size()
-        if k % block_k == 0 else 0,
         UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or x.dtype == torch.float32) else "tf32",
         num_warps=num_warps, num_stages=num_stages, **pdl_options(x.device, pdl_role),
     )

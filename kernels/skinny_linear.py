@@ -40,7 +40,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.pdl import check_role, pdl_options, pdl_start, prefetch_rows_l2, prefetch_tiles
+from kernels.pdl import check_role, pdl_options, pdl_start
 
 MAX_M = 64  # one M tile per program; larger batches are compute-bound enough for cuBLAS
 DEFAULT_SM_COUNT = 132  # H200; used off CUDA (the CPU interpreter)
@@ -88,7 +88,6 @@ def _skinny_kernel(
     stride_xm, stride_wn, stride_os, stride_om,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
     UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, USE_PDL: tl.constexpr, BALANCED: tl.constexpr,
-    W_PREFETCH_BYTES: tl.constexpr,
 ):
     pid_n = tl.program_id(0)  # fastest axis: neighbouring programs stream neighbouring weight rows
     pid_s = tl.program_id(1)  # K split
@@ -105,9 +104,7 @@ def _skinny_kernel(
     n_ok = rn < n_hi
     k_lo = pid_s * K_CHUNK
     k_hi = tl.minimum(k_lo + K_CHUNK, K)
-    if W_PREFETCH_BYTES > 0:  # kernels.pdl.WEIGHT_PREFETCH: the first tiles of this program's rows into L2, pre-wait
-        prefetch_rows_l2(W + tl.minimum(rn, n_hi - 1).to(tl.int64) * stride_wn + k_lo, W_PREFETCH_BYTES)
-    pdl_start(USE_PDL)
+    pdl_start(USE_PDL)  # after the index math (no load before it), as measured on 2026-12-01
     x_ptrs = X + rm[:, None] * stride_xm + (k_lo + rk)[None, :]
     w_ptrs = W + rn[None, :].to(tl.int64) * stride_wn + (k_lo + rk)[:, None]  # [BLOCK_K, BLOCK_N] view of w
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
@@ -245,8 +242,6 @@ def _launch_partials(x: torch.Tensor, w: torch.Tensor, dst: torch.Tensor, cfg: d
         x, w, dst, m, n, k, chunk,
         x.stride(0), w.stride(0), dst.stride(0) if dst.dim() == 3 else 0, dst.stride(-2),
         BLOCK_M=m_bucket(m), BLOCK_N=cfg["block_n"], BLOCK_K=bk, EVEN_K=k % (sk * bk) == 0, BALANCED=bool(programs),
-        W_PREFETCH_BYTES=(prefetch_tiles(x.device, pdl_role, chunk // bk) * bk * w.element_size()
-                          if k % (sk * bk) == 0 else 0),
         UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or x.dtype == torch.float32) else "tf32",
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **pdl_options(x.device, pdl_role),
     )

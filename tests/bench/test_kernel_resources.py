@@ -68,12 +68,12 @@ def test_offline_compile_of_a_gemm_tile(tmp_path):
     assert "| Llama-3-8B QKV, tuned |" in out
 
 
-def test_weight_prefetch_goes_before_the_pdl_wait(tmp_path):
-    """kernels.pdl.WEIGHT_PREFETCH compiled offline: the skinny GEMM and SwiGLU issue their L2 prefetches (one per
-    weight row per lane group) before griddepcontrol.wait; without it (the tuned tile) none."""
-    out, saved = run_tool(tmp_path, "--gemms", "--case", "qkv_8b_wpf3", "--case", "swiglu_wpf3", "--case", "qkv_8b")
-    counts = {r["case"]: r["l2_prefetch_before_wait"] for r in saved["rows"]}
-    assert counts["qkv_8b"] == 0 and counts["qkv_8b_wpf3"] >= 1 and counts["swiglu_wpf3"] >= 2, counts
+def test_gemm_cases_are_chosen_by_name(tmp_path):
+    """--gemms --case NAME (repeatable): only those GEMM_TILES cases; an unknown one is named."""
+    out, saved = run_tool(tmp_path, "--gemms", "--case", "o_8b", "--case", "down_8b")
+    assert [r["case"] for r in saved["rows"]] == ["o_8b", "down_8b"] and saved["rows"][0]["shared_bytes"] == 73728
+    with pytest.raises(SystemExit, match="--case: 'qkv' is not one of qkv_8b"):
+        kernel_resources.main(["--gemms", "--case", "qkv", "--out", str(tmp_path)])
 
 
 def test_jit_specialization_marks_what_a_launch_specialises():

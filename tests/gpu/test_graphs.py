@@ -174,28 +174,33 @@ def test_pinned_input_staging_replays_like_pageable():
 
 @torch.no_grad()
 @pytest.mark.parametrize("qkv_rope", [False, True], ids=["skinny_qkv", "qkv_rope"])
-def test_weight_prefetch_and_early_norms_replay_bitwise(monkeypatch, qkv_rope):
-    """kernels.pdl.WEIGHT_PREFETCH (each GEMM asks its first weight tiles into L2 before its PDL wait) with the norms
-    released early: a cache hint and a launch order, so the logits are bitwise those of the default PDL policy."""
+def test_early_norms_replay_bitwise(qkv_rope):
+    """The norms released early (the "norm" PDL role) change the launch order only: the logits are bitwise those of the
+    norms released late. The tiny model's rows are narrow (kernels.norm.EARLY_MAX_ROWS_NARROW, 1): raised to 8 here
+    so that its 8-row norms take the role."""
     import importlib
 
     from kernels.pdl import pdl
 
-    pdl_mod = importlib.import_module("kernels.pdl")
-    model, attn, caches, steps = _staging_case(("default", "prefetch"), (20, 77, 141))
+    norm = importlib.import_module("kernels.norm")
+    model, attn, caches, steps = _staging_case(("late", "early"), (20, 77, 141))
     model.use_fused_kernels(skinny=True, qkv_rope=qkv_rope)
-    with pdl(True):
-        base = StepGraph(model, caches["default"], attn, 8, 8)
-    monkeypatch.setattr(pdl_mod, "WEIGHT_PREFETCH", 3)
-    with pdl(True, norm="early"):
-        assert pdl_mod.prefetch_tiles(torch.device("cuda"), "gemm", 8) == 3
-        fetched = StepGraph(model, caches["prefetch"], attn, 8, 8)
+    saved = norm.EARLY_MAX_ROWS_NARROW
+    try:
+        norm.EARLY_MAX_ROWS_NARROW = 8  # the tiny model's rows are narrow: release its 8-row norms early too
+        with pdl(True, norm="late"):
+            late = StepGraph(model, caches["late"], attn, 8, 8)
+        with pdl(True, norm="early"):
+            assert norm.norm_role(8, 1) == "norm"
+            early = StepGraph(model, caches["early"], attn, 8, 8)
+    finally:
+        norm.EARLY_MAX_ROWS_NARROW = saved
     mask, depth = STAGING_TREE
     for k, (ids, p) in enumerate(steps):
         pos = torch.tensor([p + d for d in depth])
-        a = base.replay(ids, pos, torch.arange(8), p, mask).clone()
-        b = fetched.replay(ids, pos, torch.arange(8), p, mask).clone()
-        assert torch.equal(a, b), f"step {k}: the weight prefetch changed the logits"
+        a = late.replay(ids, pos, torch.arange(8), p, mask).clone()
+        b = early.replay(ids, pos, torch.arange(8), p, mask).clone()
+        assert torch.equal(a, b), f"step {k}: releasing the norms early changed the logits"
 
 
 def _cuda_draft(graphs: bool, fused_head: bool = False):

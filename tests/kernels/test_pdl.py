@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from kernels import add_rmsnorm
-from kernels.pdl import DEFAULT_POLICY, launch_pdl, pdl, pdl_enabled, pdl_options, pdl_policy, prefetch_tiles, set_pdl
+from kernels.pdl import DEFAULT_POLICY, launch_pdl, pdl, pdl_enabled, pdl_options, pdl_policy, set_pdl
 from kernels.reference import add_rmsnorm_ref
 
 
@@ -60,27 +60,6 @@ def test_pdl_role_of_a_launch_is_checked():
     torch.testing.assert_close(skinny_linear(x, w, pdl_role="pre_attention"), x @ w.T, rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="skinny_linear: pdl_role must be one of .*got 'qkv'"):
         skinny_linear(x, w, pdl_role="qkv")
-
-
-def test_weight_prefetch_never_reaches_a_cpu_launch(monkeypatch):
-    """kernels.pdl.WEIGHT_PREFETCH: a GEMM launch asks for it only with PDL on an sm90+ GPU (the interpreter cannot
-    run the PTX), capped by the K tiles of its range; a bad value is named. Its GPU check: tests/gpu/test_graphs.py."""
-    import importlib
-
-    mod = importlib.import_module("kernels.pdl")
-    cpu = torch.device("cpu")
-    monkeypatch.setattr(mod, "WEIGHT_PREFETCH", 3)
-    with pdl(True):
-        assert prefetch_tiles(cpu, "gemm", 16) == 0
-        from kernels import skinny_linear
-
-        x, w = torch.randn(2, 64), torch.randn(48, 64)
-        torch.testing.assert_close(skinny_linear(x, w), x @ w.T, rtol=1e-4, atol=1e-4)
-    monkeypatch.setattr(mod, "launch_pdl", lambda device, role="small": True)
-    assert prefetch_tiles(cpu, "gemm", 16) == 3 and prefetch_tiles(cpu, "gemm", 2) == 2
-    monkeypatch.setattr(mod, "WEIGHT_PREFETCH", -1)
-    with pytest.raises(ValueError, match="kernels.pdl.WEIGHT_PREFETCH: expected an int >= 0, got -1"):
-        prefetch_tiles(cpu, "gemm", 16)
 
 
 def test_norm_launches_take_the_norm_role_up_to_early_max_rows(monkeypatch):

@@ -223,27 +223,3 @@ def test_pair_split_gives_the_one_program_per_head_bits(monkeypatch, split):
     with pytest.raises(ValueError, match="qkv_rope_kv_write: pdl_role must be one of"):
         qkv_rope_kv_write(x, w, pos, _inv_freq(d), k_cache.clone(), v_cache.clone(), slots, hq, hkv, pdl_role="x")
 
-
-@pytest.mark.parametrize("programs", [5, 7, 300])
-def test_balanced_programs_match_the_head_grid(monkeypatch, programs):
-    """kernels.qkv_rope.PROGRAMS: G programs over all heads' rotation pairs (5 / 7: shares of 25-26 / 18-19 pairs that
-    cross q|k|v head boundaries; 300 > the 128 pairs: one pair per program, masked to the 16-wide tile) write the
-    same q and caches as the head grid, and nothing outside write_slots; a bad value is named."""
-    import importlib
-
-    qr = importlib.import_module("kernels.qkv_rope")
-    t, k, hq, hkv, d = 5, 64, 4, 2, 32
-    x, w, pos, slots, k_cache, v_cache = _inputs(t, k, hq, hkv, d, torch.float32, seed=21)
-    outs = []
-    for g in (None, programs):
-        monkeypatch.setattr(qr, "PROGRAMS", g)
-        kc, vc = k_cache.clone(), v_cache.clone()
-        outs.append((qkv_rope_kv_write(x, w, pos, _inv_freq(d), kc, vc, slots, hq, hkv), kc, vc))
-    (q1, k1, v1), (q2, k2, v2) = outs
-    for a, b, what in ((q1, q2, "q"), (k1, k2, "k_cache"), (v1, v2, "v_cache")):
-        assert_close(b, a, torch.float32, f"{what}: balanced vs head grid")
-    for cache, what in ((k2, "k_cache"), (v2, "v_cache")):
-        _check_untouched(cache, slots, what)
-    monkeypatch.setattr(qr, "PROGRAMS", 0)
-    with pytest.raises(ValueError, match="kernels.qkv_rope.PROGRAMS: expected None or a positive int"):
-        qkv_rope_kv_write(x, w, pos, _inv_freq(d), k_cache.clone(), v_cache.clone(), slots, hq, hkv)
