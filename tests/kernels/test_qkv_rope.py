@@ -222,4 +222,3 @@ def test_pair_split_gives_the_one_program_per_head_bits(monkeypatch, split):
     monkeypatch.setattr(qr, "PAIR_SPLIT", 1)
     with pytest.raises(ValueError, match="qkv_rope_kv_write: pdl_role must be one of"):
         qkv_rope_kv_write(x, w, pos, _inv_freq(d), k_cache.clone(), v_cache.clone(), slots, hq, hkv, pdl_role="x")
-
