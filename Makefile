@@ -33,6 +33,8 @@ figures:
 	    --out $(FIGDIR)/fig08_step_breakdown
 	$(PY) analysis/fig08_step_breakdown.py bench/results/step_variants_experiments_053c53d.json \
 	    --case llama3-8b:8 --case llama3-8b:1 --top 9 --out $(FIGDIR)/fig08_experiments
+	$(PY) analysis/fig08_step_breakdown.py bench/results/step_variants_2026-12-01_3823e13_wpf_8b.json \
+	    --case llama3-8b:8 --case llama3-8b:1 --top 8 --out $(FIGDIR)/fig08_early_norms
 	$(PY) analysis/fig09_miss_cost.py $(foreach c,$(FIG09_CONFIGS),$(FIG09_RUNS)/$(c) $(FIG09_RUNS)/$(c)__r1) \
 	    $(foreach c,$(filter-out serial%,$(FIG09_CONFIGS)),$(FIG09_SIM)/$(c) $(FIG09_SIM)/$(c)__r1) \
 	    --out $(FIG09_OUT)

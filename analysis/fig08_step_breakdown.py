@@ -40,7 +40,7 @@ class StepResultsError(ValueError):
 def kernel_label(profile_name: str) -> str:
     """'_skinny_kernel [96, 1, 1]' -> 'skinny [96, 1, 1]'; torch's long template names cut to their function."""
     if profile_name.startswith("void "):
-        base = profile_name[5:].split("<")[0].split("(")[0].split("::")[-1]
+        base = profile_name[5:].split("<")[0].replace("(anonymous namespace)::", "").split("(")[0].split("::")[-1]
         grid = profile_name[profile_name.rfind(" ["):] if " [" in profile_name else ""
         return f"{base}{grid}"
     m = _NAME.match(profile_name)

@@ -38,6 +38,8 @@ def _results(tmp_path, name="sv.json", profiled=True):
 
 def test_kernel_labels_keep_the_grid_and_shorten_torch_names():
     assert fig08.kernel_label("_skinny_kernel [96, 1, 1]") == "skinny [96, 1, 1]"
+    assert fig08.kernel_label("void at::native::(anonymous namespace)::indexSelectSmallIndex<c10::BFloat16, lon "
+                              "[32, 1, 1]") == "indexSelectSmallIndex [32, 1, 1]"
     assert fig08.kernel_label("_tree_attention_kernel [1, 8, 8]") == "tree_attention [1, 8, 8]"
     assert fig08.kernel_label("void at::native::elementwise_kernel<128, 2, f>(int, f) [1, 1, 1]") == \
         "elementwise_kernel [1, 1, 1]"
