@@ -474,6 +474,36 @@ class InterconnectConfig(_Frozen):
 
 
 @dataclass
+class RuntimeDelta(_Frozen):
+    """`sim.runtime_delta`: seconds added to the calibrated profile's runtime host costs (its `runtime` block, after
+    `sim.draft_host_scale`), one field per entry of simulator/profile.py RUNTIME_COSTS, e.g.
+    `sim.runtime_delta.step_extra_s=-5e-5` for every verify 50 us shorter. A nonzero field needs that entry in the
+    profile; the sum keeps the entry's bounds (>= 0; step_extra_s, ar_step_extra_s, expand_extra_s >= -1 ms). All 0:
+    the profile as fitted."""
+
+    step_extra_s: float = 0.0
+    tp_step_extra_s: float = 0.0
+    ar_step_extra_s: float = 0.0
+    keep_s: float = 0.0
+    compact_s: float = 0.0
+    expand_extra_s: float = 0.0
+    expand_extra_per_row_s: float = 0.0
+    expand_extra_per_real_row_s: float = 0.0
+    verify_message_s: float = 0.0
+    draft_round_s: float = 0.0
+
+    def validate(self) -> None:
+        """Finite seconds."""
+        for f in fields(self):
+            v = getattr(self, f.name)
+            _require(math.isfinite(v), f"sim.runtime_delta.{f.name}", f"must be a finite number of seconds, got {v}")
+
+    def nonzero(self) -> dict[str, float]:
+        """The fields that change something."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != 0.0}
+
+
+@dataclass
 class SimConfig(_Frozen):
     """Simulator settings (group `sim`)."""
 
@@ -498,11 +528,14 @@ class SimConfig(_Frozen):
     """What-if on the draft's host time: scales the profile's fitted draft host costs (`runtime` block:
     expand_extra_s, expand_extra_per_row_s, draft_round_s); 0 = a draft whose steps cost only their kernels and
     messages. No effect without a runtime block (bench/bench_ratio_bounds.py sweeps it)."""
+    runtime_delta: RuntimeDelta = field(default_factory=RuntimeDelta)
+    """What-if on the runtime's host costs: seconds added to the profile's `runtime` block (`sim.runtime_delta.*`)."""
 
     def validate(self) -> None:
         """Check bounds."""
         _require(self.max_iterations >= 1, "sim.max_iterations", "must be >= 1")
         _require(self.draft_host_scale >= 0, "sim.draft_host_scale", f"must be >= 0, got {self.draft_host_scale}")
+        self.runtime_delta.validate()
         _require(self.step_overhead_s >= 0, "sim.step_overhead_s", "must be >= 0")
         _require(self.tree_op_s >= 0, "sim.tree_op_s", "must be >= 0")
         _require(self.d_rule in ("round", "best_of_two", "runtime"), "sim.d_rule",

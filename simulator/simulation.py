@@ -53,7 +53,7 @@ from simulator.processes import (
     grow_tree_serial,
     verify_proposals,
 )
-from simulator.profile import Profile, ProfileError, load_profile
+from simulator.profile import RUNTIME_COSTS, SIGNED_RUNTIME_COSTS, Profile, ProfileError, load_profile
 from simulator.records import Event, Tally
 from simulator.stores import MessageStore
 from simulator.tree import TreeStates
@@ -105,6 +105,27 @@ DRAFT_HOST_KEYS = ("expand_extra_s", "expand_extra_per_row_s", "expand_extra_per
 """The profile's fitted draft host costs (`runtime` block) that `sim.draft_host_scale` scales."""
 
 
+def _apply_runtime_deltas(host: dict[str, float], deltas: dict[str, float], profile: Profile | None) -> None:
+    """`sim.runtime_delta`: add each delta to the profile's runtime entry in `host` (in place); a ValueError names
+    the field when there is no such entry or when the sum leaves the entry's bounds (>= 0; signed ones >= -1 ms)."""
+    if not deltas:
+        return
+    where = profile.path if profile is not None else "the analytic prior (no sim.profile)"
+    for key, delta in deltas.items():
+        if key not in RUNTIME_COSTS:
+            raise ValueError(f"sim.runtime_delta.{key}: not a runtime cost; expected one of "
+                             f"{', '.join(RUNTIME_COSTS)}")
+        if key not in host:
+            raise ValueError(f"sim.runtime_delta.{key}: {where} has no runtime entry {key!r} to change "
+                             f"(entries: {', '.join(sorted(host)) or 'none'})")
+        value = host[key] + float(delta)
+        low = SIGNED_RUNTIME_COSTS.get(key, 0.0)
+        if value < low:
+            raise ValueError(f"sim.runtime_delta.{key}: {host[key]:.3g} s + {float(delta):.3g} s = {value:.3g} s is "
+                             f"below the entry's bound {low:g} s")
+        host[key] = value
+
+
 def leader_transport(config: ExperimentConfig) -> str:
     """How the two group leaders exchange proposals and verified paths, as the runtime resolves
     `parallel.leader_channel` (runtime/unix_channel.py `make_channel`): unix or dist as set; auto: unix when
@@ -140,6 +161,7 @@ def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Cos
     for key in DRAFT_HOST_KEYS:  # sim.draft_host_scale: a what-if on the draft's host time
         if key in host:
             host[key] *= config.sim.draft_host_scale
+    _apply_runtime_deltas(host, config.sim.runtime_delta.nonzero(), profile)
     # A TP > 1 target's leader broadcasts every verdict (the verified path) to its group inside the verify
     # (runtime/engine.py _verify; 0.18 ms per step in the H200 TP-2 runs of e92dbf1): charged as one
     # leader-channel message of that size, the profiled operator of the same NCCL hop and host copies.

@@ -168,3 +168,36 @@ def test_draft_host_scale_scales_only_the_drafts_fitted_host_costs(tmp_path):
     assert costs[0.0].draft.forward_s(8, 1000) < costs[1.0].draft.forward_s(8, 1000)
     with pytest.raises(ValueError, match="sim.draft_host_scale: must be >= 0, got -1.0"):
         cfg("sim.draft_host_scale=-1")
+
+
+def test_runtime_delta_adds_seconds_to_the_fitted_host_costs(tmp_path):
+    """sim.runtime_delta.*: seconds added to the profile's runtime entries (after sim.draft_host_scale); a field the
+    profile lacks, a sum below the entry's bound and a non-finite value are refused, naming the field."""
+    runtime = {"step_extra_s": 2e-4, "expand_extra_s": 1e-4, "verify_message_s": 5e-5, "draft_round_s": 4e-4}
+    f = _write(tmp_path, {**VALID, "runtime": runtime})
+    base = ("workload.num_requests=1", "parallel=7x1", f"sim.profile={f}")
+    fitted = build_costs(cfg(*base))
+    costs = build_costs(cfg(*base, "sim.runtime_delta.step_extra_s=-5e-5", "sim.runtime_delta.draft_round_s=1e-4",
+                            "sim.draft_host_scale=0.5"))
+    assert costs.target.extra_s == pytest.approx(1.5e-4) and fitted.target.extra_s == pytest.approx(2e-4)
+    assert costs.tree_op_s == pytest.approx(4e-4 * 0.5 + 1e-4)
+    assert costs.draft.extra_s == pytest.approx(0.5e-4) and costs.verify_host_s == pytest.approx(5e-5)
+    with pytest.raises(ValueError, match=r"sim.runtime_delta.keep_s: .*has no runtime entry 'keep_s'"):
+        build_costs(cfg(*base, "sim.runtime_delta.keep_s=1e-5"))
+    with pytest.raises(ValueError, match=r"sim.runtime_delta.verify_message_s: .* is below the entry's bound 0 s"):
+        build_costs(cfg(*base, "sim.runtime_delta.verify_message_s=-1e-4"))
+    one_gpu = build_costs(cfg("workload.num_requests=1", "parallel=1x1", f"sim.profile={f}",
+                              "sim.runtime_delta.step_extra_s=-9e-4"))  # a signed entry: down to -1 ms
+    assert one_gpu.target.extra_s == pytest.approx(-7e-4)
+    with pytest.raises(ValueError, match="sim.runtime_delta.step_extra_s: must be a finite number of seconds"):
+        cfg("sim.runtime_delta.step_extra_s=nan")
+
+
+def test_runtime_delta_has_one_field_per_runtime_cost():
+    """conf.schema.RuntimeDelta mirrors simulator/profile.py RUNTIME_COSTS (conf does not import the simulator)."""
+    from dataclasses import fields
+
+    from conf.schema import RuntimeDelta
+    from simulator.profile import RUNTIME_COSTS
+
+    assert [f.name for f in fields(RuntimeDelta)] == list(RUNTIME_COSTS)
