@@ -222,8 +222,9 @@ def _resolve(x: torch.Tensor, m: int, n: int, k: int, fn: str, **overrides: int 
     programs = cfg.get("programs", 0)
     if isinstance(programs, bool) or not isinstance(programs, int) or programs < 0:
         raise ValueError(f"{fn}: programs must be an int >= 0 (0: tiles of block_n), got {programs!r}")
-    if programs:  # balanced columns: the tile is the widest share, rounded up to a power of two
-        cfg["block_n"] = max(16, triton.next_power_of_2(triton.cdiv(n, min(programs, n))))
+    if programs:  # balanced columns (at most one per column): the tile is the widest share, a power of two
+        cfg["programs"] = min(programs, n)
+        cfg["block_n"] = max(16, triton.next_power_of_2(triton.cdiv(n, cfg["programs"])))
     for key in ("block_n", "block_k"):
         if cfg[key] < 16 or cfg[key] & (cfg[key] - 1):
             raise ValueError(f"{fn}: {key} must be a power of two >= 16, got {cfg[key]}")
@@ -237,7 +238,7 @@ def _launch_partials(x: torch.Tensor, w: torch.Tensor, dst: torch.Tensor, cfg: d
     chunk = split_chunk(k, sk) if sk > 1 else k
     upcast = x.device.type == "cpu"
     programs = cfg.get("programs", 0)
-    grid = (min(programs, n) if programs else triton.cdiv(n, cfg["block_n"]), sk)
+    grid = (programs or triton.cdiv(n, cfg["block_n"]), sk)
     _skinny_kernel[grid](
         x, w, dst, m, n, k, chunk,
         x.stride(0), w.stride(0), dst.stride(0) if dst.dim() == 3 else 0, dst.stride(-2),

@@ -102,6 +102,11 @@ SIGNED_RUNTIME_COSTS: dict[str, float] = {"ar_step_extra_s": -1.0e-3, "step_extr
 simulator also never lets a negative one remove more than `cost_model.NEGATIVE_EXTRA_CAP` of a step)."""
 
 
+def runtime_bound(key: str) -> float:
+    """The lowest value a runtime cost may take: SIGNED_RUNTIME_COSTS' bound, else 0."""
+    return SIGNED_RUNTIME_COSTS.get(key, 0.0)
+
+
 def gemm_features(weight_bytes: float, flops: float) -> tuple[float, ...]:
     """Features of one GEMM call (one weight matrix, one rank)."""
     return (1.0, weight_bytes, flops)
@@ -268,7 +273,7 @@ def _runtime(where: str, entry: Any) -> dict[str, float]:
     for key, v in entry.items():
         if key not in RUNTIME_COSTS:
             raise _fail(where, f"runtime.{key}", f"unknown key; allowed: {list(RUNTIME_COSTS)}")
-        low = SIGNED_RUNTIME_COSTS.get(key, 0.0)
+        low = runtime_bound(key)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < low:
             raise _fail(where, f"runtime.{key}", f"must be a finite number of seconds >= {low:g}, got {v!r}")
         out[key] = float(v)

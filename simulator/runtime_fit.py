@@ -47,7 +47,7 @@ import numpy as np
 from conf.rundir import config_from_dict, read_run
 from conf.trace import TRACE_FILE, TraceRecord, read_traces
 from simulator.calibrate import median_or_none
-from simulator.profile import RUNTIME_COSTS, SIGNED_RUNTIME_COSTS, Profile
+from simulator.profile import RUNTIME_COSTS, Profile, runtime_bound
 
 SKIP_ITERATIONS = 1
 """Spans of iterations below this (prefill, first refill) are left out: they are not the steady loop."""
@@ -201,7 +201,7 @@ def fit_runtime_costs(run_dirs: Sequence[str | Path], profile: Profile) -> tuple
         raw["draft_round_s"] = gap + recv
     elif None not in (reroot, select, d_send, recv):
         raw["draft_round_s"] = reroot + select + d_send + recv
-    costs = {k: max(SIGNED_RUNTIME_COSTS.get(k, 0.0), v) for k, v in raw.items() if v is not None}
+    costs = {k: max(runtime_bound(k), v) for k, v in raw.items() if v is not None}
     assert set(costs) <= set(RUNTIME_COSTS)
     report = {"runs": [str(d) for d in run_dirs], "per_run": rows, "signed": raw, "recv_host_s": recv,
               "method": "median over fit runs of per-run medians; receive host cost = lowest per-run "

@@ -53,7 +53,7 @@ from simulator.processes import (
     grow_tree_serial,
     verify_proposals,
 )
-from simulator.profile import RUNTIME_COSTS, SIGNED_RUNTIME_COSTS, Profile, ProfileError, load_profile
+from simulator.profile import Profile, ProfileError, load_profile, runtime_bound
 from simulator.records import Event, Tally
 from simulator.stores import MessageStore
 from simulator.tree import TreeStates
@@ -111,17 +111,13 @@ def _apply_runtime_deltas(host: dict[str, float], deltas: dict[str, float], prof
     if not deltas:
         return
     where = profile.path if profile is not None else "the analytic prior (no sim.profile)"
-    for key, delta in deltas.items():
-        if key not in RUNTIME_COSTS:
-            raise ValueError(f"sim.runtime_delta.{key}: not a runtime cost; expected one of "
-                             f"{', '.join(RUNTIME_COSTS)}")
+    for key, delta in deltas.items():  # the keys are RUNTIME_COSTS' (conf.schema.RuntimeDelta's fields)
         if key not in host:
             raise ValueError(f"sim.runtime_delta.{key}: {where} has no runtime entry {key!r} to change "
                              f"(entries: {', '.join(sorted(host)) or 'none'})")
-        value = host[key] + float(delta)
-        low = SIGNED_RUNTIME_COSTS.get(key, 0.0)
+        value, low = host[key] + delta, runtime_bound(key)
         if value < low:
-            raise ValueError(f"sim.runtime_delta.{key}: {host[key]:.3g} s + {float(delta):.3g} s = {value:.3g} s is "
+            raise ValueError(f"sim.runtime_delta.{key}: {host[key]:.3g} s + {delta:.3g} s = {value:.3g} s is "
                              f"below the entry's bound {low:g} s")
         host[key] = value
 
