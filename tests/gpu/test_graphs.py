@@ -134,75 +134,6 @@ def test_step_graph_replays_match_eager_forwards(dtype, tol, skinny, use_pdl, ro
         assert err <= tol, f"prefix {prefix}: relative error {err:.2e}"
 
 
-STAGING_TREE = (ancestor_mask([-1, 0, 0, 1, 1, 2, 3, 3], 8), [0, 1, 1, 2, 2, 2, 3, 3])
-"""The staging tests' 8-node tree: its [8, 8] ancestor mask and the nodes' depths."""
-
-
-def _staging_case(names: tuple[str, ...], prefixes: tuple[int, ...]) -> tuple:
-    """The staging tests' setup: the tiny bf16 model (skinny GEMMs), the Triton attention, one 200-slot cache per name
-    with the same 150-token prompt prefilled, and one step per prefix length ((8 random token ids, prefix))."""
-    shape = MODEL_PRESETS["tiny-llama"]
-    model = build_model(shape, "bfloat16", "cuda", seed=3).use_fused_kernels(skinny=True)
-    attn = make_attention_backend("triton")
-    layers, heads, head_dim = model.cache_spec()
-    caches = {s: KVCache(layers, 200, heads, head_dim, model.dtype, "cuda") for s in names}
-    g = torch.Generator().manual_seed(0)
-    prompt = torch.randint(0, shape.vocab_size, (150,), generator=g).cuda()
-    for cache in caches.values():
-        model(prompt, AttnMeta.causal(0, 150, "cuda"), cache, attn)
-    steps = [(torch.randint(0, shape.vocab_size, (8,), generator=g), p) for p in prefixes]
-    return model, attn, caches, steps
-
-
-@torch.no_grad()
-def test_pinned_input_staging_replays_like_pageable():
-    """kernels.input_staging=pinned: the same graph fed through pinned buffers and copies that do not block the
-    host gives bitwise the logits of pageable staging, step after step (each step's inputs differ, and the
-    buffers are refilled while nothing waits on the previous replay)."""
-    model, attn, caches, steps = _staging_case(("pageable", "pinned"), (20, 77, 141, 150))
-    graphs = {s: StepGraph(model, caches[s], attn, 8, 8, staging=s) for s in caches}
-    mask, depth = STAGING_TREE
-    outs = {}
-    for s in ("pinned", "pageable"):  # the pinned steps back to back: only the staging event guards the buffer
-        outs[s] = [graphs[s].replay(ids, torch.tensor([p + d for d in depth]), torch.arange(8), p, mask).clone()
-                   for ids, p in steps]
-    for k, (a, b) in enumerate(zip(outs["pageable"], outs["pinned"])):
-        assert torch.equal(a, b), f"step {k}: pinned staging differs"
-    with pytest.raises(ValueError, match="kernels.input_staging: 'mapped' is not one of pageable, pinned, graph"):
-        StepGraph(model, caches["pinned"], attn, 8, 8, staging="mapped")
-
-
-@torch.no_grad()
-@pytest.mark.parametrize("qkv_rope", [False, True], ids=["skinny_qkv", "qkv_rope"])
-def test_early_norms_replay_bitwise(qkv_rope):
-    """The norms released early (the "norm" PDL role) change the launch order only: the logits are bitwise those of the
-    norms released late. The tiny model's rows are narrow (kernels.norm.EARLY_MAX_ROWS_NARROW, 1): raised to 8 here
-    so that its 8-row norms take the role."""
-    import importlib
-
-    from kernels.pdl import pdl
-
-    norm = importlib.import_module("kernels.norm")
-    model, attn, caches, steps = _staging_case(("late", "early"), (20, 77, 141))
-    model.use_fused_kernels(skinny=True, qkv_rope=qkv_rope)
-    saved = norm.EARLY_MAX_ROWS_NARROW
-    try:
-        norm.EARLY_MAX_ROWS_NARROW = 8  # the tiny model's rows are narrow: release its 8-row norms early too
-        with pdl(True, norm="late"):
-            late = StepGraph(model, caches["late"], attn, 8, 8)
-        with pdl(True, norm="early"):
-            assert norm.norm_role(8, 1) == "norm"
-            early = StepGraph(model, caches["early"], attn, 8, 8)
-    finally:
-        norm.EARLY_MAX_ROWS_NARROW = saved
-    mask, depth = STAGING_TREE
-    for k, (ids, p) in enumerate(steps):
-        pos = torch.tensor([p + d for d in depth])
-        a = late.replay(ids, pos, torch.arange(8), p, mask).clone()
-        b = early.replay(ids, pos, torch.arange(8), p, mask).clone()
-        assert torch.equal(a, b), f"step {k}: releasing the norms early changed the logits"
-
-
 def _cuda_draft(graphs: bool, fused_head: bool = False):
     """The tiny fp32 draft on CUDA (w 4, top-k 3, 32 tree slots), eager or with its two expansion graphs;
     `fused_head`: kernels.draft_head."""
@@ -382,39 +313,6 @@ def test_tp2_target_lossless_with_in_graph_staging_and_spin_readback(mode):  # (
     so its next load waits on the ticket alone; the TP-2 autoregressive step (a chained graph, replayed with a load
     each step) stages pinned instead."""
     assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", target_gpus=2, draft_seed=1))
-
-
-@torch.no_grad()
-def test_in_graph_staging_and_spin_readback_replay_like_pageable():
-    """A graph that copies its pinned inputs itself (staging "graph") and its head's outputs to pinned host memory
-    (readback): the host copies equal a pageable graph's device outputs bitwise, step after step, with the loads
-    queued back to back (each load waits for the previous replay's ticket) and interleaved with host reads."""
-    model, attn, caches, steps = _staging_case(("pageable", "graph"), (20, 77, 141, 150, 33))
-
-    def head(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        top = torch.topk(logits.float(), 4, dim=-1)
-        return top.values, top.indices
-
-    graphs = {"pageable": StepGraph(model, caches["pageable"], attn, 8, 8, head=head),
-              "graph": StepGraph(model, caches["graph"], attn, 8, 8, head=head, staging="graph", keep_rows=8,
-                                 readback=True)}
-    mask, depth = STAGING_TREE
-    want = [tuple(t.clone() for t in graphs["pageable"].replay(ids, torch.tensor([p + d for d in depth]),
-                                                                torch.arange(8), p, mask)) for ids, p in steps]
-    spun = graphs["graph"]
-    for k, (ids, p) in enumerate(steps):
-        spun.replay(ids, torch.tensor([p + d for d in depth]), torch.arange(8), p, mask)
-        if k % 2:  # odd steps: read now; even ones: the next load waits for the ticket itself
-            continue
-        lp, tok = spun.host_outputs()
-        assert spun._flag[0] == k + 1
-        assert torch.equal(torch.from_numpy(lp), want[k][0].cpu()), f"step {k}: log-probs differ"
-        assert torch.equal(torch.from_numpy(tok), want[k][1].cpu()), f"step {k}: ids differ"
-    assert spun._flag[0] == len(steps)
-    with pytest.raises(ValueError, match="readback needs a head or a verdict"):
-        StepGraph(model, caches["graph"], attn, 8, 8, readback=True)
-    with pytest.raises(ValueError, match="captured without readback"):
-        graphs["pageable"].host_outputs()
 
 
 @pytest.mark.parametrize("mode", ["chain", "serial_tree"])

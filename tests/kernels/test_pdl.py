@@ -1,7 +1,8 @@
 """kernels.pdl: the process-wide switch, and that it never reaches a launch off sm90+ CUDA (the CPU interpreter).
 
 That PDL launches compute what ordinary ones do is a GPU test (tests/gpu/test_graphs.py: graphs captured with
-`pdl(True)` against the eager base path, and every colocated mode lossless with kernels.skinny + kernels.pdl).
+`pdl(True)` against the eager base path, and every colocated mode lossless with kernels.skinny + kernels.pdl;
+tests/gpu/test_graph_staging.py: the norms released early replay bitwise like the norms released late).
 """
 
 from __future__ import annotations

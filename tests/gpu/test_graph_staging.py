@@ -1,0 +1,117 @@
+"""GPU tests (marker `gpu`): how a CUDA-graph step's inputs reach the device and its outputs the host, and launch
+orders that must not change its results (runtime/graphs.py `StepBuffers` / `StepGraph`, kernels/pdl.py): every
+variant's replays are compared bitwise with a reference graph's, step after step, on the tiny bf16 model.
+
+Run on a GPU machine with the interpreter off: TRITON_INTERPRET=0 pytest -m gpu tests/gpu -p no:cacheprovider
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+from conf.presets import MODEL_PRESETS
+from kernels.pdl import pdl
+from runtime.attention import AttnMeta, make_attention_backend
+from runtime.graphs import StepGraph
+from runtime.kv_cache import KVCache
+from runtime.loader import build_model
+from runtime.tree import ancestor_mask
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+STAGING_TREE = (ancestor_mask([-1, 0, 0, 1, 1, 2, 3, 3], 8), [0, 1, 1, 2, 2, 2, 3, 3])
+"""The staging tests' 8-node tree: its [8, 8] ancestor mask and the nodes' depths."""
+
+
+def _staging_case(names: tuple[str, ...], prefixes: tuple[int, ...]) -> tuple:
+    """The staging tests' setup: the tiny bf16 model (skinny GEMMs), the Triton attention, one 200-slot cache per name
+    with the same 150-token prompt prefilled, and one step per prefix length ((8 random token ids, prefix))."""
+    shape = MODEL_PRESETS["tiny-llama"]
+    model = build_model(shape, "bfloat16", "cuda", seed=3).use_fused_kernels(skinny=True)
+    attn = make_attention_backend("triton")
+    layers, heads, head_dim = model.cache_spec()
+    caches = {s: KVCache(layers, 200, heads, head_dim, model.dtype, "cuda") for s in names}
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, shape.vocab_size, (150,), generator=g).cuda()
+    for cache in caches.values():
+        model(prompt, AttnMeta.causal(0, 150, "cuda"), cache, attn)
+    steps = [(torch.randint(0, shape.vocab_size, (8,), generator=g), p) for p in prefixes]
+    return model, attn, caches, steps
+
+
+def _replay(graph: StepGraph, ids: torch.Tensor, prefix: int):
+    """One step of STAGING_TREE's 8 nodes at `prefix` (tree slots 0..7); the graph's static outputs."""
+    mask, depth = STAGING_TREE
+    return graph.replay(ids, torch.tensor([prefix + d for d in depth]), torch.arange(8), prefix, mask)
+
+
+@torch.no_grad()
+def test_pinned_input_staging_replays_like_pageable():
+    """kernels.input_staging=pinned: the same graph fed through pinned buffers and copies that do not block the
+    host gives bitwise the logits of pageable staging, step after step (each step's inputs differ, and the
+    buffers are refilled while nothing waits on the previous replay)."""
+    model, attn, caches, steps = _staging_case(("pageable", "pinned"), (20, 77, 141, 150))
+    graphs = {s: StepGraph(model, caches[s], attn, 8, 8, staging=s) for s in caches}
+    outs = {}
+    for s in ("pinned", "pageable"):  # the pinned steps back to back: only the staging event guards the buffer
+        outs[s] = [_replay(graphs[s], ids, p).clone() for ids, p in steps]
+    for k, (a, b) in enumerate(zip(outs["pageable"], outs["pinned"])):
+        assert torch.equal(a, b), f"step {k}: pinned staging differs"
+    with pytest.raises(ValueError, match="kernels.input_staging: 'mapped' is not one of pageable, pinned, graph"):
+        StepGraph(model, caches["pinned"], attn, 8, 8, staging="mapped")
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("qkv_rope", [False, True], ids=["skinny_qkv", "qkv_rope"])
+def test_early_norms_replay_bitwise(monkeypatch, qkv_rope):
+    """The norms released early (the "norm" PDL role) change the launch order only: the logits are bitwise those of the
+    norms released late. The tiny model's rows are narrow (kernels.norm.EARLY_MAX_ROWS_NARROW, 1): raised to 8 here
+    so that its 8-row norms take the role."""
+    norm = importlib.import_module("kernels.norm")
+    model, attn, caches, steps = _staging_case(("late", "early"), (20, 77, 141))
+    model.use_fused_kernels(skinny=True, qkv_rope=qkv_rope)
+    monkeypatch.setattr(norm, "EARLY_MAX_ROWS_NARROW", 8)
+    with pdl(True, norm="late"):
+        late = StepGraph(model, caches["late"], attn, 8, 8)
+    with pdl(True, norm="early"):
+        assert norm.norm_role(8, 1) == "norm"
+        early = StepGraph(model, caches["early"], attn, 8, 8)
+    for k, (ids, p) in enumerate(steps):
+        a = _replay(late, ids, p).clone()
+        b = _replay(early, ids, p).clone()
+        assert torch.equal(a, b), f"step {k}: releasing the norms early changed the logits"
+
+
+@torch.no_grad()
+def test_in_graph_staging_and_spin_readback_replay_like_pageable():
+    """A graph that copies its pinned inputs itself (staging "graph") and its head's outputs to pinned host memory
+    (readback): the host copies equal a pageable graph's device outputs bitwise, step after step, with the loads
+    queued back to back (each load waits for the previous replay's ticket) and interleaved with host reads."""
+    model, attn, caches, steps = _staging_case(("pageable", "graph"), (20, 77, 141, 150, 33))
+
+    def head(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        top = torch.topk(logits.float(), 4, dim=-1)
+        return top.values, top.indices
+
+    graphs = {"pageable": StepGraph(model, caches["pageable"], attn, 8, 8, head=head),
+              "graph": StepGraph(model, caches["graph"], attn, 8, 8, head=head, staging="graph", keep_rows=8,
+                                 readback=True)}
+    want = [tuple(t.clone() for t in _replay(graphs["pageable"], ids, p)) for ids, p in steps]
+    spun = graphs["graph"]
+    for k, (ids, p) in enumerate(steps):
+        _replay(spun, ids, p)
+        if k % 2:  # odd steps: read now; even ones: the next load waits for the ticket itself
+            continue
+        lp, tok = spun.host_outputs()
+        assert spun._flag[0] == k + 1
+        assert torch.equal(torch.from_numpy(lp), want[k][0].cpu()), f"step {k}: log-probs differ"
+        assert torch.equal(torch.from_numpy(tok), want[k][1].cpu()), f"step {k}: ids differ"
+    assert spun._flag[0] == len(steps)
+    with pytest.raises(ValueError, match="readback needs a head or a verdict"):
+        StepGraph(model, caches["graph"], attn, 8, 8, readback=True)
+    with pytest.raises(ValueError, match="captured without readback"):
+        graphs["pageable"].host_outputs()
