@@ -206,6 +206,8 @@ PATCHES: dict[str, tuple[str, object]] = {
     "norm_rows64": ("norm_early_rows", 64),
     "norm_narrow4": ("norm_early_rows_narrow", 4),  # EARLY_MAX_ROWS_NARROW (rows of < 4,096 elements: 1)
     "norm_narrow8": ("norm_early_rows_narrow", 8),
+    "norm_narrow16": ("norm_early_rows_narrow", 16),
+    "norm_narrow0": ("norm_early_rows_narrow", 0),  # every norm of narrow rows late (the real pair's one-row steps too)
     # the norms of the o / down partials in the prologue of the next SwiGLU / QKV GEMM (runtime.model.NORM_PROLOGUE)
     "norm_prologue": ("norm_prologue", True),
 }
