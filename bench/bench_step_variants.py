@@ -204,10 +204,16 @@ PATCHES: dict[str, tuple[str, object]] = {
     "norm_rows4": ("norm_early_rows", 4),
     "norm_rows16": ("norm_early_rows", 16),
     "norm_rows64": ("norm_early_rows", 64),
-    "norm_narrow4": ("norm_early_rows_narrow", 4),  # EARLY_MAX_ROWS_NARROW (rows of < 4,096 elements: 1)
+    # EARLY_MAX_ROWS_NARROW (rows of 1,024-4,095 elements: 1); until 016128a it covered every row under 4,096, as
+    # in step_variants_2026-12-01_016128a_{1b,smol}.json, where norm_narrow16 / norm_narrow0 set the SmolLM2 limit too
+    "norm_narrow4": ("norm_early_rows_narrow", 4),
     "norm_narrow8": ("norm_early_rows_narrow", 8),
     "norm_narrow16": ("norm_early_rows_narrow", 16),
-    "norm_narrow0": ("norm_early_rows_narrow", 0),  # every norm of narrow rows late (the real pair's one-row steps too)
+    "norm_narrow0": ("norm_early_rows_narrow", 0),
+    # EARLY_MAX_ROWS_TINY (rows under 1,024 elements, SmolLM2's 576: 8); tiny1 = the rule before, tiny0 = all late
+    "norm_tiny0": ("norm_early_rows_tiny", 0),
+    "norm_tiny1": ("norm_early_rows_tiny", 1),
+    "norm_tiny16": ("norm_early_rows_tiny", 16),
     # the norms of the o / down partials in the prologue of the next SwiGLU / QKV GEMM (runtime.model.NORM_PROLOGUE)
     "norm_prologue": ("norm_prologue", True),
 }
@@ -236,6 +242,7 @@ KNOBS: dict[str, tuple[object, str]] = {
     "attention_tree_prefetch": (TritonAttention, "tree_prefix_ready"),
     "norm_prologue": (runtime_model, "NORM_PROLOGUE"), "qkv_rope_split": (qkv_rope, "PAIR_SPLIT"),
     "norm_early_rows": (norm, "EARLY_MAX_ROWS"), "norm_early_rows_narrow": (norm, "EARLY_MAX_ROWS_NARROW"),
+    "norm_early_rows_tiny": (norm, "EARLY_MAX_ROWS_TINY"),
 }
 """The module-level value each non-skinny patch kind sets (skinny patches set, or with None remove,
 skinny_linear.CONFIGS entries)."""

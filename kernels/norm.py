@@ -31,7 +31,7 @@ so their row reductions stay bit for bit alike. H200 2026-11-30, two calls
 1-32; bench/bench_step_variants.py norm_w4 / norm_w8)."""
 
 EARLY_MAX_ROWS = 8
-"""A norm launch over at most this many rows of >= WIDE_ROW elements (at most EARLY_MAX_ROWS_NARROW rows of fewer)
+"""A norm launch over at most this many rows of >= WIDE_ROW elements (EARLY_MAX_ROWS_NARROW / _TINY for narrower rows)
 takes the PDL role "norm", a larger one "small" (kernels.pdl: the default policy releases "norm" early, "small"
 late), so the weight-streaming GEMM after a short norm has its blocks resident while the norm runs. Measured on the
 H200 (2026-12-01, CUDA-graph steps at ctx 1024, norms early against late; logits bitwise equal):
@@ -43,18 +43,27 @@ H200 (2026-12-01, CUDA-graph steps at ctx 1024, norms early against late; logits
 The 1B loses from 8 rows on, the 8B not even at 16. A likely reason, not verified: the 1B SwiGLU's 128 programs run
 one per SM and no longer fit beside 8 norm programs in one wave (the 8B's 224 run two per SM). Hence two limits."""
 EARLY_MAX_ROWS_NARROW = 1
-"""EARLY_MAX_ROWS for rows of fewer than WIDE_ROW elements (the 1B's 2,048: early at 1 row only, measured above). The
-real pair's SmolLM2-135M (576-element rows) takes it too at one row: its one-row steps are not measured with it."""
+"""EARLY_MAX_ROWS for rows of at least TINY_ROW and fewer than WIDE_ROW elements (the 1B's 2,048: early at 1 row only,
+measured above; again on 2026-12-01, call 1 of the twenty-first session, bench/results/
+step_variants_2026-12-01_016128a_1b.json: early at 8 / 16 rows +0.020 / +0.020 ms, or +0.002 / +0.007 ms with the
+SwiGLU at 256 programs, two per SM, which supports the reading above but gains nothing)."""
+EARLY_MAX_ROWS_TINY = 8
+"""EARLY_MAX_ROWS for rows of fewer than TINY_ROW elements: the real pair's SmolLM2-135M (576) and its draft, whose
+GEMMs are a few MB each (latency, not bandwidth). H200 2026-12-01 (bench/results/step_variants_2026-12-01_016128a_smol
+.json, CUDA-graph steps at ctx 1024, early against late): SmolLM2-135M rows 1 0.874 -> 0.847 ms, rows 8 0.923 -> 0.892
+ms; the draft rows 8 0.098 -> 0.095 ms. Larger launches were not measured, so they stay late."""
 WIDE_ROW = 4096
+TINY_ROW = 1024
 
 
 def norm_role(rows: int, n: int) -> str:
     """The kernels.pdl role of a norm launch over `rows` rows of `n` elements ("norm": released early by default)."""
-    for name in ("EARLY_MAX_ROWS", "EARLY_MAX_ROWS_NARROW", "WIDE_ROW"):
+    for name in ("EARLY_MAX_ROWS", "EARLY_MAX_ROWS_NARROW", "EARLY_MAX_ROWS_TINY", "WIDE_ROW", "TINY_ROW"):
         v = globals()[name]
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise ValueError(f"kernels.norm.{name}: expected an int >= 0, got {v!r}")
-    return "norm" if rows <= (EARLY_MAX_ROWS if n >= WIDE_ROW else EARLY_MAX_ROWS_NARROW) else "small"
+    limit = EARLY_MAX_ROWS if n >= WIDE_ROW else EARLY_MAX_ROWS_TINY if n < TINY_ROW else EARLY_MAX_ROWS_NARROW
+    return "norm" if rows <= limit else "small"
 
 
 def _row_warps(block_n: int) -> int:

@@ -65,13 +65,22 @@ def test_pdl_role_of_a_launch_is_checked():
 
 def test_norm_launches_take_the_norm_role_up_to_early_max_rows(monkeypatch):
     """kernels.norm.EARLY_MAX_ROWS: a norm over at most that many rows of >= WIDE_ROW elements (EARLY_MAX_ROWS_NARROW
-    of fewer) launches as "norm" (early in the default policy), a larger one as "small" (late); bad values named."""
+    from TINY_ROW up, EARLY_MAX_ROWS_TINY below) launches as "norm" (early in the default policy), a larger one as
+    "small" (late); bad values named."""
     import importlib
 
     norm = importlib.import_module("kernels.norm")
     assert DEFAULT_POLICY["norm"] == "early" and DEFAULT_POLICY["small"] == "late"
     assert [norm.norm_role(r, 4096) for r in (1, 8, 9, 16)] == ["norm", "norm", "small", "small"]
     assert [norm.norm_role(r, 2048) for r in (1, 2, 8)] == ["norm", "small", "small"]
+    assert [norm.norm_role(r, 1024) for r in (1, 2)] == ["norm", "small"]  # TINY_ROW itself is narrow
+    assert [norm.norm_role(r, 576) for r in (1, 8, 9)] == ["norm", "norm", "small"]  # SmolLM2-135M's rows
+    monkeypatch.setattr(norm, "EARLY_MAX_ROWS_TINY", 1)
+    assert [norm.norm_role(r, 576) for r in (1, 2)] == ["norm", "small"]
+    monkeypatch.setattr(norm, "TINY_ROW", -1)
+    with pytest.raises(ValueError, match="kernels.norm.TINY_ROW: expected an int >= 0, got -1"):
+        norm.norm_role(1, 576)
+    monkeypatch.setattr(norm, "TINY_ROW", 1024)
     monkeypatch.setattr(norm, "EARLY_MAX_ROWS", 0)
     assert norm.norm_role(1, 4096) == "small"
     monkeypatch.setattr(norm, "EARLY_MAX_ROWS", None)
