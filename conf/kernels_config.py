@@ -3,7 +3,7 @@ uses (part of conf/schema.py's ExperimentConfig, re-exported there)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 from conf.frozen import _Frozen, _require
 
@@ -17,6 +17,34 @@ READBACK = ("sync", "spin")
 
 DRAFT_HEAD_MAX_TOPK = 64
 """kernels.topk_logprobs.MAX_K: the top-k the fused draft head unrolls at most (tests/conf check they agree)."""
+
+
+PDL_TRIGGERS = ("default", "off", "early", "late")
+"""`kernels.pdl_policy.<role>` values: kernels/pdl.py's TRIGGERS, or "default" (its DEFAULT_POLICY for the role)."""
+
+
+@dataclass
+class PdlPolicy(_Frozen):
+    """`kernels.pdl_policy`: the PDL trigger of each kernel role (kernels/pdl.py ROLES and TRIGGERS, which a test holds
+    equal to these fields and PDL_TRIGGERS) when kernels.pdl is on, e.g. `kernels.pdl_policy.norm=late` for the norms
+    released as their blocks exit instead of early. "default": kernels.pdl.DEFAULT_POLICY's trigger, measured on the
+    H200; another GPU may want its own (bench/bench_step_variants.py times them per kernel)."""
+
+    gemm: str = "default"
+    small: str = "default"
+    pre_attention: str = "default"
+    norm: str = "default"
+
+    def validate(self) -> None:
+        """Every role's trigger is one of PDL_TRIGGERS."""
+        for f in fields(self):
+            v = getattr(self, f.name)
+            _require(v in PDL_TRIGGERS, f"kernels.pdl_policy.{f.name}",
+                     f"{v!r} is not one of {', '.join(PDL_TRIGGERS)}")
+
+    def overrides(self) -> dict[str, str]:
+        """The roles whose trigger is not the default: `kernels.pdl.set_pdl`'s keyword arguments."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != "default"}
 
 
 @dataclass
@@ -34,6 +62,8 @@ class KernelsConfig(_Frozen):
     partials summed inside the next add + RMSNorm (`Transformer.use_fused_kernels`; needs backend triton)."""
     pdl: bool = False
     """Programmatic dependent launch for the Triton kernels (kernels/pdl.py; takes effect on sm90+ GPUs)."""
+    pdl_policy: PdlPolicy = field(default_factory=PdlPolicy)
+    """With kernels.pdl: the trigger per kernel role (`kernels.pdl_policy.<role>=off|early|late`); all "default"."""
     rope_attention: bool = False
     """Single-token steps (kernels.tree_attention.ROPE_FASTER_MAX_TOKENS) rotate q and write the new K/V inside the
     tree-attention launch (`kernels.rope_tree_attention`) instead of a separate `kernels.rope_kv_write` (needs backend
@@ -87,6 +117,9 @@ class KernelsConfig(_Frozen):
         for name in ("skinny", "pdl", "rope_attention", "draft_head"):
             _require(not getattr(self, name) or self.backend == "triton", f"kernels.{name}",
                      f"needs kernels.backend=triton, got {self.backend!r}")
+        self.pdl_policy.validate()
+        _require(self.pdl or not self.pdl_policy.overrides(), "kernels.pdl_policy",
+                 f"sets {self.pdl_policy.overrides()} but kernels.pdl is false: set kernels.pdl=true (kernels=graphs)")
         _require(not self.target_qkv_rope or self.skinny, "kernels.target_qkv_rope",
                  "replaces the skinny QKV GEMM: needs kernels.skinny=true (or set kernels.target_qkv_rope=false)")
         _require(not self.refill_graph or self.cuda_graphs, "kernels.refill_graph",

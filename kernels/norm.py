@@ -47,11 +47,14 @@ EARLY_MAX_ROWS_NARROW = 1
 measured above; again on 2026-12-01, call 1 of the twenty-first session, bench/results/
 step_variants_2026-12-01_016128a_1b.json: early at 8 / 16 rows +0.020 / +0.020 ms, or +0.002 / +0.007 ms with the
 SwiGLU at 256 programs, two per SM, which supports the reading above but gains nothing)."""
-EARLY_MAX_ROWS_TINY = 8
+EARLY_MAX_ROWS_TINY = 16
 """EARLY_MAX_ROWS for rows of fewer than TINY_ROW elements: the real pair's SmolLM2-135M (576) and its draft, whose
-GEMMs are a few MB each (latency, not bandwidth). H200 2026-12-01 (bench/results/step_variants_2026-12-01_016128a_smol
-.json, CUDA-graph steps at ctx 1024, early against late): SmolLM2-135M rows 1 0.874 -> 0.847 ms, rows 8 0.923 -> 0.892
-ms; the draft rows 8 0.098 -> 0.095 ms. Larger launches were not measured, so they stay late."""
+GEMMs are a few MB each (latency, not bandwidth). H200 2026-12-01, CUDA-graph steps at ctx 1024, early against late:
+- bench/results/step_variants_2026-12-01_016128a_smol.json: SmolLM2-135M rows 1 0.874 -> 0.847 ms, rows 8 0.923 ->
+  0.892 ms; the draft rows 8 0.098 -> 0.095 ms;
+- ..._cf3fa64_smol.json (another host): the 135M rows 8 0.926 -> 0.897, rows 16 0.965 -> 0.939 ms; the draft rows 8
+  0.099 -> 0.096, rows 9 (an expansion with its pending token) 0.105 -> 0.101 ms.
+Launches of more than 16 rows were not measured, so they stay late."""
 WIDE_ROW = 4096
 TINY_ROW = 1024
 

@@ -68,7 +68,7 @@ _capable: dict[int, bool] = {}
 
 def set_pdl(enabled: bool, **policy: str) -> None:
     """Turn programmatic dependent launch on (DEFAULT_POLICY, or per-role triggers: `gemm=`, `small=`,
-    `pre_attention=`) or off, process-wide."""
+    `pre_attention=`, `norm=`; the runtime passes `kernels.pdl_policy`) or off, process-wide."""
     global _policy
     for role, trigger in policy.items():
         if role not in ROLES or trigger not in TRIGGERS:

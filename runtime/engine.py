@@ -97,7 +97,8 @@ class Engine:
         if cfg.kernels.backend == "triton" or "kernels.pdl" in sys.modules:  # (a reference run imports no Triton)
             from kernels.pdl import set_pdl
 
-            set_pdl(cfg.kernels.pdl)  # process-wide: every Triton launch of this rank (no-op before sm90, on CPU)
+            # process-wide: every Triton launch of this rank (no-op before sm90, on CPU)
+            set_pdl(cfg.kernels.pdl, **cfg.kernels.pdl_policy.overrides())
         seq, graphs = cfg.workload.max_seq_len_tokens, cfg.kernels.cuda_graphs
         self.target = self.draft = None
         if ctx.role == "target":

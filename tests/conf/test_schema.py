@@ -86,6 +86,10 @@ def test_config_is_immutable_after_validation():
         (["kernels=triton", "kernels.input_staging=graph"],
          r"kernels\.input_staging: graph stages a CUDA graph's inputs: needs kernels\.cuda_graphs=true"),
         (["kernels.readback=poll"], r"kernels\.readback: 'poll' is not one of sync, spin"),
+        (["kernels=graphs", "kernels.pdl_policy.norm=eager"],
+         r"kernels\.pdl_policy\.norm: 'eager' is not one of default, off, early, late"),
+        (["kernels=triton", "kernels.pdl_policy.gemm=early"],
+         r"kernels\.pdl_policy: sets \{'gemm': 'early'\} but kernels\.pdl is false: set kernels\.pdl=true"),
         (["kernels=triton", "kernels.readback=spin"],
          r"kernels\.readback: spin reads what a CUDA graph copied to the host: needs kernels\.cuda_graphs=true"),
         (["parallel.host_threads=-1"], r"parallel\.host_threads: expected an integer >= 0 \(0 = auto\), got -1"),
@@ -112,6 +116,24 @@ def test_tp_beyond_head_count_is_rejected():
 def test_tp_that_does_not_divide_heads_is_allowed():
     cfg = build("generate", ["model=tiny", "parallel=3x1"])
     assert cfg.parallel.target_gpus == 3
+
+
+def test_pdl_policy_is_the_kernels_roles_and_reaches_set_pdl(monkeypatch):
+    """kernels.pdl_policy has one field per kernels.pdl role and its triggers are kernels.pdl's plus "default"; the
+    roles set on the command line are what the engine hands to set_pdl."""
+    from dataclasses import fields
+
+    from conf.kernels_config import PDL_TRIGGERS, PdlPolicy
+    from kernels import pdl
+
+    assert tuple(f.name for f in fields(PdlPolicy)) == pdl.ROLES
+    assert ("default", *pdl.TRIGGERS) == PDL_TRIGGERS
+    cfg = build("generate", ["kernels=graphs", "kernels.pdl_policy.norm=late", "kernels.pdl_policy.gemm=off"])
+    assert cfg.kernels.pdl_policy.overrides() == {"gemm": "off", "norm": "late"}
+    assert build("generate", ["kernels=graphs"]).kernels.pdl_policy.overrides() == {}
+    monkeypatch.setattr(pdl, "_policy", dict(pdl.pdl_policy()))  # restored after the test
+    pdl.set_pdl(cfg.kernels.pdl, **cfg.kernels.pdl_policy.overrides())
+    assert pdl.pdl_policy() == {**pdl.DEFAULT_POLICY, "gemm": "off", "norm": "late"}
 
 
 def test_draft_head_topk_limit_is_the_kernels():

@@ -69,7 +69,7 @@ def test_pinned_input_staging_replays_like_pageable():
 @pytest.mark.parametrize("qkv_rope", [False, True], ids=["skinny_qkv", "qkv_rope"])
 def test_early_norms_replay_bitwise(monkeypatch, qkv_rope):
     """The norms released early (the "norm" PDL role) change the launch order only: the logits are bitwise those of the
-    norms released late. The tiny model's rows take kernels.norm.EARLY_MAX_ROWS_TINY (8 by default): held at 8 here
+    norms released late. The tiny model's rows take kernels.norm.EARLY_MAX_ROWS_TINY (16 by default): held at 8 here
     so that its 8-row norms take the role whatever the default."""
     norm = importlib.import_module("kernels.norm")
     model, attn, caches, steps = _staging_case(("late", "early"), (20, 77, 141))
