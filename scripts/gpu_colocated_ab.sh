@@ -53,16 +53,21 @@ for run in sorted(work.iterdir()):
            "verify": span_medians([r for r in recs if r.name == "step.verify"][5:], VERIFY, f"{run}: step.verify"),
            "expand": span_medians([r for r in recs if r.name == "step.expand"][5:], EXPAND, f"{run}: step.expand")}
     runs[run.name] = row
+def mean(values):  # None when no run has the value (an autoregressive run has no expansions, a chained one no spans)
+    vs = [v for v in values if v is not None]
+    return statistics.mean(vs) if vs else None
+
+
 per_variant = {}
 for mode in sorted({k.split("__")[0] for k in runs}):
     for lab in labels:
         rs = [v for k, v in runs.items() if k.startswith(f"{mode}__{lab}_")]
         if rs:
             per_variant[f"{mode}__{lab}"] = {
-                "rounds": len(rs), "tokens_per_s": statistics.mean(r["tokens_per_s"] for r in rs),
-                "iteration_ms": statistics.mean(r["iteration_ms"] for r in rs),
-                "verify_span_ms": statistics.mean(r["verify"]["span_ms"] for r in rs),
-                "expand_span_ms": statistics.mean(r["expand"]["span_ms"] for r in rs if r["expand"]["span_ms"])}
+                "rounds": len(rs), "tokens_per_s": mean(r["tokens_per_s"] for r in rs),
+                "iteration_ms": mean(r["iteration_ms"] for r in rs),
+                "verify_span_ms": mean(r["verify"]["span_ms"] for r in rs),
+                "expand_span_ms": mean(r["expand"]["span_ms"] for r in rs)}
 record = {"benchmark": "colocated_ab", "git_sha": os.environ.get("SWIFTSPEC_GIT_SHA", ""),
           "date": datetime.date.today().isoformat(),
           "device": (f"{torch.cuda.device_count()} x {torch.cuda.get_device_name()}" if torch.cuda.is_available()
@@ -87,6 +92,6 @@ for name, r in runs.items():
           f"{f(v['span_ms'])} | {f(v['launched_ms'])} | {f(v['decided_ms'])} | {f(v['device_ms'])} | "
           f"{f(e['span_ms'])} | {f(e['launched_ms'])} | {f(e['device_ms'])} |")
 for k, v in per_variant.items():
-    print(k, " ".join(f"{kk} {vv:.3f}" for kk, vv in v.items()))
+    print(k, " ".join(f"{kk} {f(vv)}" for kk, vv in v.items()))
 PY
 chmod -R a+rX "$OUT"
