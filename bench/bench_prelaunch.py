@@ -90,11 +90,13 @@ def build(preset: str, rows: int, ctx: int, cap: int):
     from runtime.graphs import StepGraph
     from runtime.kv_cache import KVCache
     from runtime.loader import build_model
+    from runtime.model import role_kernels
 
     device = torch.device("cuda")
     set_pdl(True)
     model = build_model(model_preset(preset), "bfloat16", device, seed=0)
-    model.use_fused_kernels(True, skinny=True, qkv_rope=True, rope_attention=True)
+    model.use_fused_kernels(True, **role_kernels(model.shape, skinny=True, rope_attention=True, target_qkv_rope=True,
+                                                 target=True))
     layers, heads, head_dim = model.cache_spec()
     cache = KVCache(layers, cap + rows, heads, head_dim, model.dtype, device)
     attn = make_attention_backend("triton")
