@@ -41,7 +41,8 @@ H200 (2026-12-01, CUDA-graph steps at ctx 1024, norms early against late; logits
 - call 4 (..._7ad05a2_norm_rows_{8b,1b}.json, another host): 8B rows 1 / 4 / 8 -0.069 / -0.057 / -0.060 ms, rows 16
   -0.011; 1B rows 1 -0.025 ms, rows 8 +0.012, rows 16 +0.018, rows 32 +-0.003.
 The 1B loses from 8 rows on, the 8B not even at 16. A likely reason, not verified: the 1B SwiGLU's 128 programs run
-one per SM and no longer fit beside 8 norm programs in one wave (the 8B's 224 run two per SM). Hence a limit per row width."""
+one per SM and no longer fit beside 8 norm programs in one wave (the 8B's 224 run two per SM). Hence a limit per row
+width."""
 EARLY_MAX_ROWS_NARROW = 1
 """EARLY_MAX_ROWS for rows of at least TINY_ROW and fewer than WIDE_ROW elements (the 1B's 2,048: early at 1 row only,
 measured above; again on 2026-12-01, call 1 of the twenty-first session, bench/results/
