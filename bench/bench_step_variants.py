@@ -210,7 +210,8 @@ PATCHES: dict[str, tuple[str, object]] = {
     "norm_narrow8": ("norm_early_rows_narrow", 8),
     "norm_narrow16": ("norm_early_rows_narrow", 16),
     "norm_narrow0": ("norm_early_rows_narrow", 0),
-    # EARLY_MAX_ROWS_TINY (rows under 1,024 elements, SmolLM2's 576: 8); tiny1 = the rule before, tiny0 = all late
+    # EARLY_MAX_ROWS_TINY (rows under 1,024 elements, SmolLM2's 576: 16, the default since 486e2f7 so tiny16 changes
+    # nothing now); tiny1 = the rule before cf3fa64, tiny0 = all late
     "norm_tiny0": ("norm_early_rows_tiny", 0),
     "norm_tiny1": ("norm_early_rows_tiny", 1),
     "norm_tiny16": ("norm_early_rows_tiny", 16),
