@@ -10,10 +10,10 @@ EXAMPLES ?= examples/runs
 FIGDIR ?= docs/figures
 MEASURED ?=
 ARGS ?=
-# Fig. 9 (what a miss costs): measured runs of git 0bfafc6 and their re-simulation (serial_bs8_w8_dauto is a fit
+# Fig. 9 (what a miss costs): measured runs of git 954a1bf and their re-simulation (serial_bs8_w8_dauto is a fit
 # configuration of the profile: measured only); Fig. 10 (a leader message's path): the same measured runs
-FIG09_RUNS ?= bench/results/runtime_runs_2026-12-01_0bfafc6
-FIG09_SIM ?= bench/results/validation_sim_2026-12-01_0bfafc6
+FIG09_RUNS ?= bench/results/runtime_runs_2026-12-01_954a1bf
+FIG09_SIM ?= bench/results/validation_sim_2026-12-01_954a1bf
 FIG09_CONFIGS ?= serial_bs8_w8_dauto async_bs4_w4_dauto async_bs8_w8_dauto autoconfig_bs8_w16_d3
 FIG09_OUT ?= $(FIGDIR)/fig09_miss_cost_h200
 FIG10_CONFIGS ?= chain_g4 serial_bs8_w8_dauto async_bs8_w8_d4 autoconfig_bs8_w16_d3

@@ -376,6 +376,7 @@ def simulate_run(run_dir: Path, profile: str | None, settings: dict[str, float],
         "name": run_dir.name, "config": run_dir.name.split(REPEAT_SEP)[0], "mode": cfg.spec.mode,
         "split": f"{cfg.parallel.target_gpus}x{cfg.parallel.draft_gpus}",
         "bs": metrics["bs"], "w": metrics["w"], "d_config": str(cfg.spec.d), "d_used": sim.d_used,
+        "d_measured": measured.get("d_used") if cfg.spec.mode in ("serial_tree", "async_tree") else None,
         "gpu": measured.get("gpu"), "oracle": measured.get("oracle"),
         "workload": f"{cfg.workload.prompt_tokens} prompt + {cfg.workload.max_new_tokens} new tokens",
     }

@@ -16,6 +16,11 @@ def pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:+.1f}%"
 
 
+def _d(x: object) -> str:
+    """A measured d (the runtime's d_used: an int, or the DepthTuner's settled value); '-' when not recorded."""
+    return "-" if x is None else str(x)
+
+
 def fmt(x: float | None, scale: float = 1.0, digits: int = 2) -> str:
     """x * scale with `digits` decimals, "-" when missing."""
     return "-" if x is None else f"{x * scale:.{digits}f}"
@@ -98,25 +103,35 @@ LIMITS = """\
   and woke 30-130 us late (bench/message_latency.py, twelfth session); since a3e6e83 GPU ranks spin up to 50 ms
   (`parallel.recv_spin_ms`) and the hop is 2-7 us; the receiver's own unpack, decode and span still take 15-40 us
   per message, which the simulator does not charge apart.
-- The profile and its runtime block are fb00b9b's: operator traces of that commit, whose whole steps are built as the
-  Engine builds them (`runtime.model.role_kernels`: the 8B verify with `kernels.target_qkv_rope`, the 1B expansion
-  with the fused RoPE attention and head, at w 1 / 4 / 8 / 16 / 32 over the runtime's 256-slot tree region), and the
-  runtime block fitted on the five configurations of item 5 from the fb00b9b call's runs. This table is of the 0bfafc6
-  call's runs (2026-12-01: the 1B's 32-row step on the wide attention tile and tuned GEMM tiles, the step profiler
-  reaching the 1B steps at every context), another call: every row is unseen by the fit (1.4% median / 1.8% mean /
-  7.3% max tokens/s; the worst rows are the TP-2 autoregressive ones, 6-7% optimistic). On the 72bd305 call's runs
-  (the first with `parallel.gc=freeze`) the same profile gives 2.1% / 2.1% / 4.4%
+- The profile and its runtime block are 954a1bf's (2026-12-01, twenty-second session): operator traces of that
+  commit, whose whole steps are built as the Engine builds them (`runtime.model.role_kernels`: the 8B verify with
+  `kernels.target_qkv_rope`, the 1B expansion with the fused RoPE attention and head, at w 1 / 4 / 8 / 16 / 32 over
+  the runtime's 256-slot tree region; early norms, in-graph staging, spin readback, uniform oracle draws), and the
+  runtime block fitted on the five configurations of item 5 from the same call's runs. Every row of the table is a
+  configuration the fit did not see. The fb00b9b profile it replaces gives 3.1% / 4.0% / 10.4% (median / mean / max
+  tokens/s), verify 3.0% / 6.7% and draft forward 3.4% / 9.4% (median / max) on these 26 rows
+  (bench/results/validation_2026-12-01_954a1bf_profilefb00b9b.json): it prices the verify 0.1-0.2 ms long, as the
+  host-path and norm changes since it predicted. On workload a (1K-token prompts, a workload no validation run has;
+  `python bench/sim_vs_bench.py` on the same call's bench_runtime results, acceptance drawn from the table, not
+  replayed) the new profile is within 0.3-3.5% of the six measured modes and shapes (median 1.0%), the old one within
+  0.8-3.9% (median 1.4%) (bench/results/sim_vs_bench_2026-12-01_954a1bf{,_profilefb00b9b}.json). On the 0bfafc6
+  call's runs (an older runtime: multinomial oracle walks, pageable staging) the old profile stays closer, 1.4% /
+  1.8% / 7.3% against 3.5% / 4.0% / 7.1% (bench/results/validation_2026-12-01_0bfafc6{,_profile954a1bf}.json).
+  The profile is meant for the current runtime, so the new one ships.
+  Earlier calls: the fb00b9b profile (operator traces of fb00b9b, runtime block from that call's runs) gave 1.4% /
+  1.8% / 7.3% on the 0bfafc6 call's runs, another call (the worst rows the TP-2 autoregressive ones, 6-7%
+  optimistic); on the 72bd305 call's runs (the first with `parallel.gc=freeze`) 2.1% / 2.1% / 4.4%
   (bench/results/validation_2026-11-30_72bd305.json), on the c52c1c3 call's 1.8% / 2.2% / 8.6%
   (bench/results/validation_2026-11-30_c52c1c3.json; the worst row there,
   async_bs4_w8_d2 at 313.6 tok/s against 348.3 for its repeat, held a 78 ms verify: a full garbage collection, which
   `parallel.gc=freeze` keeps out of the decode loop since 5ba2b30), and on its own call's 24 held-out runs 2.4% / 3.6%
   / 15.4% (bench/results/validation_2026-11-30_fb00b9b.json; repeats spread up to 14.6% there). A profile refitted on
-  the 0bfafc6 call (bench/results/profile_h200_2026-12-01_0bfafc6.json) gives 1.6% / 1.9% / 8.9% here
+  the 0bfafc6 call (bench/results/profile_h200_2026-12-01_0bfafc6.json) gave 1.6% / 1.9% / 8.9% on its runs
   (bench/results/validation_refit_2026-12-01_0bfafc6.json), 1.9% / 2.2% / 5.1% on the 72bd305 runs, 1.9% / 2.7% / 9.0%
   on the c52c1c3 runs and 2.1% / 3.3% / 14.4% on the fb00b9b runs; one refitted on the 72bd305 call
   (bench/results/profile_h200_2026-11-30_72bd305.json) gave 1.9% / 2.4% / 5.5% on its own runs, 0.8% / 1.4% / 10.5%
-  on the c52c1c3 runs and 2.8% / 3.8% / 16.1% on the fb00b9b runs: neither is better across calls, so the fb00b9b
-  profile stays. The c52c1c3 profile gave 5.0% /
+  on the c52c1c3 runs and 2.8% / 3.8% / 16.1% on the fb00b9b runs: neither was better across calls of one runtime,
+  so the fb00b9b profile stayed until 954a1bf. The c52c1c3 profile gave 5.0% /
   5.7% / 18.5% on the fb00b9b runs (bench/results/profile_h200_2026-11-30_c52c1c3.json), and the 1bed0ab profile
   before them was 7.9% / 7.7% / 11.0% pessimistic on the c52c1c3 runs (its verify steps predate target_qkv_rope;
   bench/results/validation_kept1bed0ab_2026-11-30_c52c1c3.json).
@@ -133,9 +148,25 @@ LIMITS = """\
   (1.20-1.35 ms in the runs, with run-to-run host speed differences of up to 1.5x in the draft's host spans).
 - Oracle runs (every validation run) walked the acceptance oracle with a `torch.multinomial` per rank until
   2026-12-01: ~52 us per walk on the H200 host, one walk inside each verify span and one in each draft re-root, both on
-  the critical path. The shipped profile's runtime block was fitted on such runs, so its `step_extra_s` and
-  `draft_round_s` each hold ~50 us that runs since 9979d58 (`spec.oracle_draws=uniform`, ~2.5 us per walk) no longer
-  spend: against those runs it should price an iteration ~0.1 ms long (~2% at the pick) until it is refitted on them.
+  the critical path. Runs since 9979d58 (`spec.oracle_draws=uniform`, ~2.5 us per walk) no longer spend it; the
+  954a1bf profile's runtime block is fitted on such runs. The older profile, fitted on multinomial runs, priced
+  their iterations 0.1-0.2 ms long with the host-path changes below.
+- From the seventeenth to the twenty-first session only one GPU was lent, and the host-path changes (in-graph
+  staging and spin readback, e93e4c1: verify spans -0.10 to -0.18 ms and expansion spans -0.09 to -0.20 ms
+  colocated, bench/results/host_io_ab_2026-12-01_{ab44f24,e93e4c1}.json; early norms, c863bc6: the 8B step
+  -0.04 to -0.08 ms) were applied to the fb00b9b profile as a what-if (`sim.runtime_delta`: `step_extra_s` -0.21 ms,
+  `expand_extra_s` -0.10 ms, `draft_round_s` -0.05 ms, `ar_step_extra_s` -0.065 ms). Checked on the 954a1bf runs,
+  the what-if overshoots: 4.8% / 4.8% / 9.5% optimistic, against 3.1% / 4.0% / 10.4% pessimistic without it, and
+  2.3% / 3.1% / 9.3% for the refit. `sim.runtime_delta` stays for what-ifs; it is no substitute for a refit.
+- Async runs with d auto settle where the runtime's DepthTuner settles, and the simulated tuner can settle
+  elsewhere (the d column: configured / measured / simulated). On these runs the runtime settled at d 4 for
+  bs 8 w 8 and bs 4 w 4, and the simulated tuner at d 3. Its trial rounds at d 4 priced each w 8 expansion at
+  1.19 ms against 1.15-1.17 measured, and with four expansions against a 4.45 ms verify that made d 4 look slower.
+  Those rows come out 2-8% pessimistic. The runtime's own choice is no steadier: bs 16 w 8 settled at d 4 in
+  one repeat and at d 3 in the other. Their replays diverge (the recorded path ran deeper than the simulated
+  tree: 22-30 of ~110 verifies), and the simulated accepted length is 2.03-2.12 against 2.22-2.38 measured. The
+  fixed-d async rows are within -2.3% to +5.8%. A tuner's choice between two near-equal depths is as fragile as the
+  3% by which the expansion's price is off.
 - Expansions wider than 16 rows: on the 72bd305 runs the profile priced the 32-row 1B forward of async_bs8_w32_d3 at
   1.30 ms where the runs took 1.48 ms (16 rows: 1.23 ms, exact); the runs' host time per expansion was ~0.15 ms at 32
   rows as at 16 (in-run against replayed steps), so the miss was device time: the runtime's attention fell off the
@@ -207,14 +238,15 @@ def write_doc(path: Path, result: dict[str, Any]) -> None:
              f"Generated by `bench/validate.py compare`; raw numbers in `{result['json']}`.", "",
              method_text(result.get("fitted_configs", []), _workload(rows),
                          result.get("fitted_run_folders"), result.get("runs", "")), "## Results", "",
-             "| config | split | bs | w | d (cfg/used) | tok/s meas | tok/s sim | err | iter ms meas | iter ms sim "
+             "| config | split | bs | w | d (cfg/meas/sim) | tok/s meas | tok/s sim | err | iter ms meas | iter ms sim "
              "| err | verify ms meas | sim | draft fwd ms meas | sim | accept meas/sim |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         t, it, v, e, a = (r[k] for k in ("tokens_per_s", "iteration_time_s", "verify_time_s", "expand_per_forward_s",
                                          "mean_accept_len"))
         lines.append(
-            f"| {r['name']} | {r['split']} | {r['bs']} | {r['w']} | {r['d_config']}/{r['d_used']} | "
+            f"| {r['name']} | {r['split']} | {r['bs']} | {r['w']} | "
+            f"{r['d_config']}/{_d(r.get('d_measured'))}/{r['d_used']} | "
             f"{fmt(t['measured'], 1, 1)} | {fmt(t['simulated'], 1, 1)} | {pct(t['error'])} | "
             f"{fmt(it['measured'], 1e3)} | {fmt(it['simulated'], 1e3)} | {pct(it['error'])} | "
             f"{fmt(v['measured'], 1e3)} | {fmt(v['simulated'], 1e3)} | {fmt(e['measured'], 1e3)} | "

@@ -332,9 +332,16 @@ def test_calibrate_runs_fit_the_runtime_block_and_validation_leaves_them_out(syn
     # spans of its own: only the per-step costs are measurable from it
     assert set(prof.runtime) == {"step_extra_s", "expand_extra_s", "expand_extra_per_row_s"}
     assert json.loads(Path(summary["report"]).read_text())["runtime"]["runs"] == [str(runs / "fit_async")]
-    out = tmp_path / "validation.json"
+    # a runtime run dir records the d its draft used (a simulator's does not): the table shows it beside the
+    # simulated one, and a serial run's simulation is pinned to it
+    metrics_path = runs / "val_serial" / "metrics.json"
+    metrics = json.loads(metrics_path.read_text())
+    metrics_path.write_text(json.dumps({**metrics, "d_used": 2}))
+    out, doc = tmp_path / "validation.json", tmp_path / "VALIDATION.md"
     assert validate_main(["compare", "--runs", str(runs), "--profile", summary["profile"], "--results", str(out),
-                          "--exclude", "val_ar", "--sim-out", str(tmp_path / "sim")]) == 0
+                          "--exclude", "val_ar", "--sim-out", str(tmp_path / "sim"), "--doc", str(doc)]) == 0
     result = json.loads(out.read_text())
     assert [r["name"] for r in result["rows"]] == ["val_serial"]
+    assert result["rows"][0]["d_measured"] == 2 and result["rows"][0]["d_used"] == 2
+    assert "| d (cfg/meas/sim) |" in doc.read_text() and "| auto/2/2 |" in doc.read_text()
     assert result["fitted_configs"] == ["fit_async", "val_ar"] and "left out" in result["held_out"]

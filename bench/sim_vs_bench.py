@@ -1,0 +1,191 @@
+"""The simulator against a runtime benchmark (CPU): simulate every row of our runtime in a `bench/bench_runtime.py`
+results file with a profile, and compare tokens/s, iteration and verify time, accepted length.
+
+    python bench/sim_vs_bench.py bench/results/runtime_shape_realistic_<date>_<sha>.json [more files ...]
+        [--profile profiles/h200.json] [--requests 4] [--seeds 3] [--max-new-tokens N] [--out FILE]
+
+Each of our rows (system swiftspec, status ok) becomes one simulation per seed (`workload.seed` 0..seeds-1), of the
+results file's workload (model, prompt length, new tokens, kernels, its experiment overrides: e.g. the acceptance
+table the oracle was fed) with `--requests` requests, in the row's mode and shape (chain gamma; bs, w, d of the
+trees; an async d auto runs the runtime's DepthTuner, `sim.d_rule=runtime`, as bench/validate.py compare does).
+The medians over the seeds are compared with the measured medians. Peers' rows are skipped: the simulator models
+our runtime only.
+
+Unlike bench/validate.py compare, which replays a measured run's own verify outcomes, this draws acceptance from
+the table: it checks the profile on the benchmark's workload (e.g. workload a's 1K-token prompts, which no
+validation run has) and the acceptance model together. Writes a JSON (git SHA, date, profile, every row) and
+prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from conf import compose_config  # noqa: E402
+from conf.rundir import atomic_write_json, git_sha  # noqa: E402
+
+OURS = "swiftspec"
+METRICS = ("tokens_per_s", "iteration_time_s", "verify_time_s", "mean_accept_len")
+WORKLOAD_KEYS = ("model", "kernels", "prompt_tokens", "max_new_tokens", "experiment_overrides")
+
+
+def parse_shape(mode: str, label: str) -> list[str]:
+    """Overrides for a row's speculation shape from its label ("gamma 4", "bs 8 w 16 d 3", "bs 8 w 8 d auto=3")."""
+    words = label.split()
+    fields = dict(zip(words[::2], words[1::2]))
+    if mode == "autoregressive":
+        return []
+    if mode == "chain":
+        if "gamma" not in fields:
+            raise ValueError(f"chain row: spec label {label!r} has no 'gamma N'")
+        return [f"spec.gamma={int(fields['gamma'])}"]
+    if mode in ("serial_tree", "async_tree"):
+        missing = [k for k in ("bs", "w", "d") if k not in fields]
+        if missing:
+            raise ValueError(f"{mode} row: spec label {label!r} lacks {', '.join(missing)} (expected 'bs B w W d D')")
+        d = fields["d"].split("=")[0]  # "auto=3": configured auto, used 3
+        return [f"spec.bs={int(fields['bs'])}", f"spec.w={int(fields['w'])}", f"spec.d={d}"]
+    raise ValueError(f"unknown mode {mode!r}")
+
+
+def row_overrides(workload: dict[str, Any], row: dict[str, Any], requests: int, max_new_tokens: int | None,
+                  profile: str) -> list[str]:
+    """Hydra overrides of the `simulate` config for one of our benchmark rows."""
+    mode = row["mode"]
+    draft = 0 if mode == "autoregressive" else 1
+    ov = [f"model={workload['model']}", f"parallel={int(row.get('target_tp') or 1)}x{draft}",
+          f"kernels={workload['kernels']}", f"workload.prompt_tokens={int(workload['prompt_tokens'])}",
+          f"workload.max_new_tokens={int(max_new_tokens or workload['max_new_tokens'])}",
+          f"workload.num_requests={requests}", f"sim.profile={profile}", "trace.enabled=false",
+          *workload.get("experiment_overrides", []), f"spec={mode}", *parse_shape(mode, row.get("spec", ""))]
+    if mode == "async_tree" and "spec.d=auto" in ov:
+        ov.append("sim.d_rule=runtime")
+    return ov
+
+
+def simulate_row(overrides: list[str], seeds: int) -> dict[str, Any]:
+    """Median metrics of one row's simulations over `seeds` workload seeds."""
+    from simulator.metrics import metrics_of
+    from simulator.simulation import simulate
+
+    runs, d_used = [], []
+    for seed in range(seeds):
+        cfg = compose_config("simulate", [*overrides, f"workload.seed={seed}"])
+        sim = simulate(cfg, record_events=False)
+        runs.append(metrics_of(cfg, sim.tally, sim.d_used, sim.costs.source))
+        d_used.append(sim.d_used)
+    out = {k: statistics.median(r[k] for r in runs) for k in METRICS if all(r.get(k) is not None for r in runs)}
+    out["d_used"] = d_used
+    out["cost_model"] = runs[0].get("cost_model")
+    return out
+
+
+def load_results(path: Path) -> dict[str, Any]:
+    """A bench_runtime results file, checked for what this needs."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise SystemExit(f"{path}: not a readable JSON results file ({e})") from None
+    missing = [k for k in ("workload_config", "rows") if k not in data]
+    if missing:
+        raise SystemExit(f"{path}: no {', '.join(missing)} (expected a bench/bench_runtime.py results file)")
+    lacking = [k for k in WORKLOAD_KEYS if k not in data["workload_config"]]
+    if lacking:
+        raise SystemExit(f"{path}: workload_config lacks {', '.join(lacking)}")
+    return data
+
+
+def _err(sim: float | None, meas: float | None) -> float | None:
+    return None if sim is None or not meas else sim / meas - 1.0
+
+
+def compare(paths: list[Path], profile: str, requests: int, seeds: int, max_new_tokens: int | None) -> list[dict]:
+    rows = []
+    for path in paths:
+        data = load_results(path)
+        for row in data["rows"]:
+            if row.get("system") != OURS or row.get("status") != "ok":
+                continue
+            ov = row_overrides(data["workload_config"], row, requests, max_new_tokens, profile)
+            sim = simulate_row(ov, seeds)
+            out = {"file": str(path), "mode": row["mode"], "spec": row.get("spec", ""), "overrides": ov,
+                   "measured_repeats": row.get("tokens_per_s_repeats"), "sim_d_used": sim["d_used"]}
+            for key in METRICS:
+                meas, simv = row.get(key), sim.get(key)
+                out[key] = {"measured": meas, "simulated": simv, "error": _err(simv, meas)}
+            rows.append(out)
+    return rows
+
+
+def summary(rows: list[dict]) -> dict[str, Any]:
+    errs = [abs(r["tokens_per_s"]["error"]) for r in rows if r["tokens_per_s"]["error"] is not None]
+    if not errs:
+        return {"n": 0}
+    return {"n": len(errs), "median_abs_error": statistics.median(errs), "max_abs_error": max(errs)}
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| mode | shape | tok/s meas | tok/s sim | err | iter ms meas | sim | verify ms meas | sim "
+             "| accept meas/sim |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+
+    def ms(v: float | None) -> str:
+        return "-" if v is None else f"{v * 1e3:.2f}"
+
+    for r in rows:
+        t, it, v, a = (r[k] for k in METRICS)
+        e = "-" if t["error"] is None else f"{t['error'] * 100:+.1f}%"
+        lines.append(f"| {r['mode']} | {r['spec'] or '-'} | {t['measured']:.1f} | {t['simulated']:.1f} | {e} | "
+                     f"{ms(it['measured'])} | {ms(it['simulated'])} | {ms(v['measured'])} | {ms(v['simulated'])} | "
+                     f"{a['measured']:.2f}/{a['simulated']:.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("results", nargs="+", type=Path, help="bench/bench_runtime.py results JSON files")
+    ap.add_argument("--profile", default="profiles/h200.json", help="calibrated profile")
+    ap.add_argument("--requests", type=int, default=4, help="requests per simulation")
+    ap.add_argument("--seeds", type=int, default=3, help="simulations per row (workload seeds 0..N-1), medians")
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="override the workload's new tokens (tests)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="JSON (default bench/results/sim_vs_bench_<date>_<first file's stem>.json)")
+    args = ap.parse_args(argv)
+    if args.requests < 1 or args.seeds < 1:
+        raise SystemExit(f"--requests and --seeds must be >= 1, got {args.requests} and {args.seeds}")
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise SystemExit(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if not Path(args.profile).is_file():
+        raise SystemExit(f"--profile: {args.profile} is not a file (a calibrated profile, e.g. profiles/h200.json)")
+    for p in args.results:
+        if not p.is_file():
+            raise SystemExit(f"{p}: no such results file")
+    sha = git_sha()
+    rows = compare(args.results, args.profile, args.requests, args.seeds, args.max_new_tokens)
+    today = datetime.date.today().isoformat()
+    out = args.out or REPO_ROOT / "bench" / "results" / f"sim_vs_bench_{today}_{args.results[0].stem}.json"
+    result = {"benchmark": "sim_vs_bench", "date": today, "git_sha": sha, "profile": args.profile,
+              "config": {"requests": args.requests, "seeds": args.seeds, "max_new_tokens": args.max_new_tokens,
+                         "results": [str(p) for p in args.results]},
+              "rows": rows, "summary": summary(rows), "json": str(out)}
+    atomic_write_json(out, result)
+    print(table(rows))
+    s = result["summary"]
+    if s["n"]:
+        print(f"tokens/s: {s['n']} rows, median |error| {s['median_abs_error'] * 100:.1f}%, "
+              f"max {s['max_abs_error'] * 100:.1f}%; {out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
