@@ -2,14 +2,16 @@
 results file with a profile, and compare tokens/s, iteration and verify time, accepted length.
 
     python bench/sim_vs_bench.py bench/results/runtime_shape_realistic_<date>_<sha>.json [more files ...]
-        [--profile profiles/h200.json] [--requests 4] [--seeds 3] [--max-new-tokens N] [--out FILE]
+        [--profile profiles/h200.json] [--requests 4] [--seeds 3] [--acceptance smollm2] [--max-new-tokens N]
+        [--out FILE]
 
 Each of our rows (system swiftspec, status ok) becomes one simulation per seed (`workload.seed` 0..seeds-1), of the
 results file's workload (model, prompt length, new tokens, kernels, its experiment overrides: e.g. the acceptance
 table the oracle was fed) with `--requests` requests, in the row's mode and shape (chain gamma; bs, w, d of the
 trees; an async d auto runs the runtime's DepthTuner, `sim.d_rule=runtime`, as bench/validate.py compare does).
 The medians over the seeds are compared with the measured medians. Peers' rows are skipped: the simulator models
-our runtime only.
+our runtime only. So are draft rows of a run without the acceptance oracle (the real pair) unless `--acceptance`
+names a table for them; the prompt length is the measured prompts' mean.
 
 Unlike bench/validate.py compare, which replays a measured run's own verify outcomes, this draws acceptance from
 the table: it checks the profile on the benchmark's workload (e.g. workload a's 1K-token prompts, which no
@@ -59,15 +61,17 @@ def parse_shape(mode: str, label: str) -> list[str]:
 
 
 def row_overrides(workload: dict[str, Any], row: dict[str, Any], requests: int, max_new_tokens: int | None,
-                  profile: str) -> list[str]:
-    """Hydra overrides of the `simulate` config for one of our benchmark rows."""
+                  profile: str, prompt_tokens: int, acceptance: str | None = None) -> list[str]:
+    """Hydra overrides of the `simulate` config for one of our benchmark rows (`acceptance`: a conf/acceptance
+    name for a run whose draft modes had no oracle, e.g. the real pair's measured table `smollm2`)."""
     mode = row["mode"]
-    draft = 0 if mode == "autoregressive" else 1
-    ov = [f"model={workload['model']}", f"parallel={int(row.get('target_tp') or 1)}x{draft}",
-          f"kernels={workload['kernels']}", f"workload.prompt_tokens={int(workload['prompt_tokens'])}",
+    target, _, draft = str(workload.get("parallel") or f"{row.get('target_tp') or 1}x1").partition("x")
+    ov = [f"model={workload['model']}", f"parallel={int(target)}x{0 if mode == 'autoregressive' else int(draft)}",
+          f"kernels={workload['kernels']}", f"workload.prompt_tokens={prompt_tokens}",
           f"workload.max_new_tokens={int(max_new_tokens or workload['max_new_tokens'])}",
           f"workload.num_requests={requests}", f"sim.profile={profile}", "trace.enabled=false",
-          *workload.get("experiment_overrides", []), f"spec={mode}", *parse_shape(mode, row.get("spec", ""))]
+          *workload.get("experiment_overrides", []), *([f"acceptance={acceptance}"] if acceptance else []),
+          f"spec={mode}", *parse_shape(mode, row.get("spec", ""))]
     if mode == "async_tree" and "spec.d=auto" in ov:
         ov.append("sim.d_rule=runtime")
     return ov
@@ -109,14 +113,24 @@ def _err(sim: float | None, meas: float | None) -> float | None:
     return None if sim is None or not meas else sim / meas - 1.0
 
 
-def compare(paths: list[Path], profile: str, requests: int, seeds: int, max_new_tokens: int | None) -> list[dict]:
-    rows = []
+def compare(paths: list[Path], profile: str, requests: int, seeds: int, max_new_tokens: int | None,
+            acceptance: str | None = None) -> tuple[list[dict], list[dict]]:
+    """(compared rows, skipped rows with the reason)."""
+    rows, skipped = [], []
     for path in paths:
         data = load_results(path)
+        lengths = data.get("prompt_tokens")  # the measured prompts' lengths (text prompts differ from the config)
+        prompt_tokens = (round(statistics.fmean(lengths)) if isinstance(lengths, list) and lengths
+                         else int(data["workload_config"]["prompt_tokens"]))
         for row in data["rows"]:
             if row.get("system") != OURS or row.get("status") != "ok":
                 continue
-            ov = row_overrides(data["workload_config"], row, requests, max_new_tokens, profile)
+            if row["mode"] != "autoregressive" and not row.get("oracle") and acceptance is None:
+                skipped.append({"file": str(path), "mode": row["mode"], "reason": "no acceptance oracle in the run: "
+                                "pass --acceptance (e.g. smollm2, the real pair's measured table)"})
+                continue
+            extra = None if row.get("oracle") else acceptance
+            ov = row_overrides(data["workload_config"], row, requests, max_new_tokens, profile, prompt_tokens, extra)
             sim = simulate_row(ov, seeds)
             out = {"file": str(path), "mode": row["mode"], "spec": row.get("spec", ""), "overrides": ov,
                    "measured_repeats": row.get("tokens_per_s_repeats"), "sim_d_used": sim["d_used"]}
@@ -124,7 +138,7 @@ def compare(paths: list[Path], profile: str, requests: int, seeds: int, max_new_
                 meas, simv = row.get(key), sim.get(key)
                 out[key] = {"measured": meas, "simulated": simv, "error": _err(simv, meas)}
             rows.append(out)
-    return rows
+    return rows, skipped
 
 
 def summary(rows: list[dict]) -> dict[str, Any]:
@@ -158,6 +172,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--requests", type=int, default=4, help="requests per simulation")
     ap.add_argument("--seeds", type=int, default=3, help="simulations per row (workload seeds 0..N-1), medians")
     ap.add_argument("--max-new-tokens", type=int, default=None, help="override the workload's new tokens (tests)")
+    ap.add_argument("--acceptance", default=None,
+                    help="conf/acceptance table for draft rows run without the oracle (e.g. smollm2 for the real "
+                         "pair); without it those rows are skipped")
     ap.add_argument("--out", type=Path, default=None,
                     help="JSON (default bench/results/sim_vs_bench_<date>_<first file's stem>.json)")
     args = ap.parse_args(argv)
@@ -171,15 +188,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if not p.is_file():
             raise SystemExit(f"{p}: no such results file")
     sha = git_sha()
-    rows = compare(args.results, args.profile, args.requests, args.seeds, args.max_new_tokens)
+    rows, skipped = compare(args.results, args.profile, args.requests, args.seeds, args.max_new_tokens,
+                            args.acceptance)
     today = datetime.date.today().isoformat()
     out = args.out or REPO_ROOT / "bench" / "results" / f"sim_vs_bench_{today}_{args.results[0].stem}.json"
     result = {"benchmark": "sim_vs_bench", "date": today, "git_sha": sha, "profile": args.profile,
               "config": {"requests": args.requests, "seeds": args.seeds, "max_new_tokens": args.max_new_tokens,
+                         "acceptance": args.acceptance,
                          "results": [str(p) for p in args.results]},
-              "rows": rows, "summary": summary(rows), "json": str(out)}
+              "rows": rows, "skipped": skipped, "summary": summary(rows), "json": str(out)}
     atomic_write_json(out, result)
     print(table(rows))
+    for sk in skipped:
+        print(f"skipped {sk['mode']} ({sk['file']}): {sk['reason']}")
     s = result["summary"]
     if s["n"]:
         print(f"tokens/s: {s['n']} rows, median |error| {s['median_abs_error'] * 100:.1f}%, "

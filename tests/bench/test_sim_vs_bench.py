@@ -56,3 +56,18 @@ def test_bad_inputs_name_the_file_or_flag(tmp_path):
         main([str(RESULTS), "--seeds", "0"])
     with pytest.raises(SystemExit, match="--profile"):
         main([str(RESULTS), "--profile", str(tmp_path / "none.json")])
+
+
+def test_draft_rows_without_an_oracle_need_an_acceptance_table(tmp_path):
+    """The real pair's draft modes ran on real weights (no oracle): skipped with the reason unless --acceptance
+    names a table; the autoregressive row needs none. The prompt length is the measured prompts' mean."""
+    real = REPO / "bench" / "results" / "runtime_real_pair_2026-12-01_954a1bf_modes.json"
+    common = [str(real), "--requests", "1", "--seeds", "1", "--max-new-tokens", "32"]
+    plain = main([*common, "--out", str(tmp_path / "a.json")])
+    assert [r["mode"] for r in plain["rows"]] == ["autoregressive"]
+    assert [s["mode"] for s in plain["skipped"]] == ["chain", "serial_tree", "async_tree"]
+    assert all("--acceptance" in s["reason"] for s in plain["skipped"])
+    assert "workload.prompt_tokens=38" in plain["rows"][0]["overrides"]  # mean of 37, 40, 39, 37
+    table = main([*common, "--acceptance", "smollm2", "--out", str(tmp_path / "b.json")])
+    assert [r["mode"] for r in table["rows"]] == ["autoregressive", "chain", "serial_tree", "async_tree"]
+    assert not table["skipped"] and "acceptance=smollm2" in table["rows"][3]["overrides"]
