@@ -182,6 +182,8 @@ LIMITS = """\
   bench/results/width_ab_2026-12-01_800833c.json; 8% below at d93df8d), and 1.6% above at 56051f4 on another host
   (415.8 against 409.1 and 385.6 for two runs of w 16, bench/results/runtime_shape_realistic_2026-12-01_56051f4_*.json):
   the sign of the gap changes between hosts and calls. The autoconfig search stops at w 16 by default.
+  The 954a1bf profile prices the 32-row forward at 1.40 ms against 1.34-1.37 ms measured in its call's runs, where
+  w 32 is again the best measured configuration (477.3 / 457.1 tok/s) and the simulator's pick among the measured.
 - Since git 23cfdda a one-GPU target runs its projections through the skinny GEMMs with PDL launches
   (`kernels=graphs`). Since 68741c4 the operator profile times each GEMM with the kernel the runtime runs for
   that matrix, TP degree and row count (bench/runtime_kernels.py) and whole steps with the `kernels=graphs`
