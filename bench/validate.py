@@ -491,6 +491,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
     settings = load_settings(args.profile, args.report) if args.profile and not args.no_settings else {}
     fit_runs = fitted_runs(args.profile, args.report) if args.profile else []
     fitted = {Path(r).name.split(REPEAT_SEP)[0] for r in fit_runs}
+    if args.keep_fitted and args.doc:
+        print("compare: --keep-fitted is a cross-call check (--results); the --doc method describes a held-out "
+              "table", file=sys.stderr)
+        return 2
+    if args.keep_fitted:  # another call's runs of the fit configurations are unseen by the fit
+        same = sorted(r for r in fit_runs if Path(r).resolve().parent == runs_dir.resolve())
+        if same:
+            print(f"compare: --keep-fitted: the profile's runtime costs were fitted on runs in {runs_dir} "
+                  f"({', '.join(Path(r).name for r in same)}); it is for another call's runs", file=sys.stderr)
+            return 2
+        fitted = set()
     fitted |= {c for c in (args.exclude or "").split(",") if c}
     held_out_dirs = [rd for rd in run_dirs if rd.name.split(REPEAT_SEP)[0] not in fitted]
     sim_root = Path(args.sim_out) if args.sim_out else runs_dir.parent / "sim"
@@ -518,7 +529,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         "profile_cost_model": good[0]["cost_model"] if good else None, "json": str(json_path),
         "held_out": ("the profile's operators are fitted from operator traces"
                      + (f"; its runtime costs on the runs of {sorted(fitted)}, left out of this table" if fitted
-                        else "; no validation run enters the fit")),
+                        else "; its runtime costs on another call's runs of some of these configurations"
+                        if args.keep_fitted and fit_runs else "; no validation run enters the fit")),
         "fitted_configs": sorted(fitted),
         "fitted_run_folders": sorted({str(Path(r).parent) for r in fit_runs}),
         "rows": good, "errors": [r for r in rows if "error" in r],
@@ -565,6 +577,9 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--no-settings", action="store_true", help="ignore the report's suggested sim settings")
     c.add_argument("--exclude", default="", help="comma-separated configurations to leave out (fitted on); "
                    "the report's runtime.runs are left out anyway")
+    c.add_argument("--keep-fitted", action="store_true",
+                   help="keep the configurations the profile's runtime costs were fitted on: for another call's runs "
+                        "(refused when the fit runs sit in RUNS)")
     c.add_argument("--sim-out", default=None, help="simulated run dirs (default: RUNS/../sim)")
     c.add_argument("--results", default=None, help="JSON (default: bench/results/validation_<date>.json)")
     c.add_argument("--doc", default=None, help="write this markdown table (e.g. docs/VALIDATION.md)")

@@ -78,7 +78,13 @@ LIMITS = """\
   (~12 us per call; since 2026-11-30 the default `allreduce_mode=graph`: the eager fit, ~40 us, made graph
   runs fall back to a ~4 us analytic prior and under-predict TP-2 steps by ~0.5 ms). A TP > 1 target's own
   host residual is `tp_step_extra_s`, fitted when a TP > 1 run is among the fit runs (item 5); without one a TP > 1
-  step takes the one-GPU `step_extra_s`.
+  step takes the one-GPU `step_extra_s`. Its autoregressive steps (not chained: the leader reads each token back and
+  broadcasts it before the next step) take `tp_ar_step_extra_s` where a TP > 1 autoregressive run is among the fit
+  runs: 0.50 ms since 954a1bf, against the verify's 0.35 ms (TP-2 autoregressive steps measure 3.96 ms median against
+  3.87 ms for TP-2 chain verifies of 5 tokens). Fitted on tp2_ar, so that configuration left this table; on the other
+  calls' TP-2 autoregressive runs, which the fit never saw, it gives -2.2% to +3.0% tokens/s, against +1.6% to +7.1%
+  when those steps took `tp_step_extra_s` (`bench/validate.py compare --keep-fitted`:
+  bench/results/validation_2026-12-01_{0bfafc6,72bd305,c52c1c3}_profile954a1bf_tpar.json).
 - The draft expansion's host cost grows with its real (not padding) rows: a refill after a miss expands the root
   alone, an overlapped expansion w rows, each creating top-k tree nodes. Measured with `trace.graph_events`
   (053c53d-74dc57d): overlapped and refill expansions take the same device time, and the overlapped ones 0.015 /
@@ -107,16 +113,17 @@ LIMITS = """\
   commit, whose whole steps are built as the Engine builds them (`runtime.model.role_kernels`: the 8B verify with
   `kernels.target_qkv_rope`, the 1B expansion with the fused RoPE attention and head, at w 1 / 4 / 8 / 16 / 32 over
   the runtime's 256-slot tree region; early norms, in-graph staging, spin readback, uniform oracle draws), and the
-  runtime block fitted on the five configurations of item 5 from the same call's runs. Every row of the table is a
-  configuration the fit did not see. The fb00b9b profile it replaces gives 3.1% / 4.0% / 10.4% (median / mean / max
-  tokens/s), verify 3.0% / 6.7% and draft forward 3.4% / 9.4% (median / max) on these 26 rows
+  runtime block fitted on the six configurations of item 5 from the same call's runs. Every row of the table is a
+  configuration the fit did not see. The fb00b9b profile it replaces gives 3.0% / 3.5% / 10.4% (median / mean / max
+  tokens/s), verify 2.9% / 4.6% and draft forward 3.4% / 9.4% (median / max) on these 24 rows
   (bench/results/validation_2026-12-01_954a1bf_profilefb00b9b.json): it prices the verify 0.1-0.2 ms long, as the
   host-path and norm changes since it predicted. On workload a (1K-token prompts, a workload no validation run has;
   `python bench/sim_vs_bench.py` on the same call's bench_runtime results, acceptance drawn from the table, not
   replayed) the new profile is within 0.3-3.5% of the six measured modes and shapes (median 1.0%), the old one within
   0.8-3.9% (median 1.4%) (bench/results/sim_vs_bench_2026-12-01_954a1bf{,_profilefb00b9b}.json). On the 0bfafc6
-  call's runs (an older runtime: multinomial oracle walks, pageable staging) the old profile stays closer, 1.4% /
-  1.8% / 7.3% against 3.5% / 4.0% / 7.1% (bench/results/validation_2026-12-01_0bfafc6{,_profile954a1bf}.json).
+  call's runs (an older runtime: multinomial oracle walks, pageable staging) the old profile stays closer on the same
+  24 configurations, 1.3% / 1.4% / 4.0% against 3.2% / 3.8% / 7.0%
+  (bench/results/validation_2026-12-01_0bfafc6_profile{fb00b9b_no_tp2ar,954a1bf}.json).
   The profile is meant for the current runtime, so the new one ships.
   Earlier calls: the fb00b9b profile (operator traces of fb00b9b, runtime block from that call's runs) gave 1.4% /
   1.8% / 7.3% on the 0bfafc6 call's runs, another call (the worst rows the TP-2 autoregressive ones, 6-7%
@@ -190,10 +197,10 @@ LIMITS = """\
   switches, but still sums kernels timed one by one: the fitted `step_extra_s` (and `ar_step_extra_s`) may be
   negative (down to -1 ms) to correct the sum (68741c4: -0.10 ms and -0.37 ms, from -0.51 / -0.76 ms with the
   cuBLAS-shaped operators); a TP > 1 target keeps cuBLAS for its all-reduced projections, hence its own
-  `tp_step_extra_s`, fitted on tp2_chain_g4 alone; a TP > 1 autoregressive step's host cost is not modelled
-  apart from a TP > 1 verify's (at 68741c4 the held-out TP-2 autoregressive runs took ~0.36 ms per step more
-  than the model, over-predicted by 10-14%; since their verdict is the graph's own argmax, 8c7030b, they are
-  within 2-10%).
+  `tp_step_extra_s`, fitted on tp2_chain_g4 alone; a TP > 1 autoregressive step's host cost was not modelled
+  apart from a TP > 1 verify's until 954a1bf (above; at 68741c4 the held-out TP-2 autoregressive runs took
+  ~0.36 ms per step more than the model, over-predicted by 10-14%; since their verdict is the graph's own argmax,
+  8c7030b, they are within 2-10%).
 - The profile's additive form (operators + a + b x kernels) approximates max(host, device) by a sum, and one
   `step_overhead` line serves target verifies and draft expansions alike (the fit report,
   `operators.step_overhead.by_kind` / `by_preset`, shows how well it fits each).

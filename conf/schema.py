@@ -364,6 +364,7 @@ class RuntimeDelta(_Frozen):
 
     step_extra_s: float = 0.0
     tp_step_extra_s: float = 0.0
+    tp_ar_step_extra_s: float = 0.0
     ar_step_extra_s: float = 0.0
     keep_s: float = 0.0
     compact_s: float = 0.0

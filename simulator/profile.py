@@ -77,6 +77,9 @@ RUNTIME_COSTS: dict[str, str] = {
     "step_extra_s": "per target forward (autoregressive step or verify) beyond the operator model",
     "tp_step_extra_s": "per target forward of a TP > 1 target beyond the operator model (the leader's verdict and "
                        "the peers' wait for it; its broadcast is the profiled message); absent: step_extra_s",
+    "tp_ar_step_extra_s": "per autoregressive step of a TP > 1 target (not chained: the leader reads each token "
+                          "back and broadcasts it before the next step) beyond the operator model; absent: "
+                          "tp_step_extra_s",
     "ar_step_extra_s": "per chained autoregressive step (greedy, CUDA graphs, one-GPU target: the runtime queues "
                        "step i + 1 before reading token i) beyond the operator model; may be negative (down to "
                        "-1 ms): the fitted step overhead holds host time that chaining hides; absent: 0",

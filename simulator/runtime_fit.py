@@ -10,7 +10,9 @@ simulator/profile.py RUNTIME_COSTS:
     ar_step_extra_s   the same over chained autoregressive runs (verify spans marked `chained`), whose spans
                       are the per-token time with the host off the GPU's path; kept when negative (down to
                       -1 ms: the operator model's step overhead holds host time that chaining hides)
-    tp_step_extra_s   the same over runs of a TP > 1 target (the other two: one-GPU targets)
+    tp_step_extra_s   the same over draft-mode runs of a TP > 1 target (the other two: one-GPU targets)
+    tp_ar_step_extra_s  the same over autoregressive runs of a TP > 1 target (not chained: each step's token is read
+                      back and broadcast to the peers before the next step is launched)
     keep_s            mean target `step.keep` span (the KV keep after a verify, most moving nothing)
     compact_s         mean draft `step.compact` span of the deferred compactions (after the proposal's send)
     expand_extra_s    a + c * rows through the (run, real row count) medians of  span - forward_s(n, ctx + n),
@@ -94,8 +96,10 @@ def run_components(run_dir: str | Path, profile: Profile) -> dict[str, Any]:
     verifies = spans.get(("target", "step.verify"), [])
     # the runtime's own mark (runs since d325190)
     chained = any(r.extra_fields(f"{path}: {r.name}").get("chained") for r in verifies)
+    tp = config.parallel.target_gpus > 1
     key = ("ar_step_residual_s" if chained
-           else "tp_step_residual_s" if config.parallel.target_gpus > 1 else "step_residual_s")
+           else "tp_ar_step_residual_s" if tp and config.spec.mode == "autoregressive"
+           else "tp_step_residual_s" if tp else "step_residual_s")
     out[key] = median_or_none([r.duration_s - costs.target.forward_s(r.tokens, r.ctx + r.tokens) for r in verifies])
     keeps = [r.duration_s for r in spans.get(("target", "step.keep"), [])]
     out["keep_s"] = float(np.mean(keeps)) if keeps else None
@@ -184,6 +188,7 @@ def fit_runtime_costs(run_dirs: Sequence[str | Path], profile: Profile) -> tuple
     raw: dict[str, float | None] = {"step_extra_s": _pooled(rows, "step_residual_s"),
                                     "ar_step_extra_s": _pooled(rows, "ar_step_residual_s"),
                                     "tp_step_extra_s": _pooled(rows, "tp_step_residual_s"),
+                                    "tp_ar_step_extra_s": _pooled(rows, "tp_ar_step_residual_s"),
                                     "keep_s": _pooled(rows, "keep_s"), "compact_s": _pooled(rows, "compact_s")}
     by_rows = [(n, res) for r in rows for n, (res, _) in (r.get("expand_rows_residual_s") or {}).items()]
     if len({n for n, _ in by_rows}) >= 2:  # host part per real row, over (run, row count) medians

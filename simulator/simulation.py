@@ -171,6 +171,8 @@ def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Cos
     elif par.target_gpus > 1:
         # without a TP fit, not the one-GPU saving (a TP target's all-reduced projections stay cuBLAS)
         step_extra = host.get("tp_step_extra_s", max(step_extra, 0.0))
+        if config.spec.mode == "autoregressive":  # its own fit when an autoregressive TP run was among the fit runs
+            step_extra = host.get("tp_ar_step_extra_s", step_extra)
     target = GroupCost(ops, model_preset(config.model.target.preset), config.model.target.weight_bits,
                        par.target_gpus, fused, extra_s=step_extra, broadcast_s=verdict_s)
     draft = None

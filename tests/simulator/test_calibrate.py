@@ -344,4 +344,18 @@ def test_calibrate_runs_fit_the_runtime_block_and_validation_leaves_them_out(syn
     assert [r["name"] for r in result["rows"]] == ["val_serial"]
     assert result["rows"][0]["d_measured"] == 2 and result["rows"][0]["d_used"] == 2
     assert "| d (cfg/meas/sim) |" in doc.read_text() and "| auto/2/2 |" in doc.read_text()
+    # --keep-fitted: another call's runs of the fit configurations are unseen, so they stay in; refused for the fit
+    # runs' own folder, and with --doc (whose method describes a held-out table)
+    keep = ["compare", "--profile", summary["profile"], "--keep-fitted", "--sim-out", str(tmp_path / "sim2")]
+    assert validate_main([*keep, "--runs", str(runs), "--results", str(tmp_path / "k.json")]) == 2
+    import shutil
+
+    other = tmp_path / "other_call"
+    shutil.copytree(runs, other)
+    assert validate_main([*keep, "--runs", str(other), "--results", str(tmp_path / "k.json"), "--doc",
+                          str(tmp_path / "k.md")]) == 2
+    assert validate_main([*keep, "--runs", str(other), "--results", str(tmp_path / "k.json")]) == 0
+    kept = json.loads((tmp_path / "k.json").read_text())
+    assert sorted(r["name"] for r in kept["rows"]) == ["fit_async", "val_ar", "val_serial"]
+    assert kept["fitted_configs"] == [] and "another call" in kept["held_out"]
     assert result["fitted_configs"] == ["fit_async", "val_ar"] and "left out" in result["held_out"]

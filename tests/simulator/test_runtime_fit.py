@@ -150,8 +150,8 @@ def test_runtime_costs_enter_the_simulated_steps(mode):
 def test_chained_autoregressive_steps_take_their_own_host_cost(tmp_path):
     """Greedy AR with CUDA graphs on one GPU is chained in the runtime (step i + 1 queued before token i is read):
     its steps carry `ar_step_extra_s` (0 when absent), not the verify's `step_extra_s`; a TP > 1 target's steps
-    carry `tp_step_extra_s` (else `step_extra_s`); the fit keeps the three apart. A TP-2 or graph-less AR
-    target is not chained."""
+    carry `tp_step_extra_s` (else `step_extra_s`), its autoregressive steps `tp_ar_step_extra_s` where fitted; the
+    fit keeps the four apart. A TP-2 or graph-less AR target is not chained."""
     host = {"step_extra_s": 1.0e-3, "ar_step_extra_s": 5.0e-5}
     fitted = Profile("p", {"gpu": "h200"}, {}, {}, host)
     chained = cfg(*BASE, "spec=autoregressive", "kernels=graphs")
@@ -203,8 +203,24 @@ def test_chained_autoregressive_steps_take_their_own_host_cost(tmp_path):
         _span("step.verify", "target", 0, it, costs.target.forward_s(1, 600 + it + 1) + 6.0e-4, 1, 600 + it)
         for it in range(1, 60)])
     got, _ = fit_runtime_costs([tmp_path / "tp2", tmp_path / "ar"], PRIOR)  # ar: chained spans again
-    assert got["tp_step_extra_s"] == pytest.approx(6.0e-4, rel=1e-6)
+    # a TP > 1 autoregressive run (not chained: each token read back and broadcast) fits its own term
+    assert got["tp_ar_step_extra_s"] == pytest.approx(6.0e-4, rel=1e-6) and "tp_step_extra_s" not in got
     assert got["ar_step_extra_s"] == pytest.approx(4.0e-5, rel=1e-6) and "step_extra_s" not in got
+    # ... and a TP > 1 draft-mode run the verify's
+    tp2_chain = cfg(*BASE, "spec=chain", "kernels=graphs", "parallel=2x1")
+    run_sim(tp2_chain, tmp_path / "tp2_chain", verbose=False)
+    costs = build_costs(tp2_chain, profile=PRIOR)
+    write_traces(tmp_path / "tp2_chain" / TRACE_FILE, [
+        _span("step.verify", "target", 0, it, costs.target.forward_s(5, 600 + it + 5) + 3.0e-4, 5, 600 + it)
+        for it in range(1, 60)])
+    got, _ = fit_runtime_costs([tmp_path / "tp2", tmp_path / "tp2_chain"], PRIOR)
+    assert got["tp_ar_step_extra_s"] == pytest.approx(6.0e-4, rel=1e-6)
+    assert got["tp_step_extra_s"] == pytest.approx(3.0e-4, rel=1e-6)
+    # priced apart: a TP > 1 autoregressive step takes tp_ar_step_extra_s, a TP > 1 verify tp_step_extra_s
+    both = Profile("p", {"gpu": "h200"}, {}, {}, {**host, "tp_step_extra_s": 3.0e-4, "tp_ar_step_extra_s": 7.0e-4})
+    for config, want in ((tp2, 7.0e-4), (tp2_chain, 3.0e-4)):
+        base = build_costs(config, profile=PRIOR).target.forward_s(1, 700)
+        assert build_costs(config, profile=both).target.forward_s(1, 700) - base == pytest.approx(want)
 
 
 def test_serial_draft_refills_then_expands_d_more():
