@@ -33,6 +33,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from bench.validate import error_summary, relative_error  # noqa: E402
+from bench.validation_doc import fmt, pct  # noqa: E402
 from conf import compose_config  # noqa: E402
 from conf.rundir import atomic_write_json, git_sha  # noqa: E402
 
@@ -109,10 +111,6 @@ def load_results(path: Path) -> dict[str, Any]:
     return data
 
 
-def _err(sim: float | None, meas: float | None) -> float | None:
-    return None if sim is None or not meas else sim / meas - 1.0
-
-
 def compare(paths: list[Path], profile: str, requests: int, seeds: int, max_new_tokens: int | None,
             acceptance: str | None = None) -> tuple[list[dict], list[dict]]:
     """(compared rows, skipped rows with the reason)."""
@@ -136,32 +134,21 @@ def compare(paths: list[Path], profile: str, requests: int, seeds: int, max_new_
                    "measured_repeats": row.get("tokens_per_s_repeats"), "sim_d_used": sim["d_used"]}
             for key in METRICS:
                 meas, simv = row.get(key), sim.get(key)
-                out[key] = {"measured": meas, "simulated": simv, "error": _err(simv, meas)}
+                out[key] = {"measured": meas, "simulated": simv, "error": relative_error(simv, meas)}
             rows.append(out)
     return rows, skipped
-
-
-def summary(rows: list[dict]) -> dict[str, Any]:
-    errs = [abs(r["tokens_per_s"]["error"]) for r in rows if r["tokens_per_s"]["error"] is not None]
-    if not errs:
-        return {"n": 0}
-    return {"n": len(errs), "median_abs_error": statistics.median(errs), "max_abs_error": max(errs)}
 
 
 def table(rows: list[dict]) -> str:
     lines = ["| mode | shape | tok/s meas | tok/s sim | err | iter ms meas | sim | verify ms meas | sim "
              "| accept meas/sim |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-
-    def ms(v: float | None) -> str:
-        return "-" if v is None else f"{v * 1e3:.2f}"
-
     for r in rows:
         t, it, v, a = (r[k] for k in METRICS)
-        e = "-" if t["error"] is None else f"{t['error'] * 100:+.1f}%"
-        lines.append(f"| {r['mode']} | {r['spec'] or '-'} | {t['measured']:.1f} | {t['simulated']:.1f} | {e} | "
-                     f"{ms(it['measured'])} | {ms(it['simulated'])} | {ms(v['measured'])} | {ms(v['simulated'])} | "
-                     f"{a['measured']:.2f}/{a['simulated']:.2f} |")
+        lines.append(f"| {r['mode']} | {r['spec'] or '-'} | {fmt(t['measured'], 1, 1)} | {fmt(t['simulated'], 1, 1)} "
+                     f"| {pct(t['error'])} | {fmt(it['measured'], 1e3)} | {fmt(it['simulated'], 1e3)} | "
+                     f"{fmt(v['measured'], 1e3)} | {fmt(v['simulated'], 1e3)} | "
+                     f"{fmt(a['measured'])}/{fmt(a['simulated'])} |")
     return "\n".join(lines)
 
 
@@ -196,7 +183,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               "config": {"requests": args.requests, "seeds": args.seeds, "max_new_tokens": args.max_new_tokens,
                          "acceptance": args.acceptance,
                          "results": [str(p) for p in args.results]},
-              "rows": rows, "skipped": skipped, "summary": summary(rows), "json": str(out)}
+              "rows": rows, "skipped": skipped, "summary": error_summary(rows, "tokens_per_s"), "json": str(out)}
     atomic_write_json(out, result)
     print(table(rows))
     for sk in skipped:

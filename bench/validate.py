@@ -334,7 +334,8 @@ def measured_expand_s(run_dir: Path) -> float | None:
     return statistics.fmean(r.duration_s for r in spans if r.rank == leader)
 
 
-def _err(sim: float | None, meas: float | None) -> float | None:
+def relative_error(sim: float | None, meas: float | None) -> float | None:
+    """simulated / measured - 1; None when either is missing (or measured is not positive)."""
     return None if sim is None or meas is None or meas <= 0 else sim / meas - 1.0
 
 
@@ -385,13 +386,14 @@ def simulate_run(run_dir: Path, profile: str | None, settings: dict[str, float],
                             ("verify_time_s", measured.get("verify_time_s"), metrics["verify_time_s"]),
                             ("expand_per_forward_s", meas_expand, metrics["expand_time_s"]),
                             ("mean_accept_len", measured.get("mean_accept_len"), metrics["mean_accept_len"])):
-        row[key] = {"measured": meas, "simulated": simv, "error": _err(simv, meas)}
+        row[key] = {"measured": meas, "simulated": simv, "error": relative_error(simv, meas)}
     row["cost_model"] = costs.source
     row["replay_divergences"] = getattr(sim.acceptance, "divergences", 0)
     return row
 
 
-def _summary(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
+def error_summary(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """Median / max / mean absolute relative error of `key` over rows of {key: {measured, simulated, error}}."""
     errs = [abs(r[key]["error"]) for r in rows if r[key]["error"] is not None]
     if not errs:
         return {"n": 0}
@@ -534,7 +536,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         "fitted_configs": sorted(fitted),
         "fitted_run_folders": sorted({str(Path(r).parent) for r in fit_runs}),
         "rows": good, "errors": [r for r in rows if "error" in r],
-        "summary": {k: _summary(good, k) for k in ("tokens_per_s", "iteration_time_s", "verify_time_s",
+        "summary": {k: error_summary(good, k) for k in ("tokens_per_s", "iteration_time_s", "verify_time_s",
                                                    "expand_per_forward_s")},
         "run_to_run_tokens_per_s": run_to_run(good), "autoconfig": ac, "run_notes": notes,
     }
