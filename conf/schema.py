@@ -159,6 +159,9 @@ class AcceptanceConfig(_Frozen):
     )
     file: str | None = None
     """Acceptance JSON (acceptance report or recorded run); None = the inline table."""
+    domain: str | None = None
+    """With `file` an acceptance report: the table of one prompt domain (its `by_domain` entry, e.g. instruction
+    or code) instead of the pooled one; None = pooled."""
     scale: float = 1.0
     """Multiplies every probability (for acceptance sweeps); rows are renormalised if they exceed 1."""
     replay_belief: str = "geometric"
@@ -173,6 +176,8 @@ class AcceptanceConfig(_Frozen):
                  f"{self.kind!r} is not one of positional, replay")
         _require(self.kind != "replay" or self.file is not None, "acceptance.file",
                  "kind=replay needs a recorded run file")
+        _require(self.domain is None or (self.kind == "positional" and self.file is not None), "acceptance.domain",
+                 f"{self.domain!r} needs kind=positional and an acceptance report in acceptance.file")
         _require(len(self.positional) >= 1, "acceptance.positional", "needs at least one depth row")
         for d, row in enumerate(self.positional):
             _require(len(row) >= 1, f"acceptance.positional[{d}]", "empty row")

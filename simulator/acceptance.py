@@ -350,6 +350,21 @@ def read_replay(path: str) -> tuple[list[tuple[int, bool | None]], list[tuple[in
     return _parse_replay(raw, str(path))
 
 
+def _domain_table(data: Any, path: str, domain: str) -> dict[str, Any]:
+    """The `by_domain[domain]` entry of an acceptance report (acceptance.domain); errors name the file."""
+    domains = data.get("by_domain") if isinstance(data, dict) else None
+    if not isinstance(domains, dict):
+        raise ValueError(f"{path}: by_domain: missing; acceptance.domain={domain!r} needs an acceptance report "
+                         "with per-domain tables (python -m runtime.acceptance_report)")
+    if domain not in domains:
+        raise ValueError(f"{path}: by_domain: no {domain!r} entry for acceptance.domain; it has "
+                         f"{sorted(domains)}")
+    entry = domains[domain]
+    if not isinstance(entry, dict):
+        raise ValueError(f"{path}: by_domain.{domain}: expected an object with a positional table")
+    return entry
+
+
 def load_acceptance(cfg: AcceptanceConfig, topk: int) -> PositionalAcceptance | ReplayAcceptance:
     """The acceptance model the config names (file before inline table); errors name file and field."""
     if cfg.kind == "replay":
@@ -361,6 +376,8 @@ def load_acceptance(cfg: AcceptanceConfig, topk: int) -> PositionalAcceptance | 
     table: Any = cfg.positional
     if cfg.file is not None:
         data = _read_json(cfg.file, "acceptance.file")
+        if cfg.domain is not None:
+            data = _domain_table(data, cfg.file, cfg.domain)
         if isinstance(data, list):  # a bare table of rows
             table = _check_table(data, f"{cfg.file}")
         elif isinstance(data, dict) and "positional" in data:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -165,3 +166,36 @@ def test_the_32_rank_table_extends_the_8_rank_one():
     assert all(len(row) == 32 for row in wide.table) and all(len(row) == 8 for row in narrow.table)
     assert wide.table[0][:8] == pytest.approx(narrow.table[0], abs=1e-6)
     assert 0.9 < sum(wide.table[0]) < 1.0 and sum(narrow.table[0]) < sum(wide.table[0])
+
+
+def test_domain_picks_one_prompt_domain_of_a_report(tmp_path):
+    """acceptance.domain: the report's by_domain entry replaces the pooled table; a missing domain, a file without
+    by_domain and a domain without a report file are refused, naming the file or the field."""
+    report = {"positional": [[0.7, 0.1]],
+              "by_domain": {"code": {"positional": [[0.8, 0.1]]}, "instruction": {"positional": [[0.6, 0.1]]}}}
+    f = tmp_path / "acc.json"
+    f.write_text(json.dumps(report))
+    assert load_acceptance(AcceptanceConfig(file=str(f)), topk=2).table[0][0] == pytest.approx(0.7)
+    assert load_acceptance(AcceptanceConfig(file=str(f), domain="instruction"), topk=2).table[0][0] == \
+        pytest.approx(0.6)
+    with pytest.raises(ValueError, match=r"by_domain: no 'prose' entry .*\['code', 'instruction'\]"):
+        load_acceptance(AcceptanceConfig(file=str(f), domain="prose"), topk=2)
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps({"positional": [[0.7]]}))
+    with pytest.raises(ValueError, match=r"bare.json: by_domain: missing"):
+        load_acceptance(AcceptanceConfig(file=str(bare), domain="code"), topk=2)
+    with pytest.raises(ValueError, match=r"acceptance.domain"):
+        AcceptanceConfig(domain="code").validate()
+
+
+def test_the_instruction_table_is_the_reports_instruction_entry():
+    """acceptance=smollm2_instruction reads the instruction prompts' table of the real pair's report, which accepts
+    less than the pooled (code + instruction) one at every tree size it lists."""
+    from conf import compose_config
+
+    cfg = compose_config("simulate", ["acceptance=smollm2_instruction"])
+    data = json.loads((Path(__file__).resolve().parents[2] / "profiles/acceptance/smollm2.json").read_text())
+    table = load_acceptance(cfg.acceptance, topk=8).table
+    assert table[0] == pytest.approx(data["by_domain"]["instruction"]["positional"][0], abs=1e-6)
+    inst, pooled = data["by_domain"]["instruction"]["tree"], data["tree"]
+    assert all(inst[k] < pooled[k] for k in pooled)

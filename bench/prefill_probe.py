@@ -1,0 +1,144 @@
+"""Where a prompt prefill's time goes: host launch time against device time, per model and prompt length.
+
+    python bench/prefill_probe.py [--presets smollm2-135m,smollm2-draft] [--lengths 37,128,512] [--out bench/results]
+
+Why: on the real pair (SmolLM2-135M + its draft, 4 requests of ~38 prompt tokens, 128 new tokens) every mode's
+wall time holds ~16-18 ms per request besides its decode iterations (runtime_real_pair_2026-12-01_954a1bf*.json:
+wall minus tokens / accepted x iteration), while the simulator prices the two prefills at ~1 ms: it prices a
+prefill from the device-time operator fits, but the runtime's prefill is an eager forward (no CUDA graph), a
+launch per kernel from Python. This probe times `runtime.tree_cache.prefill` as the engine runs it (`kernels`:
+the model's fused Triton kernels for its role, or torch's), on random bf16 weights and random prompts:
+
+    host_s     perf_counter from the call to its return, the device idle and synchronised before (the launches)
+    wall_s     perf_counter from the call to a device synchronisation after it (what a request waits)
+    device_s   CUDA events around the call (the stream's time, launch gaps included)
+
+Medians over `--reps` after `--warmup` calls (the first compiles the Triton kernels at that length). Writes
+`<out>/prefill_probe_<date>_<sha>.json` (git SHA, device, date, config, rows) and prints a table. CPU runs only
+check the code path (no events; device_s = wall_s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+import torch  # noqa: E402
+
+from conf.rundir import atomic_write_json, git_sha  # noqa: E402
+
+
+def build(preset: str, kernels: str, device: torch.device, dtype: torch.dtype, target: bool):
+    """The model of `preset` as the engine builds it for its role, its attention backend, and a KV cache."""
+    from conf import compose_config
+    from conf.presets import model_preset
+    from runtime.attention import make_attention_backend
+    from runtime.kv_cache import KVCache
+    from runtime.loader import build_model
+    from runtime.model import role_kernels
+
+    shape = model_preset(preset)
+    backend = "triton" if kernels == "triton" else "reference"
+    kcfg = compose_config("generate", ["kernels=graphs"]).kernels  # the engine's switches under kernels=graphs
+    if backend == "triton":
+        from kernels.pdl import set_pdl
+
+        set_pdl(kcfg.pdl, **kcfg.pdl_policy.overrides())
+    model = build_model(shape, dtype, device, seed=0)
+    if backend == "triton":
+        model = model.use_fused_kernels(True, **role_kernels(
+            shape, skinny=kcfg.skinny, rope_attention=kcfg.rope_attention, target_qkv_rope=kcfg.target_qkv_rope,
+            target=target))
+    layers, heads, head_dim = model.cache_spec()
+    cache = KVCache(layers, 2048, heads, head_dim, model.dtype, device)
+    return model, make_attention_backend(backend), cache
+
+
+def time_prefill(model, attn, cache, prompt: list[int], device: torch.device, warmup: int, reps: int
+                 ) -> dict[str, float]:
+    """Medians (seconds) of host, wall and device time of one prefill of `prompt`."""
+    from runtime.tree_cache import prefill
+
+    cuda = device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    host, wall, dev = [], [], []
+    for i in range(warmup + reps):
+        sync()
+        if cuda:
+            ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            ev0.record()
+        t0 = time.perf_counter()
+        prefill(model, cache, attn, prompt, device)
+        t1 = time.perf_counter()
+        if cuda:
+            ev1.record()
+        sync()
+        t2 = time.perf_counter()
+        if i >= warmup:
+            host.append(t1 - t0)
+            wall.append(t2 - t0)
+            dev.append(ev0.elapsed_time(ev1) * 1e-3 if cuda else t2 - t0)
+    return {"host_s": statistics.median(host), "wall_s": statistics.median(wall),
+            "device_s": statistics.median(dev)}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--presets", default="smollm2-135m,smollm2-draft",
+                    help="model presets, comma-separated (the first is built as a target: its role's kernels)")
+    ap.add_argument("--lengths", default="37,128,512", help="prompt lengths, comma-separated")
+    ap.add_argument("--kernels", default="triton,reference", help="triton (fused, as kernels=graphs) and/or reference")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--device", default="auto", help="auto | cuda | cpu")
+    ap.add_argument("--out", default="bench/results", help="folder of the results JSON ('' = none)")
+    args = ap.parse_args(argv)
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                          "cpu" if args.device == "auto" else args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    presets = [p for p in args.presets.split(",") if p]
+    try:
+        lengths = [int(n) for n in args.lengths.split(",") if n]
+    except ValueError as e:
+        raise SystemExit(f"--lengths: expected comma-separated integers, got {args.lengths!r}") from e
+    kernels = [k for k in args.kernels.split(",") if k]
+    for k in kernels:
+        if k not in ("triton", "reference"):
+            raise SystemExit(f"--kernels: {k!r} is not one of triton, reference")
+    if any(n < 2 for n in lengths):
+        raise SystemExit(f"--lengths: a prefill needs >= 2 prompt tokens, got {lengths}")
+    gen = torch.Generator().manual_seed(0)
+    rows = []
+    for i, preset in enumerate(presets):
+        for kern in kernels:
+            model, attn, cache = build(preset, kern, device, dtype, target=i == 0)
+            vocab = model.shape.token_count
+            for n in lengths:
+                prompt = torch.randint(0, vocab, (n,), generator=gen).tolist()
+                t = time_prefill(model, attn, cache, prompt, device, args.warmup, args.reps)
+                rows.append({"preset": preset, "kernels": kern, "prompt_tokens": n, **t})
+                print(f"{preset:14s} {kern:9s} {n:5d} tokens: host {t['host_s'] * 1e3:7.3f} ms  wall "
+                      f"{t['wall_s'] * 1e3:7.3f} ms  device {t['device_s'] * 1e3:7.3f} ms", flush=True)
+            del model, attn, cache
+    sha = git_sha(REPO_ROOT)
+    date = datetime.datetime.now(datetime.timezone.utc)
+    result = {"benchmark": "prefill_probe", "git_sha": sha, "date": date.isoformat(timespec="seconds"),
+              "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+              "torch": torch.__version__, "config": {**vars(args), "dtype": str(dtype)}, "rows": rows}
+    if args.out:
+        path = Path(args.out) / f"prefill_probe_{date:%Y-%m-%d}_{sha[:7]}.json"
+        atomic_write_json(path, result)
+        print(f"results: {path}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
