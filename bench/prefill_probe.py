@@ -90,6 +90,26 @@ def time_prefill(model, attn, cache, prompt: list[int], device: torch.device, wa
             "device_s": statistics.median(dev)}
 
 
+def host_profile(model, attn, cache, prompt: list[int], device: torch.device, reps: int, top: int) -> str:
+    """cProfile of `reps` prefills (after the timed ones: compiled, warm): the `top` functions by own time."""
+    import cProfile
+    import io
+    import pstats
+
+    from runtime.tree_cache import prefill
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(reps):
+        prefill(model, cache, attn, prompt, device)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    prof.disable()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(top)
+    return buf.getvalue()
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--presets", default="smollm2-135m,smollm2-draft",
@@ -100,6 +120,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--device", default="auto", help="auto | cuda | cpu")
     ap.add_argument("--out", default="bench/results", help="folder of the results JSON ('' = none)")
+    ap.add_argument("--cprofile", type=int, default=0,
+                    help="also print the N functions with the most own host time over `reps` prefills (cProfile), "
+                         "per preset and kernels, at the first length")
     args = ap.parse_args(argv)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           "cpu" if args.device == "auto" else args.device)
@@ -125,6 +148,8 @@ def main(argv: list[str] | None = None) -> dict:
                 prompt = torch.randint(0, vocab, (n,), generator=gen).tolist()
                 t = time_prefill(model, attn, cache, prompt, device, args.warmup, args.reps)
                 rows.append({"preset": preset, "kernels": kern, "prompt_tokens": n, **t})
+                if args.cprofile and n == lengths[0]:
+                    print(host_profile(model, attn, cache, prompt, device, args.reps, args.cprofile), flush=True)
                 print(f"{preset:14s} {kern:9s} {n:5d} tokens: host {t['host_s'] * 1e3:7.3f} ms  wall "
                       f"{t['wall_s'] * 1e3:7.3f} ms  device {t['device_s'] * 1e3:7.3f} ms", flush=True)
             del model, attn, cache
