@@ -6,9 +6,11 @@ Why: on the real pair (SmolLM2-135M + its draft, 4 requests of ~38 prompt tokens
 wall time holds ~16-18 ms per request besides its decode iterations (runtime_real_pair_2026-12-01_954a1bf*.json:
 wall minus tokens / accepted x iteration), while the simulator prices the two prefills at ~1 ms: it prices a
 prefill from the device-time operator fits, but the runtime's prefill is an eager forward (no CUDA graph), a
-launch per kernel from Python. This probe times `runtime.tree_cache.prefill` as the engine runs it (`kernels`:
-the model's fused Triton kernels for its role, or torch's), on random bf16 weights and random prompts:
+launch per kernel from Python. This probe times `runtime.tree_cache.prefill` as the engine runs it, on random
+bf16 weights and random prompts (the first preset is built as a target, the others as drafts):
 
+    kernels    graph: kernels.prefill_graph (a replay of the prompt's length bucket; the first prompt of a bucket
+               captures it, in the warm-up); triton: the fused kernels, eager; reference: torch's
     host_s     perf_counter from the call to its return, the device idle and synchronised before (the launches)
     wall_s     perf_counter from the call to a device synchronisation after it (what a request waits)
     device_s   CUDA events around the call (the stream's time, launch gaps included)
@@ -46,7 +48,7 @@ def build(preset: str, kernels: str, device: torch.device, dtype: torch.dtype, t
     from runtime.model import role_kernels
 
     shape = model_preset(preset)
-    backend = "triton" if kernels == "triton" else "reference"
+    backend = "reference" if kernels == "reference" else "triton"
     kcfg = compose_config("generate", ["kernels=graphs"]).kernels  # the engine's switches under kernels=graphs
     if backend == "triton":
         from kernels.pdl import set_pdl
@@ -59,10 +61,16 @@ def build(preset: str, kernels: str, device: torch.device, dtype: torch.dtype, t
             target=target))
     layers, heads, head_dim = model.cache_spec()
     cache = KVCache(layers, 2048, heads, head_dim, model.dtype, device)
-    return model, make_attention_backend(backend), cache
+    attn = make_attention_backend(backend)
+    graphs = None
+    if kernels == "graph":  # kernels.prefill_graph: a replay per length bucket
+        from runtime.graphs import PrefillGraphs
+
+        graphs = PrefillGraphs(model, cache, attn)
+    return model, attn, cache, graphs
 
 
-def time_prefill(model, attn, cache, prompt: list[int], device: torch.device, warmup: int, reps: int
+def time_prefill(model, attn, cache, graphs, prompt: list[int], device: torch.device, warmup: int, reps: int
                  ) -> dict[str, float]:
     """Medians (seconds) of host, wall and device time of one prefill of `prompt`."""
     from runtime.tree_cache import prefill
@@ -76,7 +84,7 @@ def time_prefill(model, attn, cache, prompt: list[int], device: torch.device, wa
             ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             ev0.record()
         t0 = time.perf_counter()
-        prefill(model, cache, attn, prompt, device)
+        prefill(model, cache, attn, prompt, device, graphs)
         t1 = time.perf_counter()
         if cuda:
             ev1.record()
@@ -90,7 +98,7 @@ def time_prefill(model, attn, cache, prompt: list[int], device: torch.device, wa
             "device_s": statistics.median(dev)}
 
 
-def host_profile(model, attn, cache, prompt: list[int], device: torch.device, reps: int, top: int) -> str:
+def host_profile(model, attn, cache, graphs, prompt: list[int], device: torch.device, reps: int, top: int) -> str:
     """cProfile of `reps` prefills (after the timed ones: compiled, warm): the `top` functions by own time."""
     import cProfile
     import io
@@ -101,7 +109,7 @@ def host_profile(model, attn, cache, prompt: list[int], device: torch.device, re
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(reps):
-        prefill(model, cache, attn, prompt, device)
+        prefill(model, cache, attn, prompt, device, graphs)
     if device.type == "cuda":
         torch.cuda.synchronize()
     prof.disable()
@@ -115,7 +123,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--presets", default="smollm2-135m,smollm2-draft",
                     help="model presets, comma-separated (the first is built as a target: its role's kernels)")
     ap.add_argument("--lengths", default="37,128,512", help="prompt lengths, comma-separated")
-    ap.add_argument("--kernels", default="triton,reference", help="triton (fused, as kernels=graphs) and/or reference")
+    ap.add_argument("--kernels", default="graph,triton,reference",
+                    help="graph (kernels.prefill_graph: replays per length bucket), triton (the fused kernels, eager) "
+                         "and / or reference (torch)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--device", default="auto", help="auto | cuda | cpu")
@@ -134,19 +144,21 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(f"--lengths: expected comma-separated integers, got {args.lengths!r}") from e
     kernels = [k for k in args.kernels.split(",") if k]
     for k in kernels:
-        if k not in ("triton", "reference"):
-            raise SystemExit(f"--kernels: {k!r} is not one of triton, reference")
+        if k not in ("graph", "triton", "reference"):
+            raise SystemExit(f"--kernels: {k!r} is not one of graph, triton, reference")
+    if "graph" in kernels and device.type != "cuda":
+        raise SystemExit("--kernels graph: CUDA graphs need a CUDA device")
     if any(n < 2 for n in lengths):
         raise SystemExit(f"--lengths: a prefill needs >= 2 prompt tokens, got {lengths}")
     gen = torch.Generator().manual_seed(0)
     rows = []
     for i, preset in enumerate(presets):
         for kern in kernels:
-            model, attn, cache = build(preset, kern, device, dtype, target=i == 0)
+            model, attn, cache, graphs = build(preset, kern, device, dtype, target=i == 0)
             vocab = model.shape.token_count
             for n in lengths:
                 prompt = torch.randint(0, vocab, (n,), generator=gen).tolist()
-                t = time_prefill(model, attn, cache, prompt, device, args.warmup, args.reps)
+                t = time_prefill(model, attn, cache, graphs, prompt, device, args.warmup, args.reps)
                 rows.append({"preset": preset, "kernels": kern, "prompt_tokens": n, **t})
                 if args.cprofile and n == lengths[0]:
                     print(host_profile(model, attn, cache, prompt, device, args.reps, args.cprofile), flush=True)

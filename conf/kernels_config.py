@@ -85,6 +85,13 @@ class KernelsConfig(_Frozen):
     """CUDA graphs (on in kernels=graphs): a draft expansion of a lone root (after a miss, or a hit on a never-expanded
     leaf: 37-44% of the H200 async rounds) replays a captured one-row step instead of the w-row one (a smaller
     attention and head; the weights' bytes are the same). Needs kernels.cuda_graphs."""
+    prefill_graph: bool = False
+    """CUDA graphs (on in kernels=graphs): a prompt prefill replays a graph captured for its length bucket (the next
+    power of two >= 16; captured on the bucket's first prompt; the padding rows come last and write K/V past the
+    prompt, which later steps overwrite) instead of an eager forward, and skips the LM head (a prefill keeps only the
+    K/V). The eager prefill is host-bound: ~0.1 ms of host per Triton launch on the H200 host, 15-25 ms per
+    SmolLM2-135M prompt (bench/prefill_probe.py). Prompts longer than the largest bucket that fits the cache stay
+    eager. Needs kernels.cuda_graphs."""
     verdict_graph: bool = False
     """Experiment switch (CUDA graphs, backend triton, greedy): a tree verify's graph also computes what its verdict
     reads (`runtime.graphs.StepGraph` verdict): the greedy verdict (`kernels.greedy_verify` over the rows' argmax), or
@@ -124,6 +131,8 @@ class KernelsConfig(_Frozen):
                  "replaces the skinny QKV GEMM: needs kernels.skinny=true (or set kernels.target_qkv_rope=false)")
         _require(not self.refill_graph or self.cuda_graphs, "kernels.refill_graph",
                  "a captured one-row draft step: needs kernels.cuda_graphs=true (kernels=graphs)")
+        _require(not self.prefill_graph or self.cuda_graphs, "kernels.prefill_graph",
+                 "replays captured prefills: needs kernels.cuda_graphs=true (kernels=graphs)")
         _require(self.readback in READBACK, "kernels.readback",
                  f"{self.readback!r} is not one of {', '.join(READBACK)}")
         _require(self.readback == "sync" or self.cuda_graphs, "kernels.readback",

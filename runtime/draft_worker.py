@@ -26,7 +26,7 @@ import torch
 
 from conf.messages import ConditionalProposal, DraftProposal
 from runtime.attention import AttentionBackend
-from runtime.graphs import ReplayTimer, StepGraph
+from runtime.graphs import PrefillGraphs, ReplayTimer, StepGraph
 from runtime.kv_cache import KVCache
 from runtime.model import Transformer
 from runtime.tree import DraftTree, Reroot, StepInputs, TreeStats
@@ -39,7 +39,7 @@ class DraftWorker:
     def __init__(self, model: Transformer, attn: AttentionBackend, *, w: int, topk: int, max_tree_nodes: int,
                  max_seq_len: int, temperature: float, cuda_graphs: bool = False, staging: str = "pageable",
                  graph_events: bool = False, fused_head: bool = False, refill_graph: bool = False,
-                 readback: str = "sync") -> None:
+                 readback: str = "sync", prefill_graph: bool = False) -> None:
         """Allocate the cache: `max_seq_len` prefix slots plus the `max_tree_nodes` tree region.
 
         `cuda_graphs`: capture the expansion step (w rows over the whole tree region, log-softmax and top-k
@@ -53,6 +53,7 @@ class DraftWorker:
         input copies + replay (`last_device_split`). `fused_head` (`kernels.draft_head`): the top-k children from
         `kernels.topk_logprobs` instead of torch's log_softmax + topk (eager and captured alike). `refill_graph`
         (`kernels.refill_graph`, CUDA graphs only): a third graph, one row, for the expansion of a lone root.
+        `prefill_graph` (`kernels.prefill_graph`, CUDA graphs only): prompt prefills replay graphs per length bucket.
         `readback` (`kernels.readback`, CUDA graphs only): "spin", every expansion graph copies its top-k children to
         pinned host memory itself and the host spins on it (`StepGraph.host_outputs`) instead of reading them back.
         """
@@ -86,6 +87,8 @@ class DraftWorker:
                 self.refill_graph = StepGraph(model, self.cache, attn, 1, max_tree_nodes, head=self._top_children,
                                               staging=staging, keep_rows=max_tree_nodes, readback=spin)
         # trace.graph_events: events and host marks around every replayed expansion's input copies and replay
+        # kernels.prefill_graph: prompt prefills replayed per length bucket (runtime/graphs.py PrefillGraphs)
+        self.prefill_graphs = PrefillGraphs(model, self.cache, attn) if cuda_graphs and prefill_graph else None
         self._timer = ReplayTimer("planned") if graph_events and cuda_graphs else None
         self._timed = False  # whether the last expansion was timed (a replay; an eager one is not)
         self.last_rows = 0  # real (not padding) rows of the last expansion: its host cost grows with them
@@ -100,7 +103,7 @@ class DraftWorker:
     def start(self, prompt: list[int]) -> None:
         """Prefill all prompt tokens but the last, which becomes the root."""
         self._deferred = None  # the previous request's compaction: its KV is overwritten anyway
-        self.prefix_len = prefill(self.model, self.cache, self.attn, prompt, self.device)
+        self.prefix_len = prefill(self.model, self.cache, self.attn, prompt, self.device, self.prefill_graphs)
         self.tree = DraftTree(prompt[-1])
         self.pending, self.selection = (), []
 

@@ -446,3 +446,101 @@ class StepGraph:
     def next_ids(self) -> torch.Tensor:
         """A chained graph's [1] int64 device buffer: the greedy token of the last replay."""
         return self.inputs.ids
+
+
+PREFILL_MIN_BUCKET = 16
+"""The smallest prefill bucket (kernels.prefill_graph): a prefill of n tokens replays the graph of the next power of
+two >= max(n, PREFILL_MIN_BUCKET)."""
+
+
+def prefill_bucket(n: int, capacity: int) -> int | None:
+    """The captured length a prefill of `n` tokens replays (a power of two >= n and >= PREFILL_MIN_BUCKET), or None if
+    that exceeds `capacity` (the cache's slots): such a prompt is prefilled eagerly."""
+    if n < 1:
+        raise ValueError(f"prefill_bucket: a prefill of {n} tokens")
+    bucket = max(PREFILL_MIN_BUCKET, 1 << (n - 1).bit_length())
+    return bucket if bucket <= capacity else None
+
+
+class PrefillGraphs:
+    """Prompt prefills as CUDA-graph replays (kernels.prefill_graph), one graph per length bucket (`prefill_bucket`).
+
+    The eager prefill is host-bound on the H200 host: ~0.1 ms of host per Triton launch, 15-25 ms per SmolLM2-135M
+    prompt of 37-512 tokens against ~1 ms of kernels (bench/prefill_probe.py). A bucket's graph is captured on its
+    first prompt (warm-up forwards on a side stream, then the capture; both write K/V at slots [0, bucket), which the
+    replay then overwrites) and replayed for every later prompt of that bucket: one host -> device copy of the
+    token ids, then the replay.
+
+    Padding: the prompt's n tokens take rows [0, n) (slots and positions 0..n-1, causal), the padding rows (token 0)
+    the rows after them. Causal masking keeps every real row from seeing a padding row, so the real rows' K/V are
+    those of an n-token prefill up to the kernels' numerics at the bucket's row count. The padding rows write K/V at
+    slots [n, bucket), beyond the prefix: every later step writes its own tree slots there before it attends to them,
+    and nothing reads a slot past the prefix that its own step did not write. The graph stops after the last layer's
+    attention (`Transformer.forward(logits=False)`).
+
+    `eager=True` (tests, any device): the same padded forward per bucket, run eagerly instead of captured.
+    """
+
+    WARMUP = 2
+
+    def __init__(self, model: torch.nn.Module, cache: KVCache, attn: AttentionBackend, *, eager: bool = False) -> None:
+        """Graphs of `model` over `cache` (captured lazily, per bucket)."""
+        device = cache.device
+        if not eager and device.type != "cuda":
+            raise ValueError(f"kernels.prefill_graph: CUDA graphs need a CUDA device, the model is on {device}")
+        if not eager and getattr(attn, "name", "") != "triton":
+            raise ValueError("kernels.prefill_graph: needs kernels.backend=triton")
+        self.model, self.cache, self.attn, self.device, self.eager = model, cache, attn, device, eager
+        self.capacity = cache.capacity
+        # the last copy out of a pinned buffer (its next write waits for it)
+        self._copied = torch.cuda.Event() if not eager else None
+        self._buckets: dict[int, tuple[Callable[[], None], torch.Tensor, torch.Tensor]] = {}
+        self.captures = 0  # buckets captured so far
+        self.replays = 0  # prefills run by a bucket's graph
+
+    def _bucket(self, bucket: int) -> tuple[Callable[[], None], torch.Tensor, torch.Tensor]:
+        """(replay, device ids [bucket], host ids [bucket]) of a bucket: its padded forward, captured (or eager)."""
+        ids = torch.zeros(bucket, dtype=torch.long, device=self.device)
+        host = torch.zeros(bucket, dtype=torch.long, pin_memory=not self.eager)
+        meta = AttnMeta.causal(0, bucket, self.device)
+
+        def step() -> None:
+            with torch.no_grad():
+                self.model(ids, meta, self.cache, self.attn, logits=False)
+
+        if self.eager:
+            return step, ids, host
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):  # JIT compilation at this row count, cuBLAS workspaces, NCCL
+            for _ in range(self.WARMUP):
+                step()
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            step()
+        torch.cuda.synchronize(self.device)
+        self.captures += 1
+        return graph.replay, ids, host
+
+    def run(self, tokens: list[int]) -> bool:
+        """Prefill `tokens` (slots and positions 0..n-1) by a replay; False (nothing done) if no bucket fits the
+        cache, and the caller prefills eagerly."""
+        bucket = prefill_bucket(len(tokens), self.capacity)
+        if bucket is None:
+            return False
+        entry = self._buckets.get(bucket)
+        if entry is None:
+            entry = self._buckets[bucket] = self._bucket(bucket)
+        replay, ids, host = entry
+        if self._copied is not None:
+            self._copied.synchronize()  # long done in practice: a request's steps synchronise before the next prefill
+        view = host.numpy()
+        view[: len(tokens)] = tokens
+        view[len(tokens):] = 0
+        ids.copy_(host, non_blocking=True)
+        if self._copied is not None:
+            self._copied.record()
+        replay()
+        self.replays += 1
+        return True

@@ -365,18 +365,25 @@ class Transformer(nn.Module):
         return self.norm.weight.dtype
 
     def forward(self, input_ids: torch.Tensor, meta: AttnMeta, cache: KVCache,
-                attn: AttentionBackend) -> torch.Tensor:
-        """input_ids [T] -> fp32 logits [T, vocab_size]; writes the T tokens' K/V at meta.write_slots."""
+                attn: AttentionBackend, logits: bool = True) -> torch.Tensor | None:
+        """input_ids [T] -> fp32 logits [T, vocab_size]; writes the T tokens' K/V at meta.write_slots.
+        `logits=False` (a prefill: only the K/V matter): stop after the last layer's attention (its MLP, the final norm
+        and the LM head feed only the logits); returns None."""
         x = self.embed(input_ids)  # [T, hidden]
         if self.fused_kernels:
-            return self._forward_fused(x, meta, cache, attn)
+            return self._forward_fused(x, meta, cache, attn, logits)
         cos, sin = rope_cos_sin(self.inv_freq, meta.positions, x.dtype)  # [T, head_dim] each
+        last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
             k_cache, v_cache = cache.layer(i)
+            if not logits and i == last:  # a prefill: the last layer's K/V, not its MLP (it feeds only the head)
+                layer.attn(layer.attn_norm(x), (cos, sin), meta, k_cache, v_cache, attn)
+                return None
             x = layer(x, cos, sin, meta, k_cache, v_cache, attn)
         return self.lm_head(self.norm(x)).float()
 
-    def _forward_fused(self, x: torch.Tensor, meta: AttnMeta, cache: KVCache, attn: AttentionBackend) -> torch.Tensor:
+    def _forward_fused(self, x: torch.Tensor, meta: AttnMeta, cache: KVCache, attn: AttentionBackend,
+                       logits: bool = True) -> torch.Tensor | None:
         """The forward with fused kernels: the residual stream rides along `kernels.add_rmsnorm`.
 
         h_0, r_0 = norm(x), x;  per layer: a = attn(h); h, r = norm(r + a); m = mlp(h); h, r = norm'(r + m)
@@ -409,6 +416,8 @@ class Transformer(nn.Module):
             if plain:
                 a = layer.attn(h if qkv is None else None, self.inv_freq, meta, k_cache, v_cache, attn,
                                partials=True, qkv=qkv)
+                if not logits and i == n - 1:  # a prefill: the last K/V are written, the last MLP feeds nothing
+                    return None
                 if prologue:
                     pending, res = layer.mlp.normed_partials(a, res, layer.mlp_norm.weight, eps)
                     continue
@@ -416,6 +425,8 @@ class Transformer(nn.Module):
                 h, res = add_rmsnorm_partials(layer.mlp(h, partials=True), res, nxt, eps)
                 continue
             a = layer.attn(h, self.inv_freq, meta, k_cache, v_cache, attn)
+            if not logits and i == n - 1:
+                return None
             h, res = add_rmsnorm(a, res, layer.mlp_norm.weight, eps)
             h, res = add_rmsnorm(layer.mlp(h), res, nxt, eps)
         if pending is not None:

@@ -16,7 +16,7 @@ import torch
 
 from conf.messages import DraftProposal
 from runtime.attention import AttentionBackend
-from runtime.graphs import ReplayTimer, StepGraph
+from runtime.graphs import PrefillGraphs, ReplayTimer, StepGraph
 from runtime.kv_cache import KVCache
 from runtime.model import Transformer
 from runtime.oracle import AcceptanceOracle
@@ -31,7 +31,7 @@ class TargetWorker:
     def __init__(self, model: Transformer, attn: AttentionBackend, *, rows: int, max_seq_len: int,
                  temperature: float, backend: str, cuda_graphs: bool = False, graph_events: bool = False,
                  staging: str = "pageable", verdict_graph: bool = False, oracle: bool = False,
-                 readback: str = "sync") -> None:
+                 readback: str = "sync", prefill_graph: bool = False) -> None:
         """Allocate the cache: `max_seq_len` prefix slots plus `rows` verify slots; capture the verify step.
 
         `graph_events` (`trace.graph_events`, CUDA graphs only): CUDA events around every verify's input copies and
@@ -43,7 +43,8 @@ class TargetWorker:
         rows' argmax.
         `readback` (`kernels.readback`): "spin" builds the verdict into the graph as `verdict_graph` does and has the
         graph copy it to pinned host memory, which `decide` spins on (`StepGraph.host_outputs`) instead of a read-back
-        and a stream sync. A chained, sampled or reference-backend target reads back as before."""
+        and a stream sync. A chained, sampled or reference-backend target reads back as before.
+        `prefill_graph` (`kernels.prefill_graph`, CUDA graphs only): prompt prefills replay graphs per length bucket."""
         self.model, self.attn = model, attn
         self.rows, self.temperature, self.backend = rows, temperature, backend
         self.device = model.norm.weight.device
@@ -69,12 +70,14 @@ class TargetWorker:
         self._owed_keep: tuple[int, list[int]] | None = None  # (destination, source slots) for the next graph
         # trace.graph_events: events and host marks around every verify's input copies and replay
         self._timer = ReplayTimer("inputs") if graph_events and self.graph is not None else None
+        # kernels.prefill_graph: prompt prefills replayed per length bucket (runtime/graphs.py PrefillGraphs)
+        self.prefill_graphs = PrefillGraphs(model, self.cache, attn) if cuda_graphs and prefill_graph else None
 
     @torch.no_grad()
     def start(self, prompt: list[int]) -> None:
         """Prefill all prompt tokens but the last (the first root)."""
         self._owed_keep = None  # the previous request's: its slots are overwritten anyway
-        self.prefix_len = prefill(self.model, self.cache, self.attn, prompt, self.device)
+        self.prefix_len = prefill(self.model, self.cache, self.attn, prompt, self.device, self.prefill_graphs)
 
     @torch.no_grad()
     def forward(self, proposal: DraftProposal) -> None:

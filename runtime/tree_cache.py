@@ -26,20 +26,27 @@ prefix_len + `Reroot.num_promoted` (DraftWorker.advance, which defers the gather
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from runtime.attention import AttnMeta
 from runtime.kv_cache import KVCache
 from runtime.tree import StepInputs
 
+if TYPE_CHECKING:
+    from runtime.graphs import PrefillGraphs
+
 
 def prefill(model: torch.nn.Module, cache: KVCache, attn: object, prompt: list[int],
-            device: torch.device | str) -> int:
-    """Write the KV of all prompt tokens but the last (which becomes the root) at slots [0, n-1); returns n-1."""
+            device: torch.device | str, graphs: PrefillGraphs | None = None) -> int:
+    """Write the KV of all prompt tokens but the last (which becomes the root) at slots [0, n-1); returns n-1.
+    `graphs` (kernels.prefill_graph): replay its captured prefill of the prompt's length bucket where one fits, else
+    an eager forward (which skips the LM head: a prefill keeps only the K/V)."""
     prefix_len = len(prompt) - 1
-    if prefix_len:
+    if prefix_len and not (graphs is not None and graphs.run(prompt[:-1])):
         ids = torch.tensor(prompt[:-1], device=device)
-        model(ids, AttnMeta.causal(0, prefix_len, device), cache, attn)
+        model(ids, AttnMeta.causal(0, prefix_len, device), cache, attn, logits=False)
     return prefix_len
 
 

@@ -77,6 +77,8 @@ def test_config_is_immutable_after_validation():
         (["kernels=graphs", "spec.topk=65"], r"spec\.topk: kernels\.draft_head takes at most 64 children per node"),
         (["kernels=triton", "kernels.refill_graph=true"],
          r"kernels\.refill_graph: a captured one-row draft step: needs kernels\.cuda_graphs=true"),
+        (["kernels=triton", "kernels.prefill_graph=true"],
+         r"kernels\.prefill_graph: replays captured prefills: needs kernels\.cuda_graphs=true"),
         (["kernels=graphs", "kernels.skinny=false"],
          r"kernels\.target_qkv_rope: replaces the skinny QKV GEMM: needs kernels\.skinny=true \(or set "
          r"kernels\.target_qkv_rope=false\)"),

@@ -57,17 +57,18 @@ def cfg_for(mode: str, target: str, draft: str, dtype: str, *, target_gpus: int 
             checkpoint: str | None = None, draft_seed: int = 1, skinny: bool = True, pdl: bool = True,
             input_staging: str = "graph", rope_attention: bool = True, recv_wake: str = "socket",
             refill_graph: bool = True, target_qkv_rope: bool = True, verdict_graph: bool = False,
-            readback: str = "spin", **spec) -> ExperimentConfig:
+            readback: str = "spin", prefill_graph: bool = True, **spec) -> ExperimentConfig:
     """kernels=graphs on CUDA (skinny GEMMs, PDL, RoPE in the single-token attention, the one-row refill graph, the
-    target's QKV GEMM with RoPE + the KV write, in-graph input staging and spin read-backs, as
-    conf/kernels/graphs.yaml; skinny=False turns the QKV one off);
+    target's QKV GEMM with RoPE + the KV write, in-graph input staging and spin read-backs, prefills replayed per
+    length bucket, as conf/kernels/graphs.yaml; skinny=False turns the QKV one off);
     the draft is `draft` (the target itself with draft_seed == 1: self-speculation)."""
     return make_cfg(mode, target, draft, target_gpus=target_gpus, draft_gpus=draft_gpus, draft_seed=draft_seed,
                     max_new=MAX_NEW, capacity=CAPACITY, backend="triton", device="cuda", dtype=dtype,
                     cuda_graphs=True, checkpoint=checkpoint, timeout_s=120, skinny=skinny, pdl=pdl,
                     input_staging=input_staging, rope_attention=rope_attention, recv_wake=recv_wake,
                     refill_graph=refill_graph, target_qkv_rope=target_qkv_rope and skinny,
-                    verdict_graph=verdict_graph, readback=readback, **{**MODES[mode], **spec})
+                    verdict_graph=verdict_graph, readback=readback, prefill_graph=prefill_graph,
+                    **{**MODES[mode], **spec})
 
 
 @functools.cache
@@ -527,3 +528,38 @@ def test_verdict_in_the_verify_graph_matches_the_verdict_after_it(rows):
                 assert got.bonus == int(logits[got.path[-1]].argmax())
             worker.keep(got.path)
     assert accepted >= 2  # the target's own tokens were accepted (one per proposal with a child)
+
+
+@pytest.mark.parametrize("mode", ["autoregressive", "serial_tree"])
+def test_modes_lossless_with_eager_prefills(mode):
+    """kernels.prefill_graph=false (the other tests replay their prefills per length bucket)."""
+    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama-draft", "bfloat16", draft_seed=2, prefill_graph=False))
+
+
+@pytest.mark.parametrize("preset", ["tiny-llama", "smollm2-135m"])
+@torch.no_grad()
+def test_prefill_graph_writes_the_kv_of_an_eager_prefill(preset):
+    """kernels.prefill_graph on the GPU (bf16, the fused kernels): each prompt's K/V from its bucket's replay equal an
+    eager prefill's up to bf16 rounding (another row count picks other GEMM tiles); two prompts of one bucket capture
+    it once; the K/V of the next step's row, after the replayed prefill, equal those after the eager one."""
+    from runtime.graphs import PrefillGraphs
+    from runtime.tree_cache import prefill
+
+    shape = MODEL_PRESETS[preset]
+    model = build_model(shape, "bfloat16", "cuda", seed=1).use_fused_kernels(skinny=True, rope_attention=True)
+    attn = make_attention_backend("triton")
+    layers, heads, dim = model.cache_spec()
+    eager_cache, graph_cache = (KVCache(layers, CAPACITY, heads, dim, torch.bfloat16, "cuda") for _ in range(2))
+    graphs = PrefillGraphs(model, graph_cache, attn)
+    g = torch.Generator().manual_seed(3)
+    for n in (40, 50, 20, 100):
+        prompt = torch.randint(0, shape.vocab_size, (n,), generator=g).tolist()
+        assert prefill(model, eager_cache, attn, prompt, "cuda") == prefill(model, graph_cache, attn, prompt, "cuda",
+                                                                             graphs) == n - 1
+        step = torch.tensor(prompt[-1:], device="cuda")
+        for cache in (eager_cache, graph_cache):
+            model(step, AttnMeta.causal(n - 1, 1, "cuda"), cache, attn)
+        torch.cuda.synchronize()
+        got, want = graph_cache.kv[:, :, :n].float(), eager_cache.kv[:, :, :n].float()
+        assert (got - want).abs().max().item() <= 0.05 * want.abs().max().item(), f"{preset} n={n}"
+    assert (graphs.captures, graphs.replays) == (3, 4)  # buckets 64 (n 40, 50), 32, 128

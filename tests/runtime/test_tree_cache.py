@@ -543,3 +543,60 @@ def test_conditional_proposals_are_what_advance_then_propose_give():
         rr = twin.advance(tuple(path[::-1]), cond.proposal.token_ids[0])
         assert rr.hit and len(twin.tree) >= bs
         assert twin.propose(0, 1, bs) == cond.proposal
+
+
+# ---- kernels.prefill_graph: prompt prefills per length bucket ----------------------------------------------------
+def test_prefill_buckets_are_powers_of_two_within_the_cache():
+    from runtime.graphs import PREFILL_MIN_BUCKET, prefill_bucket
+
+    assert [prefill_bucket(n, 2048) for n in (1, 16, 17, 37, 64, 65, 1023, 1024)] == \
+        [PREFILL_MIN_BUCKET, 16, 32, 64, 64, 128, 1024, 1024]
+    assert prefill_bucket(1025, 2048) == 2048 and prefill_bucket(1025, 2000) is None  # past the cache: eager
+    with pytest.raises(ValueError, match="a prefill of 0 tokens"):
+        prefill_bucket(0, 64)
+
+
+@torch.no_grad()
+def test_logits_false_writes_the_same_kv_and_returns_none():
+    """Transformer.forward(logits=False), a prefill's forward: the same K/V in every layer, no logits (the last layer's
+    MLP, the final norm and the LM head are skipped)."""
+    model = _model("tiny-llama", 1)
+    caches = [_cache(model), _cache(model)]
+    tokens = torch.tensor(PROMPT)
+    assert model(tokens, AttnMeta.causal(0, len(PROMPT)), caches[0], ATTN).shape[0] == len(PROMPT)
+    assert model(tokens, AttnMeta.causal(0, len(PROMPT)), caches[1], ATTN, logits=False) is None
+    torch.testing.assert_close(caches[1].kv, caches[0].kv, rtol=0, atol=0)
+
+
+@torch.no_grad()
+def test_bucketed_prefill_keeps_the_prompts_kv_and_reuses_its_bucket():
+    """PrefillGraphs (eager stand-in for the capture): a prompt padded to its bucket writes the K/V of a plain prefill
+    at the prompt's slots (causal: no real row sees a padding row); a second prompt of the same bucket reuses it, and
+    decoding after it equals decoding after an eager prefill. A prompt past the cache's last bucket is left to the
+    eager path."""
+    from runtime.graphs import PrefillGraphs
+    from runtime.tree_cache import prefill
+
+    model = _model("tiny-llama", 1)
+    for prompt in (PROMPT, PROMPT[:5] + [31, 32, 33, 34, 35, 36]):
+        want, got = _cache(model), _cache(model)
+        graphs = PrefillGraphs(model, got, ATTN, eager=True)
+        assert prefill(model, want, ATTN, prompt, "cpu") == prefill(model, got, ATTN, prompt, "cpu", graphs)
+        n = len(prompt) - 1
+        _assert_same(got.kv[:, :, :n], want.kv[:, :, :n])
+        # the root's step after it: same logits and K/V (the padding slots [n, 16) are overwritten, never read)
+        root = torch.tensor(prompt[-1:])
+        la, lb = (model(root, AttnMeta.causal(n, 1), c, ATTN) for c in (want, got))
+        torch.testing.assert_close(lb, la, rtol=0, atol=2e-6)
+        _assert_same(got.kv[:, :, : n + 1], want.kv[:, :, : n + 1])
+    graphs = PrefillGraphs(model, _cache(model), ATTN, eager=True)
+    assert graphs.run(PROMPT) and graphs.run(PROMPT[:3]) and len(graphs._buckets) == 1 and graphs.replays == 2
+    assert not graphs.run(list(range(CAPACITY + 1))) and graphs.replays == 2
+
+
+def test_prefill_graphs_refuse_a_cpu_capture():
+    from runtime.graphs import PrefillGraphs
+
+    model = _model("tiny-llama", 1)
+    with pytest.raises(ValueError, match="kernels.prefill_graph: CUDA graphs need a CUDA device"):
+        PrefillGraphs(model, _cache(model), ATTN)
