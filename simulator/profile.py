@@ -39,8 +39,8 @@ non-decreasing in every feature; `predict` = dot(coefficients, features), linear
 `by_tp` (optional on any operator) holds coefficients per TP degree; a degree without an entry uses the
 operator's top-level coefficients. `by_preset` (step_overhead only) holds coefficients per model preset and TP
 degree, fitted on that preset's own whole steps; it takes precedence for that preset at that degree (a small
-model's step, mostly launches, is not the big models' line). Operators missing from `operators` fall back to the analytic prior, as do
-allreduce / message when the recorded link or algorithm differs from the run's (cost_model.py).
+model's step, mostly launches, is not the big models' line). Operators missing from `operators` fall back to the
+analytic prior, as do allreduce / message when the recorded link or algorithm differs from the run's (cost_model.py).
 `fit_error.mape` (mean absolute percentage error on held-out samples, as a fraction) is required.
 
 `runtime` (optional) holds what the operator traces cannot see: the host time the runtime's own loop spends
@@ -336,8 +336,9 @@ def profile_to_dict(profile: Profile) -> dict[str, Any]:
         if fit.by_tp:
             entry["by_tp"] = {str(tp): {"coefficients": dict(zip(names, c))} for tp, c in sorted(fit.by_tp.items())}
         if fit.by_preset:
-            entry["by_preset"] = {name: {str(tp): {"coefficients": dict(zip(names, c))} for tp, c in sorted(per.items())}
-                                  for name, per in sorted(fit.by_preset.items())}
+            entry["by_preset"] = {preset: {str(tp): {"coefficients": dict(zip(names, c))}
+                                           for tp, c in sorted(per.items())}
+                                  for preset, per in sorted(fit.by_preset.items())}
         ops[name] = entry
     out = {"version": PROFILE_VERSION, "hardware": profile.hardware, "software": profile.software, "operators": ops}
     if profile.runtime:
