@@ -494,12 +494,15 @@ class PrefillGraphs:
         self.capacity = cache.capacity
         # the last copy out of a pinned buffer (its next write waits for it)
         self._copied = torch.cuda.Event() if not eager else None
-        self._buckets: dict[int, tuple[Callable[[], None], torch.Tensor, torch.Tensor]] = {}
+        # bucket -> (replay, device ids, host ids, the step's AttnMeta): the graph reads the ids' and the meta's device
+        # memory, so both live as long as the graph
+        self._buckets: dict[int, tuple[Callable[[], None], torch.Tensor, torch.Tensor, AttnMeta]] = {}
         self.captures = 0  # buckets captured so far
         self.replays = 0  # prefills run by a bucket's graph
 
-    def _bucket(self, bucket: int) -> tuple[Callable[[], None], torch.Tensor, torch.Tensor]:
-        """(replay, device ids [bucket], host ids [bucket]) of a bucket: its padded forward, captured (or eager)."""
+    def _bucket(self, bucket: int) -> tuple[Callable[[], None], torch.Tensor, torch.Tensor, AttnMeta]:
+        """(replay, device ids [bucket], host ids [bucket], meta) of a bucket: its padded forward, captured (or eager).
+        The caller keeps all four: a replay reads `ids` and the meta's positions, slots and mask where they were."""
         ids = torch.zeros(bucket, dtype=torch.long, device=self.device)
         host = torch.zeros(bucket, dtype=torch.long, pin_memory=not self.eager)
         meta = AttnMeta.causal(0, bucket, self.device)
@@ -509,7 +512,7 @@ class PrefillGraphs:
                 self.model(ids, meta, self.cache, self.attn, logits=False)
 
         if self.eager:
-            return step, ids, host
+            return step, ids, host, meta
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):  # JIT compilation at this row count, cuBLAS workspaces, NCCL
@@ -521,7 +524,7 @@ class PrefillGraphs:
             step()
         torch.cuda.synchronize(self.device)
         self.captures += 1
-        return graph.replay, ids, host
+        return graph.replay, ids, host, meta
 
     def run(self, tokens: list[int]) -> bool:
         """Prefill `tokens` (slots and positions 0..n-1) by a replay; False (nothing done) if no bucket fits the
@@ -532,7 +535,7 @@ class PrefillGraphs:
         entry = self._buckets.get(bucket)
         if entry is None:
             entry = self._buckets[bucket] = self._bucket(bucket)
-        replay, ids, host = entry
+        replay, ids, host, _ = entry
         if self._copied is not None:
             self._copied.synchronize()  # long done in practice: a request's steps synchronise before the next prefill
         view = host.numpy()
