@@ -141,6 +141,13 @@ class Engine:
         self.progress = Progress(0, enabled=False)  # run_rank installs the live display (rank 0)
         self.tokens_done = 0  # tokens of finished requests, for the progress display
 
+    def prepare_prefills(self, prompts: list[list[int]]) -> None:
+        """kernels.prefill_graph: capture the prefill graphs these prompts need now, before the timed region (every rank
+        of a group captures the same buckets, in the same order: a TP group's all-reduces are captured together)."""
+        for worker in (self.target, self.draft):
+            if worker is not None and worker.prefill_graphs is not None:
+                worker.prefill_graphs.prepare([len(p) - 1 for p in prompts])
+
     def _model(self, mcfg: Any, target: bool = False) -> Any:
         """The model of `mcfg` on this rank, set to the configured kernels (fused Triton ones or torch) for its role
         (`runtime.model.role_kernels`: the target's QKV GEMM may do RoPE + the KV write)."""
@@ -466,6 +473,7 @@ def run_rank(ctx: ParallelContext, cfg: ExperimentConfig, prompts: list[list[int
     prompts, eos = load_workload(cfg, prompts, eos_token_id)
     timeline = Timeline.start(ctx, run_id=cfg.run_name)
     engine = (engine_cls or Engine)(ctx, cfg, timeline, eos)
+    engine.prepare_prefills(prompts)
     profiler = cProfile.Profile() if os.environ.get(CPROFILE_ENV) else None
     outputs = []
     # parallel.gc: what setup made stays out of the decode loop's collections; pauses recorded as host.gc spans

@@ -526,6 +526,15 @@ class PrefillGraphs:
         self.captures += 1
         return graph.replay, ids, host, meta
 
+    def prepare(self, lengths: list[int]) -> None:
+        """Capture now the buckets of prefills of these token counts (the runtime passes its workload's prompts before
+        the timed region, as it captures its decode steps when it builds its workers); others still capture on first
+        use."""
+        for n in lengths:
+            bucket = prefill_bucket(n, self.capacity) if n >= 1 else None
+            if bucket is not None and bucket not in self._buckets:
+                self._buckets[bucket] = self._bucket(bucket)
+
     def run(self, tokens: list[int]) -> bool:
         """Prefill `tokens` (slots and positions 0..n-1) by a replay; False (nothing done) if no bucket fits the
         cache, and the caller prefills eagerly."""

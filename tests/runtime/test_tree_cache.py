@@ -592,6 +592,8 @@ def test_bucketed_prefill_keeps_the_prompts_kv_and_reuses_its_bucket():
     graphs = PrefillGraphs(model, _cache(model), ATTN, eager=True)
     assert graphs.run(PROMPT) and graphs.run(PROMPT[:3]) and len(graphs._buckets) == 1 and graphs.replays == 2
     assert not graphs.run(list(range(CAPACITY + 1))) and graphs.replays == 2
+    graphs.prepare([0, 4, 10, 40, 63, CAPACITY + 1])  # the workload's prefills, before the timed region
+    assert sorted(graphs._buckets) == [16, 64]  # 16 was there; 64 added; none past the cache
 
 
 def test_prefill_graphs_refuse_a_cpu_capture():
