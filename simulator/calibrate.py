@@ -27,9 +27,7 @@ counts as much as a 5 ms one); NNLS is solved exactly by enumerating supports (<
 expand, i.e. `TargetWorker` forward + verdict + KV keep, or one `DraftWorker.expand`), the operators' share
 is predicted with the gemm / attention / allreduce fits just made (the simulator's own `forward_breakdown`,
 so the step decomposes exactly as the simulator will recompose it), and a + b * num_kernels is fitted to
-the rest, again in relative error of the *whole step*. num_kernels is `cost_model.kernels_per_step`. A model
-preset with >= min_samples whole steps at a TP degree also gets its own constant there (`by_preset`): a 135M
-model's step is mostly launches and host time, which the big models' line prices 8-18% long.
+the rest, again in relative error of the *whole step*. num_kernels is `cost_model.kernels_per_step`.
 
 Held-out error. Per operator, a seeded `holdout_fraction` of the rows is held out; the coefficients written
 are fitted on the rest, and `fit_error.mape` / `max_rel_error` are measured on the held-out rows (on the
@@ -321,24 +319,6 @@ def step_base(fits: dict[str, OperatorFit], sample: Sample, gpu: str) -> tuple[f
     return parts["gemm"] + parts["attention"] + parts["allreduce"], kernels_per_step(shape, tp, fused)
 
 
-def fit_by_preset(steps: Sequence[Sample], x: np.ndarray, y: np.ndarray, base: np.ndarray,
-                  opts: CalibrationOptions) -> dict[tuple[str, int], FitResult]:
-    """step_overhead per (model preset, TP degree) with >= min_samples whole steps: a constant (b = 0; one preset
-    at one degree has one kernel count), fitted in relative error of the whole step like the shared line."""
-    groups: dict[tuple[str, int], list[int]] = defaultdict(list)
-    for i, s in enumerate(steps):
-        groups[(str(s.extra["preset"]), s.tp)].append(i)
-    out = {}
-    for key, sel in sorted(groups.items()):
-        if len(sel) < opts.min_samples:
-            continue
-        ones = np.ones((len(sel), 1))
-        r = fit_rows(ones, y[sel], opts.holdout_fraction, opts.seed, base[sel])
-        out[key] = FitResult((r.coefficients[0], 0.0), r.mape, r.max_rel_error, r.train_mape, r.num_samples,
-                             r.num_holdout)
-    return out
-
-
 # ---- the whole calibration -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class CalibrationOptions:
@@ -406,13 +386,9 @@ def calibrate(ts: TraceSet, opts: CalibrationOptions, software: dict[str, Any] |
     report: dict[str, Any] = {"operators": {}, "skipped": {}, "ignored_records": dict(ts.ignored),
                               "files": list(ts.files), "devices": sorted(ts.devices)}
 
-    def keep(op: str, res: FitResult, by_tp: dict[int, FitResult] | None = None,
-             own: dict[tuple[str, int], FitResult] | None = None, **info: Any) -> None:
-        per_preset: dict[str, dict[int, tuple[float, ...]]] = defaultdict(dict)
-        for (name, tp), r in (own or {}).items():
-            per_preset[name][tp] = r.coefficients
+    def keep(op: str, res: FitResult, by_tp: dict[int, FitResult] | None = None, **info: Any) -> None:
         fits[op] = OperatorFit(op, res.coefficients, res.fit_error(),
-                               {tp: r.coefficients for tp, r in (by_tp or {}).items()}, dict(per_preset))
+                               {tp: r.coefficients for tp, r in (by_tp or {}).items()})
         names = OPERATOR_FORMS[op][0]
         report["operators"][op] = {"coefficients": dict(zip(names, res.coefficients)), **res.fit_error(), **info}
         if by_tp:
@@ -450,10 +426,6 @@ def calibrate(ts: TraceSet, opts: CalibrationOptions, software: dict[str, Any] |
         base = np.array(bases)
         res = fit_rows(x, y, opts.holdout_fraction, opts.seed, base)
         resid = y - base - x @ np.array(res.coefficients)
-        own = fit_by_preset(steps, x, y, base, opts)
-        for (name, tp), r in own.items():  # the report's breakdowns show the errors of what the profile holds
-            sel = [i for i, s in enumerate(steps) if (str(s.extra["preset"]), s.tp) == (name, tp)]
-            resid[sel] = y[sel] - base[sel] - x[sel] @ np.array(r.coefficients)
         def breakdown(label: str) -> dict[str, dict[str, Any]]:
             """Per kind / preset: how much of a step the operators explain, and the fit's error there."""
             out: dict[str, dict[str, Any]] = {}
@@ -465,13 +437,9 @@ def calibrate(ts: TraceSet, opts: CalibrationOptions, software: dict[str, Any] |
                             "mape": float(np.mean(np.abs(resid[sel]) / y[sel]))}
             return out
 
-        keep("step_overhead", res, None, own, kinds=list(opts.step_kinds), by_kind=breakdown("kind"),
+        keep("step_overhead", res, None, kinds=list(opts.step_kinds), by_kind=breakdown("kind"),
              by_preset=breakdown("preset"),
-             own_fits={f"{name} tp{tp}": {"coefficients": dict(zip(OPERATOR_FORMS["step_overhead"][0],
-                                                                     r.coefficients)), **r.fit_error()}
-                       for (name, tp), r in sorted(own.items())},
-             note="fitted on whole runtime steps minus the operators' predicted share; mape of the whole step; "
-                  "by_kind / by_preset give the errors with each preset's own fit (own_fits) where it has one")
+             note="fitted on whole runtime steps minus the operators' predicted share; mape of the whole step")
 
     if not fits:
         raise ValueError(f"traces {ts.files}: no operator has >= {opts.min_samples} usable samples "

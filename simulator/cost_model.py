@@ -184,12 +184,11 @@ class Operators:
             return fit.predict(message_features(nbytes))
         return message_time_s(self.cross, self.intra, receiver_gpus, nbytes, self.host_overhead_s)
 
-    def step_overhead_s(self, num_kernels: int, tp: int, preset: str | None = None) -> float:
-        """Fixed cost of one forward step of model `preset`: host overhead + kernel launches (the profile's fit
-        for that preset's own steps where it has one)."""
+    def step_overhead_s(self, num_kernels: int, tp: int) -> float:
+        """Fixed cost of one forward step: host overhead + kernel launches."""
         fit = self.fits.get("step_overhead")
         if fit is not None:
-            return fit.predict(step_overhead_features(num_kernels), tp, preset)
+            return fit.predict(step_overhead_features(num_kernels), tp)
         return self.base_overhead_s + num_kernels * self.launch_s
 
 
@@ -209,7 +208,7 @@ def forward_breakdown(ops: Operators, shape: ModelShape, weight_bits: int, step:
         "gemm": shape.num_layers * gemm + lm_head,
         "attention": shape.num_layers * attn,
         "allreduce": shape.num_layers * ar + gather,
-        "overhead": ops.step_overhead_s(kernels_per_step(shape, tp, fused), tp, shape.name),
+        "overhead": ops.step_overhead_s(kernels_per_step(shape, tp, fused), tp),
     }
 
 

@@ -16,8 +16,7 @@ Format (JSON, version 1)::
         "allreduce":     {"coefficients": {"a": ..., "b": ...}, "fit_error": {...},
                           "by_tp": {"2": {"coefficients": {...}, "fit_error": {...}}, "4": {...}}},
         "message":       {"coefficients": {"a": ..., "b": ...}, "fit_error": {...}},
-        "step_overhead": {"coefficients": {"a": ..., "b": ...}, "fit_error": {...},
-                          "by_preset": {"smollm2-135m": {"1": {"coefficients": {...}, "fit_error": {...}}}}}
+        "step_overhead": {"coefficients": {"a": ..., "b": ...}, "fit_error": {...}}
       },
       "runtime": {"step_extra_s": 1.2e-4, "expand_extra_s": 4.1e-4,   # optional: host costs of the runtime's
                   "verify_message_s": 5.0e-4, "draft_round_s": 1.5e-3} # loop (simulator/runtime_fit.py)
@@ -37,10 +36,8 @@ non-decreasing in every feature; `predict` = dot(coefficients, features), linear
 | step_overhead | per forward step, beyond the operators above  | a + b * num_kernels                    |
 
 `by_tp` (optional on any operator) holds coefficients per TP degree; a degree without an entry uses the
-operator's top-level coefficients. `by_preset` (step_overhead only) holds coefficients per model preset and TP
-degree, fitted on that preset's own whole steps; it takes precedence for that preset at that degree (a small
-model's step, mostly launches, is not the big models' line). Operators missing from `operators` fall back to the
-analytic prior, as do allreduce / message when the recorded link or algorithm differs from the run's (cost_model.py).
+operator's top-level coefficients. Operators missing from `operators` fall back to the analytic prior, as do
+allreduce / message when the recorded link or algorithm differs from the run's (cost_model.py).
 `fit_error.mape` (mean absolute percentage error on held-out samples, as a fraction) is required.
 
 `runtime` (optional) holds what the operator traces cannot see: the host time the runtime's own loop spends
@@ -58,7 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conf.presets import GPU_PRESETS, LINK_PRESETS, MODEL_PRESETS
+from conf.presets import GPU_PRESETS, LINK_PRESETS
 
 PROFILE_VERSION = 1
 
@@ -151,18 +148,14 @@ class OperatorFit:
     coefficients: tuple[float, ...]
     fit_error: dict[str, float]
     by_tp: dict[int, tuple[float, ...]] = field(default_factory=dict)
-    by_preset: dict[str, dict[int, tuple[float, ...]]] = field(default_factory=dict)
-    """step_overhead only: coefficients per model preset and TP degree, fitted on that preset's own whole steps."""
 
-    def coefficients_for(self, tp: int, preset: str | None = None) -> tuple[float, ...]:
-        """Coefficients for TP degree `tp` of model `preset`: its `by_preset` entry at that degree, else the
-        `by_tp` entry, else the top-level ones."""
-        own = self.by_preset.get(preset, {}).get(tp) if preset is not None else None
-        return own if own is not None else self.by_tp.get(tp, self.coefficients)
+    def coefficients_for(self, tp: int) -> tuple[float, ...]:
+        """Coefficients for TP degree `tp` (its `by_tp` entry, else the top-level ones)."""
+        return self.by_tp.get(tp, self.coefficients)
 
-    def predict(self, features: tuple[float, ...], tp: int = 1, preset: str | None = None) -> float:
+    def predict(self, features: tuple[float, ...], tp: int = 1) -> float:
         """Seconds for one call with these features (see OPERATOR_FORMS)."""
-        return sum(c * f for c, f in zip(self.coefficients_for(tp, preset), features))
+        return sum(c * f for c, f in zip(self.coefficients_for(tp), features))
 
 
 @dataclass(frozen=True)
@@ -220,10 +213,9 @@ def _operator(where: str, op: str, entry: Any) -> OperatorFit:
     fp = f"operators.{op}"
     if not isinstance(entry, dict):
         raise _fail(where, fp, f"must be an object, got {type(entry).__name__}")
-    allowed = ["coefficients", "fit_error", "by_tp"] + (["by_preset"] if op == "step_overhead" else [])
-    unknown = set(entry) - set(allowed)
+    unknown = set(entry) - {"coefficients", "fit_error", "by_tp"}
     if unknown:
-        raise _fail(where, fp, f"unknown keys {sorted(unknown)}; allowed: {', '.join(allowed)}")
+        raise _fail(where, fp, f"unknown keys {sorted(unknown)}; allowed: coefficients, fit_error, by_tp")
     for key in ("coefficients", "fit_error"):
         if key not in entry:
             raise _fail(where, f"{fp}.{key}", "is missing")
@@ -241,30 +233,7 @@ def _operator(where: str, op: str, entry: Any) -> OperatorFit:
         by_tp[int(k)] = _coefficients(where, f"{fp}.by_tp.{k}.coefficients", op, sub["coefficients"])
         if "fit_error" in sub:
             _fit_error(where, f"{fp}.by_tp.{k}.fit_error", sub["fit_error"])
-    return OperatorFit(op, coefs, err, by_tp, _by_preset(where, fp, op, entry.get("by_preset", {})))
-
-
-def _by_preset(where: str, fp: str, op: str, raw: Any) -> dict[str, dict[int, tuple[float, ...]]]:
-    """`by_preset`: {preset: {TP degree: {"coefficients": ..., "fit_error": ...}}}."""
-    if not isinstance(raw, dict):
-        raise _fail(where, f"{fp}.by_preset", "must be an object keyed by model preset")
-    out: dict[str, dict[int, tuple[float, ...]]] = {}
-    for name, per_tp in raw.items():
-        if name not in MODEL_PRESETS:
-            raise _fail(where, f"{fp}.by_preset.{name}", f"unknown model preset; allowed: {sorted(MODEL_PRESETS)}")
-        if not isinstance(per_tp, dict) or not per_tp:
-            raise _fail(where, f"{fp}.by_preset.{name}", "must be a non-empty object keyed by TP degree")
-        out[name] = {}
-        for k, sub in per_tp.items():
-            at = f"{fp}.by_preset.{name}.{k}"
-            if not str(k).isdigit() or int(k) < 1:
-                raise _fail(where, at, "keys must be TP degrees >= 1")
-            if not isinstance(sub, dict) or "coefficients" not in sub:
-                raise _fail(where, at, "must be an object with 'coefficients'")
-            out[name][int(k)] = _coefficients(where, f"{at}.coefficients", op, sub["coefficients"])
-            if "fit_error" in sub:
-                _fit_error(where, f"{at}.fit_error", sub["fit_error"])
-    return out
+    return OperatorFit(op, coefs, err, by_tp)
 
 
 def parse_profile(data: Any, where: str = "profile") -> Profile:
@@ -335,10 +304,6 @@ def profile_to_dict(profile: Profile) -> dict[str, Any]:
         entry: dict[str, Any] = {"coefficients": dict(zip(names, fit.coefficients)), "fit_error": fit.fit_error}
         if fit.by_tp:
             entry["by_tp"] = {str(tp): {"coefficients": dict(zip(names, c))} for tp, c in sorted(fit.by_tp.items())}
-        if fit.by_preset:
-            entry["by_preset"] = {preset: {str(tp): {"coefficients": dict(zip(names, c))}
-                                           for tp, c in sorted(per.items())}
-                                  for preset, per in sorted(fit.by_preset.items())}
         ops[name] = entry
     out = {"version": PROFILE_VERSION, "hardware": profile.hardware, "software": profile.software, "operators": ops}
     if profile.runtime:
