@@ -142,14 +142,14 @@ def main(argv: list[str] | None = None) -> dict:
         lengths = [int(n) for n in args.lengths.split(",") if n]
     except ValueError as e:
         raise SystemExit(f"--lengths: expected comma-separated integers, got {args.lengths!r}") from e
+    if any(n < 2 for n in lengths):
+        raise SystemExit(f"--lengths: a prefill needs >= 2 prompt tokens, got {lengths}")
     kernels = [k for k in args.kernels.split(",") if k]
     for k in kernels:
         if k not in ("graph", "triton", "reference"):
             raise SystemExit(f"--kernels: {k!r} is not one of graph, triton, reference")
     if "graph" in kernels and device.type != "cuda":
         raise SystemExit("--kernels graph: CUDA graphs need a CUDA device")
-    if any(n < 2 for n in lengths):
-        raise SystemExit(f"--lengths: a prefill needs >= 2 prompt tokens, got {lengths}")
     gen = torch.Generator().manual_seed(0)
     rows = []
     for i, preset in enumerate(presets):

@@ -63,9 +63,12 @@ def parse_shape(mode: str, label: str) -> list[str]:
 
 
 def row_overrides(workload: dict[str, Any], row: dict[str, Any], requests: int, max_new_tokens: int | None,
-                  profile: str, prompt_tokens: int, acceptance: str | None = None) -> list[str]:
+                  profile: str, prompt_tokens: int, acceptance: str | None = None,
+                  kernels: dict[str, Any] | None = None) -> list[str]:
     """Hydra overrides of the `simulate` config for one of our benchmark rows (`acceptance`: a conf/acceptance
-    name for a run whose draft modes had no oracle, e.g. the real pair's measured table `smollm2`)."""
+    name for a run whose draft modes had no oracle, e.g. the real pair's measured table `smollm2`). `kernels`: the
+    run's recorded kernels config (the results' experiment_config): its prefill_graph, absent before the switch
+    existed, i.e. an eager prefill."""
     mode = row["mode"]
     target, _, draft = str(workload.get("parallel") or f"{row.get('target_tp') or 1}x1").partition("x")
     ov = [f"model={workload['model']}", f"parallel={int(target)}x{0 if mode == 'autoregressive' else int(draft)}",
@@ -76,6 +79,8 @@ def row_overrides(workload: dict[str, Any], row: dict[str, Any], requests: int, 
           f"spec={mode}", *parse_shape(mode, row.get("spec", ""))]
     if mode == "async_tree" and "spec.d=auto" in ov:
         ov.append("sim.d_rule=runtime")
+    if kernels is not None:
+        ov.append(f"kernels.prefill_graph={str(bool(kernels.get('prefill_graph', False))).lower()}")
     return ov
 
 
@@ -128,7 +133,8 @@ def compare(paths: list[Path], profile: str, requests: int, seeds: int, max_new_
                                 "pass --acceptance (e.g. smollm2, the real pair's measured table)"})
                 continue
             extra = None if row.get("oracle") else acceptance
-            ov = row_overrides(data["workload_config"], row, requests, max_new_tokens, profile, prompt_tokens, extra)
+            ov = row_overrides(data["workload_config"], row, requests, max_new_tokens, profile, prompt_tokens, extra,
+                               (data.get("experiment_config") or {}).get("kernels"))
             sim = simulate_row(ov, seeds)
             out = {"file": str(path), "mode": row["mode"], "spec": row.get("spec", ""), "overrides": ov,
                    "measured_repeats": row.get("tokens_per_s_repeats"), "sim_d_used": sim["d_used"]}

@@ -91,7 +91,8 @@ class KernelsConfig(_Frozen):
     prompt, which later steps overwrite) instead of an eager forward, and skips the LM head (a prefill keeps only the
     K/V). The eager prefill is host-bound: ~0.1 ms of host per Triton launch on the H200 host, 15-25 ms per
     SmolLM2-135M prompt (bench/prefill_probe.py). Prompts longer than the largest bucket that fits the cache stay
-    eager. Needs kernels.cuda_graphs."""
+    eager, and so do TP > 1 groups (a captured prefill with its all-reduces has not run on GPUs yet). Needs
+    kernels.cuda_graphs."""
     verdict_graph: bool = False
     """Experiment switch (CUDA graphs, backend triton, greedy): a tree verify's graph also computes what its verdict
     reads (`runtime.graphs.StepGraph` verdict): the greedy verdict (`kernels.greedy_verify` over the rows' argmax), or

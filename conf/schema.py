@@ -417,10 +417,17 @@ class SimConfig(_Frozen):
     messages. No effect without a runtime block (bench/bench_ratio_bounds.py sweeps it)."""
     runtime_delta: RuntimeDelta = field(default_factory=RuntimeDelta)
     """What-if on the runtime's host costs: seconds added to the profile's `runtime` block (`sim.runtime_delta.*`)."""
+    eager_prefill_launch_s: float = 9.0e-5
+    """Host time per kernel launch of an eager prefill (the Triton backend with kernels.prefill_graph=false): such a
+    prefill costs max(its operators, launches x this). H200 host: 0.07-0.15 ms per launch, median 0.09, over
+    SmolLM2-135M, its draft, Llama-3.2-1B and Llama-3-8B at 37-1024 tokens (bench/prefill_probe.py,
+    bench/results/prefill_probe_2026-12-01_a8dc0fe.json). A captured prefill (kernels=graphs) costs its operators."""
 
     def validate(self) -> None:
         """Check bounds."""
         _require(self.max_iterations >= 1, "sim.max_iterations", "must be >= 1")
+        _require(self.eager_prefill_launch_s >= 0, "sim.eager_prefill_launch_s",
+                 f"must be >= 0, got {self.eager_prefill_launch_s}")
         _require(self.draft_host_scale >= 0, "sim.draft_host_scale", f"must be >= 0, got {self.draft_host_scale}")
         self.runtime_delta.validate()
         _require(self.step_overhead_s >= 0, "sim.step_overhead_s", "must be >= 0")

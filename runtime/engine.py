@@ -100,6 +100,9 @@ class Engine:
             # process-wide: every Triton launch of this rank (no-op before sm90, on CPU)
             set_pdl(cfg.kernels.pdl, **cfg.kernels.pdl_policy.overrides())
         seq, graphs = cfg.workload.max_seq_len_tokens, cfg.kernels.cuda_graphs
+        # kernels.prefill_graph on one-GPU groups: a TP group's captured prefill (all-reduces in the graph) has not run
+        # on GPUs yet (tests/gpu multi_gpu), so TP > 1 groups prefill eagerly until it has
+        prefill_graph = cfg.kernels.prefill_graph and ctx.group_size == 1
         self.target = self.draft = None
         if ctx.role == "target":
             self.target = TargetWorker(self._model(cfg.model.target, target=True), attn, rows=self.shape.rows,
@@ -107,14 +110,14 @@ class Engine:
                                        cuda_graphs=graphs, graph_events=cfg.trace.graph_events,
                                        staging=cfg.kernels.input_staging, verdict_graph=cfg.kernels.verdict_graph,
                                        oracle=self.oracle_on, readback=cfg.kernels.readback,
-                                       prefill_graph=cfg.kernels.prefill_graph)
+                                       prefill_graph=prefill_graph)
         if self.mode != "autoregressive" and (ctx.role == "draft" or self.colocated):
             self.draft = DraftWorker(self._model(cfg.model.draft), attn, w=self.shape.w, topk=self.shape.topk,
                                      max_tree_nodes=spec.max_tree_nodes, max_seq_len=seq,
                                      temperature=spec.temperature, cuda_graphs=graphs,
                                      staging=cfg.kernels.input_staging, graph_events=cfg.trace.graph_events,
                                      fused_head=cfg.kernels.draft_head, refill_graph=cfg.kernels.refill_graph,
-                                     readback=cfg.kernels.readback, prefill_graph=cfg.kernels.prefill_graph)
+                                     readback=cfg.kernels.readback, prefill_graph=prefill_graph)
             if self.oracle_on and spec.oracle_belief == "table":
                 self.draft.belief = oracle_belief(cfg.acceptance, self.shape.topk)
         # Greedy autoregressive decoding on one GPU with graphs: step i + 1 is queued before token i is read.

@@ -242,8 +242,10 @@ class GroupCost:
 
     def __init__(self, ops: Operators, shape: ModelShape, weight_bits: int, tp: int, fused: bool = True,
                  extra_s: float = 0.0, extra_per_token_s: float = 0.0, broadcast_s: float = 0.0,
-                 extra_per_real_row_s: float = 0.0) -> None:
+                 extra_per_real_row_s: float = 0.0, prefill_launch_s: float = 0.0) -> None:
         self.ops, self.shape, self.weight_bits, self.tp, self.fused = ops, shape, weight_bits, tp, fused
+        # an eager prefill's host time per launch (0: a captured prefill, its operators alone)
+        self.prefill_host_s = prefill_launch_s * kernels_per_step(shape, tp, fused)
         # fitted host time per step of the runtime's loop (profile `runtime`): constant + per query row + per real
         # (not padding) row
         self.extra_s, self.extra_per_token_s = extra_s, extra_per_token_s
@@ -278,11 +280,12 @@ class GroupCost:
     def prefill_s(self, prompt_tokens: int) -> float:
         """Prompt prefill: all prompt tokens at once, causal (on average half the prompt attended); 0 if empty.
         One step: the constant host extra applies if positive (a negative one is the fused decode graph's saving,
-        which an eager cuBLAS prefill does not have); the per-row one (tree bookkeeping per leaf) does not."""
+        which an eager cuBLAS prefill does not have); the per-row one (tree bookkeeping per leaf) does not. An eager
+        prefill (`prefill_launch_s` > 0) takes at least its launches' host time."""
         if prompt_tokens <= 0:
             return 0.0
         a, b = self._line(prompt_tokens)
-        return a + b * math.ceil(prompt_tokens / 2) + max(self.extra_s, 0.0)
+        return max(a + b * math.ceil(prompt_tokens / 2), self.prefill_host_s) + max(self.extra_s, 0.0)
 
     def compaction_s(self, kept_tokens: int, launch: bool = True) -> float:
         """KV compaction of `kept_tokens` tokens on this group; `launch=False`: inside another step's CUDA graph

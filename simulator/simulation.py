@@ -173,8 +173,15 @@ def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Cos
         step_extra = host.get("tp_step_extra_s", max(step_extra, 0.0))
         if config.spec.mode == "autoregressive":  # its own fit when an autoregressive TP run was among the fit runs
             step_extra = host.get("tp_ar_step_extra_s", step_extra)
+    # the Triton backend's eager prefill (kernels.prefill_graph=false; TP > 1 groups always, as the runtime) is
+    # host-bound: a floor of launches x host time
+    def prefill_launch_s(tp: int) -> float:
+        eager = not config.kernels.prefill_graph or tp > 1
+        return config.sim.eager_prefill_launch_s if fused and eager else 0.0
+
     target = GroupCost(ops, model_preset(config.model.target.preset), config.model.target.weight_bits,
-                       par.target_gpus, fused, extra_s=step_extra, broadcast_s=verdict_s)
+                       par.target_gpus, fused, extra_s=step_extra, broadcast_s=verdict_s,
+                       prefill_launch_s=prefill_launch_s(par.target_gpus))
     draft = None
     proposal_s = verified_s = 0.0
     transport = "dist"
@@ -183,7 +190,8 @@ def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Cos
         draft = GroupCost(ops, model_preset(config.model.draft.preset), config.model.draft.weight_bits,
                           draft_tp(config), fused, extra_s=host.get("expand_extra_s", 0.0),
                           extra_per_token_s=host.get("expand_extra_per_row_s", 0.0),
-                          extra_per_real_row_s=host.get("expand_extra_per_real_row_s", 0.0))
+                          extra_per_real_row_s=host.get("expand_extra_per_real_row_s", 0.0),
+                          prefill_launch_s=prefill_launch_s(draft_tp(config)))
         if par.draft_gpus > 0:
             transport = leader_transport(config)
             proposal_s = ops.message_s(nbytes, par.target_gpus, transport)

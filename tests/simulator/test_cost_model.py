@@ -127,3 +127,34 @@ def test_fitted_step_overhead_serves_configs_whose_steps_ran_the_same_way(softwa
         ops = Operators(H200, NVLINK, "oneshot", NVLINK, 2e-5, 3e-5, graphs, profile, "nvlink4", "nvlink4")
         assert (ops.sources["step_overhead"] == "profile") is uses, (software, graphs)
         assert ops.sources["gemm"] == "profile"
+
+
+def test_an_eager_prefill_costs_at_least_its_launches_host_time():
+    """GroupCost(prefill_launch_s=...): an eager prefill is host-bound below its device time (SmolLM2-135M, 37 tokens:
+    ~20 ms of host, ~1 ms of kernels on the H200); a long 8B one stays device-bound."""
+    small, big = model_preset("smollm2-135m"), model_preset("llama3-8b")
+    for shape, tokens in ((small, 37), (big, 4096)):
+        graphed = GroupCost(_ops(), shape, 16, 1)
+        eager = GroupCost(_ops(), shape, 16, 1, prefill_launch_s=9e-5)
+        floor = 9e-5 * kernels_per_step(shape, 1, True)
+        assert eager.prefill_s(tokens) == pytest.approx(max(graphed.prefill_s(tokens), floor))
+    assert GroupCost(_ops(), small, 16, 1, prefill_launch_s=9e-5).prefill_s(37) == pytest.approx(9e-5 * 214)
+    assert GroupCost(_ops(), big, 16, 1, prefill_launch_s=9e-5).prefill_s(4096) > 9e-5 * 228
+    assert GroupCost(_ops(), small, 16, 1, prefill_launch_s=9e-5).prefill_s(0) == 0.0
+
+
+@pytest.mark.parametrize("overrides, target_floor, draft_floor", [
+    ([], False, False),  # kernels.prefill_graph (kernels=graphs): captured prefills cost their operators
+    (["kernels.prefill_graph=false"], True, True),
+    (["parallel=2x1"], True, False),  # a TP 2 target prefills eagerly (as the runtime does), its one-GPU draft not
+])
+def test_build_costs_price_eager_prefills_where_the_runtime_runs_them(overrides, target_floor, draft_floor):
+    from conf import compose_config
+    from simulator.simulation import build_costs
+
+    cfg = compose_config("simulate", ["model=smollm2", "kernels=graphs", "parallel=1x1", "sim=analytic",
+                                      "spec=async_tree", *overrides])
+    costs = build_costs(cfg)
+    for group, floor in ((costs.target, target_floor), (costs.draft, draft_floor)):
+        launches = kernels_per_step(group.shape, group.tp, True)
+        assert group.prefill_host_s == pytest.approx(cfg.sim.eager_prefill_launch_s * launches if floor else 0.0)
