@@ -146,10 +146,12 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
         return TargetWorker(model, attn, rows=1, max_seq_len=1024, temperature=0.0, backend="triton", cuda_graphs=True,
                             staging=kcfg.input_staging, readback=kcfg.readback)
 
-    def timed(tw: TargetWorker) -> float:
+    def timed(tw: TargetWorker, prompt: list[int] = prompt, zero_pad: bool = False) -> float:
         out = []
         for _ in range(3):
             tw.start(prompt)
+            if zero_pad:  # the padding rows' K/V past the prompt, as an eager prefill leaves them (untouched: zeros here)
+                tw.cache.kv[:, :, len(prompt) - 1:64].zero_()
             tw.chain_step(prompt[-1])
             for _ in range(16):
                 tw.chain_step(None)
@@ -168,7 +170,12 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
     tw.prefill_graphs = PrefillGraphs(model, tw.cache, attn)
     tw.prefill_graphs.prepare([len(prompt) - 1])
     rows.append({"case": "B replayed prefill", "step_s": timed(tw)})
+    rows.append({"case": "E replayed prefill, its padding slots zeroed", "step_s": timed(tw, zero_pad=True)})
+    exact = prompt[:33]  # 32 prefilled tokens: a whole bucket, no padding row
+    tw.prefill_graphs.prepare([len(exact) - 1])
+    rows.append({"case": "F replayed prefill of a whole bucket (32 tokens)", "step_s": timed(tw, exact)})
     graphs, tw.prefill_graphs = tw.prefill_graphs, None
+    rows.append({"case": "G eager prefill of the same 32 tokens", "step_s": timed(tw, exact)})
     rows.append({"case": "C eager prefill, the prefill graph alive", "step_s": timed(tw)})
     rows.append({"case": "D new worker, eager prefill", "step_s": timed(worker())})
     del graphs
