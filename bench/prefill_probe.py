@@ -150,7 +150,7 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
         out = []
         for _ in range(3):
             tw.start(prompt)
-            if zero_pad:  # the padding rows' K/V past the prompt, as an eager prefill leaves them (untouched: zeros here)
+            if zero_pad:  # the padding rows' K/V past the prompt (an eager prefill leaves those slots alone)
                 tw.cache.kv[:, :, len(prompt) - 1:64].zero_()
             tw.chain_step(prompt[-1])
             for _ in range(16):
