@@ -86,9 +86,9 @@ class DraftWorker:
             if refill_graph and w > 1:
                 self.refill_graph = StepGraph(model, self.cache, attn, 1, max_tree_nodes, head=self._top_children,
                                               staging=staging, keep_rows=max_tree_nodes, readback=spin)
-        # trace.graph_events: events and host marks around every replayed expansion's input copies and replay
         # kernels.prefill_graph: prompt prefills replayed per length bucket (runtime/graphs.py PrefillGraphs)
         self.prefill_graphs = PrefillGraphs(model, self.cache, attn) if cuda_graphs and prefill_graph else None
+        # trace.graph_events: events and host marks around every replayed expansion's input copies and replay
         self._timer = ReplayTimer("planned") if graph_events and cuda_graphs else None
         self._timed = False  # whether the last expansion was timed (a replay; an eager one is not)
         self.last_rows = 0  # real (not padding) rows of the last expansion: its host cost grows with them
