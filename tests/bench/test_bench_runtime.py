@@ -214,8 +214,13 @@ def test_config_errors_name_the_field():
     with pytest.raises(ValueError, match="presets.tiny.peers"):
         bench_cfg(["presets.tiny.peers=[vllm]"])
     bc = bench_cfg([])
-    assert bc.preset == "shape_realistic" and set(bc.presets) == {"shape_realistic", "real_pair", "tiny"}
+    assert bc.preset == "shape_realistic" and set(bc.presets) == {"shape_realistic", "real_pair", "real_pair_shapes",
+                                                                  "tiny"}
     assert bc.selected.oracle and bc.selected.max_new_tokens == 512 and bc.selected.prompt_tokens == 1024
+    # the real pair's shapes without its weights: random weights, the instruction prompts' acceptance as oracle
+    shapes = bc.presets["real_pair_shapes"]
+    assert shapes.oracle and not shapes.check_outputs and shapes.model == "smollm2" and shapes.prompt_file is None
+    assert {"acceptance=smollm2_instruction", "model.target.checkpoint=null"} <= set(shapes.experiment_overrides)
 
 
 @pytest.mark.parametrize("preset", ["shape_realistic", "real_pair", "tiny"])
