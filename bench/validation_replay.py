@@ -30,7 +30,8 @@ def sim_config(config: Any, profile: str | None, settings: dict[str, float], acc
             from simulator.acceptance import load_acceptance
 
             cfg.acceptance.positional = load_acceptance(cfg.acceptance, 1).raw
-        cfg.acceptance.kind, cfg.acceptance.file = "replay", acceptance_file
+        # the replay file replaces the report: its domain (acceptance.domain) went into the inline table above
+        cfg.acceptance.kind, cfg.acceptance.file, cfg.acceptance.domain = "replay", acceptance_file, None
         cfg.acceptance.replay_belief = replay_belief
     cfg.sim.profile = profile
     if d_rule is not None:

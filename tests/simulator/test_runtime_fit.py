@@ -366,6 +366,11 @@ def test_a_replay_keeps_the_runs_acceptance_table_from_its_file():
     replay = REPO / "bench/results/runtime_runs_2026-11-30_e92dbf1/async_bs8_w8_dauto/iterations.csv"
     out = sim_config(config, None, {}, acceptance_file=str(replay), replay_belief="table")
     assert out.acceptance.kind == "replay" and [list(r) for r in out.acceptance.positional] == table
+    # a run of one prompt domain's table (acceptance.domain): that table inline, and no domain left on the replay
+    config = cfg(*BASE, "spec=async_tree", "acceptance=smollm2_instruction", "spec.oracle=true")
+    table = load_acceptance(config.acceptance, 8).raw
+    out = sim_config(config, None, {}, acceptance_file=str(replay), replay_belief="table")
+    assert out.acceptance.domain is None and [list(r) for r in out.acceptance.positional] == table
 
 
 def test_a_tp2_target_verify_carries_its_verdict_broadcast():
