@@ -602,3 +602,51 @@ def test_prefill_graphs_refuse_a_cpu_capture():
     model = _model("tiny-llama", 1)
     with pytest.raises(ValueError, match="kernels.prefill_graph: CUDA graphs need a CUDA device"):
         PrefillGraphs(model, _cache(model), ATTN)
+
+
+@torch.no_grad()
+def test_workers_prefill_through_their_buckets_and_decode_as_after_an_eager_prefill():
+    """kernels.prefill_graph wired through the workers (`CpuStepGraph` and an eager `PrefillGraphs` standing in for
+    the captures): TargetWorker and DraftWorker prefill each prompt through its bucket (two prompts share one, prepared
+    up front), and their next steps give the logits, tree and cache an eager-prefill worker gives."""
+    from functools import partial
+
+    from conf.messages import DraftProposal
+    from runtime.graphs import PrefillGraphs
+    from runtime.target_worker import TargetWorker
+
+    eager_graphs = partial(PrefillGraphs, eager=True)
+    prompts = [PROMPT, PROMPT[:4], PROMPT + list(range(61, 72))]  # prefills of 6, 3, 17 tokens: buckets 16, 16, 32
+
+    def workers(graphs: bool) -> tuple[TargetWorker, DraftWorker]:
+        with mock.patch("runtime.target_worker.StepGraph", CpuStepGraph), \
+                mock.patch("runtime.draft_worker.StepGraph", CpuStepGraph), \
+                mock.patch("runtime.target_worker.PrefillGraphs", eager_graphs), \
+                mock.patch("runtime.draft_worker.PrefillGraphs", eager_graphs):
+            target = TargetWorker(_model("tiny-llama", 1), ATTN, rows=4, max_seq_len=CAPACITY - 4, temperature=0.0,
+                                  backend="reference", cuda_graphs=True, prefill_graph=graphs)
+            draft = DraftWorker(_model("tiny-llama-draft", 2), ATTN, w=4, topk=3, max_tree_nodes=MAX_LEN,
+                                max_seq_len=CAPACITY - MAX_LEN, temperature=0.0, cuda_graphs=True,
+                                prefill_graph=graphs)
+        return target, draft
+
+    plain, bucketed = workers(False), workers(True)
+    assert plain[0].prefill_graphs is None and bucketed[1].prefill_graphs is not None
+    for w in bucketed:
+        w.prefill_graphs.prepare([len(p) - 1 for p in prompts[:2]])
+        assert sorted(w.prefill_graphs._buckets) == [16]
+    for prompt in prompts:
+        results = []
+        for target, draft in (plain, bucketed):
+            target.start(prompt)
+            draft.start(prompt)
+            assert draft.expand() and draft.expand()
+            proposal = draft.propose(0, 0, bs=4)
+            target.forward(DraftProposal(0, 0, proposal.token_ids, proposal.parent_indices))
+            results.append((target._logits.clone(), proposal, [(n.token, n.parent) for n in draft.tree.nodes]))
+        (want, prop_a, tree_a), (got, prop_b, tree_b) = results
+        assert (prop_b.token_ids, prop_b.parent_indices, tree_b) == (prop_a.token_ids, prop_a.parent_indices, tree_a)
+        # logits (|x| up to ~4) over K/V that MKL computed at another row count: last-bit differences, amplified
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+    for w in bucketed:
+        assert sorted(w.prefill_graphs._buckets) == [16, 32] and w.prefill_graphs.replays == 3
