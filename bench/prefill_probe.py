@@ -38,30 +38,36 @@ import torch  # noqa: E402
 from conf.rundir import atomic_write_json, git_sha  # noqa: E402
 
 
-def build(preset: str, kernels: str, device: torch.device, dtype: torch.dtype, target: bool):
-    """The model of `preset` as the engine builds it for its role, its attention backend, and a KV cache."""
+def engine_model(preset: str, kernels: str, device: torch.device, dtype: torch.dtype, target: bool):
+    """The model of `preset` as the engine builds it under kernels=graphs for its role (`kernels` reference: torch's
+    path), its attention backend, and the kernels config used."""
     from conf import compose_config
     from conf.presets import model_preset
     from runtime.attention import make_attention_backend
-    from runtime.kv_cache import KVCache
     from runtime.loader import build_model
     from runtime.model import role_kernels
 
     shape = model_preset(preset)
     backend = "reference" if kernels == "reference" else "triton"
     kcfg = compose_config("generate", ["kernels=graphs"]).kernels  # the engine's switches under kernels=graphs
+    model = build_model(shape, dtype, device, seed=0)
     if backend == "triton":
         from kernels.pdl import set_pdl
 
         set_pdl(kcfg.pdl, **kcfg.pdl_policy.overrides())
-    model = build_model(shape, dtype, device, seed=0)
-    if backend == "triton":
         model = model.use_fused_kernels(True, **role_kernels(
             shape, skinny=kcfg.skinny, rope_attention=kcfg.rope_attention, target_qkv_rope=kcfg.target_qkv_rope,
             target=target))
+    return model, make_attention_backend(backend), kcfg
+
+
+def build(preset: str, kernels: str, device: torch.device, dtype: torch.dtype, target: bool):
+    """`engine_model`'s model and attention backend, a KV cache, and (`kernels` graph) its prefill graphs."""
+    from runtime.kv_cache import KVCache
+
+    model, attn, _ = engine_model(preset, kernels, device, dtype, target)
     layers, heads, head_dim = model.cache_spec()
     cache = KVCache(layers, 2048, heads, head_dim, model.dtype, device)
-    attn = make_attention_backend(backend)
     graphs = None
     if kernels == "graph":  # kernels.prefill_graph: a replay per length bucket
         from runtime.graphs import PrefillGraphs
@@ -121,26 +127,15 @@ def host_profile(model, attn, cache, graphs, prompt: list[int], device: torch.de
 def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: int = 256) -> list[dict]:
     """Chained autoregressive steps (the target's captured one-row graph, as kernels=graphs runs them) timed with CUDA
     events over `steps` replays after a prompt prefilled: (A) eagerly, no prefill graph in the process; (B) by a
-    prefill graph captured just before; (C) eagerly again, the prefill graph still alive; (D) a new worker without one.
-    Why: with kernels.prefill_graph the real-pair runs' autoregressive steps took 0.865 against 0.819 ms."""
-    from conf import compose_config
-    from conf.presets import model_preset
-    from runtime.attention import make_attention_backend
+    prefill graph captured just before; (E) the same with the padding rows' slots zeroed after it; (F) by the graph of
+    a whole bucket (no padding row) and (G) eagerly for that prompt; (C) eagerly again, the prefill graph still alive;
+    (D) a new worker without one. Why: with kernels.prefill_graph the real-pair runs' autoregressive steps took 0.865
+    against 0.819 ms."""
     from runtime.graphs import PrefillGraphs
-    from runtime.loader import build_model
-    from runtime.model import role_kernels
     from runtime.target_worker import TargetWorker
 
-    kcfg = compose_config("generate", ["kernels=graphs"]).kernels
-    from kernels.pdl import set_pdl
-
-    set_pdl(kcfg.pdl, **kcfg.pdl_policy.overrides())
-    shape = model_preset(preset)
-    model = build_model(shape, dtype, device, seed=0).use_fused_kernels(True, **role_kernels(
-        shape, skinny=kcfg.skinny, rope_attention=kcfg.rope_attention, target_qkv_rope=kcfg.target_qkv_rope,
-        target=True))
-    attn = make_attention_backend("triton")
-    prompt = torch.randint(0, shape.token_count, (38,), generator=torch.Generator().manual_seed(1)).tolist()
+    model, attn, kcfg = engine_model(preset, "triton", device, dtype, target=True)
+    prompt = torch.randint(0, model.shape.token_count, (38,), generator=torch.Generator().manual_seed(1)).tolist()
 
     def worker() -> TargetWorker:
         return TargetWorker(model, attn, rows=1, max_seq_len=1024, temperature=0.0, backend="triton", cuda_graphs=True,
@@ -230,10 +225,11 @@ def main(argv: list[str] | None = None) -> dict:
                 t = time_prefill(model, attn, cache, graphs, prompt, device, args.warmup, args.reps)
                 rows.append({"preset": preset, "kernels": kern, "prompt_tokens": n, **t})
                 if args.cprofile and n == lengths[0]:
-                    print(host_profile(model, attn, cache, prompt, device, args.reps, args.cprofile), flush=True)
+                    print(host_profile(model, attn, cache, graphs, prompt, device, args.reps, args.cprofile),
+                          flush=True)
                 print(f"{preset:14s} {kern:9s} {n:5d} tokens: host {t['host_s'] * 1e3:7.3f} ms  wall "
                       f"{t['wall_s'] * 1e3:7.3f} ms  device {t['device_s'] * 1e3:7.3f} ms", flush=True)
-            del model, attn, cache
+            del model, attn, cache, graphs
     decode = decode_check(presets[0], device, dtype) if args.decode_check and device.type == "cuda" else []
     sha = git_sha(REPO_ROOT)
     date = datetime.datetime.now(datetime.timezone.utc)

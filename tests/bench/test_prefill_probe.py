@@ -7,9 +7,11 @@ import pytest
 from bench.prefill_probe import main
 
 
-def test_probe_times_each_length_and_writes_its_record(tmp_path):
+def test_probe_times_each_length_and_writes_its_record(tmp_path, capsys):
     result = main(["--presets", "tiny-llama,tiny-llama-draft", "--lengths", "8,24", "--kernels", "reference",
-                   "--warmup", "1", "--reps", "2", "--device", "cpu", "--out", str(tmp_path)])
+                   "--warmup", "1", "--reps", "2", "--device", "cpu", "--out", str(tmp_path), "--cprofile", "3"])
+    # --cprofile: each preset's host profile at the first length, the functions with the most own time
+    assert capsys.readouterr().out.count("Ordered by: internal time") == 2
     rows = result["rows"]
     assert [(r["preset"], r["prompt_tokens"]) for r in rows] == [
         ("tiny-llama", 8), ("tiny-llama", 24), ("tiny-llama-draft", 8), ("tiny-llama-draft", 24)]
