@@ -116,6 +116,12 @@ class KernelsConfig(_Frozen):
     colocated, 4 paired rounds, 2026-12-01): iteration 9.75 -> 9.30 ms (chain), 7.76 -> 7.15 ms (serial_tree); spin
     with pageable staging 9.36 / 7.29 ms (bench/results/host_io_ab_2026-12-01_ab44f24.json)."""
 
+    def prefill_graph_for(self, group_gpus: int) -> bool:
+        """Whether a group of `group_gpus` GPUs replays its prefills (kernels.prefill_graph): one-GPU groups only, since
+        a TP group's captured prefill (its all-reduces in the graph) has not run on GPUs yet (tests/gpu multi_gpu). The
+        runtime's workers and the simulator's prefill price both ask here."""
+        return self.prefill_graph and group_gpus == 1
+
     def validate(self) -> None:
         """Check the backend name and what needs the Triton backend."""
         _require(self.backend in ("reference", "triton"), "kernels.backend",

@@ -100,9 +100,7 @@ class Engine:
             # process-wide: every Triton launch of this rank (no-op before sm90, on CPU)
             set_pdl(cfg.kernels.pdl, **cfg.kernels.pdl_policy.overrides())
         seq, graphs = cfg.workload.max_seq_len_tokens, cfg.kernels.cuda_graphs
-        # kernels.prefill_graph on one-GPU groups: a TP group's captured prefill (all-reduces in the graph) has not run
-        # on GPUs yet (tests/gpu multi_gpu), so TP > 1 groups prefill eagerly until it has
-        prefill_graph = cfg.kernels.prefill_graph and ctx.group_size == 1
+        prefill_graph = cfg.kernels.prefill_graph_for(ctx.group_size)
         self.target = self.draft = None
         if ctx.role == "target":
             self.target = TargetWorker(self._model(cfg.model.target, target=True), attn, rows=self.shape.rows,

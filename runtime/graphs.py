@@ -272,6 +272,15 @@ def readback_outputs(out: Any, verdict: bool) -> tuple[torch.Tensor, ...]:
     return outs[1:] if verdict else outs
 
 
+def require_capturable(device: torch.device, attn: AttentionBackend, field: str, why: str = "") -> None:
+    """Refuse a capture the runtime cannot make: off CUDA, or without the Triton attention backend (`why` says what
+    else would break); errors name `field`."""
+    if device.type != "cuda":
+        raise ValueError(f"{field}: CUDA graphs need a CUDA device, the model is on {device}")
+    if getattr(attn, "name", "") != "triton":
+        raise ValueError(f"{field}: needs kernels.backend=triton{why}")
+
+
 class StepGraph:
     """A model forward over `rows` tokens with a [rows, tree_len] tree mask, captured once, replayed per step."""
 
@@ -301,11 +310,8 @@ class StepGraph:
         and returns numpy views: no stream sync, no read-back call, no torch op on the host after the replay.
         """
         device = cache.device
-        if device.type != "cuda":
-            raise ValueError(f"kernels.cuda_graphs: CUDA graphs need a CUDA device, the model is on {device}")
-        if getattr(attn, "name", "") != "triton":
-            raise ValueError("kernels.cuda_graphs: needs kernels.backend=triton (the reference attention reads "
-                             "the prefix length on the host)")
+        require_capturable(device, attn, "kernels.cuda_graphs",
+                           " (the reference attention reads the prefix length on the host)")
         if rows < 1 or tree_len < rows:
             raise ValueError(f"StepGraph: need 1 <= rows <= tree_len, got rows {rows}, tree_len {tree_len}")
         if chain and (rows != 1 or head is not None or keep_rows):
@@ -486,10 +492,8 @@ class PrefillGraphs:
     def __init__(self, model: torch.nn.Module, cache: KVCache, attn: AttentionBackend, *, eager: bool = False) -> None:
         """Graphs of `model` over `cache` (captured lazily, per bucket)."""
         device = cache.device
-        if not eager and device.type != "cuda":
-            raise ValueError(f"kernels.prefill_graph: CUDA graphs need a CUDA device, the model is on {device}")
-        if not eager and getattr(attn, "name", "") != "triton":
-            raise ValueError("kernels.prefill_graph: needs kernels.backend=triton")
+        if not eager:
+            require_capturable(device, attn, "kernels.prefill_graph")
         self.model, self.cache, self.attn, self.device, self.eager = model, cache, attn, device, eager
         self.capacity = cache.capacity
         # the last copy out of a pinned buffer (its next write waits for it)
@@ -532,8 +536,15 @@ class PrefillGraphs:
         use."""
         for n in lengths:
             bucket = prefill_bucket(n, self.capacity) if n >= 1 else None
-            if bucket is not None and bucket not in self._buckets:
-                self._buckets[bucket] = self._bucket(bucket)
+            if bucket is not None:
+                self._entry(bucket)
+
+    def _entry(self, bucket: int) -> tuple[Callable[[], None], torch.Tensor, torch.Tensor, AttnMeta]:
+        """The bucket's (replay, ids, host ids, meta), captured on first use."""
+        entry = self._buckets.get(bucket)
+        if entry is None:
+            entry = self._buckets[bucket] = self._bucket(bucket)
+        return entry
 
     def run(self, tokens: list[int]) -> bool:
         """Prefill `tokens` (slots and positions 0..n-1) by a replay; False (nothing done) if no bucket fits the
@@ -541,10 +552,7 @@ class PrefillGraphs:
         bucket = prefill_bucket(len(tokens), self.capacity)
         if bucket is None:
             return False
-        entry = self._buckets.get(bucket)
-        if entry is None:
-            entry = self._buckets[bucket] = self._bucket(bucket)
-        replay, ids, host, _ = entry
+        replay, ids, host, _ = self._entry(bucket)
         if self._copied is not None:
             self._copied.synchronize()  # long done in practice: a request's steps synchronise before the next prefill
         view = host.numpy()

@@ -173,10 +173,10 @@ def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Cos
         step_extra = host.get("tp_step_extra_s", max(step_extra, 0.0))
         if config.spec.mode == "autoregressive":  # its own fit when an autoregressive TP run was among the fit runs
             step_extra = host.get("tp_ar_step_extra_s", step_extra)
-    # the Triton backend's eager prefill (kernels.prefill_graph=false; TP > 1 groups always, as the runtime) is
+    # the Triton backend's eager prefill (a group that does not replay its prefills, as the runtime decides) is
     # host-bound: a floor of launches x host time
     def prefill_launch_s(tp: int) -> float:
-        eager = not config.kernels.prefill_graph or tp > 1
+        eager = not config.kernels.prefill_graph_for(tp)
         return config.sim.eager_prefill_launch_s if fused and eager else 0.0
 
     target = GroupCost(ops, model_preset(config.model.target.preset), config.model.target.weight_bits,

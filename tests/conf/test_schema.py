@@ -143,3 +143,12 @@ def test_draft_head_topk_limit_is_the_kernels():
     from kernels.topk_logprobs import MAX_K
 
     assert DRAFT_HEAD_MAX_TOPK == MAX_K
+
+
+def test_prefill_graphs_serve_one_gpu_groups_only():
+    """kernels.prefill_graph_for: what the runtime's workers and the simulator's prefill price both ask."""
+    from conf.kernels_config import KernelsConfig
+
+    on = KernelsConfig(backend="triton", cuda_graphs=True, prefill_graph=True)
+    assert on.prefill_graph_for(1) and not on.prefill_graph_for(2)
+    assert not KernelsConfig(backend="triton", cuda_graphs=True).prefill_graph_for(1)
