@@ -27,6 +27,7 @@ import datetime
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -129,8 +130,10 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
     events over `steps` replays after a prompt prefilled: (A) eagerly, no prefill graph in the process; (B) by a
     prefill graph captured just before; (E) the same with the padding rows' slots zeroed after it; (F) by the graph of
     a whole bucket (no padding row) and (G) eagerly for that prompt; (C) eagerly again, the prefill graph still alive;
-    (D) a new worker without one. Why: with kernels.prefill_graph the real-pair runs' autoregressive steps took 0.865
-    against 0.819 ms."""
+    (D) a new worker without one; (H) replayed, then the prompt's K/V overwritten by an eager prefill's, and (I) the
+    converse. A last row compares the two prefills' K/V and the greedy tokens decoded after each. Why: with
+    kernels.prefill_graph the real-pair runs' autoregressive steps took 0.865 against 0.819 ms, and B-G showed the
+    slowdown follows the replay, not its padding rows (2026-12-01)."""
     from runtime.graphs import PrefillGraphs
     from runtime.target_worker import TargetWorker
 
@@ -141,12 +144,12 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
         return TargetWorker(model, attn, rows=1, max_seq_len=1024, temperature=0.0, backend="triton", cuda_graphs=True,
                             staging=kcfg.input_staging, readback=kcfg.readback)
 
-    def timed(tw: TargetWorker, prompt: list[int] = prompt, zero_pad: bool = False) -> float:
+    def timed(tw: TargetWorker, prompt: list[int] = prompt, after: Callable[[int], None] | None = None) -> float:
         out = []
         for _ in range(3):
             tw.start(prompt)
-            if zero_pad:  # the padding rows' K/V past the prompt (an eager prefill leaves those slots alone)
-                tw.cache.kv[:, :, len(prompt) - 1:64].zero_()
+            if after is not None:
+                after(len(prompt) - 1)
             tw.chain_step(prompt[-1])
             for _ in range(16):
                 tw.chain_step(None)
@@ -159,23 +162,53 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
             out.append(ev0.elapsed_time(ev1) * 1e-3 / steps)
         return statistics.median(out)
 
+    def tokens(tw: TargetWorker, prompt: list[int] = prompt, n: int = 64) -> tuple[list[int], torch.Tensor]:
+        """The first `n` chained greedy tokens after the prefill, and a copy of the prompt's K/V it wrote."""
+        tw.start(prompt)
+        kv = tw.cache.kv[:, :, : len(prompt) - 1].clone()
+        out = [int(tw.chain_step(prompt[-1]).item())]
+        out += [int(tw.chain_step(None).item()) for _ in range(n - 1)]
+        return out, kv
+
+    def zero_pad(n: int) -> None:  # the padding rows' K/V past the prompt (an eager prefill leaves those slots alone)
+        tw.cache.kv[:, :, n:64].zero_()
+
+    def put(kv: torch.Tensor) -> Callable[[int], None]:  # overwrite the prompt's K/V with another prefill's
+        return lambda n: tw.cache.kv[:, :, :n].copy_(kv)
+
     rows = []
     tw = worker()
+    eager_tokens, eager_kv = tokens(tw)
     rows.append({"case": "A eager prefill, no prefill graph", "step_s": timed(tw)})
     tw.prefill_graphs = PrefillGraphs(model, tw.cache, attn)
     tw.prefill_graphs.prepare([len(prompt) - 1])
+    replay_tokens, replay_kv = tokens(tw)
     rows.append({"case": "B replayed prefill", "step_s": timed(tw)})
-    rows.append({"case": "E replayed prefill, its padding slots zeroed", "step_s": timed(tw, zero_pad=True)})
+    rows.append({"case": "E replayed prefill, its padding slots zeroed", "step_s": timed(tw, after=zero_pad)})
+    rows.append({"case": "H replayed prefill, the prompt's K/V then overwritten by the eager prefill's",
+                 "step_s": timed(tw, after=put(eager_kv))})
     exact = prompt[:33]  # 32 prefilled tokens: a whole bucket, no padding row
     tw.prefill_graphs.prepare([len(exact) - 1])
     rows.append({"case": "F replayed prefill of a whole bucket (32 tokens)", "step_s": timed(tw, exact)})
     graphs, tw.prefill_graphs = tw.prefill_graphs, None
     rows.append({"case": "G eager prefill of the same 32 tokens", "step_s": timed(tw, exact)})
     rows.append({"case": "C eager prefill, the prefill graph alive", "step_s": timed(tw)})
+    rows.append({"case": "I eager prefill, the prompt's K/V then overwritten by the replayed prefill's",
+                 "step_s": timed(tw, after=put(replay_kv))})
     rows.append({"case": "D new worker, eager prefill", "step_s": timed(worker())})
+    same = next((i for i, (a, b) in enumerate(zip(eager_tokens, replay_tokens)) if a != b), len(eager_tokens))
+    diff = (eager_kv.float() - replay_kv.float()).abs()
+    rows.append({"case": "tokens and K/V: eager vs replayed prefill", "first_different_token": same,
+                 "kv_max_abs_diff": float(diff.max()), "kv_mean_abs_diff": float(diff.mean()),
+                 "kv_finite": bool(torch.isfinite(replay_kv).all() and torch.isfinite(eager_kv).all()),
+                 "eager_tokens": eager_tokens[:16], "replay_tokens": replay_tokens[:16],
+                 "eager_distinct": len(set(eager_tokens)), "replay_distinct": len(set(replay_tokens))})
     del graphs
     for r in rows:
-        print(f"{preset} chained AR step, {r['case']}: {r['step_s'] * 1e3:.4f} ms", flush=True)
+        if "step_s" in r:
+            print(f"{preset} chained AR step, {r['case']}: {r['step_s'] * 1e3:.4f} ms", flush=True)
+        else:
+            print(f"{preset} {r['case']}: " + ", ".join(f"{k} {v}" for k, v in r.items() if k != "case"), flush=True)
     return rows
 
 
