@@ -125,13 +125,47 @@ def host_profile(model, attn, cache, graphs, prompt: list[int], device: torch.de
     return buf.getvalue()
 
 
-def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: int = 256) -> list[dict]:
+def profile_states(tw, graphs, prompt: list[int], reps: int = 8) -> dict:
+    """The chained AR step's kernels (`bench.graph_profile`) after an eager and after a replayed prefill, and the kernel
+    keys whose own or exposed time differs most between the two (us per step)."""
+    from bench.graph_profile import profile_graph
+
+    out = {}
+    for name, g in (("eager", None), ("replayed", graphs)):
+        tw.prefill_graphs = g
+        tw.start(prompt)
+        tw.chain_step(prompt[-1])
+        for _ in range(16):
+            tw.chain_step(None)
+        out[name] = profile_graph(lambda: tw.chain_step(None), reps=reps)
+    tw.prefill_graphs = graphs
+    by = {k: {r["kernel"]: r for r in out[k]["kernels"]} for k in out}
+    diffs = []
+    for key in set(by["eager"]) | set(by["replayed"]):
+        a, b = by["eager"].get(key), by["replayed"].get(key)
+        diffs.append({"kernel": key, "calls": (a or b)["calls"],
+                      "own_us": [a and a["duration_us"], b and b["duration_us"]],
+                      "exposed_us": [a and a["exposed_us"], b and b["exposed_us"]],
+                      "exposed_diff_us": (b["exposed_us"] if b else 0.0) - (a["exposed_us"] if a else 0.0)})
+    diffs.sort(key=lambda d: abs(d["exposed_diff_us"]), reverse=True)
+    print(f"profiled step span: eager {out['eager']['span_us']:.1f} us, replayed {out['replayed']['span_us']:.1f} us")
+    for d in diffs[:12]:
+        print(f"  {d['kernel'][:90]:90s} x{d['calls']:3d} own {d['own_us']} exposed {d['exposed_us']} "
+              f"diff {d['exposed_diff_us']:+.1f}", flush=True)
+    return {"case": "profile: eager vs replayed prefill", "span_us": [out["eager"]["span_us"],
+                                                                        out["replayed"]["span_us"]],
+            "kernels": diffs[:20]}
+
+
+def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: int = 256,
+                 profile: bool = False) -> list[dict]:
     """Chained autoregressive steps (the target's captured one-row graph, as kernels=graphs runs them) timed with CUDA
     events over `steps` replays after a prompt prefilled: (A) eagerly, no prefill graph in the process; (B) by a
     prefill graph captured just before; (E) the same with the padding rows' slots zeroed after it; (F) by the graph of
     a whole bucket (no padding row) and (G) eagerly for that prompt; (C) eagerly again, the prefill graph still alive;
     (D) a new worker without one; (H) replayed, then the prompt's K/V overwritten by an eager prefill's, and (I) the
-    converse. A last row compares the two prefills' K/V and the greedy tokens decoded after each. Why: with
+    converse; (K) replayed, then a 50 ms pause. A last row compares the two prefills' K/V and the greedy tokens
+    decoded after each; `profile` adds the step's kernels in both states (`profile_states`). Why: with
     kernels.prefill_graph the real-pair runs' autoregressive steps took 0.865 against 0.819 ms, and B-G showed the
     slowdown follows the replay, not its padding rows (2026-12-01)."""
     from runtime.graphs import PrefillGraphs
@@ -173,6 +207,10 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
     def zero_pad(n: int) -> None:  # the padding rows' K/V past the prompt (an eager prefill leaves those slots alone)
         tw.cache.kv[:, :, n:64].zero_()
 
+    def pause(n: int) -> None:
+        torch.cuda.synchronize()
+        time.sleep(0.05)
+
     def put(kv: torch.Tensor) -> Callable[[int], None]:  # overwrite the prompt's K/V with another prefill's
         return lambda n: tw.cache.kv[:, :, :n].copy_(kv)
 
@@ -196,6 +234,10 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
     rows.append({"case": "I eager prefill, the prompt's K/V then overwritten by the replayed prefill's",
                  "step_s": timed(tw, after=put(replay_kv))})
     rows.append({"case": "D new worker, eager prefill", "step_s": timed(worker())})
+    tw.prefill_graphs = graphs
+    rows.append({"case": "K replayed prefill, then a 50 ms pause", "step_s": timed(tw, after=pause)})
+    if profile:
+        rows.append(profile_states(tw, graphs, prompt))
     same = next((i for i, (a, b) in enumerate(zip(eager_tokens, replay_tokens)) if a != b), len(eager_tokens))
     diff = (eager_kv.float() - replay_kv.float()).abs()
     rows.append({"case": "tokens and K/V: eager vs replayed prefill", "first_different_token": same,
@@ -205,6 +247,8 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
                  "eager_distinct": len(set(eager_tokens)), "replay_distinct": len(set(replay_tokens))})
     del graphs
     for r in rows:
+        if r["case"].startswith("profile"):
+            continue
         if "step_s" in r:
             print(f"{preset} chained AR step, {r['case']}: {r['step_s'] * 1e3:.4f} ms", flush=True)
         else:
@@ -227,6 +271,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--decode-check", action="store_true",
                     help="also time chained autoregressive steps of the first preset with and without a prefill graph "
                          "(CUDA only; `decode_check`)")
+    ap.add_argument("--decode-profile", action="store_true",
+                    help="with --decode-check: also profile the AR step's kernels after an eager and a replayed "
+                         "prefill")
     ap.add_argument("--cprofile", type=int, default=0,
                     help="also print the N functions with the most own host time over `reps` prefills (cProfile), "
                          "per preset and kernels, at the first length")
@@ -263,7 +310,8 @@ def main(argv: list[str] | None = None) -> dict:
                 print(f"{preset:14s} {kern:9s} {n:5d} tokens: host {t['host_s'] * 1e3:7.3f} ms  wall "
                       f"{t['wall_s'] * 1e3:7.3f} ms  device {t['device_s'] * 1e3:7.3f} ms", flush=True)
             del model, attn, cache, graphs
-    decode = decode_check(presets[0], device, dtype) if args.decode_check and device.type == "cuda" else []
+    decode = (decode_check(presets[0], device, dtype, profile=args.decode_profile)
+              if args.decode_check and device.type == "cuda" else [])
     sha = git_sha(REPO_ROOT)
     date = datetime.datetime.now(datetime.timezone.utc)
     result = {"benchmark": "prefill_probe", "git_sha": sha, "date": date.isoformat(timespec="seconds"),
