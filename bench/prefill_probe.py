@@ -178,6 +178,8 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
         return TargetWorker(model, attn, rows=1, max_seq_len=1024, temperature=0.0, backend="triton", cuda_graphs=True,
                             staging=kcfg.input_staging, readback=kcfg.readback)
 
+    windows: list[tuple[float, float]] = []  # host wall clock (time.time) around each timed region: for clock logs
+
     def timed(tw: TargetWorker, prompt: list[int] = prompt, after: Callable[[int], None] | None = None) -> float:
         out = []
         for _ in range(3):
@@ -188,11 +190,13 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
             for _ in range(16):
                 tw.chain_step(None)
             ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            t0 = time.time()
             ev0.record()
             for _ in range(steps):
                 tw.chain_step(None)
             ev1.record()
             torch.cuda.synchronize()
+            windows.append((t0, time.time()))
             out.append(ev0.elapsed_time(ev1) * 1e-3 / steps)
         return statistics.median(out)
 
@@ -236,6 +240,8 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
     rows.append({"case": "D new worker, eager prefill", "step_s": timed(worker())})
     tw.prefill_graphs = graphs
     rows.append({"case": "K replayed prefill, then a 50 ms pause", "step_s": timed(tw, after=pause)})
+    for i, r in enumerate(rows):  # three timed regions per case, in order
+        r["host_windows"] = windows[3 * i: 3 * i + 3]
     if profile:
         rows.append(profile_states(tw, graphs, prompt))
     same = next((i for i, (a, b) in enumerate(zip(eager_tokens, replay_tokens)) if a != b), len(eager_tokens))
