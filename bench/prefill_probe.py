@@ -180,6 +180,8 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
 
     windows: list[tuple[float, float]] = []  # host wall clock (time.time) around each timed region: for clock logs
 
+    host: list[tuple[float, float]] = []  # per timed region: host seconds per step launched, then the wait after
+
     def timed(tw: TargetWorker, prompt: list[int] = prompt, after: Callable[[int], None] | None = None) -> float:
         out = []
         for _ in range(3):
@@ -190,12 +192,14 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
             for _ in range(16):
                 tw.chain_step(None)
             ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            t0 = time.time()
+            t0, p0 = time.time(), time.perf_counter()
             ev0.record()
             for _ in range(steps):
                 tw.chain_step(None)
             ev1.record()
+            p1 = time.perf_counter()
             torch.cuda.synchronize()
+            host.append(((p1 - p0) / steps, time.perf_counter() - p1))
             windows.append((t0, time.time()))
             out.append(ev0.elapsed_time(ev1) * 1e-3 / steps)
         return statistics.median(out)
@@ -242,6 +246,8 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
     rows.append({"case": "K replayed prefill, then a 50 ms pause", "step_s": timed(tw, after=pause)})
     for i, r in enumerate(rows):  # three timed regions per case, in order
         r["host_windows"] = windows[3 * i: 3 * i + 3]
+        r["host_per_step_s"] = [h for h, _ in host[3 * i: 3 * i + 3]]
+        r["wait_after_s"] = [w for _, w in host[3 * i: 3 * i + 3]]
     if profile:
         rows.append(profile_states(tw, graphs, prompt))
     same = next((i for i, (a, b) in enumerate(zip(eager_tokens, replay_tokens)) if a != b), len(eager_tokens))
@@ -256,7 +262,9 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
         if r["case"].startswith("profile"):
             continue
         if "step_s" in r:
-            print(f"{preset} chained AR step, {r['case']}: {r['step_s'] * 1e3:.4f} ms", flush=True)
+            print(f"{preset} chained AR step, {r['case']}: {r['step_s'] * 1e3:.4f} ms (host "
+                  f"{statistics.median(r['host_per_step_s']) * 1e3:.4f} ms per step, then waited "
+                  f"{statistics.median(r['wait_after_s']) * 1e3:.2f} ms)", flush=True)
         else:
             print(f"{preset} {r['case']}: " + ", ".join(f"{k} {v}" for k, v in r.items() if k != "case"), flush=True)
     return rows
