@@ -138,6 +138,8 @@ def profile_states(tw, graphs, prompt: list[int], reps: int = 8) -> dict:
         for _ in range(16):
             tw.chain_step(None)
         out[name] = profile_graph(lambda: tw.chain_step(None), reps=reps)
+    for name, g in (("eager", None), ("replayed", graphs)):
+        out[name]["chained"] = profile_chained(tw, g, prompt, out[name]["kernels_per_replay"])
     tw.prefill_graphs = graphs
     by = {k: {r["kernel"]: r for r in out[k]["kernels"]} for k in out}
     diffs = []
@@ -149,12 +151,63 @@ def profile_states(tw, graphs, prompt: list[int], reps: int = 8) -> dict:
                       "exposed_diff_us": (b["exposed_us"] if b else 0.0) - (a["exposed_us"] if a else 0.0)})
     diffs.sort(key=lambda d: abs(d["exposed_diff_us"]), reverse=True)
     print(f"profiled step span: eager {out['eager']['span_us']:.1f} us, replayed {out['replayed']['span_us']:.1f} us")
+    for name in out:
+        c = out[name]["chained"]
+        print(f"chained, after the {name} prefill: period {c['period_us']:.1f} us, span {c['span_us']:.1f}, gap to the "
+              f"next step {c['gap_us']:.2f}, first kernel's start after the last one's end {c['lead_us']:.2f}")
+        for row in c["kernels"][:8]:
+            print(f"    {row['kernel'][:90]:90s} x{row['calls']:3d} own {row['own_us']:.1f} us", flush=True)
     for d in diffs[:12]:
         print(f"  {d['kernel'][:90]:90s} x{d['calls']:3d} own {d['own_us']} exposed {d['exposed_us']} "
               f"diff {d['exposed_diff_us']:+.1f}", flush=True)
     return {"case": "profile: eager vs replayed prefill", "span_us": [out["eager"]["span_us"],
                                                                         out["replayed"]["span_us"]],
-            "kernels": diffs[:20]}
+            "kernels": diffs[:20], "chained": {k: out[k]["chained"] for k in out}}
+
+
+def profile_chained(tw, graphs, prompt: list[int], per_step: int, steps: int = 48) -> dict:
+    """`steps` chained AR steps profiled back to back (no pause) after the prefill: the step period (start to start),
+    span (first kernel's start to last kernel's end), the gap before the next step's first kernel, and each kernel
+    key's own time per step (medians over steps), cutting the kernel sequence every `per_step` kernels."""
+    import json
+    import tempfile
+
+    from bench.graph_profile import kernel_spans
+
+    tw.prefill_graphs = graphs
+    tw.start(prompt)
+    tw.chain_step(prompt[-1])
+    for _ in range(16):
+        tw.chain_step(None)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            tw.chain_step(None)
+        torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        spans = kernel_spans(json.loads(path.read_text()))
+    cut = [spans[i: i + per_step] for i in range(0, len(spans) - per_step + 1, per_step)][1:-1]  # whole inner steps
+    if len(cut) < 3:
+        return {"error": f"{len(spans)} kernels recorded, expected {steps} x {per_step}", "period_us": 0.0,
+                "span_us": 0.0, "gap_us": 0.0, "lead_us": 0.0, "kernels": []}
+    period = [b[0][1] - a[0][1] for a, b in zip(cut, cut[1:])]
+    span = [max(s + d for _, s, d in c) - c[0][1] for c in cut]
+    gap = [b[0][1] - max(s + d for _, s, d in a) for a, b in zip(cut, cut[1:])]
+    own: dict[str, list[float]] = {}
+    for c in cut:
+        acc: dict[str, float] = {}
+        for key, _, dur in c:
+            acc[key] = acc.get(key, 0.0) + dur
+        for key, v in acc.items():
+            own.setdefault(key, []).append(v)
+    calls = {key: sum(1 for k, _, _ in cut[0] if k == key) for key in own}
+    kernels = sorted(({"kernel": k, "calls": calls[k], "own_us": statistics.median(v)} for k, v in own.items()),
+                     key=lambda r: r["own_us"], reverse=True)
+    # within a step: how long after its predecessor's end each kernel starts (negative: PDL overlap), summed
+    lead = [sum(c[i][1] - (c[i - 1][1] + c[i - 1][2]) for i in range(1, len(c))) for c in cut]
+    return {"steps": len(cut), "period_us": statistics.median(period), "span_us": statistics.median(span),
+            "gap_us": statistics.median(gap), "lead_us": statistics.median(lead), "kernels": kernels}
 
 
 def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: int = 256,
