@@ -217,11 +217,12 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
     prefill graph captured just before; (E) the same with the padding rows' slots zeroed after it; (F) by the graph of
     a whole bucket (no padding row) and (G) eagerly for that prompt; (C) eagerly again, the prefill graph still alive;
     (D) a new worker without one; (H) replayed, then the prompt's K/V overwritten by an eager prefill's, and (I) the
-    converse; (K) replayed, then a 50 ms pause. A last row compares the two prefills' K/V and the greedy tokens
-    decoded after each; `profile` adds the step's kernels in both states (`profile_states`). Why: with
-    kernels.prefill_graph the real-pair runs' autoregressive steps took 0.865 against 0.819 ms, and B-G showed the
-    slowdown follows the replay, not its padding rows (2026-12-01)."""
-    from runtime.graphs import PrefillGraphs
+    converse; (K, L, M, N) replayed, then a 50 ms pause, a synchronize, 2 and 10 ms pauses; (O) eager, then the
+    bucket's graph replayed with no input copy; (P) eager, then a pinned host-to-device copy. A last row compares the
+    two prefills' K/V and the greedy tokens decoded after each; `profile` adds the step's kernels in both states
+    (`profile_states`). Why: with kernels.prefill_graph the real-pair runs' autoregressive steps took 0.865 against
+    0.819 ms, and B-G showed the slowdown follows the replay, not its padding rows (2026-12-01)."""
+    from runtime.graphs import PrefillGraphs, prefill_bucket
     from runtime.target_worker import TargetWorker
 
     model, attn, kcfg = engine_model(preset, "triton", device, dtype, target=True)
@@ -272,6 +273,25 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
         torch.cuda.synchronize()
         time.sleep(0.05)
 
+    def sync(n: int) -> None:
+        torch.cuda.synchronize()
+
+    def pause_ms(ms: float) -> Callable[[int], None]:
+        def wait(n: int) -> None:
+            torch.cuda.synchronize()
+            time.sleep(ms * 1e-3)
+        return wait
+
+    def raw_replay(n: int) -> None:  # the same prompt's bucket: its ids still hold it, so the K/V are the same
+        captured[0]._entry(prefill_bucket(n, tw.cache.capacity))[0]()
+
+    captured: list[PrefillGraphs] = []  # the prefill graphs, once made
+    pinned = torch.arange(64, dtype=torch.long).pin_memory()
+    scratch = torch.empty(64, dtype=torch.long, device=device)
+
+    def pinned_copy(n: int) -> None:
+        scratch.copy_(pinned, non_blocking=True)
+
     def put(kv: torch.Tensor) -> Callable[[int], None]:  # overwrite the prompt's K/V with another prefill's
         return lambda n: tw.cache.kv[:, :, :n].copy_(kv)
 
@@ -280,6 +300,7 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
     eager_tokens, eager_kv = tokens(tw)
     rows.append({"case": "A eager prefill, no prefill graph", "step_s": timed(tw)})
     tw.prefill_graphs = PrefillGraphs(model, tw.cache, attn)
+    captured.append(tw.prefill_graphs)
     tw.prefill_graphs.prepare([len(prompt) - 1])
     replay_tokens, replay_kv = tokens(tw)
     rows.append({"case": "B replayed prefill", "step_s": timed(tw)})
@@ -297,6 +318,15 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
     rows.append({"case": "D new worker, eager prefill", "step_s": timed(worker())})
     tw.prefill_graphs = graphs
     rows.append({"case": "K replayed prefill, then a 50 ms pause", "step_s": timed(tw, after=pause)})
+    rows.append({"case": "L replayed prefill, then a synchronize", "step_s": timed(tw, after=sync)})
+    rows.append({"case": "M replayed prefill, then a 2 ms pause", "step_s": timed(tw, after=pause_ms(2))})
+    rows.append({"case": "N replayed prefill, then a 10 ms pause", "step_s": timed(tw, after=pause_ms(10))})
+    tw.prefill_graphs = None
+    rows.append({"case": "O eager prefill, then the bucket's graph replayed again (no input copy)",
+                 "step_s": timed(tw, after=raw_replay)})
+    rows.append({"case": "P eager prefill, then a pinned non-blocking copy to the device",
+                 "step_s": timed(tw, after=pinned_copy)})
+    tw.prefill_graphs = graphs
     for i, r in enumerate(rows):  # three timed regions per case, in order
         r["host_windows"] = windows[3 * i: 3 * i + 3]
         r["host_per_step_s"] = [h for h, _ in host[3 * i: 3 * i + 3]]
