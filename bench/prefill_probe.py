@@ -218,10 +218,11 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
     a whole bucket (no padding row) and (G) eagerly for that prompt; (C) eagerly again, the prefill graph still alive;
     (D) a new worker without one; (H) replayed, then the prompt's K/V overwritten by an eager prefill's, and (I) the
     converse; (K, L, M, N) replayed, then a 50 ms pause, a synchronize, 2 and 10 ms pauses; (O) eager, then the
-    bucket's graph replayed with no input copy; (P) eager, then a pinned host-to-device copy. A last row compares the
-    two prefills' K/V and the greedy tokens decoded after each; `profile` adds the step's kernels in both states
-    (`profile_states`). Why: with kernels.prefill_graph the real-pair runs' autoregressive steps took 0.865 against
-    0.819 ms, and B-G showed the slowdown follows the replay, not its padding rows (2026-12-01)."""
+    bucket's graph replayed with no input copy; (P) eager, then a pinned host-to-device copy; (Q) replayed as the
+    runtime does (`PrefillGraphs.drain`). A last row compares the two prefills' K/V and the greedy tokens decoded
+    after each; `profile` adds the step's kernels in both states (`profile_states`). Why: with kernels.prefill_graph
+    the real-pair runs' autoregressive steps took 0.865 against 0.819 ms, and B-G showed the slowdown follows the
+    replay, not its padding rows (2026-12-01). Cases A-P ran with `drain` off."""
     from runtime.graphs import PrefillGraphs, prefill_bucket
     from runtime.target_worker import TargetWorker
 
@@ -300,6 +301,7 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
     eager_tokens, eager_kv = tokens(tw)
     rows.append({"case": "A eager prefill, no prefill graph", "step_s": timed(tw)})
     tw.prefill_graphs = PrefillGraphs(model, tw.cache, attn)
+    tw.prefill_graphs.drain = False  # the cases below reproduce what `PrefillGraphs.drain` avoids
     captured.append(tw.prefill_graphs)
     tw.prefill_graphs.prepare([len(prompt) - 1])
     replay_tokens, replay_kv = tokens(tw)
@@ -317,6 +319,10 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
                  "step_s": timed(tw, after=put(replay_kv))})
     rows.append({"case": "D new worker, eager prefill", "step_s": timed(worker())})
     tw.prefill_graphs = graphs
+    graphs.drain = True
+    rows.append({"case": "Q replayed prefill, drained (PrefillGraphs.drain, the runtime's default)",
+                 "step_s": timed(tw)})
+    graphs.drain = False
     rows.append({"case": "K replayed prefill, then a 50 ms pause", "step_s": timed(tw, after=pause)})
     rows.append({"case": "L replayed prefill, then a synchronize", "step_s": timed(tw, after=sync)})
     rows.append({"case": "M replayed prefill, then a 2 ms pause", "step_s": timed(tw, after=pause_ms(2))})

@@ -488,6 +488,13 @@ class PrefillGraphs:
     """
 
     WARMUP = 2
+    drain = True
+    """Wait for the replay before `run` returns. Measured on the H200 (2026-12-01, `bench/prefill_probe.py
+    --decode-check`): when the host queued the chained autoregressive steps straight behind the prefill's input copy
+    and replay, every step until the stream next drained ran 5% slower (SmolLM2-135M: 0.848 against 0.804 ms, for
+    all 256 timed steps), with the same kernels on the same data; one synchronize after the replay (or any idle gap of
+    >= 2 ms) removes it, and so does an eager prefill. CUPTI tracing hides the effect, so its cause below the runtime
+    is not known. Draining costs about one step launch per request. The probe sets it False to reproduce."""
 
     def __init__(self, model: torch.nn.Module, cache: KVCache, attn: AttentionBackend, *, eager: bool = False) -> None:
         """Graphs of `model` over `cache` (captured lazily, per bucket)."""
@@ -562,5 +569,7 @@ class PrefillGraphs:
         if self._copied is not None:
             self._copied.record()
         replay()
+        if self.drain and not self.eager:
+            torch.cuda.current_stream(self.device).synchronize()
         self.replays += 1
         return True

@@ -541,7 +541,8 @@ def test_modes_lossless_with_eager_prefills(mode):
 def test_prefill_graph_writes_the_kv_of_an_eager_prefill(preset):
     """kernels.prefill_graph on the GPU (bf16, the fused kernels): each prompt's K/V from its bucket's replay equal an
     eager prefill's up to bf16 rounding (another row count picks other GEMM tiles); two prompts of one bucket capture
-    it once; the K/V of the next step's row, after the replayed prefill, equal those after the eager one."""
+    it once; the K/V of the next step's row, after the replayed prefill, equal those after the eager one; the stream is
+    idle when a replayed prefill returns (`PrefillGraphs.drain`)."""
     from runtime.graphs import PrefillGraphs
     from runtime.tree_cache import prefill
 
@@ -556,6 +557,7 @@ def test_prefill_graph_writes_the_kv_of_an_eager_prefill(preset):
         prompt = torch.randint(0, shape.vocab_size, (n,), generator=g).tolist()
         assert prefill(model, eager_cache, attn, prompt, "cuda") == prefill(model, graph_cache, attn, prompt, "cuda",
                                                                              graphs) == n - 1
+        assert torch.cuda.current_stream().query(), "PrefillGraphs.drain: the replay is done when run returns"
         step = torch.tensor(prompt[-1:], device="cuda")
         for cache in (eager_cache, graph_cache):
             model(step, AttnMeta.causal(n - 1, 1, "cuda"), cache, attn)
