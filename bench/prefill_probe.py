@@ -219,10 +219,11 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
     (D) a new worker without one; (H) replayed, then the prompt's K/V overwritten by an eager prefill's, and (I) the
     converse; (K, L, M, N) replayed, then a 50 ms pause, a synchronize, 2 and 10 ms pauses; (O) eager, then the
     bucket's graph replayed with no input copy; (P) eager, then a pinned host-to-device copy; (Q) replayed as the
-    runtime does (`PrefillGraphs.drain`). A last row compares the two prefills' K/V and the greedy tokens decoded
+    runtime does (`PrefillGraphs.drain`); (S0-S3) the engine's loop (a read-back per step) after an eager, a replayed, a
+    drained, a drained and paused prefill. A last row compares the two prefills' K/V and the greedy tokens decoded
     after each; `profile` adds the step's kernels in both states (`profile_states`). Why: with kernels.prefill_graph
     the real-pair runs' autoregressive steps took 0.865 against 0.819 ms, and B-G showed the slowdown follows the
-    replay, not its padding rows (2026-12-01). Cases A-P ran with `drain` off."""
+    replay, not its padding rows (2026-12-01). Cases A-P and S1 ran with `drain` off."""
     from runtime.graphs import PrefillGraphs, prefill_bucket
     from runtime.target_worker import TargetWorker
 
@@ -256,6 +257,37 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
             torch.cuda.synchronize()
             host.append(((p1 - p0) / steps, time.perf_counter() - p1))
             windows.append((t0, time.time()))
+            out.append(ev0.elapsed_time(ev1) * 1e-3 / steps)
+        return statistics.median(out)
+
+    token_host = [torch.empty(1, dtype=torch.long, pin_memory=True) for _ in range(2)]
+    token_ready = [torch.cuda.Event() for _ in range(2)]
+
+    def engine_loop(tw: TargetWorker, after: Callable[[int], None] | None = None) -> float:
+        """As `timed`, but the steps run as `Engine._autoregressive_chained` runs them: step k + 1 queued, then token
+        k copied to pinned host memory and waited for (one step ahead, a read-back per step)."""
+        out = []
+        for _ in range(3):
+            tw.start(prompt)
+            if after is not None:
+                after(len(prompt) - 1)
+            ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+            def queue(k: int, token: int | None, ev0=ev0, ev1=ev1) -> None:
+                ids = tw.chain_step(token)
+                token_host[k % 2].copy_(ids, non_blocking=True)
+                token_ready[k % 2].record()
+                if k == 17:
+                    ev0.record()
+                elif k == 17 + steps:
+                    ev1.record()
+
+            queue(0, prompt[-1])
+            for k in range(17 + steps):
+                queue(k + 1, None)
+                token_ready[k % 2].synchronize()
+                int(token_host[k % 2])
+            torch.cuda.synchronize()
             out.append(ev0.elapsed_time(ev1) * 1e-3 / steps)
         return statistics.median(out)
 
@@ -327,7 +359,14 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
     rows.append({"case": "L replayed prefill, then a synchronize", "step_s": timed(tw, after=sync)})
     rows.append({"case": "M replayed prefill, then a 2 ms pause", "step_s": timed(tw, after=pause_ms(2))})
     rows.append({"case": "N replayed prefill, then a 10 ms pause", "step_s": timed(tw, after=pause_ms(10))})
+    rows.append({"case": "S1 the engine's loop, replayed prefill", "step_s": engine_loop(tw)})
+    graphs.drain = True
+    rows.append({"case": "S2 the engine's loop, replayed prefill, drained", "step_s": engine_loop(tw)})
+    rows.append({"case": "S3 the engine's loop, replayed prefill, drained, then a 50 ms pause",
+                 "step_s": engine_loop(tw, after=pause)})
+    graphs.drain = False
     tw.prefill_graphs = None
+    rows.append({"case": "S0 the engine's loop, eager prefill", "step_s": engine_loop(tw)})
     rows.append({"case": "O eager prefill, then the bucket's graph replayed again (no input copy)",
                  "step_s": timed(tw, after=raw_replay)})
     rows.append({"case": "P eager prefill, then a pinned non-blocking copy to the device",
