@@ -283,11 +283,15 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
                     ev1.record()
 
             queue(0, prompt[-1])
+            t0, p0 = time.time(), time.perf_counter()
             for k in range(17 + steps):
                 queue(k + 1, None)
                 token_ready[k % 2].synchronize()
                 int(token_host[k % 2])
+            p1 = time.perf_counter()
             torch.cuda.synchronize()
+            host.append(((p1 - p0) / (17 + steps), time.perf_counter() - p1))
+            windows.append((t0, time.time()))
             out.append(ev0.elapsed_time(ev1) * 1e-3 / steps)
         return statistics.median(out)
 

@@ -5,7 +5,8 @@
 #   2. generate.py at the real pair's shapes (random bf16 weights, the instruction acceptance table as oracle),
 #      5 requests of 38 prompt tokens, 128 new tokens, kernels=graphs, traces on: autoregressive, and chain /
 #      serial_tree with the draft colocated (parallel=1x0: one GPU), each with kernels.prefill_graph in PREFILL
-#      (default: true false; run dirs <mode>_pg<value>).
+#      (default: true false; run dirs <mode>_pg<value>); EXTRA: more generate.py overrides (e.g.
+#      trace.graph_events=true).
 #   bash scripts/gpu_request_overhead.sh OUTDIR     -> OUTDIR/{prefill_probe_*.json, probe.log, runs.tar.gz}
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_request_overhead.sh OUTDIR}
@@ -23,7 +24,7 @@ for mode in ${MODES:-autoregressive serial_tree chain}; do
     model.tokenizer=null model.target.dtype=bfloat16 model.draft.dtype=bfloat16 spec=$mode parallel=1x0 \
     kernels="${KERNELS:-graphs}" spec.oracle=true acceptance=smollm2_instruction "workload.prompts=[]" \
     workload.num_requests=5 workload.prompt_tokens=38 workload.max_new_tokens="${NEW_TOKENS:-128}" \
-    workload.max_seq_len_tokens=1024 trace.enabled=true run_name="${mode}_pg$pg" hydra.run.dir="$WORK/${mode}_pg$pg" \
+    workload.max_seq_len_tokens=1024 trace.enabled=true ${EXTRA:-} run_name="${mode}_pg$pg" hydra.run.dir="$WORK/${mode}_pg$pg" \
     2>&1 | tail -1 | tee -a "$OUT/probe.log"
  done
 done
