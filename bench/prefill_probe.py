@@ -211,7 +211,7 @@ def profile_chained(tw, graphs, prompt: list[int], per_step: int, steps: int = 4
 
 
 def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: int = 256,
-                 profile: bool = False) -> list[dict]:
+                 profile: bool = False, replay_first: bool = False) -> list[dict]:
     """Chained autoregressive steps (the target's captured one-row graph, as kernels=graphs runs them) timed with CUDA
     events over `steps` replays after a prompt prefilled: (A) eagerly, no prefill graph in the process; (B) by a
     prefill graph captured just before; (E) the same with the padding rows' slots zeroed after it; (F) by the graph of
@@ -220,7 +220,8 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
     converse; (K, L, M, N) replayed, then a 50 ms pause, a synchronize, 2 and 10 ms pauses; (O) eager, then the
     bucket's graph replayed with no input copy; (P) eager, then a pinned host-to-device copy; (Q) replayed as the
     runtime does (`PrefillGraphs.drain`); (S0-S3) the engine's loop (a read-back per step) after an eager, a replayed, a
-    drained, a drained and paused prefill. A last row compares the two prefills' K/V and the greedy tokens decoded
+    drained, a drained and paused prefill; `replay_first` (R1, R2): first, drained replays in a worker
+    that has not prefilled eagerly yet. A last row compares the two prefills' K/V and the greedy tokens decoded
     after each; `profile` adds the step's kernels in both states (`profile_states`). Why: with kernels.prefill_graph
     the real-pair runs' autoregressive steps took 0.865 against 0.819 ms, and B-G showed the slowdown follows the
     replay, not its padding rows (2026-12-01). Cases A-P and S1 ran with `drain` off."""
@@ -334,6 +335,14 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
 
     rows = []
     tw = worker()
+    if replay_first:  # as a kernels.prefill_graph engine: no eager prefill has run in this worker before
+        first = PrefillGraphs(model, tw.cache, attn)
+        first.prepare([len(prompt) - 1])
+        tw.prefill_graphs = first
+        rows.append({"case": "R1 first: replayed prefill, drained", "step_s": timed(tw)})
+        rows.append({"case": "R2 first: the engine's loop, replayed prefill, drained", "step_s": engine_loop(tw)})
+        tw.prefill_graphs = None
+        del first
     eager_tokens, eager_kv = tokens(tw)
     rows.append({"case": "A eager prefill, no prefill graph", "step_s": timed(tw)})
     tw.prefill_graphs = PrefillGraphs(model, tw.cache, attn)
@@ -420,6 +429,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--decode-profile", action="store_true",
                     help="with --decode-check: also profile the AR step's kernels after an eager and a replayed "
                          "prefill")
+    ap.add_argument("--replay-first", action="store_true",
+                    help="with --decode-check: first time the steps after drained replays in a worker that has not "
+                         "prefilled eagerly yet (cases R1, R2: as a kernels.prefill_graph engine runs)")
     ap.add_argument("--cprofile", type=int, default=0,
                     help="also print the N functions with the most own host time over `reps` prefills (cProfile), "
                          "per preset and kernels, at the first length")
@@ -456,7 +468,7 @@ def main(argv: list[str] | None = None) -> dict:
                 print(f"{preset:14s} {kern:9s} {n:5d} tokens: host {t['host_s'] * 1e3:7.3f} ms  wall "
                       f"{t['wall_s'] * 1e3:7.3f} ms  device {t['device_s'] * 1e3:7.3f} ms", flush=True)
             del model, attn, cache, graphs
-    decode = (decode_check(presets[0], device, dtype, profile=args.decode_profile)
+    decode = (decode_check(presets[0], device, dtype, profile=args.decode_profile, replay_first=args.replay_first)
               if args.decode_check and device.type == "cuda" else [])
     sha = git_sha(REPO_ROOT)
     date = datetime.datetime.now(datetime.timezone.utc)
