@@ -337,10 +337,14 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
     tw = worker()
     if replay_first:  # as a kernels.prefill_graph engine: no eager prefill has run in this worker before
         first = PrefillGraphs(model, tw.cache, attn)
+        first._eager_warm = True  # R1, R2 reproduce what `PrefillGraphs.eager_warmup` avoids
         first.prepare([len(prompt) - 1])
         tw.prefill_graphs = first
         rows.append({"case": "R1 first: replayed prefill, drained", "step_s": timed(tw)})
         rows.append({"case": "R2 first: the engine's loop, replayed prefill, drained", "step_s": engine_loop(tw)})
+        first.eager_warmup()
+        rows.append({"case": "R3 then one eager warm-up prefill of 16 tokens (PrefillGraphs.eager_warmup): the "
+                              "engine's loop, replayed prefill, drained", "step_s": engine_loop(tw)})
         tw.prefill_graphs = None
         del first
     eager_tokens, eager_kv = tokens(tw)
