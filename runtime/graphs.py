@@ -546,20 +546,19 @@ class PrefillGraphs:
             bucket = prefill_bucket(n, self.capacity) if n >= 1 else None
             if bucket is not None:
                 self._entry(bucket)
-        if self._buckets and not self.eager and not self._eager_warm:
-            self.eager_warmup()
 
     def eager_warmup(self, tokens: int = PREFILL_MIN_BUCKET) -> None:
         """One eager prefill of `tokens` zeros on the current stream (its K/V at slots [0, tokens), overwritten by the
-        next prompt's prefill). Measured on the H200 (2026-12-01, `bench/prefill_probe.py --decode-check
-        --replay-first`): in a worker whose prefills had only ever been replayed, every later chained
-        autoregressive step ran 5-6% slower (SmolLM2-135M: 0.859 against 0.813 ms in the engine's loop, as in the
-        kernels.prefill_graph runs); after one eager prefill they ran at full speed again, replayed prefills or
-        not. Which lazily made state the eager forward sets up is not known."""
+        next prompt's prefill), run once, after the first capture. Measured on the H200 (2026-12-01,
+        `bench/prefill_probe.py --decode-check --replay-first`): in a worker whose prefills had only ever been
+        replayed, every later chained autoregressive step ran 5-6% slower (SmolLM2-135M: 0.859 against 0.813 ms in
+        the engine's loop, as in the kernels.prefill_graph runs); after one eager prefill they ran at full speed
+        again, replayed prefills or not. Which lazily made state the eager forward sets up is not known."""
         with torch.no_grad():
             ids = torch.zeros(tokens, dtype=torch.long, device=self.device)
             self.model(ids, AttnMeta.causal(0, tokens, self.device), self.cache, self.attn, logits=False)
-        torch.cuda.synchronize(self.device)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
         self._eager_warm = True
 
     def _entry(self, bucket: int) -> tuple[Callable[[], None], torch.Tensor, torch.Tensor, AttnMeta]:
@@ -567,6 +566,8 @@ class PrefillGraphs:
         entry = self._buckets.get(bucket)
         if entry is None:
             entry = self._buckets[bucket] = self._bucket(bucket)
+            if not self.eager and not self._eager_warm:
+                self.eager_warmup()
         return entry
 
     def run(self, tokens: list[int]) -> bool:
