@@ -206,6 +206,13 @@ LIMITS = """\
   `operators.step_overhead.by_kind` / `by_preset`, shows how well it fits each).
 - The attention form's FLOP feature (tokens x kv_len) carries no head count, so one coefficient serves GQA
   shapes from 3 to 64 query heads.
+- Small models: the operator fits and the runtime block come from Llama-3-8B / 3.2-1B shapes. At the real pair's
+  shapes (SmolLM2-135M + its 4-layer draft, one GPU, the draft colocated; runs with replayed prefills and the eager
+  warm-up, `bench/results/validation_2026-12-01_307a064_real_pair_shapes.json`) the simulator prices the 135M's
+  chained autoregressive step 13% long (0.930 against 0.822 ms), its chain verify 19% long (1.058 against 0.886 ms)
+  and the draft's one-row expansion 54% long (0.221 against 0.143 ms): tokens/s -11% (AR) and -22% (chain). The
+  draft's standalone step in the profile's own step sweep measures 0.21 ms, so most of the gap is what the runtime
+  loop saves against that host-synchronised measurement, which the 8B / 1B runs' runtime block does not carry over.
 - KV keeps and compactions: with CUDA graphs (since 847d037) the runtime applies both as the first kernel of the
   next graph step; the simulator costs a draft compaction there by its bytes (the analytic prior, no launch) and
   the target's keep by the fitted `keep_s` (the runtime's `step.keep` span: host bookkeeping, ~0.01 ms). Without
