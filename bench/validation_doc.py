@@ -211,8 +211,9 @@ LIMITS = """\
   warm-up, `bench/results/validation_2026-12-01_307a064_real_pair_shapes.json`) the simulator prices the 135M's
   chained autoregressive step 13% long (0.930 against 0.822 ms), its chain verify 19% long (1.058 against 0.886 ms)
   and the draft's one-row expansion 54% long (0.221 against 0.143 ms): tokens/s -11% (AR) and -22% (chain). The
-  draft's standalone step in the profile's own step sweep measures 0.21 ms, so most of the gap is what the runtime
-  loop saves against that host-synchronised measurement, which the 8B / 1B runs' runtime block does not carry over.
+  draft shape's steps in the profile's own step sweep (host-synchronised, 1-8 rows) measure 0.21 ms (median), so
+  most of that gap is what the runtime loop saves against such a measurement, which the runtime block, fitted on
+  8B / 1B runs, does not carry over.
 - KV keeps and compactions: with CUDA graphs (since 847d037) the runtime applies both as the first kernel of the
   next graph step; the simulator costs a draft compaction there by its bytes (the analytic prior, no launch) and
   the target's keep by the fitted `keep_s` (the runtime's `step.keep` span: host bookkeeping, ~0.01 ms). Without
