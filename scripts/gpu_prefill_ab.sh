@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # kernels.prefill_graph A/B at the real pair's shapes on one GPU (bench_runtime preset real_pair_shapes, the draft
-# colocated: parallel=1x0), interleaved off / on ROUNDS times; every results JSON into OUTDIR/ab.tar.gz.
+# colocated: parallel=1x0), interleaved off / on ROUNDS times; every results JSON into OUTDIR/ab.tar.gz and their
+# summary (bench/ab_rounds.py: medians, ratio, time outside decode) into OUTDIR/prefill_graph_ab_<date>_<sha>.json.
 #   bash scripts/gpu_prefill_ab.sh OUTDIR          (ROUNDS=2, MODES=[autoregressive,chain,serial_tree])
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_prefill_ab.sh OUTDIR}
@@ -21,4 +22,6 @@ done
 mkdir -p "$WORK/results"
 for f in "$WORK"/r*/runtime_*.json; do cp "$f" "$WORK/results/$(basename "$(dirname "$f")").json"; done
 tar czf "$OUT/ab.tar.gz" -C "$WORK/results" .
+$PY bench/ab_rounds.py "$WORK/results" --off pgfalse --on pgtrue --name prefill_graph_ab --out "$OUT" \
+  --command "ROUNDS=${ROUNDS:-2} bash scripts/gpu_prefill_ab.sh OUT (bench_runtime preset=real_pair_shapes, parallel=1x0)"
 ls -la "$OUT"
