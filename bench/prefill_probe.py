@@ -337,7 +337,7 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
     tw = worker()
     if replay_first:  # as a kernels.prefill_graph engine: no eager prefill has run in this worker before
         first = PrefillGraphs(model, tw.cache, attn)
-        first._eager_warm = True  # R1, R2 reproduce what `PrefillGraphs.eager_warmup` avoids
+        first.warm_up = False  # R1, R2 reproduce what `PrefillGraphs.eager_warmup` avoids
         first.prepare([len(prompt) - 1])
         tw.prefill_graphs = first
         rows.append({"case": "R1 first: replayed prefill, drained", "step_s": timed(tw)})

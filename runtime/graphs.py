@@ -48,6 +48,7 @@ from kernels import kv_compact
 from runtime.attention import AttentionBackend, AttnMeta
 from runtime.kv_cache import KVCache
 from runtime.tree import StepInputs
+from runtime.tree_cache import prefill
 
 
 class StepBuffers:
@@ -498,6 +499,8 @@ class PrefillGraphs:
     all 256 timed steps), with the same kernels on the same data; one synchronize after the replay (or any idle gap of
     >= 2 ms) removes it, and so does an eager prefill. CUPTI tracing hides the effect, so its cause below the runtime
     is not known. Draining costs about one step launch per request. The probe sets it False to reproduce."""
+    warm_up = True
+    """Run `eager_warmup` right after the first capture (the probe sets it False to reproduce what it avoids)."""
 
     def __init__(self, model: torch.nn.Module, cache: KVCache, attn: AttentionBackend, *, eager: bool = False) -> None:
         """Graphs of `model` over `cache` (captured lazily, per bucket)."""
@@ -511,7 +514,6 @@ class PrefillGraphs:
         # bucket -> (replay, device ids, host ids, the step's AttnMeta): the graph reads the ids' and the meta's device
         # memory, so both live as long as the graph
         self._buckets: dict[int, tuple[Callable[[], None], torch.Tensor, torch.Tensor, AttnMeta]] = {}
-        self._eager_warm = False  # `eager_warmup` has run
         self.captures = 0  # buckets captured so far
         self.replays = 0  # prefills run by a bucket's graph
 
@@ -551,25 +553,24 @@ class PrefillGraphs:
                 self._entry(bucket)
 
     def eager_warmup(self, tokens: int = PREFILL_MIN_BUCKET) -> None:
-        """One eager prefill of `tokens` zeros on the current stream (its K/V at slots [0, tokens), overwritten by the
-        next prompt's prefill), run once, after the first capture. Measured on the H200 (2026-12-01,
-        `bench/prefill_probe.py --decode-check --replay-first`): in a worker whose prefills had only ever been
-        replayed, every later chained autoregressive step ran 5-6% slower (SmolLM2-135M: 0.859 against 0.813 ms in
-        the engine's loop, as in the kernels.prefill_graph runs); after one eager prefill they ran at full speed
-        again, replayed prefills or not. Which lazily made state the eager forward sets up is not known."""
+        """One eager prefill (`runtime.tree_cache.prefill`) of `tokens` zeros on the current stream (its K/V at slots
+        [0, tokens), overwritten by the next prompt's prefill), run once, after the first capture (`warm_up`).
+        Measured on the H200 (2026-12-01, `bench/prefill_probe.py --decode-check --replay-first`): in a worker whose
+        prefills had only ever been replayed, every later chained autoregressive step ran 5-6% slower (SmolLM2-135M:
+        0.859 against 0.813 ms in the engine's loop, as in the kernels.prefill_graph runs); after one eager prefill
+        they ran at full speed again, replayed prefills or not. Which lazily made state the eager forward sets up is
+        not known."""
         with torch.no_grad():
-            ids = torch.zeros(tokens, dtype=torch.long, device=self.device)
-            self.model(ids, AttnMeta.causal(0, tokens, self.device), self.cache, self.attn, logits=False)
+            prefill(self.model, self.cache, self.attn, [0] * (tokens + 1), self.device)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        self._eager_warm = True
 
     def _entry(self, bucket: int) -> tuple[Callable[[], None], torch.Tensor, torch.Tensor, AttnMeta]:
         """The bucket's (replay, ids, host ids, meta), captured on first use."""
         entry = self._buckets.get(bucket)
         if entry is None:
             entry = self._buckets[bucket] = self._bucket(bucket)
-            if not self.eager and not self._eager_warm:
+            if self.warm_up and not self.eager and self.captures == 1:  # the first capture
                 self.eager_warmup()
         return entry
 

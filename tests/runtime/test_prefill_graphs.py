@@ -88,6 +88,7 @@ def test_one_eager_warmup_prefill_follows_the_first_capture():
             return eager_bucket(bucket)
         finally:
             graphs.eager = False
+            graphs.captures += 1  # as the capture counts itself
 
     graphs.eager, graphs.drain = False, False  # as if on CUDA (no stream to drain here)
     seen = []
@@ -99,7 +100,7 @@ def test_one_eager_warmup_prefill_follows_the_first_capture():
 
     with mock.patch.object(graphs, "_bucket", side_effect=stand_in), mock.patch.object(model, "forward", forward):
         graphs.prepare([10, 40])
-        assert seen == [PREFILL_MIN_BUCKET] and graphs._eager_warm  # the stand-ins run nothing; the warm-up once
+        assert seen == [PREFILL_MIN_BUCKET] and graphs.captures == 2  # the stand-ins run nothing; the warm-up once
         graphs.prepare([20])  # a second capture (bucket 32)
         assert graphs.run(PROMPT)
         assert seen == [PREFILL_MIN_BUCKET, PREFILL_MIN_BUCKET]  # the replay of PROMPT's bucket; no second warm-up
