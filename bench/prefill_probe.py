@@ -307,10 +307,6 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
     def zero_pad(n: int) -> None:  # the padding rows' K/V past the prompt (an eager prefill leaves those slots alone)
         tw.cache.kv[:, :, n:64].zero_()
 
-    def pause(n: int) -> None:
-        torch.cuda.synchronize()
-        time.sleep(0.05)
-
     def sync(n: int) -> None:
         torch.cuda.synchronize()
 
@@ -372,7 +368,7 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
     rows.append({"case": "Q replayed prefill, drained (PrefillGraphs.drain, the runtime's default)",
                  "step_s": timed(tw)})
     graphs.drain = False
-    rows.append({"case": "K replayed prefill, then a 50 ms pause", "step_s": timed(tw, after=pause)})
+    rows.append({"case": "K replayed prefill, then a 50 ms pause", "step_s": timed(tw, after=pause_ms(50))})
     rows.append({"case": "L replayed prefill, then a synchronize", "step_s": timed(tw, after=sync)})
     rows.append({"case": "M replayed prefill, then a 2 ms pause", "step_s": timed(tw, after=pause_ms(2))})
     rows.append({"case": "N replayed prefill, then a 10 ms pause", "step_s": timed(tw, after=pause_ms(10))})
@@ -380,7 +376,7 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
     graphs.drain = True
     rows.append({"case": "S2 the engine's loop, replayed prefill, drained", "step_s": engine_loop(tw)})
     rows.append({"case": "S3 the engine's loop, replayed prefill, drained, then a 50 ms pause",
-                 "step_s": engine_loop(tw, after=pause)})
+                 "step_s": engine_loop(tw, after=pause_ms(50))})
     graphs.drain = False
     tw.prefill_graphs = None
     rows.append({"case": "S0 the engine's loop, eager prefill", "step_s": engine_loop(tw)})
