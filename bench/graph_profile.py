@@ -140,3 +140,41 @@ def table(profile: dict, top: int = 14, floors_us: Iterable[tuple[str, float]] =
     for name, us in floors_us:
         lines.append(f"| {name} | | {us:.1f} | |")
     return "\n".join(lines)
+
+
+KERNEL_CLASSES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # the runtime's weight GEMMs, fused prologues and epilogues included (QKV + RoPE + KV write; gate/up + SwiGLU;
+    # the norm-fused and residual-fused skinny GEMMs; the split-K reduction; TP's GEMM + all-reduce), and cuBLAS's
+    ("gemm", ("_skinny_kernel", "_skinny_normed_kernel", "_skinny_residual_kernel", "_reduce_partials_kernel",
+              "_swiglu_kernel", "_swiglu_normed_kernel", "_qkv_rope_kv_write_kernel", "_gemm_allreduce",
+              "gemm", "cutlass", "nvjet", "sm90_xmma")),
+    ("attention", ("_tree_attention_kernel", "flash", "attention")),
+)
+"""Kernel name (the key's part before its grid) -> the simulator's operator class, by prefix or substring: the
+first class with a pattern the name starts with, else the first with a pattern it contains; everything else (norms,
+the embedding, RoPE alone, top-k, argmax, KV compaction, copies and fills) is `other`."""
+
+
+def kernel_class(key: str) -> str:
+    """`gemm`, `attention` or `other` for a kernel key of `attribute` (``name [grid]``)."""
+    name = key.split(" [", 1)[0].strip()
+    for cls, patterns in KERNEL_CLASSES:
+        if name.startswith(patterns):
+            return cls
+    low = name.lower()
+    for cls, patterns in KERNEL_CLASSES:
+        if any(p in low for p in patterns if not p.startswith("_")):
+            return cls
+    return "other"
+
+
+def class_totals(profile: dict) -> dict[str, dict[str, float]]:
+    """Per operator class (`kernel_class`) of an `attribute` result: summed exposed and own time (us) and calls per
+    replay. The classes' exposed times sum to the replay's span."""
+    out = {cls: {"exposed_us": 0.0, "duration_us": 0.0, "calls": 0} for cls in ("gemm", "attention", "other")}
+    for row in profile["kernels"]:
+        slot = out[kernel_class(row["kernel"])]
+        slot["exposed_us"] += row["exposed_us"]
+        slot["duration_us"] += row["duration_us"]
+        slot["calls"] += row["calls"]
+    return out

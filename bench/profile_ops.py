@@ -26,6 +26,9 @@ each gets a share of `--budget-s`, unused time rolls over; the trace is rewritte
 |            |                                           | advance (tree bookkeeping); as CUDA-graph replays with the |
 |            |                                           | fused kernels under graph timing (meta `steps_mode`), else |
 |            |                                           | eager                                                      |
+| step_graphs| op.step_graph                             | the same steps' CUDA graphs (graph steps only), profiled:  |
+|            |                                           | exposed time per kernel class (gemm, attention, other)     |
+|            |                                           | inside a replay, PDL overlap included (bench/graph_profile)|
 | comm       | op.allreduce (eager, graph), op.message,  | 2 GPUs, NCCL (bench/profile_comm.py, spawned ranks):       |
 |            | op.p2p                                    | 16 B..16 MB eager and inside a CUDA graph; the runtime's    |
 |            |                                           | LeaderChannel ping-pong (one way = RTT / 2); raw send/recv  |
@@ -92,7 +95,7 @@ COMPACT_PRESETS = ("llama3-8b", "llama3.2-1b")
 COMPACT_N = (1, 4, 16, 64)
 STEP_WARMUP, STEP_REPS = 3, 10  # host-timed calls: warm-up, then the median of these repetitions
 # The steps section's plan and its worker loops live in bench/profile_steps.py.
-SHARES = {"launch": 2, "gemm": 50, "attention": 35, "compaction": 6, "steps": 75, "comm": 32}
+SHARES = {"launch": 2, "gemm": 50, "attention": 35, "compaction": 6, "steps": 75, "step_graphs": 40, "comm": 32}
 """Relative share of the time budget per section (unused time rolls over to the later sections). Steps had 45 until
 2026-12-01: at a 160 s budget its ~47 s ended inside the 1B preset, before its expansions at ctx 970 (72bd305
 traces)."""
@@ -418,6 +421,13 @@ def section_steps(p: Profiler) -> None:
     run_steps(p)
 
 
+def section_step_graphs(p: Profiler) -> None:
+    """The steps' CUDA graphs profiled: exposed time per kernel class inside a replay (bench/profile_steps.py)."""
+    from bench.profile_steps import GRAPH_REPS, run_steps
+
+    run_steps(p, graph_reps=GRAPH_REPS)
+
+
 def section_comm(p: Profiler) -> None:
     """Collectives and messages between 2 GPUs, in a subprocess bounded by the section's budget."""
     if p.device.type == "cuda" and torch.cuda.device_count() < 2:
@@ -445,7 +455,8 @@ def section_comm(p: Profiler) -> None:
 
 SECTIONS: dict[str, Callable[[Profiler], None]] = {
     "launch": section_launch, "gemm": section_gemm, "attention": section_attention,
-    "compaction": section_compaction, "steps": section_steps, "comm": section_comm,
+    "compaction": section_compaction, "steps": section_steps, "step_graphs": section_step_graphs,
+    "comm": section_comm,
 }
 
 

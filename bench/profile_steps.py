@@ -7,6 +7,11 @@ STEP_REPS after STEP_WARMUP, device synchronised around each call). With graph t
 backend, the models take the fused path and the workers replay CUDA-graph steps, as the `kernels=graphs`
 runtime does (`Profiler.steps_mode` = graphs), with that config's skinny GEMMs and PDL launches
 (conf/kernels/graphs.yaml; `Profiler.steps_kernels`); otherwise the steps run eagerly.
+
+The step_graphs section (`run_steps(p, graph_reps=GRAPH_REPS)`) builds the same steps and profiles their CUDA graphs'
+replays instead: per kernel class (GEMM, attention, other) the exposed time inside the replay, PDL overlap included
+(`op.step_graph`; simulator/calibrate.py fits the `gemm_graph` / `attention_graph` operators on them). It runs in its
+own section, after the host-timed steps, so that no step is host-timed after the profiler has run in the process.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ def _step_prompt(vocab: int, ctx: int, gen: torch.Generator) -> list[int]:
 
 
 def _verify_steps(p: Profiler, model: Any, attn: Any, backend: str, preset: str, rows: int, ctx: int,
-                  gen: torch.Generator) -> None:
+                  gen: torch.Generator, graph_reps: int = 0) -> None:
     from conf.messages import DraftProposal
     from runtime.target_worker import TargetWorker
 
@@ -69,6 +74,10 @@ def _verify_steps(p: Profiler, model: Any, attn: Any, backend: str, preset: str,
         if i >= STEP_WARMUP:
             times.append(time.perf_counter() - t)
             prefixes.append(prefix)
+    if graph_reps:
+        _emit_graph_profile(p, tw.graph, graph_reps, rows=rows, ctx=ctx, kind="verify", preset=preset,
+                            kv_len=tw.prefix_len + rows, backend=backend)
+        return
     ctx_mid = int(statistics.median(prefixes))
     p.emit("op.step_overhead", statistics.median(times), tp=1, ctx=ctx_mid, tokens=rows, kind="verify", preset=preset,
            kv_len=ctx_mid + rows, backend=backend, reps=len(times), min_s=min(times), max_s=max(times),
@@ -76,7 +85,7 @@ def _verify_steps(p: Profiler, model: Any, attn: Any, backend: str, preset: str,
 
 
 def _expand_steps(p: Profiler, model: Any, attn: Any, backend: str, preset: str, w: int, ctx: int,
-                  gen: torch.Generator, fused_head: bool = False) -> None:
+                  gen: torch.Generator, fused_head: bool = False, graph_reps: int = 0) -> None:
     from runtime.draft_worker import DraftWorker
 
     vocab = model.shape.token_count
@@ -111,6 +120,10 @@ def _expand_steps(p: Profiler, model: Any, attn: Any, backend: str, preset: str,
         # restart before the promoted root tokens fill the prefix capacity (max_seq_len = ctx + 64)
         if not dw.tree.can_expand(w, MAX_TREE_NODES) or dw.prefix_len > ctx + 48:
             dw.start(prompt)
+    if graph_reps:  # the w-row graph, on the inputs of its last expansion (over the whole tree region)
+        _emit_graph_profile(p, dw.graph, graph_reps, rows=w, ctx=ctx, kind="expand", preset=preset,
+                            kv_len=dw.prefix_len + MAX_TREE_NODES, backend=backend)
+        return
     times, lens = expand[STEP_WARMUP:], kv_lens[STEP_WARMUP:]
     kv_len = int(statistics.median(lens))
     p.emit("op.step_overhead", statistics.median(times), tp=1, ctx=ctx, tokens=w, kind="expand", preset=preset,
@@ -123,14 +136,21 @@ def _expand_steps(p: Profiler, model: Any, attn: Any, backend: str, preset: str,
                bs=ROUND_BS, w=w, reps=len(reroot))
 
 
-def run_steps(p: Profiler) -> None:
-    """Whole runtime steps (the simulator's forward steps plus their host work) on random-weight models."""
+def run_steps(p: Profiler, graph_reps: int = 0) -> None:
+    """Whole runtime steps (the simulator's forward steps plus their host work) on random-weight models.
+
+    `graph_reps` > 0 (the step_graphs section): instead of host-timing the steps, profile that many replays of each
+    step's CUDA graph after the warm-up steps and emit `op.step_graph` records (`_emit_graph_profile`)."""
     from runtime.attention import make_attention_backend
     from runtime.loader import build_model
 
     if p.attention_backend is None:
         p.attention_backend = choose_attention_backend(p)
     backend = p.attention_backend
+    if graph_reps and not p.graph_steps(backend):
+        print(f"  step_graphs: skipped: needs CUDA-graph steps (CUDA, graph timing, the Triton backend); here "
+              f"device {p.device.type}, op timing {p.op_timing}, backend {backend}", flush=True)
+        return
     attn = make_attention_backend(backend)
     gen = torch.Generator().manual_seed(4)
     for preset, rows_list, w_list in p.opt("step_plan", STEP_PLAN):
@@ -148,10 +168,31 @@ def run_steps(p: Profiler) -> None:
             p.error("steps", f"build {preset}", exc)
             continue
         with _pdl_launches(kernels["pdl"]):
-            _preset_steps(p, model, attn, backend, preset, rows_list, w_list, gen, kernels)
+            _preset_steps(p, model, attn, backend, preset, rows_list, w_list, gen, kernels, graph_reps)
         del model
         if p.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+GRAPH_REPS = 5
+"""Profiled replays per step graph in the step_graphs section (the median per kernel)."""
+
+
+def _emit_graph_profile(p: Profiler, graph: Any, reps: int, *, rows: int, ctx: int, **labels: Any) -> None:
+    """Profile `reps` replays of a worker's StepGraph (bench/graph_profile.py: each kernel's exposed time) and emit an
+    `op.step_graph` record: seconds = the replay's span, extra = the exposed and own time and calls per operator class
+    (gemm, attention, other; `graph_profile.kernel_class`) and `labels` (kind, preset, kv_len, backend)."""
+    from bench.graph_profile import class_totals, profile_graph
+
+    if graph is None:
+        raise RuntimeError("step_graphs: the worker has no CUDA graph to profile")
+    prof = profile_graph(graph.graph.replay, reps=reps)
+    classes = class_totals(prof)
+    p.emit("op.step_graph", prof["span_us"] * 1e-6, tp=1, ctx=ctx, tokens=rows, **labels,
+           **{f"{cls}_s": v["exposed_us"] * 1e-6 for cls, v in classes.items()},
+           **{f"{cls}_own_s": v["duration_us"] * 1e-6 for cls, v in classes.items()},
+           **{f"{cls}_calls": v["calls"] for cls, v in classes.items()},
+           kernels=prof["kernels_per_replay"], replays=prof["replays"], replays_dropped=prof["replays_dropped"])
 
 
 def _pdl_launches(enabled: bool) -> contextlib.AbstractContextManager:
@@ -164,10 +205,10 @@ def _pdl_launches(enabled: bool) -> contextlib.AbstractContextManager:
 
 
 def _preset_steps(p: Profiler, model: Any, attn: Any, backend: str, preset: str, rows_list: tuple[int, ...],
-                  w_list: tuple[int, ...], gen: torch.Generator, kernels: dict[str, bool]) -> None:
+                  w_list: tuple[int, ...], gen: torch.Generator, kernels: dict[str, bool], graph_reps: int = 0) -> None:
     """One model's verify and expand steps at every STEP_CTX prefix length, each kind with the kernels the Engine
     gives its role (`kernels`: STEP_SWITCHES; runtime/engine.py `_model`): a verify step is the target's
-    (kernels.target_qkv_rope), an expansion the draft's (kernels.draft_head)."""
+    (kernels.target_qkv_rope), an expansion the draft's (kernels.draft_head). `graph_reps`: see `run_steps`."""
     from runtime.model import role_kernels
 
     expand = functools.partial(_expand_steps, fused_head=kernels["draft_head"])
@@ -180,6 +221,6 @@ def _preset_steps(p: Profiler, model: Any, attn: Any, backend: str, preset: str,
             for width in widths:
                 if p.time_left():
                     try:
-                        fn(p, model, attn, backend, preset, width, ctx, gen)
+                        fn(p, model, attn, backend, preset, width, ctx, gen, graph_reps=graph_reps)
                     except Exception as exc:  # one shape failing must not end the section
                         p.error("steps", f"{preset} {what} {width} ctx {ctx}", exc)

@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from bench.bench_step_variants import main as step_variants_main
-from bench.graph_profile import attribute, exposed_times, kernel_spans, split_replays, table
+from bench.graph_profile import (
+    attribute,
+    class_totals,
+    exposed_times,
+    kernel_class,
+    kernel_spans,
+    split_replays,
+    table,
+)
 
 
 def _kernel(name, ts, dur, grid=(1, 1, 1)):
@@ -63,3 +71,28 @@ def test_bad_input_is_named():
         attribute([])
     with pytest.raises(SystemExit, match="--profile-kernels: expected a count >= 0"):
         step_variants_main(["--profile-kernels", "-1"])
+
+
+@pytest.mark.parametrize("key, cls", [
+    ("_skinny_kernel [36, 2, 1]", "gemm"), ("_swiglu_kernel [224, 1, 1]", "gemm"),
+    ("_qkv_rope_kv_write_kernel [15, 2, 1]", "gemm"), ("_reduce_partials_kernel [8, 1, 1]", "gemm"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32 [132, 1, 1]", "gemm"), ("nvjet_tst_128x64_64x4 [66, 1, 1]", "gemm"),
+    ("_tree_attention_kernel [1, 8, 8]", "attention"), ("flash_fwd_splitkv_kernel [4, 8, 1]", "attention"),
+    ("_add_rmsnorm_partials_kernel [1, 1, 1]", "other"), ("_rope_kv_write_kernel [4, 1, 1]", "other"),
+    ("_kv_compact_kernel [16, 1, 1]", "other"), ("_segment_topk_kernel [8, 1, 1]", "other"),
+    ("void at::native::(anonymous namespace)::indexSelectSmallIndex<c10::BFloat16, lon [5, 1, 1]", "other"),
+])
+def test_kernel_class_names_the_simulators_operator(key, cls):
+    assert kernel_class(key) == cls
+
+
+def test_class_totals_partition_the_replay_span():
+    events = _replay(0.0) + _replay(5000.0)
+    events = [dict(e, name={"gemm": "_skinny_kernel", "attn": "_tree_attention_kernel",
+                            "norm": "_add_rmsnorm_kernel"}[e["name"]]) for e in events]
+    prof = attribute(split_replays(kernel_spans({"traceEvents": events})))
+    totals = class_totals(prof)
+    assert totals["gemm"] == {"exposed_us": 15.0, "duration_us": 15.0, "calls": 2}
+    assert totals["attention"] == {"exposed_us": 4.0, "duration_us": 6.0, "calls": 1}
+    assert totals["other"] == {"exposed_us": 2.0, "duration_us": 1.5, "calls": 1}
+    assert sum(t["exposed_us"] for t in totals.values()) == pytest.approx(prof["span_us"])

@@ -142,8 +142,8 @@ def test_graph_steps_give_each_role_its_kernels(monkeypatch):
             return True
 
     seen = []
-    monkeypatch.setattr(S, "_verify_steps", lambda p, model, *a: seen.append(("verify", model.kernels)))
-    monkeypatch.setattr(S, "_expand_steps", lambda p, model, *a, fused_head: seen.append(
+    monkeypatch.setattr(S, "_verify_steps", lambda p, model, *a, graph_reps=0: seen.append(("verify", model.kernels)))
+    monkeypatch.setattr(S, "_expand_steps", lambda p, model, *a, fused_head, graph_reps=0: seen.append(
         ("expand", model.kernels, fused_head)))
     switches = {"skinny": True, "pdl": True, "draft_head": True, "rope_attention": True, "target_qkv_rope": True}
     S._preset_steps(FakeProfiler(), FakeModel(), None, "triton", "tiny-llama", (8,), (4,), None, switches)
