@@ -56,7 +56,8 @@ def run(config: CalibrateConfig) -> dict[str, Any]:
     opts = CalibrationOptions(gpu=config.hardware.gpu, holdout_fraction=config.holdout_fraction, seed=config.seed,
                               intra_group=config.intra_group, cross_group=config.cross_group,
                               allreduce_mode=config.allreduce_mode, step_kinds=tuple(config.step_kinds),
-                              min_samples=config.min_samples)
+                              min_samples=config.min_samples, graph_operators=tuple(config.graph_operators),
+                              step_overhead_from=config.step_overhead_from)
     software = {**trace_meta(paths), "calibrate_git_sha": git_sha(), "traces": [str(p) for p in paths],
                 "allreduce_impl": f"nccl {config.allreduce_mode}"}
     profile, report = calibrate(ts, opts, software)

@@ -214,6 +214,17 @@ LIMITS = """\
   draft shape's steps in the profile's own step sweep (host-synchronised, 1-8 rows) measure 0.21 ms (median), so
   most of that gap is what the runtime loop saves against such a measurement, which the runtime block, fitted on
   8B / 1B runs, does not carry over.
+- In-graph pricing (`profiles/h200_graph.json`, not the default): profile_ops' step_graphs section (since f7aec85)
+  profiles the captured decode steps of five presets (46 graphs, 1-32 rows) and charges every kernel its exposed
+  time in the replay; calibrate fits `attention_graph` and a device-only step overhead on them (the small kernels'
+  exposed time: 0.88 us per kernel), and the runtime block then holds host time alone (ar_step_extra_s +0.044 ms,
+  step_extra_s +0.161 ms, where the default profile's are -0.114 / +0.007 ms). It prices the captured steps' device
+  spans within 5.8% on average (max 20.4%: the 4-layer draft shape, whose GEMMs the standalone fit prices 18-48%
+  long; the small kernels of expansions, top-k head included, are priced 18-40% short). On the held-out runs above
+  it does as well as the default (tokens/s median 2.4%, max 9.0%; `validation_2026-12-01_954a1bf_graph_profile.json`),
+  but not better at the real pair's shapes (AR -10.4%, chain -27.2%: the draft's one-row expansion 82% long;
+  `validation_2026-12-01_307a064_graph_profile.json`): the runtime block's per-forward host costs, fitted on the
+  2-GPU 8B / 1B runs, do not fit the colocated small models' loop. That is where the remaining gap is.
 - KV keeps and compactions: with CUDA graphs (since 847d037) the runtime applies both as the first kernel of the
   next graph step; the simulator costs a draft compaction there by its bytes (the analytic prior, no launch) and
   the target's keep by the fitted `keep_s` (the runtime's `step.keep` span: host bookkeeping, ~0.01 ms). Without

@@ -43,6 +43,17 @@ class CalibrateConfig(_Frozen):
     """Whole-step record kinds step_overhead is fitted on (verify, expand, forward)."""
     min_samples: int = 3
     """Operators with fewer samples keep the analytic prior."""
+    graph_operators: list[str] = field(default_factory=lambda: ["attention_graph"])
+    """In-graph operators to fit from the traces' op.step_graph records (profile_ops' step_graphs section): the
+    exposed time of a kernel class inside captured decode steps. Those left out price captured steps by their
+    standalone fits (gemm, attention). gemm_graph is not in the default: its one affine form over a step's summed
+    calls priced the f7aec85 steps' GEMMs 18-27% short for SmolLM2-135M (121 latency-bound calls) and 4-6% long for
+    the 8B (weights streamed at ~4.2 TB/s under PDL), where the standalone fit is within -10..+2% on both but the
+    tiny draft shape (+20-48%)."""
+    step_overhead_from: str = "auto"
+    """What step_overhead is fitted on: host (whole host-timed steps minus their operators), graph (the small
+    kernels' exposed time inside captured steps: device only; the runtime block fitted on `runs` then holds the
+    host work), auto (graph where the traces have op.step_graph records, else host)."""
     runs: list[str] = field(default_factory=list)
     """Measured runtime run dirs (with traces.jsonl) to fit the profile's `runtime` block on: the host costs
     of the runtime's loop (simulator/runtime_fit.py). Keep them out of any validation of this profile."""
@@ -62,6 +73,10 @@ class CalibrateConfig(_Frozen):
         _require(len(self.step_kinds) >= 1 and all(k in STEP_KINDS for k in self.step_kinds), "step_kinds",
                  f"{list(self.step_kinds)} must be a non-empty subset of {list(STEP_KINDS)}")
         _require(self.min_samples >= 1, "min_samples", f"must be >= 1, got {self.min_samples}")
+        _require(all(op in ("gemm_graph", "attention_graph") for op in self.graph_operators), "graph_operators",
+                 f"{list(self.graph_operators)} must be a subset of [gemm_graph, attention_graph]")
+        _require(self.step_overhead_from in ("auto", "graph", "host"), "step_overhead_from",
+                 f"{self.step_overhead_from!r} is not one of auto, graph, host")
 
 
 def build_calibrate_config(cfg: object) -> CalibrateConfig:

@@ -44,7 +44,7 @@ import json
 import math
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,7 +53,7 @@ import numpy as np
 
 from conf.presets import GPU_PRESETS, LINK_PRESETS, model_preset
 from conf.trace import TraceRecord
-from simulator.cost_model import Operators, StepDesc, forward_breakdown, kernels_per_step
+from simulator.cost_model import Operators, StepDesc, forward_breakdown, kernels_per_step, step_operator_features
 from simulator.profile import FEATURES, OPERATOR_FORMS, OperatorFit, Profile
 
 RECORD_OPERATORS = {"op.gemm": "gemm", "op.attention": "attention", "op.allreduce": "allreduce",
@@ -74,6 +74,7 @@ REQUIRED_EXTRA = {
     "op.compaction": ("bytes",),
     "op.tree_op": ("kind",),
     "op.p2p": ("bytes",),
+    "op.step_graph": ("kind", "preset", "kv_len", "backend", "gemm_s", "attention_s", "other_s"),
 }
 """`extra` keys each kind of record must carry (step = an op.step_overhead record of a STEP_KIND)."""
 WEIGHT_BITS = 16
@@ -105,6 +106,8 @@ class TraceSet:
     """Operator -> samples (step_overhead: whole steps, features = (1, num_kernels) filled in later)."""
     diagnostics: dict[str, list[Sample]] = field(default_factory=lambda: defaultdict(list))
     """Diagnostic record name (op.compaction, op.tree_op, op.p2p, launch kinds) -> samples."""
+    graph_steps: list[Sample] = field(default_factory=list)
+    """op.step_graph records: captured decode steps profiled per kernel class (features filled in by the fit)."""
     ignored: Counter = field(default_factory=Counter)
     """Record names that calibrate does not use, with counts."""
     files: list[str] = field(default_factory=list)
@@ -140,6 +143,18 @@ def _require(extra: dict[str, Any], keys: Iterable[str], name: str, where: str) 
 def _sample(rec: TraceRecord, extra: dict[str, Any], where: str) -> tuple[str, Sample] | None:
     """(operator or diagnostic key, sample) of one record; None for records calibrate ignores."""
     name = rec.name
+    if name == "op.step_graph":
+        _require(extra, REQUIRED_EXTRA[name], name, where)
+        try:
+            model_preset(str(extra["preset"]), f"{where}: extra.preset")
+        except ValueError as e:
+            raise TraceFileError(str(e)) from e
+        for key in ("kv_len", "gemm_s", "attention_s", "other_s"):
+            _number(extra, key, where)
+        if rec.duration_s <= 0 or rec.tokens < 1:
+            raise TraceFileError(f"{where}: op.step_graph needs duration_s > 0 and tokens >= 1, got "
+                                 f"{rec.duration_s} and {rec.tokens}")
+        return name, Sample(name, (), rec.duration_s, rec.tp, where, extra, rec.tokens)
     if name in DIAGNOSTIC_RECORDS:
         _require(extra, REQUIRED_EXTRA[name], name, where)
         feats = (1.0, _number(extra, "bytes", where)) if "bytes" in extra else (1.0,)
@@ -202,7 +217,10 @@ def read_trace_file(path: str | Path, into: TraceSet | None = None) -> TraceSet:
             ts.ignored[rec.name] += 1
             continue
         key, sample = got
-        (ts.samples if key in OPERATOR_FORMS else ts.diagnostics)[key].append(sample)
+        if key == "op.step_graph":
+            ts.graph_steps.append(sample)
+        else:
+            (ts.samples if key in OPERATOR_FORMS else ts.diagnostics)[key].append(sample)
         ts.devices.add(rec.device)
     return ts
 
@@ -311,12 +329,109 @@ def step_base(fits: dict[str, OperatorFit], sample: Sample, gpu: str) -> tuple[f
     shape = model_preset(str(e["preset"]))
     fused = str(e["backend"]) == "triton"
     tp = sample.tp
+    graph = bool(e.get("graphs", False))  # a captured step: the in-graph fits price it, as in the simulator
     profile = Profile(path="<calibrate>", hardware={"gpu": gpu}, software={}, operators=dict(fits))
     link = LINK_PRESETS["nvlink4"]
-    ops = Operators(GPU_PRESETS[gpu], link, "oneshot", link, 0.0, 0.0, False, profile,
+    ops = Operators(GPU_PRESETS[gpu], link, "oneshot", link, 0.0, 0.0, graph, profile,
                     intra_name="nvlink4", cross_name="nvlink4")
-    parts = forward_breakdown(ops, shape, WEIGHT_BITS, StepDesc(sample.tokens, int(e["kv_len"]), tp), fused)
+    parts = forward_breakdown(ops, shape, WEIGHT_BITS, StepDesc(sample.tokens, int(e["kv_len"]), tp), fused,
+                              graph=graph)
     return parts["gemm"] + parts["attention"] + parts["allreduce"], kernels_per_step(shape, tp, fused)
+
+
+GRAPH_CLASSES = {"gemm_graph": "gemm_s", "attention_graph": "attention_s"}
+"""In-graph operator -> the op.step_graph field holding its kernel class's exposed seconds per step."""
+
+
+def graph_operator_rows(steps: Sequence[Sample], op: str) -> tuple[np.ndarray, np.ndarray]:
+    """(features, seconds) of `op` (gemm_graph | attention_graph) over captured steps: per step, the summed features
+    of the step's calls (`cost_model.step_operator_features`) and its kernel class's exposed time."""
+    x = [step_operator_features(model_preset(str(s.extra["preset"])), WEIGHT_BITS,
+                                StepDesc(s.tokens, int(s.extra["kv_len"]), s.tp))[op] for s in steps]
+    return np.array(x, dtype=float), np.array([float(s.extra[GRAPH_CLASSES[op]]) for s in steps])
+
+
+def fit_graph_operators(steps: Sequence[Sample], opts: CalibrationOptions, keep: Callable[..., None],
+                        report: dict[str, Any]) -> None:
+    """Fit `gemm_graph` and `attention_graph` on the captured steps' per-class exposed times (each step one row, in
+    relative error of the class's time per step); too few steps: both skipped (the standalone fits price graph
+    steps too)."""
+    steps = [s for s in steps if s.tp == 1]
+    for op, key in GRAPH_CLASSES.items():
+        if op not in opts.graph_operators:
+            continue
+        rows = [s for s in steps if float(s.extra[key]) > 0]
+        if len(rows) < opts.min_samples:
+            report["skipped"][op] = (f"{len(rows)} op.step_graph records with {key} > 0 (< {opts.min_samples}): "
+                                     f"captured steps are priced by the standalone fits")
+            continue
+        x, y = graph_operator_rows(rows, op)
+        res = fit_rows(x, y, opts.holdout_fraction, opts.seed)
+        presets = Counter(str(s.extra["preset"]) for s in rows)
+        keep(op, res, None, max_tokens=max(s.tokens for s in rows), presets=dict(sorted(presets.items())),
+             note="fitted on the exposed time of this kernel class inside captured decode steps (one row per step); "
+                  "mape of the class's time per step")
+
+
+def fit_step_overhead_host(ts: TraceSet, fits: dict[str, OperatorFit], opts: CalibrationOptions,
+                           keep: Callable[..., None], report: dict[str, Any]) -> None:
+    """step_overhead from whole host-timed steps: a + b * num_kernels fitted to each step minus its operators'
+    predicted share (`step_base`), in relative error of the whole step."""
+    steps = [s for s in ts.samples.get("step_overhead", []) if str(s.extra["kind"]) in opts.step_kinds]
+    if len(steps) < opts.min_samples:
+        report["skipped"]["step_overhead"] = (f"{len(steps)} whole-step samples of kinds {list(opts.step_kinds)} "
+                                              f"(< {opts.min_samples}): analytic prior kept")
+    else:
+        bases, kernels = zip(*(step_base(fits, s, opts.gpu) for s in steps))
+        x = np.array([[1.0, float(k)] for k in kernels])
+        y = np.array([s.seconds for s in steps])
+        base = np.array(bases)
+        res = fit_rows(x, y, opts.holdout_fraction, opts.seed, base)
+        resid = y - base - x @ np.array(res.coefficients)
+
+        def breakdown(label: str) -> dict[str, dict[str, Any]]:
+            """Per kind / preset: how much of a step the operators explain, and the fit's error there."""
+            out: dict[str, dict[str, Any]] = {}
+            for key in sorted({str(s.extra[label]) for s in steps}):
+                sel = [i for i, s in enumerate(steps) if str(s.extra[label]) == key]
+                out[key] = {"num": len(sel), "median_measured_s": float(np.median(y[sel])),
+                            "median_operator_share": float(np.median(base[sel] / y[sel])),
+                            "mean_signed_error": float(np.mean(-resid[sel] / y[sel])),
+                            "mape": float(np.mean(np.abs(resid[sel]) / y[sel]))}
+            return out
+
+        keep("step_overhead", res, None, kinds=list(opts.step_kinds), by_kind=breakdown("kind"),
+             by_preset=breakdown("preset"), source="host",
+             note="fitted on whole runtime steps minus the operators' predicted share; mape of the whole step")
+
+
+def fit_step_overhead_graph(rows: Sequence[Sample], opts: CalibrationOptions, keep: Callable[..., None],
+                            report: dict[str, Any]) -> None:
+    """step_overhead from captured steps: a + b * num_kernels fitted to the exposed time of their small kernels (class
+    `other`: norms, the embedding, top-k, argmax, compaction), in relative error of that time. Device time only: the
+    host work around a step is the runtime block's (fitted on runs)."""
+    if len(rows) < opts.min_samples:
+        report["skipped"]["step_overhead"] = (f"{len(rows)} op.step_graph records of kinds {list(opts.step_kinds)} "
+                                              f"(< {opts.min_samples}): analytic prior kept")
+        return
+    kernels = [kernels_per_step(model_preset(str(s.extra["preset"])), s.tp, str(s.extra["backend"]) == "triton")
+               for s in rows]
+    x = np.array([[1.0, float(k)] for k in kernels])
+    y = np.array([float(s.extra["other_s"]) for s in rows])
+    res = fit_rows(x, y, opts.holdout_fraction, opts.seed)
+    resid = y - x @ np.array(res.coefficients)
+    by_key: dict[str, dict[str, Any]] = {}
+    for label in ("kind", "preset"):
+        out: dict[str, Any] = {}
+        for key in sorted({str(s.extra[label]) for s in rows}):
+            sel = [i for i, s in enumerate(rows) if str(s.extra[label]) == key]
+            out[key] = {"num": len(sel), "median_other_s": float(np.median(y[sel])),
+                        "mean_signed_error": float(np.mean(-resid[sel] / y[sel])),
+                        "mape": float(np.mean(np.abs(resid[sel]) / y[sel]))}
+        by_key[label] = out
+    keep("step_overhead", res, None, kinds=list(opts.step_kinds), by_kind=by_key["kind"], by_preset=by_key["preset"],
+         source="graph", note="fitted on the exposed time of the small kernels (class other) inside captured steps; "
+                              "device only; mape of that time")
 
 
 # ---- the whole calibration -------------------------------------------------------------------------------
@@ -335,6 +450,14 @@ class CalibrationOptions:
     """Whole-step kinds step_overhead is fitted on."""
     min_samples: int = 3
     """An operator with fewer usable samples keeps the analytic prior (it is left out of the profile)."""
+    graph_operators: tuple[str, ...] = ("attention_graph",)
+    """Which in-graph operators to fit from op.step_graph records (the others price captured steps by their
+    standalone fits)."""
+    step_overhead_from: str = "auto"
+    """What step_overhead is fitted on: host (whole host-timed steps minus their operators: the device's small
+    kernels and the step's host work), graph (the exposed time of the small kernels, class `other`, inside captured
+    steps: device only, the runtime block then fits the host work on runs), auto (graph where op.step_graph records
+    exist, else host)."""
 
 
 def median_or_none(values: Sequence[float]) -> float | None:
@@ -415,31 +538,16 @@ def calibrate(ts: TraceSet, opts: CalibrationOptions, software: dict[str, Any] |
         keep("allreduce", fit_operator(ar, opts.holdout_fraction, opts.seed),
              by_tp if len(by_tp) > 1 else None, mode=opts.allreduce_mode)
 
-    steps = [s for s in ts.samples.get("step_overhead", []) if str(s.extra["kind"]) in opts.step_kinds]
-    if len(steps) < opts.min_samples:
-        report["skipped"]["step_overhead"] = (f"{len(steps)} whole-step samples of kinds {list(opts.step_kinds)} "
-                                              f"(< {opts.min_samples}): analytic prior kept")
-    else:
-        bases, kernels = zip(*(step_base(fits, s, opts.gpu) for s in steps))
-        x = np.array([[1.0, float(k)] for k in kernels])
-        y = np.array([s.seconds for s in steps])
-        base = np.array(bases)
-        res = fit_rows(x, y, opts.holdout_fraction, opts.seed, base)
-        resid = y - base - x @ np.array(res.coefficients)
-        def breakdown(label: str) -> dict[str, dict[str, Any]]:
-            """Per kind / preset: how much of a step the operators explain, and the fit's error there."""
-            out: dict[str, dict[str, Any]] = {}
-            for key in sorted({str(s.extra[label]) for s in steps}):
-                sel = [i for i, s in enumerate(steps) if str(s.extra[label]) == key]
-                out[key] = {"num": len(sel), "median_measured_s": float(np.median(y[sel])),
-                            "median_operator_share": float(np.median(base[sel] / y[sel])),
-                            "mean_signed_error": float(np.mean(-resid[sel] / y[sel])),
-                            "mape": float(np.mean(np.abs(resid[sel]) / y[sel]))}
-            return out
+    fit_graph_operators(ts.graph_steps, opts, keep, report)
 
-        keep("step_overhead", res, None, kinds=list(opts.step_kinds), by_kind=breakdown("kind"),
-             by_preset=breakdown("preset"),
-             note="fitted on whole runtime steps minus the operators' predicted share; mape of the whole step")
+    graph_rows = [s for s in ts.graph_steps if s.tp == 1 and str(s.extra["kind"]) in opts.step_kinds]
+    source = opts.step_overhead_from
+    if source == "auto":
+        source = "graph" if len(graph_rows) >= opts.min_samples else "host"
+    if source == "graph":
+        fit_step_overhead_graph(graph_rows, opts, keep, report)
+    else:
+        fit_step_overhead_host(ts, fits, opts, keep, report)
 
     if not fits:
         raise ValueError(f"traces {ts.files}: no operator has >= {opts.min_samples} usable samples "

@@ -140,21 +140,35 @@ class Operators:
             impl = str(profile.software.get("allreduce_impl", "")).lower()
             if ("eager" in impl and cuda_graphs) or ("graph" in impl and not cuda_graphs):
                 fits.pop("allreduce", None)  # eager NCCL latency (~45 us) vs ~10 us inside a graph: not one fit
+        if not cuda_graphs:  # exposed times inside captured steps: eager steps launch every kernel alone
+            fits.pop("gemm_graph", None)
+            fits.pop("attention_graph", None)
         self.fits = fits
         self.sources = {op: ("profile" if op in fits else "analytic")
                         for op in ("gemm", "attention", "allreduce", "message", "message_unix", "step_overhead")}
+        for op, standalone in (("gemm_graph", "gemm"), ("attention_graph", "attention")):
+            # without an in-graph fit a captured step takes the standalone operator's price
+            self.sources[op] = "profile" if op in fits else f"as {standalone}"
 
-    def gemm_s(self, weight_bytes: float, flops: float, tp: int) -> float:
-        """One GEMM call (one weight matrix on one rank)."""
-        fit = self.fits.get("gemm")
+    @property
+    def graph_fits(self) -> bool:
+        """Whether decode steps are priced by in-graph fits (`gemm_graph` or `attention_graph`; CUDA graphs only)."""
+        return "gemm_graph" in self.fits or "attention_graph" in self.fits
+
+    def gemm_s(self, weight_bytes: float, flops: float, tp: int, graph: bool = False) -> float:
+        """One GEMM call (one weight matrix on one rank); `graph`: inside a captured decode step (`gemm_graph`
+        where fitted)."""
+        fit = (self.fits.get("gemm_graph") if graph else None) or self.fits.get("gemm")
         if fit is not None:
             return fit.predict(gemm_features(weight_bytes, flops), tp)
         return max(weight_bytes / (self.gpu.hbm_bytes_per_s * GEMM_BW_EFFICIENCY),
                    flops / self.gpu.bf16_flops_per_s)
 
-    def attention_s(self, kv_bytes: float, flops: float, tokens: int, kv_len: int, tp: int) -> float:
-        """One layer's attention on one rank."""
-        fit = self.fits.get("attention")
+    def attention_s(self, kv_bytes: float, flops: float, tokens: int, kv_len: int, tp: int,
+                    graph: bool = False) -> float:
+        """One layer's attention on one rank; `graph`: inside a captured decode step (`attention_graph` where
+        fitted)."""
+        fit = (self.fits.get("attention_graph") if graph else None) or self.fits.get("attention")
         if fit is not None:
             return fit.predict(attention_features(kv_bytes, tokens, kv_len), tp)
         return max(kv_bytes / self.gpu.hbm_bytes_per_s, flops / self.gpu.bf16_flops_per_s)
@@ -192,20 +206,41 @@ class Operators:
         return self.base_overhead_s + num_kernels * self.launch_s
 
 
-def forward_breakdown(ops: Operators, shape: ModelShape, weight_bits: int, step: StepDesc,
-                      fused: bool = True) -> dict[str, float]:
-    """Seconds per operator class of one forward step (keys: gemm, attention, allreduce, overhead)."""
+def gemm_calls(shape: ModelShape, weight_bits: int, step: StepDesc) -> list[tuple[float, float, int]]:
+    """(weight bytes, FLOPs, calls per step) of each distinct GEMM of one forward step on one rank: the layers'
+    matrices (num_layers calls each) and the LM head (once, bf16)."""
     tp, t = step.tp, step.tokens
     bpp = BYTES_PER_PARAM[weight_bits]
-    gemm = sum(ops.gemm_s(k * n * bpp, 2.0 * t * k * n, tp) for _, k, n in layer_matrices(shape, tp))
+    out = [(k * n * bpp, 2.0 * t * k * n, shape.num_layers) for _, k, n in layer_matrices(shape, tp)]
     k, n = lm_head_matrix(shape, tp)
-    lm_head = ops.gemm_s(k * n * ACT_BYTES, 2.0 * t * k * n, tp)
+    return out + [(k * n * ACT_BYTES, 2.0 * t * k * n, 1)]
+
+
+def step_operator_features(shape: ModelShape, weight_bits: int, step: StepDesc) -> dict[str, tuple[float, ...]]:
+    """The summed features of one forward step's GEMM calls and attention calls (the profile forms are linear in
+    their coefficients, so a step's GEMM time is dot(coefficients, these sums)): what calibrate fits `gemm_graph`
+    and `attention_graph` on, from the exposed time of each kernel class inside a captured step."""
+    gemm = [0.0, 0.0, 0.0]
+    for wb, fl, calls in gemm_calls(shape, weight_bits, step):
+        for i, f in enumerate(gemm_features(wb, fl)):
+            gemm[i] += calls * f
+    kv_bytes, _ = attention_terms(shape, step.tp, step.tokens, step.kv_len)
+    attn = tuple(shape.num_layers * f for f in attention_features(kv_bytes, step.tokens, step.kv_len))
+    return {"gemm_graph": tuple(gemm), "attention_graph": attn}
+
+
+def forward_breakdown(ops: Operators, shape: ModelShape, weight_bits: int, step: StepDesc,
+                      fused: bool = True, graph: bool = False) -> dict[str, float]:
+    """Seconds per operator class of one forward step (keys: gemm, attention, allreduce, overhead). `graph`: a
+    captured decode step, whose GEMMs and attention take the in-graph fits where the profile has them."""
+    tp, t = step.tp, step.tokens
+    gemm = sum(calls * ops.gemm_s(wb, fl, tp, graph) for wb, fl, calls in gemm_calls(shape, weight_bits, step))
     kv_bytes, flops = attention_terms(shape, tp, t, step.kv_len)
-    attn = ops.attention_s(kv_bytes, flops, t, step.kv_len, tp)
+    attn = ops.attention_s(kv_bytes, flops, t, step.kv_len, tp, graph)
     ar = 2 * ops.allreduce_s(t * shape.hidden_size * ACT_BYTES, tp)
     gather = ops.allreduce_s(t * LOGITS_GATHER_BYTES_PER_TOKEN, tp)
     return {
-        "gemm": shape.num_layers * gemm + lm_head,
+        "gemm": gemm,
         "attention": shape.num_layers * attn,
         "allreduce": shape.num_layers * ar + gather,
         "overhead": ops.step_overhead_s(kernels_per_step(shape, tp, fused), tp),
@@ -252,21 +287,22 @@ class GroupCost:
         self.extra_per_real_row_s = extra_per_real_row_s
         # a TP > 1 target's leader broadcasts each step's verdict to its group (not after a prefill)
         self.broadcast_s = broadcast_s
-        self._affine: dict[int, tuple[float, float]] = {}
+        self._affine: dict[tuple[int, bool], tuple[float, float]] = {}
         self._compaction: dict[tuple[int, bool], float] = {}
 
-    def breakdown(self, tokens: int, kv_len: int) -> dict[str, float]:
-        """Per-operator seconds of one step (not cached; for reports)."""
+    def breakdown(self, tokens: int, kv_len: int, prefill: bool = False) -> dict[str, float]:
+        """Per-operator seconds of one step (not cached; for reports): a decode step (priced by the in-graph fits
+        where the profile has them), or with `prefill` a prompt prefill (the standalone fits)."""
         return forward_breakdown(self.ops, self.shape, self.weight_bits, StepDesc(tokens, kv_len, self.tp),
-                                 self.fused)
+                                 self.fused, graph=not prefill and self.ops.graph_fits)
 
-    def _line(self, tokens: int) -> tuple[float, float]:
-        line = self._affine.get(tokens)
+    def _line(self, tokens: int, prefill: bool = False) -> tuple[float, float]:
+        line = self._affine.get((tokens, prefill))
         if line is None:
-            at0 = sum(self.breakdown(tokens, 0).values())
-            at1 = sum(self.breakdown(tokens, 1024).values())
+            at0 = sum(self.breakdown(tokens, 0, prefill).values())
+            at1 = sum(self.breakdown(tokens, 1024, prefill).values())
             line = (at0, (at1 - at0) / 1024)
-            self._affine[tokens] = line
+            self._affine[(tokens, prefill)] = line
         return line
 
     def forward_s(self, tokens: int, kv_len: int, real_rows: float | None = None) -> float:
@@ -284,7 +320,7 @@ class GroupCost:
         prefill (`prefill_launch_s` > 0) takes at least its launches' host time."""
         if prompt_tokens <= 0:
             return 0.0
-        a, b = self._line(prompt_tokens)
+        a, b = self._line(prompt_tokens, prefill=True)
         return max(a + b * math.ceil(prompt_tokens / 2), self.prefill_host_s) + max(self.extra_s, 0.0)
 
     def compaction_s(self, kept_tokens: int, launch: bool = True) -> float:

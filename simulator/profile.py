@@ -34,6 +34,14 @@ non-decreasing in every feature; `predict` = dot(coefficients, features), linear
 | message_unix  | the same over the Unix socket (leaders on one | a + b * bytes                          |
 |               | host: `parallel.leader_channel` unix / auto)  |                                        |
 | step_overhead | per forward step, beyond the operators above  | a + b * num_kernels                    |
+| gemm_graph    | gemm as a CUDA-graph decode step runs it      | as gemm                                |
+| attention_graph | attention, likewise                         | as attention                           |
+
+`gemm_graph` / `attention_graph` (optional): the same forms fitted on the exposed time of the GEMM and attention
+kernels inside the runtime's captured decode steps (profile_ops' step_graphs section: PDL overlap and no launch gaps,
+fused prologues and epilogues included), where the standalone timings of `gemm` / `attention` price each call alone.
+The cost model prices CUDA-graph decode steps (verifies, expansions, autoregressive steps) with them where present;
+prefills and eager steps keep `gemm` / `attention`.
 
 `by_tp` (optional on any operator) holds coefficients per TP degree; a degree without an entry uses the
 operator's top-level coefficients. Operators missing from `operators` fall back to the analytic prior, as do
@@ -63,6 +71,8 @@ OPERATOR_FORMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # operator: (coefficient names, feature names); time = sum(coef * feature), the first feature is 1
     "gemm": (("a", "b", "c"), ("1", "weight_bytes", "flops")),
     "attention": (("a", "b", "c"), ("1", "kv_bytes", "tokens*kv_len")),
+    "gemm_graph": (("a", "b", "c"), ("1", "weight_bytes", "flops")),
+    "attention_graph": (("a", "b", "c"), ("1", "kv_bytes", "tokens*kv_len")),
     "allreduce": (("a", "b"), ("1", "bytes")),
     "message": (("a", "b"), ("1", "bytes")),
     "message_unix": (("a", "b"), ("1", "bytes")),
@@ -135,7 +145,8 @@ def step_overhead_features(num_kernels: int) -> tuple[float, ...]:
     return (1.0, float(num_kernels))
 
 
-FEATURES = {"gemm": gemm_features, "attention": attention_features, "allreduce": allreduce_features,
+FEATURES = {"gemm": gemm_features, "attention": attention_features, "gemm_graph": gemm_features,
+            "attention_graph": attention_features, "allreduce": allreduce_features,
             "message": message_features, "message_unix": message_features, "step_overhead": step_overhead_features}
 """Feature function per operator: calibrate builds its design matrix from these."""
 

@@ -158,3 +158,39 @@ def test_build_costs_price_eager_prefills_where_the_runtime_runs_them(overrides,
     for group, floor in ((costs.target, target_floor), (costs.draft, draft_floor)):
         launches = kernels_per_step(group.shape, group.tp, True)
         assert group.prefill_host_s == pytest.approx(cfg.sim.eager_prefill_launch_s * launches if floor else 0.0)
+
+
+def _graph_profile():
+    from simulator.profile import OperatorFit, Profile
+
+    fits = {"gemm": OperatorFit("gemm", (4e-6, 2.2e-13, 1e-15), {"mape": 0.1}),
+            "attention": OperatorFit("attention", (9e-6, 5e-13, 1e-10), {"mape": 0.1}),
+            "gemm_graph": OperatorFit("gemm_graph", (2e-6, 2.3e-13, 6e-16), {"mape": 0.05}),
+            "attention_graph": OperatorFit("attention_graph", (5e-6, 7e-13, 1.5e-10), {"mape": 0.1})}
+    return Profile("<test>", {"gpu": "h200"}, {"steps_mode": "graphs"}, fits)
+
+
+def test_captured_decode_steps_take_the_in_graph_fits_and_prefills_the_standalone_ones():
+    """gemm_graph / attention_graph price a decode step of a CUDA-graph config; its prompt prefill and every step of
+    an eager config keep gemm / attention."""
+    shape = model_preset("llama3.2-1b")
+    graphs = Operators(H200, NVLINK, "oneshot", NVLINK, 0.0, 3e-5, True, _graph_profile(), "nvlink4", "nvlink4")
+    eager = Operators(H200, NVLINK, "oneshot", NVLINK, 0.0, 3e-5, False, _graph_profile(), "nvlink4", "nvlink4")
+    assert graphs.graph_fits and not eager.graph_fits
+    assert eager.sources["gemm_graph"] == "as gemm" and graphs.sources["gemm_graph"] == "profile"
+    step = StepDesc(8, 1000, 1)
+    in_graph = forward_breakdown(graphs, shape, 16, step, graph=True)
+    standalone = forward_breakdown(graphs, shape, 16, step, graph=False)
+    calls = 4 * shape.num_layers + 1
+    wb = weight_bytes_per_rank(shape, 1, 16)
+    flops = 2.0 * step.tokens * wb / 2
+    assert in_graph["gemm"] == pytest.approx(calls * 2e-6 + wb * 2.3e-13 + flops * 6e-16, rel=1e-9)
+    assert standalone["gemm"] == pytest.approx(calls * 4e-6 + wb * 2.2e-13 + flops * 1e-15, rel=1e-9)
+    assert in_graph["attention"] != pytest.approx(standalone["attention"])
+    cost = GroupCost(graphs, shape, 16, 1)
+    assert cost.forward_s(8, 1000) == pytest.approx(sum(in_graph.values()), rel=1e-9)
+    prefill = sum(forward_breakdown(graphs, shape, 16, StepDesc(64, 32, 1)).values())
+    assert cost.prefill_s(64) == pytest.approx(prefill, rel=1e-9)
+    eager_cost = GroupCost(eager, shape, 16, 1)
+    assert eager_cost.forward_s(8, 1000) == pytest.approx(
+        sum(forward_breakdown(eager, shape, 16, step).values()), rel=1e-9)
