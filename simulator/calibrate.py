@@ -15,6 +15,9 @@ Records used (others, e.g. the runtime's `step.*` spans, are counted and ignored
 |                    | message_unix  | `extra.transport` naming the Unix socket channel: message_unix           |
 | op.step_overhead   | step_overhead | kind verify|expand|forward: a whole runtime step of model `preset` (see   |
 |                    |               | below); kind launch|graph_replay: diagnostics only                        |
+| op.step_graph      | gemm_graph,   | a captured decode step profiled (profile_ops' step_graphs): per kernel   |
+|                    | attention_graph, | class the exposed time in a replay (gemm_s, attention_s, other_s);    |
+|                    | step_overhead | preset, kv_len, tokens (record): one row per step, summed call features  |
 | op.compaction      | (report only) | bytes: the profile format has no compaction operator yet                 |
 | op.tree_op         | (report only) | kind select|reroot: host tree bookkeeping -> suggested `sim.tree_op_s`    |
 
@@ -28,6 +31,11 @@ expand, i.e. `TargetWorker` forward + verdict + KV keep, or one `DraftWorker.exp
 is predicted with the gemm / attention / allreduce fits just made (the simulator's own `forward_breakdown`,
 so the step decomposes exactly as the simulator will recompose it), and a + b * num_kernels is fitted to
 the rest, again in relative error of the *whole step*. num_kernels is `cost_model.kernels_per_step`.
+
+With op.step_graph records (`step_overhead_from` auto / graph), `graph_operators` (default attention_graph) are
+fitted on each captured step's class time against the step's summed call features, and step_overhead on the small
+kernels' exposed time (class `other`) alone: device time only, so that the runtime block fitted on runs (`runs=`)
+holds the host work around a step. Without them step_overhead is fitted on the host-timed steps as above.
 
 Held-out error. Per operator, a seeded `holdout_fraction` of the rows is held out; the coefficients written
 are fitted on the rest, and `fit_error.mape` / `max_rel_error` are measured on the held-out rows (on the

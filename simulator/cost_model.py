@@ -11,7 +11,9 @@ degree) on a model shape costs, per rank (all ranks of a TP group run in lockste
 Each operator time comes from `Operators`: the analytic roofline prior (max(bytes / bandwidth, flops /
 FLOP/s) per GEMM and per layer's attention on GPU_PRESETS; alpha-beta links from interconnect.py;
 `sim.step_overhead_s` + launches x `GpuSpec.kernel_launch_s`), or, operator by operator, a fitted profile
-(profile.py forms) that takes precedence where it exists and applies.
+(profile.py forms) that takes precedence where it exists and applies. A profile's in-graph fits (`gemm_graph`,
+`attention_graph`: exposed time inside captured steps) price the decode steps of CUDA-graph configs; prefills and
+eager steps keep the standalone ones.
 
 Precision: weights of `weight_bits` (16: 2 B/param; 8: 1 B + fp16 scale per group of 128; 4: 0.5 B +
 fp16 scale and int4 zero per group of 128, AWQ g128) in the decoder layers; embedding and LM head stay
