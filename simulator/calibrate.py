@@ -148,15 +148,20 @@ def _require(extra: dict[str, Any], keys: Iterable[str], name: str, where: str) 
         raise TraceFileError(f"{where}: {name} record lacks extra fields {missing} (has {sorted(extra)})")
 
 
+def _preset(extra: dict[str, Any], where: str) -> None:
+    """A step record's extra.preset must name a model preset."""
+    try:
+        model_preset(str(extra["preset"]), f"{where}: extra.preset")
+    except ValueError as e:
+        raise TraceFileError(str(e)) from e
+
+
 def _sample(rec: TraceRecord, extra: dict[str, Any], where: str) -> tuple[str, Sample] | None:
     """(operator or diagnostic key, sample) of one record; None for records calibrate ignores."""
     name = rec.name
     if name == "op.step_graph":
         _require(extra, REQUIRED_EXTRA[name], name, where)
-        try:
-            model_preset(str(extra["preset"]), f"{where}: extra.preset")
-        except ValueError as e:
-            raise TraceFileError(str(e)) from e
+        _preset(extra, where)
         for key in ("kv_len", "gemm_s", "attention_s", "other_s"):
             _number(extra, key, where)
         if rec.duration_s <= 0 or rec.tokens < 1:
@@ -184,10 +189,7 @@ def _sample(rec: TraceRecord, extra: dict[str, Any], where: str) -> tuple[str, S
         if kind not in STEP_KINDS:
             return f"launch:{kind}", Sample(f"launch:{kind}", (1.0,), rec.duration_s, rec.tp, where, extra)
         _require(extra, REQUIRED_EXTRA["step"], name, where)
-        try:
-            model_preset(str(extra["preset"]), f"{where}: extra.preset")
-        except ValueError as e:
-            raise TraceFileError(str(e)) from e
+        _preset(extra, where)
         _number(extra, "kv_len", where)
         feats = (1.0, 0.0)  # num_kernels depends on the fused flag: filled in by step_samples()
     if rec.duration_s <= 0:
@@ -381,6 +383,19 @@ def fit_graph_operators(steps: Sequence[Sample], opts: CalibrationOptions, keep:
                   "mape of the class's time per step")
 
 
+def fit_breakdown(rows: Sequence[Sample], label: str, y: np.ndarray, resid: np.ndarray,
+                  medians: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
+    """Per value of the rows' `extra[label]` (kind, preset): how many rows, the median of each array in `medians`,
+    and the fit's signed and absolute error relative to `y` (`resid` = y - prediction)."""
+    out: dict[str, dict[str, Any]] = {}
+    for key in sorted({str(s.extra[label]) for s in rows}):
+        sel = [i for i, s in enumerate(rows) if str(s.extra[label]) == key]
+        out[key] = {"num": len(sel), **{name: float(np.median(v[sel])) for name, v in medians.items()},
+                    "mean_signed_error": float(np.mean(-resid[sel] / y[sel])),
+                    "mape": float(np.mean(np.abs(resid[sel]) / y[sel]))}
+    return out
+
+
 def fit_step_overhead_host(ts: TraceSet, fits: dict[str, OperatorFit], opts: CalibrationOptions,
                            keep: Callable[..., None], report: dict[str, Any]) -> None:
     """step_overhead from whole host-timed steps: a + b * num_kernels fitted to each step minus its operators'
@@ -396,20 +411,11 @@ def fit_step_overhead_host(ts: TraceSet, fits: dict[str, OperatorFit], opts: Cal
         base = np.array(bases)
         res = fit_rows(x, y, opts.holdout_fraction, opts.seed, base)
         resid = y - base - x @ np.array(res.coefficients)
-
-        def breakdown(label: str) -> dict[str, dict[str, Any]]:
-            """Per kind / preset: how much of a step the operators explain, and the fit's error there."""
-            out: dict[str, dict[str, Any]] = {}
-            for key in sorted({str(s.extra[label]) for s in steps}):
-                sel = [i for i, s in enumerate(steps) if str(s.extra[label]) == key]
-                out[key] = {"num": len(sel), "median_measured_s": float(np.median(y[sel])),
-                            "median_operator_share": float(np.median(base[sel] / y[sel])),
-                            "mean_signed_error": float(np.mean(-resid[sel] / y[sel])),
-                            "mape": float(np.mean(np.abs(resid[sel]) / y[sel]))}
-            return out
-
-        keep("step_overhead", res, None, kinds=list(opts.step_kinds), by_kind=breakdown("kind"),
-             by_preset=breakdown("preset"), source="host",
+        # per kind / preset: how much of a step the operators explain, and the fit's error there
+        medians = {"median_measured_s": y, "median_operator_share": base / y}
+        keep("step_overhead", res, None, kinds=list(opts.step_kinds),
+             by_kind=fit_breakdown(steps, "kind", y, resid, medians),
+             by_preset=fit_breakdown(steps, "preset", y, resid, medians), source="host",
              note="fitted on whole runtime steps minus the operators' predicted share; mape of the whole step")
 
 
@@ -428,18 +434,12 @@ def fit_step_overhead_graph(rows: Sequence[Sample], opts: CalibrationOptions, ke
     y = np.array([float(s.extra["other_s"]) for s in rows])
     res = fit_rows(x, y, opts.holdout_fraction, opts.seed)
     resid = y - x @ np.array(res.coefficients)
-    by_key: dict[str, dict[str, Any]] = {}
-    for label in ("kind", "preset"):
-        out: dict[str, Any] = {}
-        for key in sorted({str(s.extra[label]) for s in rows}):
-            sel = [i for i, s in enumerate(rows) if str(s.extra[label]) == key]
-            out[key] = {"num": len(sel), "median_other_s": float(np.median(y[sel])),
-                        "mean_signed_error": float(np.mean(-resid[sel] / y[sel])),
-                        "mape": float(np.mean(np.abs(resid[sel]) / y[sel]))}
-        by_key[label] = out
-    keep("step_overhead", res, None, kinds=list(opts.step_kinds), by_kind=by_key["kind"], by_preset=by_key["preset"],
-         source="graph", note="fitted on the exposed time of the small kernels (class other) inside captured steps; "
-                              "device only; mape of that time")
+    medians = {"median_other_s": y}
+    keep("step_overhead", res, None, kinds=list(opts.step_kinds),
+         by_kind=fit_breakdown(rows, "kind", y, resid, medians),
+         by_preset=fit_breakdown(rows, "preset", y, resid, medians), source="graph",
+         note="fitted on the exposed time of the small kernels (class other) inside captured steps; device only; "
+              "mape of that time")
 
 
 # ---- the whole calibration -------------------------------------------------------------------------------
