@@ -282,6 +282,20 @@ def require_capturable(device: torch.device, attn: AttentionBackend, field: str,
         raise ValueError(f"{field}: needs kernels.backend=triton{why}")
 
 
+def warm_up(step: Callable[[], Any], device: torch.device, times: int) -> Any:
+    """Run `step` `times` times on a side stream joined back to the current one, before a capture of it: JIT
+    compilation, cuBLAS workspaces and NCCL communicators are made there, not inside the graph. Returns the last
+    output."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    out = None
+    with torch.cuda.stream(side):
+        for _ in range(times):
+            out = step()
+    torch.cuda.current_stream(device).wait_stream(side)
+    return out
+
+
 class StepGraph:
     """A model forward over `rows` tokens with a [rows, tree_len] tree mask, captured once, replayed per step."""
 
@@ -351,12 +365,7 @@ class StepGraph:
             return head(logits) if head is not None else logits
 
         with torch.no_grad():
-            side = torch.cuda.Stream(device)
-            side.wait_stream(torch.cuda.current_stream(device))
-            with torch.cuda.stream(side):  # JIT compilation, cuBLAS workspaces, NCCL communicators
-                for _ in range(self.WARMUP):
-                    out = step()
-            torch.cuda.current_stream(device).wait_stream(side)
+            out = warm_up(step, device, self.WARMUP)
             if readback:
                 mirrored = readback_outputs(out, verdict is not None)
                 self._host_out = tuple(torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in mirrored)
@@ -530,12 +539,7 @@ class PrefillGraphs:
 
         if self.eager:
             return step, ids, host, meta
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):  # JIT compilation at this row count, cuBLAS workspaces, NCCL
-            for _ in range(self.WARMUP):
-                step()
-        torch.cuda.current_stream(self.device).wait_stream(side)
+        warm_up(step, self.device, self.WARMUP)  # JIT compilation at this row count
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             step()
