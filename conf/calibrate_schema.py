@@ -13,6 +13,8 @@ from conf.presets import LINK_PRESETS
 from conf.schema import HardwareConfig, _Frozen, _require, freeze
 
 STEP_KINDS = ("verify", "expand", "forward")
+GRAPH_OPERATORS = ("gemm_graph", "attention_graph", "step_overhead_graph")
+"""The in-graph profile operators calibrate can fit from op.step_graph records (simulator/profile.py)."""
 
 
 @dataclass
@@ -43,13 +45,15 @@ class CalibrateConfig(_Frozen):
     """Whole-step record kinds step_overhead is fitted on (verify, expand, forward)."""
     min_samples: int = 3
     """Operators with fewer samples keep the analytic prior."""
-    graph_operators: list[str] = field(default_factory=lambda: ["attention_graph"])
+    graph_operators: list[str] = field(default_factory=lambda: ["attention_graph", "step_overhead_graph"])
     """In-graph operators to fit from the traces' op.step_graph records (profile_ops' step_graphs section): the
     exposed time of a kernel class inside captured decode steps. Those left out price captured steps by their
-    standalone fits (gemm, attention). gemm_graph is not in the default: its one affine form over a step's summed
-    calls priced the f7aec85 steps' GEMMs 18-27% short for SmolLM2-135M (121 latency-bound calls) and 4-6% long for
-    the 8B (weights streamed at ~4.2 TB/s under PDL), where the standalone fit is within -10..+2% on both but the
-    tiny draft shape (+20-48%)."""
+    standalone fits (gemm, attention, step_overhead). gemm_graph is not in the default: its one affine form over a
+    step's summed calls priced the f7aec85 steps' GEMMs 18-27% short for SmolLM2-135M (121 latency-bound calls) and
+    4-6% long for the 8B (weights streamed at ~4.2 TB/s under PDL), where the standalone fit is within -10..+2% on
+    both but the tiny draft shape (+20-48%). step_overhead_graph (the small kernels counted per role and rows) prices
+    the f7aec85 steps' small kernels within 5.2% held out, where step_overhead's one line over all launches gives
+    20.1%."""
     step_overhead_from: str = "auto"
     """What step_overhead is fitted on: host (whole host-timed steps minus their operators), graph (the small
     kernels' exposed time inside captured steps: device only; the runtime block fitted on `runs` then holds the
@@ -73,8 +77,8 @@ class CalibrateConfig(_Frozen):
         _require(len(self.step_kinds) >= 1 and all(k in STEP_KINDS for k in self.step_kinds), "step_kinds",
                  f"{list(self.step_kinds)} must be a non-empty subset of {list(STEP_KINDS)}")
         _require(self.min_samples >= 1, "min_samples", f"must be >= 1, got {self.min_samples}")
-        _require(all(op in ("gemm_graph", "attention_graph") for op in self.graph_operators), "graph_operators",
-                 f"{list(self.graph_operators)} must be a subset of [gemm_graph, attention_graph]")
+        _require(all(op in GRAPH_OPERATORS for op in self.graph_operators), "graph_operators",
+                 f"{list(self.graph_operators)} must be a subset of {list(GRAPH_OPERATORS)}")
         _require(self.step_overhead_from in ("auto", "graph", "host"), "step_overhead_from",
                  f"{self.step_overhead_from!r} is not one of auto, graph, host")
 

@@ -17,14 +17,15 @@ Records used (others, e.g. the runtime's `step.*` spans, are counted and ignored
 |                    |               | below); kind launch|graph_replay: diagnostics only                        |
 | op.step_graph      | gemm_graph,   | a captured decode step profiled (profile_ops' step_graphs): per kernel   |
 |                    | attention_graph, | class the exposed time in a replay (gemm_s, attention_s, other_s);    |
-|                    | step_overhead | preset, kv_len, tokens (record): one row per step, summed call features  |
+|                    | step_overhead(_graph) | preset, kind, kv_len, tokens (record): one row per step, summed  |
+|                    |               | call features; the small kernels counted per role (GraphKernels)         |
 | op.compaction      | (report only) | bytes: the profile format has no compaction operator yet                 |
 | op.tree_op         | (report only) | kind select|reroot: host tree bookkeeping -> suggested `sim.tree_op_s`    |
 
 Fitting. Every operator uses the functional form of profile.py (`FEATURES`, `OPERATOR_FORMS`): time =
 dot(coefficients, features) with every coefficient >= 0 (smooth, monotone, affine extrapolation). The fit
 is non-negative least squares in *relative* error (each row weighted by 1 / measured time, so a 5 us GEMM
-counts as much as a 5 ms one); NNLS is solved exactly by enumerating supports (<= 3 coefficients).
+counts as much as a 5 ms one); NNLS is solved exactly by enumerating supports (<= 4 coefficients).
 
 `step_overhead` is what a runtime step costs beyond its operators: for each whole-step record (kind verify /
 expand, i.e. `TargetWorker` forward + verdict + KV keep, or one `DraftWorker.expand`), the operators' share
@@ -32,10 +33,12 @@ is predicted with the gemm / attention / allreduce fits just made (the simulator
 so the step decomposes exactly as the simulator will recompose it), and a + b * num_kernels is fitted to
 the rest, again in relative error of the *whole step*. num_kernels is `cost_model.kernels_per_step`.
 
-With op.step_graph records (`step_overhead_from` auto / graph), `graph_operators` (default attention_graph) are
-fitted on each captured step's class time against the step's summed call features, and step_overhead on the small
-kernels' exposed time (class `other`) alone: device time only, so that the runtime block fitted on runs (`runs=`)
-holds the host work around a step. Without them step_overhead is fitted on the host-timed steps as above.
+With op.step_graph records, `graph_operators` (default attention_graph, step_overhead_graph) are fitted on each
+captured step's class time against the step's summed call features (step_overhead_graph: its small kernels counted
+as the simulator counts them, `cost_model.GraphKernels`, verify -> target, expand -> draft), and (`step_overhead_from`
+auto / graph) step_overhead on the small kernels' exposed time (class `other`) alone: device time only, so that the
+runtime block fitted on runs (`runs=`) holds the host work around a step; step_overhead then prices prefills.
+Without them step_overhead is fitted on the host-timed steps as above.
 
 Held-out error. Per operator, a seeded `holdout_fraction` of the rows is held out; the coefficients written
 are fitted on the rest, and `fit_error.mape` / `max_rel_error` are measured on the held-out rows (on the
@@ -59,10 +62,17 @@ from typing import Any
 
 import numpy as np
 
-from conf.presets import GPU_PRESETS, LINK_PRESETS, model_preset
+from conf.presets import GPU_PRESETS, LINK_PRESETS, ModelShape, model_preset
 from conf.trace import TraceRecord
-from simulator.cost_model import Operators, StepDesc, forward_breakdown, kernels_per_step, step_operator_features
-from simulator.profile import FEATURES, OPERATOR_FORMS, OperatorFit, Profile
+from simulator.cost_model import (
+    GraphKernels,
+    Operators,
+    StepDesc,
+    forward_breakdown,
+    kernels_per_step,
+    step_operator_features,
+)
+from simulator.profile import FEATURES, OPERATOR_FORMS, OperatorFit, Profile, step_overhead_graph_features
 
 RECORD_OPERATORS = {"op.gemm": "gemm", "op.attention": "attention", "op.allreduce": "allreduce",
                     "op.message": "message", "op.step_overhead": "step_overhead"}
@@ -349,28 +359,60 @@ def step_base(fits: dict[str, OperatorFit], sample: Sample, gpu: str) -> tuple[f
     return parts["gemm"] + parts["attention"] + parts["allreduce"], kernels_per_step(shape, tp, fused)
 
 
-GRAPH_CLASSES = {"gemm_graph": "gemm_s", "attention_graph": "attention_s"}
+GRAPH_CLASSES = {"gemm_graph": "gemm_s", "attention_graph": "attention_s", "step_overhead_graph": "other_s"}
 """In-graph operator -> the op.step_graph field holding its kernel class's exposed seconds per step."""
+GRAPH_ROLES = {"verify": "target", "expand": "draft"}
+"""A captured step's kind -> the role whose small kernels it launches (`cost_model.GraphKernels`)."""
+
+
+def graph_kernels_of(sample: Sample) -> tuple[ModelShape, tuple[int, int]]:
+    """(model shape, (small kernels, RoPE kernels)) of a captured step record, counted as the simulator counts them
+    (`GraphKernels` with the step_graphs section's switches: conf/kernels/graphs.yaml)."""
+    shape = model_preset(str(sample.extra["preset"]))
+    return shape, GraphKernels(GRAPH_ROLES[str(sample.extra["kind"])]).counts(shape, sample.tokens)
 
 
 def graph_operator_rows(steps: Sequence[Sample], op: str) -> tuple[np.ndarray, np.ndarray]:
-    """(features, seconds) of `op` (gemm_graph | attention_graph) over captured steps: per step, the summed features
-    of the step's calls (`cost_model.step_operator_features`) and its kernel class's exposed time."""
-    x = [step_operator_features(model_preset(str(s.extra["preset"])), WEIGHT_BITS,
-                                StepDesc(s.tokens, int(s.extra["kv_len"]), s.tp))[op] for s in steps]
+    """(features, seconds) of `op` (GRAPH_CLASSES) over captured steps: per step, the summed features of the step's
+    calls (`cost_model.step_operator_features`; the small kernels: their counts, `graph_kernels_of`) and its kernel
+    class's exposed time."""
+    x = []
+    for s in steps:
+        if op == "step_overhead_graph":
+            shape, (small, rope) = graph_kernels_of(s)
+            x.append(step_overhead_graph_features(small, rope, shape.hidden_size))
+        else:
+            x.append(step_operator_features(model_preset(str(s.extra["preset"])), WEIGHT_BITS,
+                                            StepDesc(s.tokens, int(s.extra["kv_len"]), s.tp))[op])
     return np.array(x, dtype=float), np.array([float(s.extra[GRAPH_CLASSES[op]]) for s in steps])
+
+
+def kernel_count_mismatches(steps: Sequence[Sample]) -> list[dict[str, Any]]:
+    """Captured steps whose recorded `other_calls` differ from the small + RoPE kernels the simulator counts for
+    them (a runtime whose kernels changed since `GraphKernels` was written): the report lists them."""
+    out = []
+    for s in steps:
+        if "other_calls" not in s.extra:
+            continue
+        _, (small, rope) = graph_kernels_of(s)
+        if int(s.extra["other_calls"]) != small + rope:
+            out.append({"preset": s.extra["preset"], "kind": s.extra["kind"], "tokens": s.tokens,
+                        "counted": small + rope, "recorded": int(s.extra["other_calls"])})
+    return out
 
 
 def fit_graph_operators(steps: Sequence[Sample], opts: CalibrationOptions, keep: Callable[..., None],
                         report: dict[str, Any]) -> None:
-    """Fit `gemm_graph` and `attention_graph` on the captured steps' per-class exposed times (each step one row, in
-    relative error of the class's time per step); too few steps: both skipped (the standalone fits price graph
-    steps too)."""
+    """Fit `gemm_graph`, `attention_graph` and `step_overhead_graph` (those in `opts.graph_operators`) on the
+    captured steps' per-class exposed times (each step one row, in relative error of the class's time per step);
+    too few steps: skipped (the standalone fits price graph steps too). step_overhead_graph takes the step kinds
+    `opts.step_kinds` of GRAPH_ROLES."""
     steps = [s for s in steps if s.tp == 1]
     for op, key in GRAPH_CLASSES.items():
         if op not in opts.graph_operators:
             continue
-        rows = [s for s in steps if float(s.extra[key]) > 0]
+        rows = [s for s in steps if float(s.extra[key]) > 0
+                and (op != "step_overhead_graph" or str(s.extra["kind"]) in set(opts.step_kinds) & set(GRAPH_ROLES))]
         if len(rows) < opts.min_samples:
             report["skipped"][op] = (f"{len(rows)} op.step_graph records with {key} > 0 (< {opts.min_samples}): "
                                      f"captured steps are priced by the standalone fits")
@@ -378,7 +420,14 @@ def fit_graph_operators(steps: Sequence[Sample], opts: CalibrationOptions, keep:
         x, y = graph_operator_rows(rows, op)
         res = fit_rows(x, y, opts.holdout_fraction, opts.seed)
         presets = Counter(str(s.extra["preset"]) for s in rows)
-        keep(op, res, None, max_tokens=max(s.tokens for s in rows), presets=dict(sorted(presets.items())),
+        info: dict[str, Any] = {}
+        if op == "step_overhead_graph":
+            resid = y - x @ np.array(res.coefficients)
+            medians = {"median_other_s": y}
+            info = {"by_kind": fit_breakdown(rows, "kind", y, resid, medians),
+                    "by_preset": fit_breakdown(rows, "preset", y, resid, medians),
+                    "kernel_count_mismatches": kernel_count_mismatches(rows)}
+        keep(op, res, None, max_tokens=max(s.tokens for s in rows), presets=dict(sorted(presets.items())), **info,
              note="fitted on the exposed time of this kernel class inside captured decode steps (one row per step); "
                   "mape of the class's time per step")
 
@@ -458,7 +507,7 @@ class CalibrationOptions:
     """Whole-step kinds step_overhead is fitted on."""
     min_samples: int = 3
     """An operator with fewer usable samples keeps the analytic prior (it is left out of the profile)."""
-    graph_operators: tuple[str, ...] = ("attention_graph",)
+    graph_operators: tuple[str, ...] = ("attention_graph", "step_overhead_graph")
     """Which in-graph operators to fit from op.step_graph records (the others price captured steps by their
     standalone fits)."""
     step_overhead_from: str = "auto"

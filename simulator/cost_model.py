@@ -12,8 +12,9 @@ Each operator time comes from `Operators`: the analytic roofline prior (max(byte
 FLOP/s) per GEMM and per layer's attention on GPU_PRESETS; alpha-beta links from interconnect.py;
 `sim.step_overhead_s` + launches x `GpuSpec.kernel_launch_s`), or, operator by operator, a fitted profile
 (profile.py forms) that takes precedence where it exists and applies. A profile's in-graph fits (`gemm_graph`,
-`attention_graph`: exposed time inside captured steps) price the decode steps of CUDA-graph configs; prefills and
-eager steps keep the standalone ones.
+`attention_graph`: exposed time inside captured steps; `step_overhead_graph`: the small kernels of a captured step,
+counted per role and rows by `GraphKernels`) price the decode steps of CUDA-graph configs; prefills and eager
+steps keep the standalone ones.
 
 Precision: weights of `weight_bits` (16: 2 B/param; 8: 1 B + fp16 scale per group of 128; 4: 0.5 B +
 fp16 scale and int4 zero per group of 128, AWQ g128) in the decoder layers; embedding and LM head stay
@@ -38,6 +39,7 @@ from simulator.profile import (
     gemm_features,
     message_features,
     step_overhead_features,
+    step_overhead_graph_features,
 )
 
 GROUP_SIZE = 128
@@ -50,6 +52,11 @@ GEMM_BW_EFFICIENCY = 0.85
 3.46 of 4.29 TB/s including launch gaps (reference/device-h200.md), about 0.85 without them."""
 EAGER_LAUNCH_S = 5.0e-6
 """Per-kernel host dispatch without CUDA graphs (PyTorch eager, order of magnitude)."""
+ROLES = ("target", "draft")
+"""What a group's decode steps are: target forwards (verifies, autoregressive steps) or draft expansions."""
+SKINNY_MAX_ROWS = 64
+"""The runtime's skinny-GEMM row limit (runtime.model.SKINNY_MAX_ROWS, a test keeps them equal): the target's fused
+QKV + RoPE GEMM serves steps of up to this many rows."""
 LOGITS_GATHER_BYTES_PER_TOKEN = 16
 """TP > 1: each rank contributes its shard's best (value, index) per token to a small gather."""
 
@@ -110,12 +117,50 @@ def kernels_per_step(shape: ModelShape, tp: int, fused: bool) -> int:
     return shape.num_layers * per_layer + 4 + (1 if tp > 1 else 0)
 
 
+@dataclass(frozen=True)
+class GraphKernels:
+    """Which small kernels a group's captured decode steps launch: its role and the runtime's kernels switches
+    (defaults: conf/kernels/graphs.yaml, what profile_ops' step_graphs section captures)."""
+
+    role: str = "target"
+    """target (verifies, autoregressive steps) or draft (expansions)."""
+    qkv_rope: bool = True
+    """kernels.target_qkv_rope (with kernels.skinny): a target's QKV GEMM does RoPE + the KV write (drafts never)."""
+    rope_attention: bool = True
+    """kernels.rope_attention: a one-row step's attention does RoPE + the KV write."""
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"GraphKernels.role: must be one of {ROLES}, got {self.role!r}")
+
+    def counts(self, shape: ModelShape, tokens: int) -> tuple[int, int]:
+        """(small kernels, RoPE + KV-write kernels) of one captured decode step of `tokens` rows, per rank: the
+        kernels that are neither GEMMs nor attention (bench/graph_profile.py `kernel_class` "other"), the separate
+        RoPE launches apart.
+
+        Small kernels: two norms per layer (residual add included) and, per step, the embedding, the final norm and
+        the head: a target's verdict (one more at one row) or a draft's top-k children and its owed KV compaction
+        (`runtime.graphs` captures one in every expansion graph). RoPE + KV write: one launch per layer where
+        neither the target's QKV GEMM (no QKV bias, <= SKINNY_MAX_ROWS rows) nor a one-row step's attention does
+        it, e.g. a draft's multi-row expansion. With the default switches these equal the `other_calls` of every
+        captured step in bench/results/profile_traces_2026-12-01_f7aec85_steps.jsonl (tests/simulator)."""
+        layers, target = shape.num_layers, self.role == "target"
+        fused = ((target and self.qkv_rope and not shape.qkv_bias and tokens <= SKINNY_MAX_ROWS)
+                 or (self.rope_attention and tokens <= 1))
+        small = 2 * layers + (4 + (tokens == 1) if target else 6)
+        return small, 0 if fused else layers
+
+
 def profile_is_eager(profile: Profile) -> bool:
     """Whether the profile's whole-step overheads were measured without CUDA graphs."""
     sw = profile.software
     if "steps_mode" in sw:  # bench/profile_ops.py since graph timing
         return sw["steps_mode"] != "graphs"
     return sw.get("cuda_graphs") is False or "eager" in str(sw.get("runtime", "")).lower()
+
+
+GRAPH_OPERATORS = {"gemm_graph": "gemm", "attention_graph": "attention", "step_overhead_graph": "step_overhead"}
+"""In-graph operator -> the standalone one that prices captured steps where the profile lacks it."""
 
 
 class Operators:
@@ -143,19 +188,19 @@ class Operators:
             if ("eager" in impl and cuda_graphs) or ("graph" in impl and not cuda_graphs):
                 fits.pop("allreduce", None)  # eager NCCL latency (~45 us) vs ~10 us inside a graph: not one fit
         if not cuda_graphs:  # exposed times inside captured steps: eager steps launch every kernel alone
-            fits.pop("gemm_graph", None)
-            fits.pop("attention_graph", None)
+            for op in GRAPH_OPERATORS:
+                fits.pop(op, None)
         self.fits = fits
         self.sources = {op: ("profile" if op in fits else "analytic")
                         for op in ("gemm", "attention", "allreduce", "message", "message_unix", "step_overhead")}
-        for op, standalone in (("gemm_graph", "gemm"), ("attention_graph", "attention")):
+        for op, standalone in GRAPH_OPERATORS.items():
             # without an in-graph fit a captured step takes the standalone operator's price
             self.sources[op] = "profile" if op in fits else f"as {standalone}"
 
     @property
     def graph_fits(self) -> bool:
-        """Whether decode steps are priced by in-graph fits (`gemm_graph` or `attention_graph`; CUDA graphs only)."""
-        return "gemm_graph" in self.fits or "attention_graph" in self.fits
+        """Whether decode steps are priced by in-graph fits (any of GRAPH_OPERATORS; CUDA graphs only)."""
+        return any(op in self.fits for op in GRAPH_OPERATORS)
 
     def gemm_s(self, weight_bytes: float, flops: float, tp: int, graph: bool = False) -> float:
         """One GEMM call (one weight matrix on one rank); `graph`: inside a captured decode step (`gemm_graph`
@@ -207,6 +252,15 @@ class Operators:
             return fit.predict(step_overhead_features(num_kernels), tp)
         return self.base_overhead_s + num_kernels * self.launch_s
 
+    def graph_overhead_s(self, shape: ModelShape, kernels: GraphKernels, tokens: int, tp: int) -> float | None:
+        """The small kernels of one captured decode step (`step_overhead_graph`, counted by `GraphKernels.counts`);
+        None where the profile has no such fit."""
+        fit = self.fits.get("step_overhead_graph")
+        if fit is None:
+            return None
+        small, rope = kernels.counts(shape, tokens)
+        return fit.predict(step_overhead_graph_features(small, rope, shape.hidden_size), tp)
+
 
 def gemm_calls(shape: ModelShape, weight_bits: int, step: StepDesc) -> list[tuple[float, float, int]]:
     """(weight bytes, FLOPs, calls per step) of each distinct GEMM of one forward step on one rank: the layers'
@@ -232,20 +286,23 @@ def step_operator_features(shape: ModelShape, weight_bits: int, step: StepDesc) 
 
 
 def forward_breakdown(ops: Operators, shape: ModelShape, weight_bits: int, step: StepDesc,
-                      fused: bool = True, graph: bool = False) -> dict[str, float]:
+                      fused: bool = True, graph: bool = False,
+                      kernels: GraphKernels = GraphKernels()) -> dict[str, float]:
     """Seconds per operator class of one forward step (keys: gemm, attention, allreduce, overhead). `graph`: a
-    captured decode step, whose GEMMs and attention take the in-graph fits where the profile has them."""
+    captured decode step, whose GEMMs, attention and small kernels take the in-graph fits where the profile has them
+    (the small kernels also need the fused Triton path, whose launches `kernels` counts)."""
     tp, t = step.tp, step.tokens
     gemm = sum(calls * ops.gemm_s(wb, fl, tp, graph) for wb, fl, calls in gemm_calls(shape, weight_bits, step))
     kv_bytes, flops = attention_terms(shape, tp, t, step.kv_len)
     attn = ops.attention_s(kv_bytes, flops, t, step.kv_len, tp, graph)
     ar = 2 * ops.allreduce_s(t * shape.hidden_size * ACT_BYTES, tp)
     gather = ops.allreduce_s(t * LOGITS_GATHER_BYTES_PER_TOKEN, tp)
+    overhead = ops.graph_overhead_s(shape, kernels, t, tp) if graph and fused else None
     return {
         "gemm": gemm,
         "attention": shape.num_layers * attn,
         "allreduce": shape.num_layers * ar + gather,
-        "overhead": ops.step_overhead_s(kernels_per_step(shape, tp, fused), tp),
+        "overhead": ops.step_overhead_s(kernels_per_step(shape, tp, fused), tp) if overhead is None else overhead,
     }
 
 
@@ -279,8 +336,10 @@ class GroupCost:
 
     def __init__(self, ops: Operators, shape: ModelShape, weight_bits: int, tp: int, fused: bool = True,
                  extra_s: float = 0.0, extra_per_token_s: float = 0.0, broadcast_s: float = 0.0,
-                 extra_per_real_row_s: float = 0.0, prefill_launch_s: float = 0.0) -> None:
+                 extra_per_real_row_s: float = 0.0, prefill_launch_s: float = 0.0,
+                 kernels: GraphKernels = GraphKernels()) -> None:
         self.ops, self.shape, self.weight_bits, self.tp, self.fused = ops, shape, weight_bits, tp, fused
+        self.kernels = kernels  # target forwards or draft expansions: which small kernels its captured steps launch
         # an eager prefill's host time per launch (0: a captured prefill, its operators alone)
         self.prefill_host_s = prefill_launch_s * kernels_per_step(shape, tp, fused)
         # fitted host time per step of the runtime's loop (profile `runtime`): constant + per query row + per real
@@ -296,7 +355,7 @@ class GroupCost:
         """Per-operator seconds of one step (not cached; for reports): a decode step (priced by the in-graph fits
         where the profile has them), or with `prefill` a prompt prefill (the standalone fits)."""
         return forward_breakdown(self.ops, self.shape, self.weight_bits, StepDesc(tokens, kv_len, self.tp),
-                                 self.fused, graph=not prefill and self.ops.graph_fits)
+                                 self.fused, graph=not prefill and self.ops.graph_fits, kernels=self.kernels)
 
     def _line(self, tokens: int, prefill: bool = False) -> tuple[float, float]:
         line = self._affine.get((tokens, prefill))

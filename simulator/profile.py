@@ -36,12 +36,17 @@ non-decreasing in every feature; `predict` = dot(coefficients, features), linear
 | step_overhead | per forward step, beyond the operators above  | a + b * num_kernels                    |
 | gemm_graph    | gemm as a CUDA-graph decode step runs it      | as gemm                                |
 | attention_graph | attention, likewise                         | as attention                           |
+| step_overhead_graph | the small kernels of one captured decode | a + b * small_kernels + c * rope_kernels |
+|               | step (norms, embedding, head, verdict, ...)   | + d * small_kernels * hidden_size      |
 
 `gemm_graph` / `attention_graph` (optional): the same forms fitted on the exposed time of the GEMM and attention
 kernels inside the runtime's captured decode steps (profile_ops' step_graphs section: PDL overlap and no launch gaps,
 fused prologues and epilogues included), where the standalone timings of `gemm` / `attention` price each call alone.
 The cost model prices CUDA-graph decode steps (verifies, expansions, autoregressive steps) with them where present;
-prefills and eager steps keep `gemm` / `attention`.
+prefills and eager steps keep `gemm` / `attention`. `step_overhead_graph` (optional) is the device time of a
+captured step's other kernels, counted per step as the runtime launches them (`cost_model.GraphKernels`: a
+draft's multi-row expansion launches a RoPE + KV-write kernel per layer that a target's verify fuses into its QKV
+GEMM); where present it prices captured decode steps in place of `step_overhead`.
 
 `by_tp` (optional on any operator) holds coefficients per TP degree; a degree without an entry uses the
 operator's top-level coefficients. Operators missing from `operators` fall back to the analytic prior, as do
@@ -77,6 +82,7 @@ OPERATOR_FORMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "message": (("a", "b"), ("1", "bytes")),
     "message_unix": (("a", "b"), ("1", "bytes")),
     "step_overhead": (("a", "b"), ("1", "num_kernels")),
+    "step_overhead_graph": (("a", "b", "c", "d"), ("1", "small_kernels", "rope_kernels", "small_kernels*hidden_size")),
 }
 
 
@@ -145,9 +151,16 @@ def step_overhead_features(num_kernels: int) -> tuple[float, ...]:
     return (1.0, float(num_kernels))
 
 
+def step_overhead_graph_features(small_kernels: int, rope_kernels: int, hidden_size: int) -> tuple[float, ...]:
+    """Features of one captured decode step's small kernels: their launches (each also moves rows of hidden_size
+    elements: norms, residual adds) and its separate RoPE + KV-write launches."""
+    return (1.0, float(small_kernels), float(rope_kernels), float(small_kernels) * hidden_size)
+
+
 FEATURES = {"gemm": gemm_features, "attention": attention_features, "gemm_graph": gemm_features,
             "attention_graph": attention_features, "allreduce": allreduce_features,
-            "message": message_features, "message_unix": message_features, "step_overhead": step_overhead_features}
+            "message": message_features, "message_unix": message_features, "step_overhead": step_overhead_features,
+            "step_overhead_graph": step_overhead_graph_features}
 """Feature function per operator: calibrate builds its design matrix from these."""
 
 

@@ -44,7 +44,7 @@ from conf.presets import GPU_PRESETS, LINK_PRESETS, model_preset
 from conf.schema import ExperimentConfig
 from simulator.acceptance import load_acceptance, resolve_path
 from simulator.checks import chained_autoregressive, check_config, draft_tp, uses_draft
-from simulator.cost_model import GroupCost, Operators
+from simulator.cost_model import GraphKernels, GroupCost, Operators
 from simulator.interconnect import message_bytes, node_of_rank
 from simulator.processes import (
     carry_messages,
@@ -179,9 +179,12 @@ def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Cos
         eager = not config.kernels.prefill_graph_for(tp)
         return config.sim.eager_prefill_launch_s if fused and eager else 0.0
 
+    # which small kernels each group's captured steps launch (the in-graph step overhead counts them)
+    kcfg = config.kernels
     target = GroupCost(ops, model_preset(config.model.target.preset), config.model.target.weight_bits,
                        par.target_gpus, fused, extra_s=step_extra, broadcast_s=verdict_s,
-                       prefill_launch_s=prefill_launch_s(par.target_gpus))
+                       prefill_launch_s=prefill_launch_s(par.target_gpus),
+                       kernels=GraphKernels("target", kcfg.target_qkv_rope and kcfg.skinny, kcfg.rope_attention))
     draft = None
     proposal_s = verified_s = 0.0
     transport = "dist"
@@ -191,7 +194,8 @@ def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Cos
                           draft_tp(config), fused, extra_s=host.get("expand_extra_s", 0.0),
                           extra_per_token_s=host.get("expand_extra_per_row_s", 0.0),
                           extra_per_real_row_s=host.get("expand_extra_per_real_row_s", 0.0),
-                          prefill_launch_s=prefill_launch_s(draft_tp(config)))
+                          prefill_launch_s=prefill_launch_s(draft_tp(config)),
+                          kernels=GraphKernels("draft", False, kcfg.rope_attention))
         if par.draft_gpus > 0:
             transport = leader_transport(config)
             proposal_s = ops.message_s(nbytes, par.target_gpus, transport)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -194,3 +195,107 @@ def test_captured_decode_steps_take_the_in_graph_fits_and_prefills_the_standalon
     eager_cost = GroupCost(eager, shape, 16, 1)
     assert eager_cost.forward_s(8, 1000) == pytest.approx(
         sum(forward_breakdown(eager, shape, 16, step).values()), rel=1e-9)
+
+
+STEPS_TRACE = Path(__file__).resolve().parents[2] / "bench/results/profile_traces_2026-12-01_f7aec85_steps.jsonl"
+
+
+def test_graph_kernel_counts_equal_the_recorded_captured_steps():
+    """GraphKernels.counts (small + RoPE kernels) equals the `other_calls` of every captured step the runtime's
+    step_graphs section profiled (46 steps of five presets, targets' verifies and drafts' expansions, 1-32 rows), and
+    the cost model's skinny row limit is the runtime's."""
+    import json
+
+    from runtime.model import SKINNY_MAX_ROWS as RUNTIME_SKINNY_MAX_ROWS
+    from simulator.cost_model import SKINNY_MAX_ROWS, GraphKernels
+
+    assert SKINNY_MAX_ROWS == RUNTIME_SKINNY_MAX_ROWS
+    seen = 0
+    for line in STEPS_TRACE.read_text().splitlines():
+        rec = json.loads(line)
+        if rec["name"] != "op.step_graph":
+            continue
+        extra = json.loads(rec["extra"])
+        role = {"verify": "target", "expand": "draft"}[extra["kind"]]
+        small, rope = GraphKernels(role).counts(model_preset(extra["preset"]), rec["tokens"])
+        assert small + rope == extra["other_calls"], (extra["preset"], extra["kind"], rec["tokens"])
+        seen += 1
+    assert seen == 46
+
+
+def test_graph_kernels_follow_the_kernel_switches():
+    """A draft's multi-row expansion launches a RoPE kernel per layer; a one-row step fuses it into the attention
+    (kernels.rope_attention); a target fuses it into its QKV GEMM (kernels.target_qkv_rope) unless the QKV has a bias
+    or the step exceeds the skinny rows."""
+    from simulator.cost_model import SKINNY_MAX_ROWS, GraphKernels
+
+    llama, qwen = model_preset("llama3.2-1b"), model_preset("qwen2-1.5b")
+    layers = llama.num_layers
+    assert GraphKernels("draft").counts(llama, 8) == (2 * layers + 6, layers)
+    assert GraphKernels("draft").counts(llama, 1) == (2 * layers + 6, 0)
+    assert GraphKernels("draft", rope_attention=False).counts(llama, 1) == (2 * layers + 6, layers)
+    assert GraphKernels("target").counts(llama, 8) == (2 * layers + 4, 0)
+    assert GraphKernels("target").counts(llama, 1) == (2 * layers + 5, 0)
+    assert GraphKernels("target").counts(llama, SKINNY_MAX_ROWS + 1)[1] == layers
+    assert GraphKernels("target", qkv_rope=False).counts(llama, 8)[1] == layers
+    assert GraphKernels("target").counts(qwen, 8)[1] == qwen.num_layers  # QKV bias: no fused QKV + RoPE
+    with pytest.raises(ValueError, match=r"GraphKernels.role: must be one of \('target', 'draft'\), got 'verify'"):
+        GraphKernels("verify")
+
+
+def test_captured_steps_price_their_small_kernels_by_role_with_step_overhead_graph():
+    """step_overhead_graph prices a captured decode step's small kernels from their counts: a draft's 8-row expansion
+    pays its per-layer RoPE launches where a target's 8-row verify does not; prefills, eager configs and profiles
+    without the fit keep step_overhead."""
+    from simulator.cost_model import GraphKernels
+    from simulator.profile import OperatorFit, Profile
+
+    coef = (1e-6, 2e-6, 3.5e-6, 3e-10)
+    base = _graph_profile()
+    fits = {**base.operators, "step_overhead": OperatorFit("step_overhead", (2e-5, 1e-6), {"mape": 0.2}),
+            "step_overhead_graph": OperatorFit("step_overhead_graph", coef, {"mape": 0.05})}
+    prof = Profile("<test>", base.hardware, base.software, fits)
+    shape, layers = model_preset("llama3.2-1b"), model_preset("llama3.2-1b").num_layers
+    graphs = Operators(H200, NVLINK, "oneshot", NVLINK, 0.0, 3e-5, True, prof, "nvlink4", "nvlink4")
+    eager = Operators(H200, NVLINK, "oneshot", NVLINK, 0.0, 3e-5, False, prof, "nvlink4", "nvlink4")
+    assert graphs.sources["step_overhead_graph"] == "profile"
+    assert eager.sources["step_overhead_graph"] == "as step_overhead"
+    step = StepDesc(8, 1000, 1)
+    small = 2 * layers + 6
+    want = coef[0] + coef[1] * small + coef[2] * layers + coef[3] * small * shape.hidden_size
+    draft = forward_breakdown(graphs, shape, 16, step, graph=True, kernels=GraphKernels("draft"))
+    target = forward_breakdown(graphs, shape, 16, step, graph=True, kernels=GraphKernels("target"))
+    assert draft["overhead"] == pytest.approx(want, rel=1e-12)
+    assert draft["overhead"] - target["overhead"] == pytest.approx(
+        2 * coef[1] + coef[2] * layers + 2 * coef[3] * shape.hidden_size, rel=1e-9)
+    old = 2e-5 + 1e-6 * kernels_per_step(shape, 1, True)
+    assert forward_breakdown(graphs, shape, 16, step, graph=False)["overhead"] == pytest.approx(old)
+    assert forward_breakdown(graphs, shape, 16, step, fused=False, graph=True)["overhead"] == pytest.approx(
+        2e-5 + 1e-6 * kernels_per_step(shape, 1, False))
+    # an eager config: the graph-mode profile's step overheads do not apply (the prior's launches)
+    assert forward_breakdown(eager, shape, 16, step, graph=True)["overhead"] == pytest.approx(
+        3e-5 + kernels_per_step(shape, 1, True) * eager.launch_s)
+    draft_cost = GroupCost(graphs, shape, 16, 1, kernels=GraphKernels("draft"))
+    assert draft_cost.forward_s(8, 1000) == pytest.approx(sum(draft.values()), rel=1e-9)
+    assert draft_cost.forward_s(8, 1000) > GroupCost(graphs, shape, 16, 1).forward_s(8, 1000)
+    assert draft_cost.prefill_s(64) == pytest.approx(GroupCost(graphs, shape, 16, 1).prefill_s(64), rel=1e-12)
+
+
+def test_build_costs_gives_each_group_its_role_and_kernel_switches():
+    """simulate's groups: the target counts its fused QKV + RoPE (kernels.target_qkv_rope with skinny), the draft
+    never does; both take kernels.rope_attention."""
+    from conf import compose_config
+    from simulator.cost_model import GraphKernels
+    from simulator.simulation import build_costs
+
+    config = compose_config("simulate", ["model=smollm2", "kernels=graphs", "parallel=1x1", "sim=analytic",
+                                         "spec=async_tree"])
+    costs = build_costs(config)
+    assert costs.target.kernels == GraphKernels("target", True, True)
+    assert costs.draft.kernels == GraphKernels("draft", False, True)
+    config = compose_config("simulate", ["model=smollm2", "kernels=graphs", "parallel=1x1", "sim=analytic",
+                                         "spec=async_tree", "kernels.target_qkv_rope=false",
+                                         "kernels.rope_attention=false"])
+    costs = build_costs(config)
+    assert costs.target.kernels == GraphKernels("target", False, False)
+    assert costs.draft.kernels == GraphKernels("draft", False, False)
