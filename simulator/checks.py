@@ -39,6 +39,13 @@ def uses_draft(config: ExperimentConfig) -> bool:
     return config.spec.mode != "autoregressive"
 
 
+def colocated_one_gpu(config: ExperimentConfig) -> bool:
+    """Whether one Python loop drives a one-GPU target and its draft (a draft mode at parallel=1x0): the runtime
+    loop shape of the profile's `colocated_*` host costs."""
+    par = config.parallel
+    return uses_draft(config) and par.draft_gpus == 0 and par.target_gpus == 1
+
+
 def check_topology(config: ExperimentConfig) -> None:
     """Groups inside nodes; leaders on different nodes need an inter-node link."""
     per_node = config.hardware.gpus_per_node

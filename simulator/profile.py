@@ -109,6 +109,14 @@ RUNTIME_COSTS: dict[str, str] = {
                                    "the w x topk tree nodes it creates on the host (a refill after a miss "
                                    "expands one real row, an overlapped expansion w); fitted from spans that "
                                    "record their rows",
+    "colocated_step_extra_s": "per target forward of a one-GPU target whose draft shares its process (parallel=1x0, "
+                              "draft modes) beyond the operator model: one Python loop drives both models, no "
+                              "messages; may be negative (down to -1 ms); absent: step_extra_s",
+    "colocated_expand_extra_s": "per draft forward of such a colocated draft beyond the operator model: constant "
+                                "part; absent: expand_extra_s and its per-row parts",
+    "colocated_expand_extra_per_real_row_s": "per draft forward of a colocated draft: part per real row (as "
+                                             "expand_extra_per_real_row_s); absent: 0 where "
+                                             "colocated_expand_extra_s is fitted",
     "verify_message_s": "target host time per verify in draft modes: take the proposal, send the verified path",
     "draft_round_s": "draft host time per round: take the verified path, re-root (the runtime's step.reroot span), "
                      "select, send the proposal (the KV compaction follows the send when no refill is needed: "
@@ -116,7 +124,8 @@ RUNTIME_COSTS: dict[str, str] = {
 }
 """The optional `runtime` block: host costs of the runtime's loop (simulator/runtime_fit.py fits them)."""
 SIGNED_RUNTIME_COSTS: dict[str, float] = {"ar_step_extra_s": -1.0e-3, "step_extra_s": -1.0e-3,
-                                          "expand_extra_s": -1.0e-3}
+                                          "expand_extra_s": -1.0e-3, "colocated_step_extra_s": -1.0e-3,
+                                          "colocated_expand_extra_s": -1.0e-3}
 """Runtime costs that correct the operator model and may be negative, with their lowest allowed value (the
 simulator also never lets a negative one remove more than `cost_model.NEGATIVE_EXTRA_CAP` of a step)."""
 

@@ -22,6 +22,11 @@ simulator/profile.py RUNTIME_COSTS:
                       step can beat its summed operators);
       (+ _per_row_s)  for older runs without `rows`: a + b * w through the fit runs' medians (one distinct w:
                       b = 0)
+    colocated_step_extra_s, colocated_expand_extra_s (+ _per_real_row_s)
+                      the same as step_extra_s and expand_extra_s, fitted on the runs of the colocated one-GPU
+                      loop alone (`checks.colocated_one_gpu`: a draft mode at parallel=1x0, one Python loop drives
+                      both models, no messages), which the others then leave out: that loop's host work per step is
+                      not the two-group loop's (0.02-0.09 ms against 0.1-0.17 ms at the 954a1bf / 9f74ecf runs)
     verify_message_s  target `comm.send` median + receive host cost
     draft_round_s     the draft leader's round, from taking a verified path to having sent the next proposal,
                       less the forwards in it (re-root, select, send and the loop's host work between those
@@ -49,6 +54,7 @@ import numpy as np
 from conf.rundir import config_from_dict, read_run
 from conf.trace import TRACE_FILE, TraceRecord, read_traces
 from simulator.calibrate import median_or_none
+from simulator.checks import colocated_one_gpu
 from simulator.profile import RUNTIME_COSTS, Profile, runtime_bound
 
 SKIP_ITERATIONS = 1
@@ -92,7 +98,8 @@ def run_components(run_dir: str | Path, profile: Profile) -> dict[str, Any]:
     colocated = config.parallel.draft_gpus == 0
     width = 1 if config.spec.mode == "chain" else config.spec.w
     draft_group = "target" if colocated else "draft"
-    out: dict[str, Any] = {"run": run_dir.name, "mode": config.spec.mode, "w": width}
+    out: dict[str, Any] = {"run": run_dir.name, "mode": config.spec.mode, "w": width,
+                           "loop": "colocated" if colocated_one_gpu(config) else "default"}
     verifies = spans.get(("target", "step.verify"), [])
     # the runtime's own mark (runs since d325190)
     chained = any(r.extra_fields(f"{path}: {r.name}").get("chained") for r in verifies)
@@ -154,6 +161,11 @@ def _pooled(rows: Sequence[dict[str, Any]], key: str) -> float | None:
     return median_or_none([r[key] for r in rows if r.get(key) is not None])
 
 
+def _rows_points(rows: Sequence[dict[str, Any]]) -> list[tuple[int, float]]:
+    """(real row count, residual median) of every run's expansion spans that record their rows."""
+    return [(n, res) for r in rows for n, (res, _) in (r.get("expand_rows_residual_s") or {}).items()]
+
+
 def _line_in_w(points: Sequence[tuple[int, float]], signed: bool = False) -> tuple[float | None, float | None]:
     """(a, b) of residual = a + b * x (x: w, or real rows) by least squares; b >= 0; one distinct x: (median, 0).
     `signed`: a may be negative (a fused graph step beating its summed operators), else the line goes through the
@@ -182,21 +194,31 @@ def fit_runtime_costs(run_dirs: Sequence[str | Path], profile: Profile) -> tuple
     """
     if not run_dirs:
         raise ValueError("runs: give at least one runtime run dir to fit the runtime costs on")
-    rows = [run_components(d, profile) for d in run_dirs]
+    every = [run_components(d, profile) for d in run_dirs]
+    rows = [r for r in every if r["loop"] != "colocated"]  # the two-group loop (and TP > 1 / autoregressive runs)
+    colocated = [r for r in every if r["loop"] == "colocated"]
     recv_lows = [r[k] for r in rows for k in ("target_recv_p10_s", "draft_recv_p10_s") if r.get(k) is not None]
     recv = min(recv_lows) if recv_lows else None
     raw: dict[str, float | None] = {"step_extra_s": _pooled(rows, "step_residual_s"),
                                     "ar_step_extra_s": _pooled(rows, "ar_step_residual_s"),
                                     "tp_step_extra_s": _pooled(rows, "tp_step_residual_s"),
                                     "tp_ar_step_extra_s": _pooled(rows, "tp_ar_step_residual_s"),
-                                    "keep_s": _pooled(rows, "keep_s"), "compact_s": _pooled(rows, "compact_s")}
-    by_rows = [(n, res) for r in rows for n, (res, _) in (r.get("expand_rows_residual_s") or {}).items()]
+                                    # the KV keep and compaction: the same bookkeeping in either loop
+                                    "keep_s": _pooled(every, "keep_s"), "compact_s": _pooled(every, "compact_s")}
+    by_rows = _rows_points(rows)
     if len({n for n, _ in by_rows}) >= 2:  # host part per real row, over (run, row count) medians
         # signed constant: the draft's graph step can beat its summed operators (a lone root's one-row graph does)
         raw["expand_extra_s"], raw["expand_extra_per_real_row_s"] = _line_in_w(by_rows, signed=True)
     else:  # older runs: per row of w, over the runs' medians
         raw["expand_extra_s"], raw["expand_extra_per_row_s"] = _line_in_w(
             [(r["w"], r["expand_residual_s"]) for r in rows if r.get("expand_residual_s") is not None])
+    if colocated:
+        raw["colocated_step_extra_s"] = _pooled(colocated, "step_residual_s")
+        # per real row where the spans record rows, else one constant (the runs' median)
+        points = _rows_points(colocated) or [(1, r["expand_residual_s"]) for r in colocated
+                                             if r.get("expand_residual_s") is not None]
+        raw["colocated_expand_extra_s"], raw["colocated_expand_extra_per_real_row_s"] = _line_in_w(points,
+                                                                                                   signed=True)
     t_send, d_send = _pooled(rows, "target_send_s"), _pooled(rows, "draft_send_s")
     reroot, select = _pooled(rows, "reroot_s"), _pooled(rows, "select_s")
     if t_send is not None and recv is not None:
@@ -208,7 +230,7 @@ def fit_runtime_costs(run_dirs: Sequence[str | Path], profile: Profile) -> tuple
         raw["draft_round_s"] = reroot + select + d_send + recv
     costs = {k: max(runtime_bound(k), v) for k, v in raw.items() if v is not None}
     assert set(costs) <= set(RUNTIME_COSTS)
-    report = {"runs": [str(d) for d in run_dirs], "per_run": rows, "signed": raw, "recv_host_s": recv,
+    report = {"runs": [str(d) for d in run_dirs], "per_run": every, "signed": raw, "recv_host_s": recv,
               "method": "median over fit runs of per-run medians; receive host cost = lowest per-run "
                         f"p{RECV_PERCENTILE} of receive spans"}
     return costs, report

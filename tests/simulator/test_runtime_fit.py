@@ -497,3 +497,57 @@ def test_refill_graph_spans_are_priced_at_one_row_and_a_negative_constant_surviv
     assert fitted["expand_extra_s"] == pytest.approx(-1.0e-4, abs=1e-9)
     assert fitted["expand_extra_per_real_row_s"] == pytest.approx(1.0e-5, abs=1e-10)
     assert report["signed"]["expand_extra_s"] == fitted["expand_extra_s"]
+
+
+def test_colocated_runs_fit_their_own_host_costs_and_colocated_configs_take_them(tmp_path):
+    """A one-GPU target with its draft in the same loop (parallel=1x0) spends other host time per step than the
+    two-group loop: calibrate fits `colocated_*` costs on those runs alone and leaves them out of step_extra_s /
+    expand_extra_s; the simulator charges them to colocated one-GPU configs only (two groups and TP > 1 keep the
+    others; a profile without them: the two-group costs everywhere)."""
+    two_cfg, two_dir = _recorded_run(tmp_path / "two")
+    colo_cfg = cfg(*BASE, "spec=serial_tree", "parallel=1x0")
+    from simulator.main import run as run_sim
+
+    colo_dir = tmp_path / "colo" / "serial_tree"
+    run_sim(colo_cfg, colo_dir, verbose=False)
+    two, colo = build_costs(two_cfg, profile=PRIOR), build_costs(colo_cfg, profile=PRIOR)
+    recs_two, recs_colo = [], []
+    for it in range(1, 61):
+        ctx = 600 + it
+        recs_two.append(_span("step.verify", "target", 0, it, two.target.forward_s(8, ctx + 8) + 1.5e-4, 8, ctx))
+        recs_colo.append(_span("step.verify", "target", 0, it, colo.target.forward_s(8, ctx + 8) + 6.0e-5, 8, ctx))
+        for rows in (1, 8):
+            recs_two.append(_span("step.expand", "draft", 1, it,
+                                  two.draft.forward_s(8, ctx + 8) + 1.2e-4 + 5e-6 * rows, 8, ctx, rows=rows))
+            # colocated: the draft's spans are the target group's (one loop)
+            recs_colo.append(_span("step.expand", "target", 0, it,
+                                   colo.draft.forward_s(8, ctx + 8) + 3.0e-5 + 1e-6 * rows, 8, ctx, rows=rows))
+        recs_two.append(_span("step.keep", "target", 0, it, 1.0e-5))
+        recs_colo.append(_span("step.keep", "target", 0, it, 3.0e-5))
+    write_traces(two_dir / TRACE_FILE, recs_two)
+    write_traces(colo_dir / TRACE_FILE, recs_colo)
+    fitted, report = fit_runtime_costs([two_dir, colo_dir], PRIOR)
+    assert fitted["step_extra_s"] == pytest.approx(1.5e-4, rel=1e-6)
+    assert fitted["expand_extra_s"] == pytest.approx(1.2e-4, rel=1e-6)
+    assert fitted["expand_extra_per_real_row_s"] == pytest.approx(5e-6, rel=1e-6)
+    assert fitted["colocated_step_extra_s"] == pytest.approx(6.0e-5, rel=1e-6)
+    assert fitted["colocated_expand_extra_s"] == pytest.approx(3.0e-5, rel=1e-6)
+    assert fitted["colocated_expand_extra_per_real_row_s"] == pytest.approx(1e-6, rel=1e-6)
+    assert fitted["keep_s"] == pytest.approx(2.0e-5, rel=1e-6)  # the same bookkeeping: pooled over both loops
+    assert [r["loop"] for r in report["per_run"]] == ["default", "colocated"]
+
+    prof = Profile("p", {"gpu": "h200"}, {}, {}, fitted)
+    charged_colo, charged_two = build_costs(colo_cfg, profile=prof), build_costs(two_cfg, profile=prof)
+    assert charged_colo.target.forward_s(8, 700) - colo.target.forward_s(8, 700) == pytest.approx(6.0e-5)
+    assert charged_colo.draft.forward_s(8, 700, 1.0) - colo.draft.forward_s(8, 700) == pytest.approx(3.1e-5)
+    assert charged_two.target.forward_s(8, 700) - two.target.forward_s(8, 700) == pytest.approx(1.5e-4)
+    assert charged_two.draft.forward_s(8, 700, 1.0) - two.draft.forward_s(8, 700) == pytest.approx(1.25e-4)
+    # a TP-2 target with a colocated draft is another loop (the verdict broadcast): the two-group expansion cost
+    tp2 = build_costs(cfg(*BASE, "spec=chain", "parallel=2x0"), profile=prof)
+    tp2_plain = build_costs(cfg(*BASE, "spec=chain", "parallel=2x0"), profile=PRIOR)
+    assert tp2.draft.forward_s(1, 700, 1.0) - tp2_plain.draft.forward_s(1, 700) == pytest.approx(1.25e-4)
+    # without colocated_* entries a colocated config takes the two-group costs, as before
+    older = {k: v for k, v in fitted.items() if not k.startswith("colocated_")}
+    charged_old = build_costs(colo_cfg, profile=Profile("p", {"gpu": "h200"}, {}, {}, older))
+    assert charged_old.target.forward_s(8, 700) - colo.target.forward_s(8, 700) == pytest.approx(1.5e-4)
+    assert charged_old.draft.forward_s(8, 700, 1.0) - colo.draft.forward_s(8, 700) == pytest.approx(1.25e-4)
