@@ -8,7 +8,9 @@
 #      as oracle, the draft growing by the table's belief), 2 requests of 512 prompt + 256 new tokens: chain (gamma
 #      4) and serial_tree (bs 8 w 8 d auto), both models on the one GPU.
 #   bash scripts/gpu_colocated_runs.sh OUTDIR      -> OUTDIR/{runs.log, runs.tar.gz}  (run dirs <pair>_<mode>)
-# MODES_SMALL / MODES_LARGE: the modes of each part (space-separated; empty skips the part).
+# MODES_SMALL / MODES_LARGE: the modes of each part (space-separated; empty skips the part). EXTRA: more
+# generate.py overrides for every run (e.g. trace.graph_events=true: each span's device time); TAG: a suffix of the
+# run dir names.
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_colocated_runs.sh OUTDIR}
 OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
@@ -29,16 +31,16 @@ for mode in ${MODES_SMALL-autoregressive chain serial_tree}; do
     model.tokenizer=null model.target.dtype=bfloat16 model.draft.dtype=bfloat16 $(spec_of "$mode") parallel=1x0 \
     kernels=graphs spec.oracle=true acceptance=smollm2_instruction "workload.prompts=[]" \
     workload.num_requests=5 workload.prompt_tokens=38 workload.max_new_tokens=128 \
-    workload.max_seq_len_tokens=1024 trace.enabled=true trace.chrome=false run_name="small_$mode" \
-    hydra.run.dir="$WORK/small_$mode" 2>&1 | tail -1 | tee -a "$OUT/runs.log"
+    workload.max_seq_len_tokens=1024 trace.enabled=true trace.chrome=false ${EXTRA:-} run_name="small_$mode${TAG:-}" \
+    hydra.run.dir="$WORK/small_$mode${TAG:-}" 2>&1 | tail -1 | tee -a "$OUT/runs.log"
 done
 for mode in ${MODES_LARGE-chain serial_tree}; do
   # shellcheck disable=SC2046
   timeout 240 $PY generate.py model=llama3-8b_llama3.2-1b model.target.dtype=bfloat16 model.draft.dtype=bfloat16 \
     $(spec_of "$mode") parallel=1x0 kernels=graphs kernels.fused_allreduce=false spec.oracle=true \
     spec.oracle_belief=table "workload.prompts=[]" workload.num_requests=2 workload.prompt_tokens=512 \
-    workload.max_new_tokens=256 workload.max_seq_len_tokens=1024 trace.enabled=true trace.chrome=false \
-    run_name="large_$mode" hydra.run.dir="$WORK/large_$mode" 2>&1 | tail -1 | tee -a "$OUT/runs.log"
+    workload.max_new_tokens=256 workload.max_seq_len_tokens=1024 trace.enabled=true trace.chrome=false ${EXTRA:-} \
+    run_name="large_$mode${TAG:-}" hydra.run.dir="$WORK/large_$mode${TAG:-}" 2>&1 | tail -1 | tee -a "$OUT/runs.log"
 done
 tar czf "$OUT/runs.tar.gz" -C "$WORK" .
 chmod -R a+rX "$OUT"
