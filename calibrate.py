@@ -63,22 +63,27 @@ def run(config: CalibrateConfig) -> dict[str, Any]:
     profile, report = calibrate(ts, opts, software)
     out = Path(config.output)
     runtime: dict[str, float] = {}
+    loops: dict[str, dict[str, float]] = {}
     if config.runs:
-        from simulator.runtime_fit import fit_runtime_costs
+        from simulator.runtime_fit import fit_runtime_costs, loop_costs
 
         runtime, report["runtime"] = fit_runtime_costs(list(config.runs), profile)
-    write_profile(out, Profile(str(out), profile.hardware, profile.software, profile.operators, runtime))
+        loops = loop_costs(report["runtime"])
+    write_profile(out, Profile(str(out), profile.hardware, profile.software, profile.operators, runtime, loops))
     report_path = Path(config.report) if config.report else out.with_name(out.stem + ".report.json")
     atomic_write_json(report_path, {"profile": str(out), "hardware": profile.hardware, "software": software,
                                     **report})
     print(summary_table(report))
     for key, value in runtime.items():
         print(f"runtime {key:17s} {value * 1e3:8.3f} ms   (fitted on {len(config.runs)} runtime runs)")
+    for shape, entry in loops.items():
+        for key, value in entry.items():
+            print(f"runtime loops.{shape}.{key} {value * 1e3:8.3f} ms")
     print(f"profile: {out}\nreport: {report_path}")
     summary = {"profile": str(out), "report": str(report_path),
                "mape": {op: r["mape"] for op, r in report["operators"].items()},
                "skipped": list(report["skipped"]), "suggested_sim_settings": report["suggested_sim_settings"],
-               "runtime": runtime}
+               "runtime": runtime, "runtime_loops": loops}
     print(json.dumps(summary), flush=True)
     return summary
 

@@ -376,9 +376,6 @@ class RuntimeDelta(_Frozen):
     expand_extra_s: float = 0.0
     expand_extra_per_row_s: float = 0.0
     expand_extra_per_real_row_s: float = 0.0
-    colocated_step_extra_s: float = 0.0
-    colocated_expand_extra_s: float = 0.0
-    colocated_expand_extra_per_real_row_s: float = 0.0
     verify_message_s: float = 0.0
     draft_round_s: float = 0.0
 

@@ -39,11 +39,17 @@ def uses_draft(config: ExperimentConfig) -> bool:
     return config.spec.mode != "autoregressive"
 
 
-def colocated_one_gpu(config: ExperimentConfig) -> bool:
-    """Whether one Python loop drives a one-GPU target and its draft (a draft mode at parallel=1x0): the runtime
-    loop shape of the profile's `colocated_*` host costs."""
+def loop_shape(config: ExperimentConfig) -> str:
+    """The runtime loop whose host costs a profile may hold apart (simulator/profile.py LOOP_SHAPES): "colocated" (a
+    draft mode at parallel=1x0: one Python loop drives a one-GPU target and its draft), "chain" (chain drafting on
+    its own draft group), else "" (tree modes on two groups, autoregressive runs, a TP > 1 target with a colocated
+    draft: the profile's top-level costs)."""
     par = config.parallel
-    return uses_draft(config) and par.draft_gpus == 0 and par.target_gpus == 1
+    if not uses_draft(config):
+        return ""
+    if par.draft_gpus == 0:
+        return "colocated" if par.target_gpus == 1 else ""
+    return "chain" if config.spec.mode == "chain" else ""
 
 
 def check_topology(config: ExperimentConfig) -> None:

@@ -56,6 +56,9 @@ allreduce / message when the recorded link or algorithm differs from the run's (
 `runtime` (optional) holds what the operator traces cannot see: the host time the runtime's own loop spends
 per step and per round, fitted on measured runtime run dirs (`calibrate.py runs=[...]`,
 simulator/runtime_fit.py; keys in RUNTIME_COSTS, seconds >= 0). Without it those costs are the `sim` knobs'.
+`runtime.loops` (optional): per runtime loop in LOOP_SHAPES (colocated, chain), the LOOP_COSTS fitted on that
+loop's runs alone, which configurations of that loop take in place of the top-level ones, e.g.
+``"runtime": {"step_extra_s": 1.6e-4, ..., "loops": {"colocated": {"step_extra_s": 7e-5, ...}}}``.
 
 Errors name the file and the JSON field (`ProfileError`). No I/O besides `load_profile` / `write_profile`.
 """
@@ -109,23 +112,26 @@ RUNTIME_COSTS: dict[str, str] = {
                                    "the w x topk tree nodes it creates on the host (a refill after a miss "
                                    "expands one real row, an overlapped expansion w); fitted from spans that "
                                    "record their rows",
-    "colocated_step_extra_s": "per target forward of a one-GPU target whose draft shares its process (parallel=1x0, "
-                              "draft modes) beyond the operator model: one Python loop drives both models, no "
-                              "messages; may be negative (down to -1 ms); absent: step_extra_s",
-    "colocated_expand_extra_s": "per draft forward of such a colocated draft beyond the operator model: constant "
-                                "part; absent: expand_extra_s and its per-row parts",
-    "colocated_expand_extra_per_real_row_s": "per draft forward of a colocated draft: part per real row (as "
-                                             "expand_extra_per_real_row_s); absent: 0 where "
-                                             "colocated_expand_extra_s is fitted",
     "verify_message_s": "target host time per verify in draft modes: take the proposal, send the verified path",
     "draft_round_s": "draft host time per round: take the verified path, re-root (the runtime's step.reroot span), "
                      "select, send the proposal (the KV compaction follows the send when no refill is needed: "
                      "compact_s; before a refill: the compaction operator)",
 }
 """The optional `runtime` block: host costs of the runtime's loop (simulator/runtime_fit.py fits them)."""
+LOOP_SHAPES: dict[str, str] = {
+    "colocated": "a one-GPU target and its draft driven by one Python loop (draft modes at parallel=1x0): no "
+                 "messages, the draft's forwards between the target's",
+    "chain": "chain drafting with the draft on its own GPUs (parallel=NxM, M > 0): one-row draft steps, no tree "
+             "selection",
+}
+"""Runtime loops whose host costs the `runtime` block may hold apart (`runtime.loops.<shape>`, `checks.loop_shape`);
+every other configuration (tree modes on two groups, autoregressive runs) takes the block's top-level costs."""
+LOOP_COSTS = ("step_extra_s", "expand_extra_s", "expand_extra_per_row_s", "expand_extra_per_real_row_s",
+              "verify_message_s", "draft_round_s")
+"""The RUNTIME_COSTS a loop entry may override (a one-GPU target's step and the draft's host costs; the TP > 1, the
+autoregressive and the KV bookkeeping costs stay top-level)."""
 SIGNED_RUNTIME_COSTS: dict[str, float] = {"ar_step_extra_s": -1.0e-3, "step_extra_s": -1.0e-3,
-                                          "expand_extra_s": -1.0e-3, "colocated_step_extra_s": -1.0e-3,
-                                          "colocated_expand_extra_s": -1.0e-3}
+                                          "expand_extra_s": -1.0e-3}
 """Runtime costs that correct the operator model and may be negative, with their lowest allowed value (the
 simulator also never lets a negative one remove more than `cost_model.NEGATIVE_EXTRA_CAP` of a step)."""
 
@@ -201,6 +207,8 @@ class Profile:
     operators: dict[str, OperatorFit]
     runtime: dict[str, float] = field(default_factory=dict)
     """RUNTIME_COSTS seconds fitted on measured runtime runs (empty: the sim knobs apply)."""
+    runtime_loops: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per LOOP_SHAPES entry, the LOOP_COSTS fitted on that loop's runs alone (`runtime.loops` in the file)."""
 
     @property
     def gpu(self) -> str:
@@ -298,20 +306,32 @@ def parse_profile(data: Any, where: str = "profile") -> Profile:
         if op not in OPERATOR_FORMS:
             raise _fail(where, f"operators.{op}", f"unknown operator; allowed: {list(OPERATOR_FORMS)}")
     fits = {op: _operator(where, op, entry) for op, entry in ops.items()}
+    runtime = data.get("runtime", {})
+    if not isinstance(runtime, dict):
+        raise _fail(where, "runtime", f"must be an object with keys from {list(RUNTIME_COSTS)} (and 'loops')")
+    loops = runtime.get("loops", {})
+    if not isinstance(loops, dict):
+        raise _fail(where, "runtime.loops", f"must be an object keyed by loop shape ({list(LOOP_SHAPES)})")
+    for shape in loops:
+        if shape not in LOOP_SHAPES:
+            raise _fail(where, f"runtime.loops.{shape}", f"unknown loop shape; allowed: {list(LOOP_SHAPES)}")
     return Profile(path=where, hardware=dict(hw), software=dict(sw), operators=fits,
-                   runtime=_runtime(where, data.get("runtime", {})))
+                   runtime=_runtime(where, "runtime", {k: v for k, v in runtime.items() if k != "loops"},
+                                    RUNTIME_COSTS),
+                   runtime_loops={shape: _runtime(where, f"runtime.loops.{shape}", entry, LOOP_COSTS)
+                                  for shape, entry in loops.items()})
 
 
-def _runtime(where: str, entry: Any) -> dict[str, float]:
+def _runtime(where: str, fp: str, entry: Any, allowed: Any) -> dict[str, float]:
     if not isinstance(entry, dict):
-        raise _fail(where, "runtime", f"must be an object with keys from {list(RUNTIME_COSTS)}")
+        raise _fail(where, fp, f"must be an object with keys from {list(allowed)}")
     out = {}
     for key, v in entry.items():
-        if key not in RUNTIME_COSTS:
-            raise _fail(where, f"runtime.{key}", f"unknown key; allowed: {list(RUNTIME_COSTS)}")
+        if key not in allowed:
+            raise _fail(where, f"{fp}.{key}", f"unknown key; allowed: {list(allowed)}")
         low = runtime_bound(key)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < low:
-            raise _fail(where, f"runtime.{key}", f"must be a finite number of seconds >= {low:g}, got {v!r}")
+            raise _fail(where, f"{fp}.{key}", f"must be a finite number of seconds >= {low:g}, got {v!r}")
         out[key] = float(v)
     return out
 
@@ -339,8 +359,10 @@ def profile_to_dict(profile: Profile) -> dict[str, Any]:
             entry["by_tp"] = {str(tp): {"coefficients": dict(zip(names, c))} for tp, c in sorted(fit.by_tp.items())}
         ops[name] = entry
     out = {"version": PROFILE_VERSION, "hardware": profile.hardware, "software": profile.software, "operators": ops}
-    if profile.runtime:
+    if profile.runtime or profile.runtime_loops:
         out["runtime"] = dict(profile.runtime)
+        if profile.runtime_loops:
+            out["runtime"]["loops"] = {shape: dict(entry) for shape, entry in profile.runtime_loops.items()}
     return out
 
 

@@ -22,11 +22,6 @@ simulator/profile.py RUNTIME_COSTS:
                       step can beat its summed operators);
       (+ _per_row_s)  for older runs without `rows`: a + b * w through the fit runs' medians (one distinct w:
                       b = 0)
-    colocated_step_extra_s, colocated_expand_extra_s (+ _per_real_row_s)
-                      the same as step_extra_s and expand_extra_s, fitted on the runs of the colocated one-GPU
-                      loop alone (`checks.colocated_one_gpu`: a draft mode at parallel=1x0, one Python loop drives
-                      both models, no messages), which the others then leave out: that loop's host work per step is
-                      not the two-group loop's (0.02-0.09 ms against 0.1-0.17 ms at the 954a1bf / 9f74ecf runs)
     verify_message_s  target `comm.send` median + receive host cost
     draft_round_s     the draft leader's round, from taking a verified path to having sent the next proposal,
                       less the forwards in it (re-root, select, send and the loop's host work between those
@@ -37,6 +32,13 @@ simulator/profile.py RUNTIME_COSTS:
 exactly what the simulator misses. A receive span also contains waiting for the peer; the receive host cost
 is estimated as the lowest 10th percentile of the fit runs' receive spans (the rounds that did not wait).
 Each cost is the median over the fit runs of the per-run medians (runs without that span are skipped).
+
+Loops. The colocated one-GPU loop (one Python loop drives the target and its draft: no messages) and chain drafting
+on two groups (one-row draft steps, no tree selection) run other host code per step than the tree modes on two
+groups: runs of a loop in simulator/profile.py LOOP_SHAPES (`checks.loop_shape`) give that loop's own step, expansion
+and round costs (the profile's `runtime.loops`), and the top-level ones come from the other runs. On the
+954a1bf / 9f74ecf / 5c7897b runs the residual per chain expansion is ~0.05 ms on two groups and 0.02-0.07 ms
+colocated, against 0.09-0.18 ms for tree expansions; a colocated verify 0.06-0.14 ms against 0.11-0.24 ms.
 
 The runs fitted here must not be the runs a validation compares against (bench/validate.py compare
 --exclude names them). Leaders only: TP peers repeat the same steps.
@@ -54,8 +56,8 @@ import numpy as np
 from conf.rundir import config_from_dict, read_run
 from conf.trace import TRACE_FILE, TraceRecord, read_traces
 from simulator.calibrate import median_or_none
-from simulator.checks import colocated_one_gpu
-from simulator.profile import RUNTIME_COSTS, Profile, runtime_bound
+from simulator.checks import loop_shape
+from simulator.profile import LOOP_SHAPES, RUNTIME_COSTS, Profile, runtime_bound
 
 SKIP_ITERATIONS = 1
 """Spans of iterations below this (prefill, first refill) are left out: they are not the steady loop."""
@@ -99,7 +101,7 @@ def run_components(run_dir: str | Path, profile: Profile) -> dict[str, Any]:
     width = 1 if config.spec.mode == "chain" else config.spec.w
     draft_group = "target" if colocated else "draft"
     out: dict[str, Any] = {"run": run_dir.name, "mode": config.spec.mode, "w": width,
-                           "loop": "colocated" if colocated_one_gpu(config) else "default"}
+                           "loop": loop_shape(config)}
     verifies = spans.get(("target", "step.verify"), [])
     # the runtime's own mark (runs since d325190)
     chained = any(r.extra_fields(f"{path}: {r.name}").get("chained") for r in verifies)
@@ -184,41 +186,16 @@ def _line_in_w(points: Sequence[tuple[int, float]], signed: bool = False) -> tup
     return float(a), float(b)
 
 
-def fit_runtime_costs(run_dirs: Sequence[str | Path], profile: Profile) -> tuple[dict[str, float], dict[str, Any]]:
-    """(RUNTIME_COSTS seconds, report) from measured runtime run dirs and the operator profile.
-
-    A cost no fit run measures is left out (the simulator then keeps its `sim` knob for it); negative
-    medians (the operator model over-predicts) clip to 0 (step_extra_s, ar_step_extra_s, expand_extra_s: to -1 ms,
-    SIGNED_RUNTIME_COSTS: the fused graph step with skinny GEMMs and PDL beats the sum of its profiled operators), and
-    the report keeps the signed value.
-    """
-    if not run_dirs:
-        raise ValueError("runs: give at least one runtime run dir to fit the runtime costs on")
-    every = [run_components(d, profile) for d in run_dirs]
-    rows = [r for r in every if r["loop"] != "colocated"]  # the two-group loop (and TP > 1 / autoregressive runs)
-    colocated = [r for r in every if r["loop"] == "colocated"]
-    recv_lows = [r[k] for r in rows for k in ("target_recv_p10_s", "draft_recv_p10_s") if r.get(k) is not None]
-    recv = min(recv_lows) if recv_lows else None
-    raw: dict[str, float | None] = {"step_extra_s": _pooled(rows, "step_residual_s"),
-                                    "ar_step_extra_s": _pooled(rows, "ar_step_residual_s"),
-                                    "tp_step_extra_s": _pooled(rows, "tp_step_residual_s"),
-                                    "tp_ar_step_extra_s": _pooled(rows, "tp_ar_step_residual_s"),
-                                    # the KV keep and compaction: the same bookkeeping in either loop
-                                    "keep_s": _pooled(every, "keep_s"), "compact_s": _pooled(every, "compact_s")}
+def _loop_costs(rows: Sequence[dict[str, Any]], recv: float | None) -> dict[str, float | None]:
+    """The LOOP_COSTS (signed) of the runs `rows` of one runtime loop; `recv`: the receive host cost."""
+    raw: dict[str, float | None] = {"step_extra_s": _pooled(rows, "step_residual_s")}
     by_rows = _rows_points(rows)
-    if len({n for n, _ in by_rows}) >= 2:  # host part per real row, over (run, row count) medians
+    if by_rows:  # host part per real row, over (run, row count) medians (one row count, e.g. chain: their median)
         # signed constant: the draft's graph step can beat its summed operators (a lone root's one-row graph does)
         raw["expand_extra_s"], raw["expand_extra_per_real_row_s"] = _line_in_w(by_rows, signed=True)
     else:  # older runs: per row of w, over the runs' medians
         raw["expand_extra_s"], raw["expand_extra_per_row_s"] = _line_in_w(
             [(r["w"], r["expand_residual_s"]) for r in rows if r.get("expand_residual_s") is not None])
-    if colocated:
-        raw["colocated_step_extra_s"] = _pooled(colocated, "step_residual_s")
-        # per real row where the spans record rows, else one constant (the runs' median)
-        points = _rows_points(colocated) or [(1, r["expand_residual_s"]) for r in colocated
-                                             if r.get("expand_residual_s") is not None]
-        raw["colocated_expand_extra_s"], raw["colocated_expand_extra_per_real_row_s"] = _line_in_w(points,
-                                                                                                   signed=True)
     t_send, d_send = _pooled(rows, "target_send_s"), _pooled(rows, "draft_send_s")
     reroot, select = _pooled(rows, "reroot_s"), _pooled(rows, "select_s")
     if t_send is not None and recv is not None:
@@ -228,9 +205,52 @@ def fit_runtime_costs(run_dirs: Sequence[str | Path], profile: Profile) -> tuple
         raw["draft_round_s"] = gap + recv
     elif None not in (reroot, select, d_send, recv):
         raw["draft_round_s"] = reroot + select + d_send + recv
-    costs = {k: max(runtime_bound(k), v) for k, v in raw.items() if v is not None}
+    return raw
+
+
+def _bounded(raw: dict[str, float | None]) -> dict[str, float]:
+    """The measured costs of `raw`, each kept within its bound (runtime_bound)."""
+    return {k: max(runtime_bound(k), v) for k, v in raw.items() if v is not None}
+
+
+def fit_runtime_costs(run_dirs: Sequence[str | Path], profile: Profile) -> tuple[dict[str, float], dict[str, Any]]:
+    """(RUNTIME_COSTS seconds, report) from measured runtime run dirs and the operator profile.
+
+    A cost no fit run measures is left out (the simulator then keeps its `sim` knob for it); negative
+    medians (the operator model over-predicts) clip to 0 (step_extra_s, ar_step_extra_s, expand_extra_s: to -1 ms,
+    SIGNED_RUNTIME_COSTS: the fused graph step with skinny GEMMs and PDL beats the sum of its profiled operators), and
+    the report keeps the signed value.
+
+    Runs of a loop in LOOP_SHAPES (`checks.loop_shape`: colocated, chain) give that loop's LOOP_COSTS alone:
+    `report["loops"][shape]["costs"]`, the profile's `runtime.loops` (calibrate.py writes them); the top-level
+    LOOP_COSTS come from the other runs (tree modes on two groups). The autoregressive, TP > 1 and KV bookkeeping costs
+    are pooled over all runs.
+    """
+    if not run_dirs:
+        raise ValueError("runs: give at least one runtime run dir to fit the runtime costs on")
+    every = [run_components(d, profile) for d in run_dirs]
+    recv_lows = [r[k] for r in every for k in ("target_recv_p10_s", "draft_recv_p10_s") if r.get(k) is not None]
+    recv = min(recv_lows) if recv_lows else None
+    raw: dict[str, float | None] = {"ar_step_extra_s": _pooled(every, "ar_step_residual_s"),
+                                    "tp_step_extra_s": _pooled(every, "tp_step_residual_s"),
+                                    "tp_ar_step_extra_s": _pooled(every, "tp_ar_step_residual_s"),
+                                    "keep_s": _pooled(every, "keep_s"), "compact_s": _pooled(every, "compact_s"),
+                                    **_loop_costs([r for r in every if not r["loop"]], recv)}
+    costs = _bounded(raw)
     assert set(costs) <= set(RUNTIME_COSTS)
+    loops: dict[str, Any] = {}
+    for shape in LOOP_SHAPES:
+        rows = [r for r in every if r["loop"] == shape]
+        if rows:
+            signed = {k: v for k, v in _loop_costs(rows, recv).items() if v is not None}
+            loops[shape] = {"runs": [r["run"] for r in rows], "signed": signed, "costs": _bounded(signed)}
     report = {"runs": [str(d) for d in run_dirs], "per_run": every, "signed": raw, "recv_host_s": recv,
+              "loops": loops,
               "method": "median over fit runs of per-run medians; receive host cost = lowest per-run "
-                        f"p{RECV_PERCENTILE} of receive spans"}
+                        f"p{RECV_PERCENTILE} of receive spans; a loop in LOOP_SHAPES from its own runs"}
     return costs, report
+
+
+def loop_costs(report: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """The profile's `runtime.loops` from a `fit_runtime_costs` report."""
+    return {shape: dict(entry["costs"]) for shape, entry in report.get("loops", {}).items() if entry["costs"]}

@@ -43,7 +43,7 @@ from conf.messages import DraftProposal
 from conf.presets import GPU_PRESETS, LINK_PRESETS, model_preset
 from conf.schema import ExperimentConfig
 from simulator.acceptance import load_acceptance, resolve_path
-from simulator.checks import chained_autoregressive, check_config, colocated_one_gpu, draft_tp, uses_draft
+from simulator.checks import chained_autoregressive, check_config, draft_tp, loop_shape, uses_draft
 from simulator.cost_model import GraphKernels, GroupCost, Operators
 from simulator.interconnect import message_bytes, node_of_rank
 from simulator.processes import (
@@ -101,9 +101,20 @@ def proposal_nodes(config: ExperimentConfig) -> int:
     return config.spec.gamma + 1 if config.spec.mode == "chain" else config.spec.bs
 
 
-DRAFT_HOST_KEYS = ("expand_extra_s", "expand_extra_per_row_s", "expand_extra_per_real_row_s", "draft_round_s",
-                   "colocated_expand_extra_s", "colocated_expand_extra_per_real_row_s")
+DRAFT_HOST_KEYS = ("expand_extra_s", "expand_extra_per_row_s", "expand_extra_per_real_row_s", "draft_round_s")
 """The profile's fitted draft host costs (`runtime` block) that `sim.draft_host_scale` scales."""
+
+
+def runtime_costs_for(profile: Profile, config: ExperimentConfig) -> dict[str, float]:
+    """The profile's runtime host costs for the config's runtime loop: the top-level ones, overlaid by the loop's
+    entry (`runtime.loops[checks.loop_shape(config)]`) where the profile has one. An entry with any draft expansion
+    cost replaces all of them (its constant and per-row parts are one fit)."""
+    host = dict(profile.runtime)
+    entry = profile.runtime_loops.get(loop_shape(config), {})
+    if any(k.startswith("expand_extra") for k in entry):
+        host = {k: v for k, v in host.items() if not k.startswith("expand_extra")}
+    host.update(entry)
+    return host
 
 
 def _apply_runtime_deltas(host: dict[str, float], deltas: dict[str, float], profile: Profile | None) -> None:
@@ -139,9 +150,10 @@ def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Cos
 
     `profile` (already loaded) replaces `sim.profile`. Its `runtime` block, where present, adds the runtime
     loop's fitted host costs: per target forward, per draft forward, per verify's messages (target) and per
-    draft round (replacing `sim.tree_op_s`); the last two only with a separate draft group. A one-GPU target and its
-    colocated draft (one loop drives both) take the block's `colocated_*` costs where fitted. A TP > 1 target's
-    verify also carries its in-group verdict broadcast (one message).
+    draft round (replacing `sim.tree_op_s`); the last two only with a separate draft group. A config whose runtime
+    loop has its own entry in the block (`runtime.loops`, `checks.loop_shape`: colocated, chain) takes that entry's
+    costs in place of the top-level ones (`runtime_costs_for`). A TP > 1 target's verify also carries its in-group
+    verdict broadcast (one message).
     """
     gpu = GPU_PRESETS[config.hardware.gpu]
     ic = config.interconnect
@@ -155,7 +167,7 @@ def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Cos
                     intra_name=ic.intra_group, cross_name=ic.cross_group)
     fused = config.kernels.backend == "triton"
     par = config.parallel
-    host = dict(profile.runtime) if profile is not None else {}
+    host = runtime_costs_for(profile, config) if profile is not None else {}
     for key in DRAFT_HOST_KEYS:  # sim.draft_host_scale: a what-if on the draft's host time
         if key in host:
             host[key] *= config.sim.draft_host_scale
@@ -175,13 +187,6 @@ def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Cos
         step_extra = host.get("tp_step_extra_s", max(step_extra, 0.0))
         if config.spec.mode == "autoregressive":  # its own fit when an autoregressive TP run was among the fit runs
             step_extra = host.get("tp_ar_step_extra_s", step_extra)
-    colocated = colocated_one_gpu(config)  # one loop drives both models: that loop shape's own host costs
-    if colocated:
-        step_extra = host.get("colocated_step_extra_s", step_extra)
-    draft_extra = (host.get("expand_extra_s", 0.0), host.get("expand_extra_per_row_s", 0.0),
-                   host.get("expand_extra_per_real_row_s", 0.0))
-    if colocated and "colocated_expand_extra_s" in host:
-        draft_extra = (host["colocated_expand_extra_s"], 0.0, host.get("colocated_expand_extra_per_real_row_s", 0.0))
     # the Triton backend's eager prefill (a group that does not replay its prefills, as the runtime decides) is
     # host-bound: a floor of launches x host time
     def prefill_launch_s(tp: int) -> float:
@@ -200,8 +205,9 @@ def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Cos
     if uses_draft(config):
         assert config.model.draft is not None
         draft = GroupCost(ops, model_preset(config.model.draft.preset), config.model.draft.weight_bits,
-                          draft_tp(config), fused, extra_s=draft_extra[0], extra_per_token_s=draft_extra[1],
-                          extra_per_real_row_s=draft_extra[2],
+                          draft_tp(config), fused, extra_s=host.get("expand_extra_s", 0.0),
+                          extra_per_token_s=host.get("expand_extra_per_row_s", 0.0),
+                          extra_per_real_row_s=host.get("expand_extra_per_real_row_s", 0.0),
                           prefill_launch_s=prefill_launch_s(draft_tp(config)),
                           kernels=GraphKernels("draft", False, kcfg.rope_attention))
         if par.draft_gpus > 0:

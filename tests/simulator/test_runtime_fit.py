@@ -499,55 +499,87 @@ def test_refill_graph_spans_are_priced_at_one_row_and_a_negative_constant_surviv
     assert report["signed"]["expand_extra_s"] == fitted["expand_extra_s"]
 
 
-def test_colocated_runs_fit_their_own_host_costs_and_colocated_configs_take_them(tmp_path):
-    """A one-GPU target with its draft in the same loop (parallel=1x0) spends other host time per step than the
-    two-group loop: calibrate fits `colocated_*` costs on those runs alone and leaves them out of step_extra_s /
-    expand_extra_s; the simulator charges them to colocated one-GPU configs only (two groups and TP > 1 keep the
-    others; a profile without them: the two-group costs everywhere)."""
-    two_cfg, two_dir = _recorded_run(tmp_path / "two")
-    colo_cfg = cfg(*BASE, "spec=serial_tree", "parallel=1x0")
+def test_loop_shapes_fit_their_own_host_costs_and_their_configs_take_them(tmp_path):
+    """The colocated one-GPU loop (one loop drives the target and its draft) and chain drafting on two groups spend
+    other host time per step than tree modes on two groups: calibrate fits each loop's costs on its runs alone
+    (`runtime.loops`) and the top-level ones on the rest; the simulator charges a loop's entry to configs of that
+    loop only (tree modes on two groups and TP > 1 colocated drafts keep the top level; a profile without entries: the
+    top level everywhere)."""
+    from simulator.checks import loop_shape
     from simulator.main import run as run_sim
+    from simulator.runtime_fit import loop_costs
 
-    colo_dir = tmp_path / "colo" / "serial_tree"
+    two_cfg, two_dir = _recorded_run(tmp_path / "two")
+    colo_cfg, chain_cfg = cfg(*BASE, "spec=serial_tree", "parallel=1x0"), cfg(*BASE, "spec=chain", "spec.gamma=4")
+    assert [loop_shape(c) for c in (two_cfg, colo_cfg, chain_cfg)] == ["", "colocated", "chain"]
+    colo_dir, chain_dir = tmp_path / "colo" / "serial_tree", tmp_path / "chain" / "chain"
     run_sim(colo_cfg, colo_dir, verbose=False)
-    two, colo = build_costs(two_cfg, profile=PRIOR), build_costs(colo_cfg, profile=PRIOR)
-    recs_two, recs_colo = [], []
+    run_sim(chain_cfg, chain_dir, verbose=False)
+    two, colo, chain = (build_costs(c, profile=PRIOR) for c in (two_cfg, colo_cfg, chain_cfg))
+    recs: dict[str, list] = {"two": [], "colo": [], "chain": []}
     for it in range(1, 61):
         ctx = 600 + it
-        recs_two.append(_span("step.verify", "target", 0, it, two.target.forward_s(8, ctx + 8) + 1.5e-4, 8, ctx))
-        recs_colo.append(_span("step.verify", "target", 0, it, colo.target.forward_s(8, ctx + 8) + 6.0e-5, 8, ctx))
+        recs["two"].append(_span("step.verify", "target", 0, it, two.target.forward_s(8, ctx + 8) + 1.5e-4, 8, ctx))
+        recs["colo"].append(_span("step.verify", "target", 0, it, colo.target.forward_s(8, ctx + 8) + 6e-5, 8, ctx))
+        recs["chain"].append(_span("step.verify", "target", 0, it, chain.target.forward_s(5, ctx + 5) + 1.4e-4, 5,
+                                   ctx))
+        recs["chain"].append(_span("step.expand", "draft", 1, it, chain.draft.forward_s(1, ctx + 1) + 5e-5, 1, ctx,
+                                   rows=1))
         for rows in (1, 8):
-            recs_two.append(_span("step.expand", "draft", 1, it,
-                                  two.draft.forward_s(8, ctx + 8) + 1.2e-4 + 5e-6 * rows, 8, ctx, rows=rows))
+            recs["two"].append(_span("step.expand", "draft", 1, it,
+                                     two.draft.forward_s(8, ctx + 8) + 1.2e-4 + 5e-6 * rows, 8, ctx, rows=rows))
             # colocated: the draft's spans are the target group's (one loop)
-            recs_colo.append(_span("step.expand", "target", 0, it,
-                                   colo.draft.forward_s(8, ctx + 8) + 3.0e-5 + 1e-6 * rows, 8, ctx, rows=rows))
-        recs_two.append(_span("step.keep", "target", 0, it, 1.0e-5))
-        recs_colo.append(_span("step.keep", "target", 0, it, 3.0e-5))
-    write_traces(two_dir / TRACE_FILE, recs_two)
-    write_traces(colo_dir / TRACE_FILE, recs_colo)
-    fitted, report = fit_runtime_costs([two_dir, colo_dir], PRIOR)
+            recs["colo"].append(_span("step.expand", "target", 0, it,
+                                      colo.draft.forward_s(8, ctx + 8) + 3e-5 + 1e-6 * rows, 8, ctx, rows=rows))
+        recs["two"].append(_span("step.keep", "target", 0, it, 1.0e-5))
+        recs["colo"].append(_span("step.keep", "target", 0, it, 3.0e-5))
+    for key, d in (("two", two_dir), ("colo", colo_dir), ("chain", chain_dir)):
+        write_traces(d / TRACE_FILE, recs[key])
+    fitted, report = fit_runtime_costs([two_dir, colo_dir, chain_dir], PRIOR)
     assert fitted["step_extra_s"] == pytest.approx(1.5e-4, rel=1e-6)
     assert fitted["expand_extra_s"] == pytest.approx(1.2e-4, rel=1e-6)
     assert fitted["expand_extra_per_real_row_s"] == pytest.approx(5e-6, rel=1e-6)
-    assert fitted["colocated_step_extra_s"] == pytest.approx(6.0e-5, rel=1e-6)
-    assert fitted["colocated_expand_extra_s"] == pytest.approx(3.0e-5, rel=1e-6)
-    assert fitted["colocated_expand_extra_per_real_row_s"] == pytest.approx(1e-6, rel=1e-6)
-    assert fitted["keep_s"] == pytest.approx(2.0e-5, rel=1e-6)  # the same bookkeeping: pooled over both loops
-    assert [r["loop"] for r in report["per_run"]] == ["default", "colocated"]
+    assert fitted["keep_s"] == pytest.approx(2.0e-5, rel=1e-6)  # the same bookkeeping: pooled over the loops
+    loops = loop_costs(report)
+    assert loops["colocated"] == pytest.approx({"step_extra_s": 6e-5, "expand_extra_s": 3e-5,
+                                                "expand_extra_per_real_row_s": 1e-6}, rel=1e-6)
+    assert loops["chain"] == pytest.approx({"step_extra_s": 1.4e-4, "expand_extra_s": 5e-5,
+                                            "expand_extra_per_real_row_s": 0.0}, rel=1e-6)
+    assert [r["loop"] for r in report["per_run"]] == ["", "colocated", "chain"]
+    assert report["loops"]["colocated"]["runs"] == ["serial_tree"]
 
-    prof = Profile("p", {"gpu": "h200"}, {}, {}, fitted)
-    charged_colo, charged_two = build_costs(colo_cfg, profile=prof), build_costs(two_cfg, profile=prof)
-    assert charged_colo.target.forward_s(8, 700) - colo.target.forward_s(8, 700) == pytest.approx(6.0e-5)
-    assert charged_colo.draft.forward_s(8, 700, 1.0) - colo.draft.forward_s(8, 700) == pytest.approx(3.1e-5)
-    assert charged_two.target.forward_s(8, 700) - two.target.forward_s(8, 700) == pytest.approx(1.5e-4)
-    assert charged_two.draft.forward_s(8, 700, 1.0) - two.draft.forward_s(8, 700) == pytest.approx(1.25e-4)
-    # a TP-2 target with a colocated draft is another loop (the verdict broadcast): the two-group expansion cost
+    prof = Profile("p", {"gpu": "h200"}, {}, {}, fitted, loops)
+    write_profile(tmp_path / "p.json", prof)  # round trip with the loops
+    assert load_profile(tmp_path / "p.json").runtime_loops == loops
+    charged = {k: build_costs(c, profile=prof) for k, c in (("two", two_cfg), ("colo", colo_cfg), ("chain", chain_cfg))}
+    plain = {"two": two, "colo": colo, "chain": chain}
+    for key, step, draft in (("two", 1.5e-4, 1.25e-4), ("colo", 6e-5, 3.1e-5), ("chain", 1.4e-4, 5e-5)):
+        c, p = charged[key], plain[key]
+        assert c.target.forward_s(8, 700) - p.target.forward_s(8, 700) == pytest.approx(step), key
+        assert c.draft.forward_s(8, 700, 1.0) - p.draft.forward_s(8, 700) == pytest.approx(draft), key
+    # a TP-2 target with a colocated draft keeps the top-level expansion cost
     tp2 = build_costs(cfg(*BASE, "spec=chain", "parallel=2x0"), profile=prof)
     tp2_plain = build_costs(cfg(*BASE, "spec=chain", "parallel=2x0"), profile=PRIOR)
     assert tp2.draft.forward_s(1, 700, 1.0) - tp2_plain.draft.forward_s(1, 700) == pytest.approx(1.25e-4)
-    # without colocated_* entries a colocated config takes the two-group costs, as before
-    older = {k: v for k, v in fitted.items() if not k.startswith("colocated_")}
-    charged_old = build_costs(colo_cfg, profile=Profile("p", {"gpu": "h200"}, {}, {}, older))
-    assert charged_old.target.forward_s(8, 700) - colo.target.forward_s(8, 700) == pytest.approx(1.5e-4)
-    assert charged_old.draft.forward_s(8, 700, 1.0) - colo.draft.forward_s(8, 700) == pytest.approx(1.25e-4)
+    # without loop entries a colocated config takes the top-level costs
+    top = build_costs(colo_cfg, profile=Profile("p", {"gpu": "h200"}, {}, {}, fitted))
+    assert top.target.forward_s(8, 700) - colo.target.forward_s(8, 700) == pytest.approx(1.5e-4)
+    assert top.draft.forward_s(8, 700, 1.0) - colo.draft.forward_s(8, 700) == pytest.approx(1.25e-4)
+
+
+def test_runtime_loops_in_a_profile_name_the_bad_field():
+    """`runtime.loops`: an unknown loop shape or a cost a loop cannot hold names the field."""
+    base = {"version": 1, "hardware": {"gpu": "h200"}, "operators": {
+        "gemm": {"coefficients": {"a": 1e-6, "b": 1e-13, "c": 1e-15}, "fit_error": {"mape": 0.1}}}}
+    ok = parse_profile({**base, "runtime": {"step_extra_s": 1e-4, "loops": {"chain": {"draft_round_s": 9e-5}}}})
+    assert ok.runtime == {"step_extra_s": 1e-4} and ok.runtime_loops == {"chain": {"draft_round_s": 9e-5}}
+    with pytest.raises(ProfileError, match=r"runtime\.loops\.ring: unknown loop shape; allowed: \['colocated', "
+                                           r"'chain'\]"):
+        parse_profile({**base, "runtime": {"loops": {"ring": {}}}})
+    with pytest.raises(ProfileError, match=r"runtime\.loops\.colocated\.keep_s: unknown key; allowed: "):
+        parse_profile({**base, "runtime": {"loops": {"colocated": {"keep_s": 1e-5}}}})
+    with pytest.raises(ProfileError, match=r"runtime\.loops\.chain\.draft_round_s: must be a finite number of "
+                                           r"seconds >= 0, got -1"):
+        parse_profile({**base, "runtime": {"loops": {"chain": {"draft_round_s": -1}}}})
+    with pytest.raises(ProfileError, match=r"runtime\.loops: must be an object keyed by loop shape"):
+        parse_profile({**base, "runtime": {"loops": [1]}})
