@@ -549,8 +549,9 @@ def test_loop_shapes_fit_their_own_host_costs_and_their_configs_take_them(tmp_pa
     assert report["loops"]["colocated"]["runs"] == ["serial_tree"]
 
     prof = Profile("p", {"gpu": "h200"}, {}, {}, fitted, loops)
-    write_profile(tmp_path / "p.json", prof)  # round trip with the loops
-    assert load_profile(tmp_path / "p.json").runtime_loops == loops
+    ops = load_profile("profiles/h200_954a1bf.json").operators  # a file needs operators: any will do
+    write_profile(tmp_path / "p.json", Profile("p", {"gpu": "h200"}, {}, ops, fitted, loops))
+    assert load_profile(tmp_path / "p.json").runtime_loops == loops  # round trip with the loops
     charged = {k: build_costs(c, profile=prof) for k, c in (("two", two_cfg), ("colo", colo_cfg), ("chain", chain_cfg))}
     plain = {"two": two, "colo": colo, "chain": chain}
     for key, step, draft in (("two", 1.5e-4, 1.25e-4), ("colo", 6e-5, 3.1e-5), ("chain", 1.4e-4, 5e-5)):
@@ -583,3 +584,21 @@ def test_runtime_loops_in_a_profile_name_the_bad_field():
         parse_profile({**base, "runtime": {"loops": {"chain": {"draft_round_s": -1}}}})
     with pytest.raises(ProfileError, match=r"runtime\.loops: must be an object keyed by loop shape"):
         parse_profile({**base, "runtime": {"loops": [1]}})
+
+
+def test_run_dirs_with_the_removed_zero_deltas_still_load(tmp_path):
+    """Runs recorded at 5c7897b-82f9825 carry sim.runtime_delta.colocated_* = 0 (fields since replaced by the
+    profile's runtime.loops): they load without them; a nonzero unknown delta still fails, naming the key."""
+    from omegaconf.errors import ConfigKeyError
+
+    from conf.rundir import config_from_dict, read_run
+    from simulator.main import run as run_sim
+
+    config = cfg(*BASE, "spec=chain")
+    run_sim(config, tmp_path / "r", verbose=False)
+    data = read_run(tmp_path / "r")["config"]
+    data["sim"]["runtime_delta"]["colocated_step_extra_s"] = 0.0
+    assert config_from_dict(data).sim.runtime_delta.step_extra_s == 0.0
+    data["sim"]["runtime_delta"]["colocated_step_extra_s"] = 1e-5
+    with pytest.raises(ConfigKeyError, match="colocated_step_extra_s"):
+        config_from_dict(data)
