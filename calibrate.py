@@ -74,11 +74,15 @@ def run(config: CalibrateConfig) -> dict[str, Any]:
     atomic_write_json(report_path, {"profile": str(out), "hardware": profile.hardware, "software": software,
                                     **report})
     print(summary_table(report))
+    if config.runs:
+        loop_runs = report["runtime"]["loops"]
+        print(f"runtime block fitted on {len(config.runs)} runs; loops: "
+              + (", ".join(f"{shape} ({len(e['runs'])} of them)" for shape, e in loop_runs.items()) or "none"))
     for key, value in runtime.items():
-        print(f"runtime {key:17s} {value * 1e3:8.3f} ms   (fitted on {len(config.runs)} runtime runs)")
+        print(f"runtime {key:28s} {value * 1e3:8.3f} ms")
     for shape, entry in loops.items():
         for key, value in entry.items():
-            print(f"runtime loops.{shape}.{key} {value * 1e3:8.3f} ms")
+            print(f"runtime {'loops.' + shape + '.' + key:28s} {value * 1e3:8.3f} ms")
     print(f"profile: {out}\nreport: {report_path}")
     summary = {"profile": str(out), "report": str(report_path),
                "mape": {op: r["mape"] for op, r in report["operators"].items()},

@@ -35,11 +35,13 @@ METHOD = """\
    models (`TargetWorker` verify, `DraftWorker` expand, tree bookkeeping) and, on 2 GPUs, all-reduce (eager
    and in CUDA graphs), raw send/recv and the runtime's leader-channel messages. Kernels are timed inside
    CUDA graphs with operands rotated past L2 (medians), whole steps as graph replays (`op_timing` and
-   `steps_mode` in the traces' meta file say which).
+   `steps_mode` in the traces' meta file say which). Its step_graphs section profiles the captured decode
+   steps themselves (torch.profiler over graph replays: each kernel's exposed time, by class).
 2. **Fit (CPU).** `calibrate.py` fits each operator in the profile's functional form (non-negative least
-   squares in relative error) and reports the held-out MAPE per operator. `step_overhead` absorbs what a
-   whole runtime step costs beyond its operators. The fitted profile is `profiles/h200.json`; the fit
-   report (`profiles/h200.report.json`) also yields `sim.tree_op_s` (median select + re-root host time).
+   squares in relative error) and reports the held-out MAPE per operator. Captured decode steps take the in-graph
+   fits: `attention_graph` and `step_overhead_graph` (the small kernels, counted per role and rows). The fitted
+   profile is `profiles/h200.json`; the fit report (`profiles/h200.report.json`) also yields `sim.tree_op_s`
+   (median select + re-root host time).
 3. **Measured runs (GPU).** `bench/validate.py run` decodes each configuration with the real runtime
    (`runtime.launch`, `runtime.engine`): Llama-3-8B target on GPU 0, Llama-3.2-1B draft on GPU 1, random
    weights with the acceptance oracle, one request of {workload}, `kernels=graphs` (fused
@@ -109,8 +111,25 @@ LIMITS = """\
   and woke 30-130 us late (bench/message_latency.py, twelfth session); since a3e6e83 GPU ranks spin up to 50 ms
   (`parallel.recv_spin_ms`) and the hop is 2-7 us; the receiver's own unpack, decode and span still take 15-40 us
   per message, which the simulator does not charge apart.
-- The profile and its runtime block are 954a1bf's (2026-12-01, twenty-second session): operator traces of that
-  commit, whose whole steps are built as the Engine builds them (`runtime.model.role_kernels`: the 8B verify with
+- The profile (2026-12-01, twenty-sixth session) takes the operator traces of 954a1bf and the captured steps of
+  f7aec85 (`profile_traces_2026-12-01_f7aec85_steps.jsonl`: the same runtime's decode steps, profiled kernel by
+  kernel): `attention_graph` and `step_overhead_graph` price the captured decode steps, whose small kernels it counts
+  per role and rows (a draft's multi-row expansion launches a RoPE + KV-write kernel per layer that the target's
+  verify fuses into its QKV GEMM: 54 small kernels against 36 for a 1B step; `cost_model.GraphKernels` equals the
+  recorded launch counts of all 46 captured steps); held out, that fit is within 5.2% of the small kernels' time,
+  where one line over all launches was 20.1% off. Its runtime block is fitted per runtime loop (`runtime.loops`): the
+  colocated one-GPU loop on four colocated runs (9f74ecf: the real pair's shapes, chain and serial; 5c7897b: the 8B /
+  1B shapes, chain and serial), chain drafting on two groups on chain_g4, the top level on the other fit
+  configurations of item 5. Against the 954a1bf profile it replaces (below), on these 24 rows: tokens/s 1.9% / 2.6% /
+  9.4% (median / mean / max) against 2.4% / 2.6% / 8.9%, iteration 1.4% / 4.3% against 1.7% / 7.3%, the ranking's
+  Spearman 0.95 against 0.89 (bench/results/validation_2026-12-01_954a1bf{_profile191a51e,}.json); on workload a 1.2%
+  median / 3.9% max against 1.0% / 3.5% (bench/results/sim_vs_bench_2026-12-01_954a1bf{_profile191a51e,}.json); on the
+  other calls' runs (the fit configurations kept) 2.3% / 2.7% / 10.1% (0bfafc6), 2.9% / 3.2% / 11.7% (72bd305), 1.6% /
+  2.6% / 11.2% (c52c1c3), against 2.3% / 2.9% / 13.0%, 3.4% / 3.4% / 10.9%, 1.0% / 2.0% / 11.3%
+  (bench/results/validation_*_profile191a51e.json). What it changes is the small models and the colocated loop: see
+  "Small models" below.
+- The 954a1bf profile (`profiles/h200_954a1bf.json`, the default until the twenty-sixth session): operator traces of
+  that commit, whose whole steps are built as the Engine builds them (`runtime.model.role_kernels`: the 8B verify with
   `kernels.target_qkv_rope`, the 1B expansion with the fused RoPE attention and head, at w 1 / 4 / 8 / 16 / 32 over
   the runtime's 256-slot tree region; early norms, in-graph staging, spin readback, uniform oracle draws), and the
   runtime block fitted on the six configurations of item 5 from the same call's runs. Every row of the table is a
@@ -201,30 +220,38 @@ LIMITS = """\
   apart from a TP > 1 verify's until 954a1bf (above; at 68741c4 the held-out TP-2 autoregressive runs took
   ~0.36 ms per step more than the model, over-predicted by 10-14%; since their verdict is the graph's own argmax,
   8c7030b, they are within 2-10%).
-- The profile's additive form (operators + a + b x kernels) approximates max(host, device) by a sum, and one
-  `step_overhead` line serves target verifies and draft expansions alike (the fit report,
-  `operators.step_overhead.by_kind` / `by_preset`, shows how well it fits each).
+- The profile's additive form (operators + small kernels + the runtime block's host costs) approximates
+  max(host, device) by a sum. The small kernels of captured steps are counted per role (`step_overhead_graph`;
+  the fit report's `operators.step_overhead_graph.by_kind` / `by_preset`: within +-3.3% per preset on average);
+  prefills keep one `step_overhead` line over all launches.
 - The attention form's FLOP feature (tokens x kv_len) carries no head count, so one coefficient serves GQA
   shapes from 3 to 64 query heads.
-- Small models: the operator fits and the runtime block come from Llama-3-8B / 3.2-1B shapes. At the real pair's
-  shapes (SmolLM2-135M + its 4-layer draft, one GPU, the draft colocated; runs with replayed prefills and the eager
-  warm-up, `bench/results/validation_2026-12-01_307a064_real_pair_shapes.json`) the simulator prices the 135M's
-  chained autoregressive step 13% long (0.930 against 0.822 ms), its chain verify 19% long (1.058 against 0.886 ms)
-  and the draft's one-row expansion 54% long (0.221 against 0.143 ms): tokens/s -11% (AR) and -22% (chain). The
-  draft shape's steps in the profile's own step sweep (host-synchronised, 1-8 rows) measure 0.21 ms (median), so
-  most of that gap is what the runtime loop saves against such a measurement, which the runtime block, fitted on
-  8B / 1B runs, does not carry over.
-- In-graph pricing (`profiles/h200_graph.json`, not the default): profile_ops' step_graphs section (since f7aec85)
-  profiles the captured decode steps of five presets (46 graphs, 1-32 rows) and charges every kernel its exposed
-  time in the replay; calibrate fits `attention_graph` and a device-only step overhead on them (the small kernels'
-  exposed time: 0.88 us per kernel), and the runtime block then holds host time alone (ar_step_extra_s +0.044 ms,
-  step_extra_s +0.161 ms, where the default profile's are -0.114 / +0.007 ms). It prices the captured steps' device
-  spans within 5.8% on average (max 20.4%: the 4-layer draft shape, whose GEMMs the standalone fit prices 18-48%
-  long; the small kernels of expansions, top-k head included, are priced 18-40% short). On the held-out runs above
-  it does as well as the default (tokens/s median 2.4%, max 9.0%; `validation_2026-12-01_954a1bf_graph_profile.json`),
-  but not better at the real pair's shapes (AR -10.4%, chain -27.2%: the draft's one-row expansion 82% long;
-  `validation_2026-12-01_307a064_graph_profile.json`): the runtime block's per-forward host costs, fitted on the
-  2-GPU 8B / 1B runs, do not fit the colocated small models' loop. That is where the remaining gap is.
+- Small models and the colocated loop. At the real pair's shapes (SmolLM2-135M + its 4-layer draft, one GPU, the draft
+  colocated) the 954a1bf profile priced the 135M's chained autoregressive step 13% long, its chain verify 19% long and
+  the draft's one-row expansion 54% long: tokens/s -11% (AR) and -22% (chain) on the 307a064 runs
+  (`validation_2026-12-01_307a064_real_pair_shapes.json`), -11% to -15% on the 5c7897b runs. Two causes, both fixed in
+  the current profile: the draft's per-layer RoPE launches, which one step-overhead line over all launches could not
+  see (`step_overhead_graph`), and the runtime block, fitted on two-group 8B / 1B runs, whose per-step host costs
+  (0.14-0.17 ms) do not fit the colocated loop (0.06-0.10 ms per step: one Python loop, no messages):
+  `runtime.loops.colocated`. Held out, the current profile gives -3.9% (AR) / -8.1% (chain) on the 307a064 runs and
+  -3.3% / +0.5% / +4.2% (AR, chain, serial) on the 5c7897b runs
+  (`validation_2026-12-01_{307a064,5c7897b_colocated}_profile191a51e.json`). Fitted on the small shapes' colocated
+  runs alone, the colocated costs price the 8B / 1B colocated runs 5-6% optimistic; hence the fit on both sizes. Why
+  the sizes differ (`bench/span_split.py`, runs with `trace.graph_events=true`,
+  `span_split_2026-12-01_82f9825_colocated_events.json`): the operator model prices the 8B verify's device time 2%
+  short in the run (+83 to +91 us: its GEMMs, priced by the standalone fit) and the small draft's within 8 us; the
+  host part of a chain step is the same at both sizes (75-88 us), of a serial one not (153-201 us at 8B / 1B against
+  61-76 us, not explained). The real pair's runs on two GPUs (real weights, the instruction table's acceptance drawn,
+  not replayed; `sim_vs_bench_2026-12-01_954a1bf_real_pair_instruction{_profile191a51e,}.json`) remain 4-20%
+  pessimistic (AR -4.8%, chain -14.1%, serial -20.1%, async -4.3% / -16.3%; the 954a1bf profile: -11% to -26%): their
+  two-group host costs come from 8B / 1B runs (`runtime.loops.chain` from chain_g4 took the chain row from -26.0%); no
+  two-group run of the small pair has traces yet.
+- In-graph pricing without the small kernels' counts (`profiles/h200_graph.json`, the twenty-fifth session):
+  `attention_graph` and one device-only step-overhead line (0.88 us per kernel); its runtime block held host time
+  alone (ar_step_extra_s +0.044 ms, step_extra_s +0.161 ms). It priced the captured steps' device spans within 5.8% on
+  average, did as well as the default on the held-out runs above (2.4% median, 9.0% max), but no better at the real
+  pair's shapes (AR -10.4%, chain -27.2%): the small kernels of expansions were priced 18-40% short, and the runtime
+  block's per-forward host costs came from the two-group runs.
 - KV keeps and compactions: with CUDA graphs (since 847d037) the runtime applies both as the first kernel of the
   next graph step; the simulator costs a draft compaction there by its bytes (the analytic prior, no launch) and
   the target's keep by the fitted `keep_s` (the runtime's `step.keep` span: host bookkeeping, ~0.01 ms). Without
