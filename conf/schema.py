@@ -361,8 +361,9 @@ class InterconnectConfig(_Frozen):
 
 @dataclass
 class RuntimeDelta(_Frozen):
-    """`sim.runtime_delta`: seconds added to the calibrated profile's runtime host costs (its `runtime` block, after
-    `sim.draft_host_scale`), one field per entry of simulator/profile.py RUNTIME_COSTS, e.g.
+    """`sim.runtime_delta`: seconds added to the calibrated profile's runtime host costs (its `runtime` block as the
+    config's runtime loop takes it: the top level overlaid by its `runtime.loops` entry; after `sim.draft_host_scale`),
+    one field per entry of simulator/profile.py RUNTIME_COSTS, e.g.
     `sim.runtime_delta.step_extra_s=-5e-5` for every verify 50 us shorter. A nonzero field needs that entry in the
     profile; the sum keeps the entry's bounds (>= 0; step_extra_s, ar_step_extra_s, expand_extra_s >= -1 ms). All 0:
     the profile as fitted."""

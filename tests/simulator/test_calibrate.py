@@ -510,3 +510,14 @@ def test_calibrate_runs_fit_the_runtime_block_and_validation_leaves_them_out(syn
     assert sorted(r["name"] for r in kept["rows"]) == ["fit_async", "val_ar", "val_serial"]
     assert kept["fitted_configs"] == [] and "another call" in kept["held_out"]
     assert result["fitted_configs"] == ["fit_async", "val_ar"] and "left out" in result["held_out"]
+
+
+def test_the_in_graph_operators_agree_across_config_calibrate_and_cost_model():
+    """conf (which imports no simulator code) lists the in-graph operators calibrate may fit; the cost model and the
+    calibration's class map list the same ones, and the profile format knows each."""
+    from conf.calibrate_schema import GRAPH_OPERATORS as CONF_OPS
+    from simulator.calibrate import GRAPH_CLASSES
+    from simulator.cost_model import GRAPH_OPERATORS as COST_OPS
+    from simulator.profile import OPERATOR_FORMS
+
+    assert set(CONF_OPS) == set(COST_OPS) == set(GRAPH_CLASSES) <= set(OPERATOR_FORMS)

@@ -602,3 +602,19 @@ def test_run_dirs_with_the_removed_zero_deltas_still_load(tmp_path):
     data["sim"]["runtime_delta"]["colocated_step_extra_s"] = 1e-5
     with pytest.raises(ConfigKeyError, match="colocated_step_extra_s"):
         config_from_dict(data)
+
+
+def test_runtime_delta_applies_to_the_cost_the_configs_loop_takes():
+    """sim.runtime_delta changes the runtime cost the config's loop uses: a colocated config's runtime.loops entry,
+    a two-group tree config's top level; an entry neither has is refused by name."""
+    prof = Profile("p", {"gpu": "h200"}, {}, {}, {"step_extra_s": 1.5e-4, "expand_extra_s": 1.2e-4},
+                   {"colocated": {"step_extra_s": 6e-5, "expand_extra_s": 3e-5}})
+    for par, mode, step in (("1x0", "serial_tree", 6e-5), ("1x1", "serial_tree", 1.5e-4)):
+        base = cfg(*BASE, f"spec={mode}", f"parallel={par}")
+        moved = cfg(*BASE, f"spec={mode}", f"parallel={par}", "sim.runtime_delta.step_extra_s=-2e-5")
+        plain = build_costs(base, profile=PRIOR).target.forward_s(8, 700)
+        assert build_costs(base, profile=prof).target.forward_s(8, 700) - plain == pytest.approx(step)
+        assert build_costs(moved, profile=prof).target.forward_s(8, 700) - plain == pytest.approx(step - 2e-5)
+    with pytest.raises(ValueError, match=r"sim\.runtime_delta\.draft_round_s: p has no runtime entry"):
+        build_costs(cfg(*BASE, "spec=serial_tree", "parallel=1x0", "sim.runtime_delta.draft_round_s=1e-5"),
+                    profile=prof)
