@@ -28,10 +28,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from conf.rundir import atomic_write_json, config_from_dict, git_sha, read_run  # noqa: E402
-from conf.trace import TRACE_FILE, read_traces  # noqa: E402
+from conf.rundir import atomic_write_json, git_sha  # noqa: E402
 from simulator.profile import Profile, load_profile  # noqa: E402
-from simulator.runtime_fit import leader_spans  # noqa: E402
+from simulator.runtime_fit import traced_run  # noqa: E402
 
 SPANS = {"step.verify": "target", "step.expand": "draft"}
 """Span name -> the GroupCost that prices it."""
@@ -39,16 +38,7 @@ SPANS = {"step.verify": "target", "step.expand": "draft"}
 
 def split_run(run_dir: Path, profile: Profile) -> tuple[list[dict[str, Any]], int]:
     """(rows, spans without device times) of one run dir: per span kind and row count, the medians (us)."""
-    from simulator.simulation import build_costs
-
-    run = read_run(run_dir)
-    config = config_from_dict(run["config"])
-    config.validate()
-    path = run_dir / TRACE_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{run_dir}: no {TRACE_FILE} (a run recorded with trace.enabled=true is needed)")
-    costs = build_costs(config, profile=Profile(profile.path, profile.hardware, profile.software, profile.operators))
-    spans = leader_spans(read_traces(path))
+    config, path, spans, costs = traced_run(run_dir, profile)
     colocated = config.parallel.draft_gpus == 0
     groups: dict[tuple[str, int], list[tuple[float, float, float]]] = defaultdict(list)
     skipped = 0

@@ -83,20 +83,27 @@ def leader_spans(records: Sequence[TraceRecord], skip: int = SKIP_ITERATIONS
     return out
 
 
-def run_components(run_dir: str | Path, profile: Profile) -> dict[str, Any]:
-    """Per-run medians of the residuals and host spans of one measured run dir (see the module docstring)."""
+def traced_run(run_dir: str | Path, profile: Profile) -> tuple[Any, Path, dict[tuple[str, str], list[TraceRecord]],
+                                                              Any]:
+    """(config, traces path, leader spans, costs) of a measured run dir, the costs from the profile's operators alone
+    (no runtime block: what the runtime costs are fitted against)."""
     from simulator.simulation import build_costs
 
     run_dir = Path(run_dir)
-    run = read_run(run_dir)
-    config = config_from_dict(run["config"])
+    config = config_from_dict(read_run(run_dir)["config"])
     config.validate()
     path = run_dir / TRACE_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir}: no {TRACE_FILE}: a runtime run dir with traces is needed")
-    spans = leader_spans(read_traces(path))
     costs = build_costs(config, profile=Profile(profile.path, profile.hardware, profile.software,
                                                 profile.operators))  # operators only: no circularity
+    return config, path, leader_spans(read_traces(path)), costs
+
+
+def run_components(run_dir: str | Path, profile: Profile) -> dict[str, Any]:
+    """Per-run medians of the residuals and host spans of one measured run dir (see the module docstring)."""
+    run_dir = Path(run_dir)
+    config, path, spans, costs = traced_run(run_dir, profile)
     colocated = config.parallel.draft_gpus == 0
     width = 1 if config.spec.mode == "chain" else config.spec.w
     draft_group = "target" if colocated else "draft"

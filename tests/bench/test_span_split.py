@@ -74,5 +74,5 @@ def test_a_run_dir_without_traces_is_named(tmp_path):
                  "trace.enabled=false", "trace.chrome=false")
     run_sim(config, tmp_path / "r", verbose=False)
     (tmp_path / "r" / TRACE_FILE).unlink(missing_ok=True)
-    with pytest.raises(FileNotFoundError, match=r"r: no traces\.jsonl"):
+    with pytest.raises(FileNotFoundError, match=r"r: no traces\.jsonl: a runtime run dir with traces is needed"):
         split_run(tmp_path / "r", load_profile(REPO / "profiles" / "h200.json"))
