@@ -14,6 +14,9 @@
 #   validation_runs.tar.gz   measured (runtime/) and simulated (sim/) run dirs + the parity plot (figures/)
 #   logs.tar.gz              every stage's output
 # (then, locally: python bench/validate.py compare ... --figure docs/figures/fig04_parity_h200 redraws the plot)
+# The profile written here has operators only (the in-graph ones from the step_graphs section included). The shipped
+# one adds a runtime block: calibrate.py runs=[...] over some of these validation runs and the colocated runs of
+# scripts/gpu_colocated_runs.sh (1 GPU), fitted per runtime loop (docs/FIGURES.md has the command).
 # A failing stage is logged and the next one still runs (without a profile, validation uses the analytic prior).
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_calibrate.sh OUTDIR}
