@@ -618,3 +618,29 @@ def test_runtime_delta_applies_to_the_cost_the_configs_loop_takes():
     with pytest.raises(ValueError, match=r"sim\.runtime_delta\.draft_round_s: p has no runtime entry"):
         build_costs(cfg(*BASE, "spec=serial_tree", "parallel=1x0", "sim.runtime_delta.draft_round_s=1e-5"),
                     profile=prof)
+
+
+def test_the_receive_host_cost_comes_from_async_runs_only(tmp_path):
+    """In chain and serial runs every receive waits for the peer's step: their low percentile is not host time. With
+    no async run among the fit runs the receive host cost, verify_message_s and draft_round_s are left out (and the
+    report says why); with one, its receives give the cost."""
+    from simulator.main import run as run_sim
+
+    chain_cfg = cfg(*BASE, "spec=chain", "spec.gamma=4")
+    chain_dir = tmp_path / "chain" / "chain"
+    run_sim(chain_cfg, chain_dir, verbose=False)
+    recs = []
+    for it in range(1, 41):
+        recs += [_span("comm.send", "target", 0, it, 1.0e-5), _span("comm.send", "draft", 1, it, 1.0e-5),
+                 _span("comm.recv", "target", 0, it, 4.2e-3), _span("comm.recv", "draft", 1, it, 4.4e-3),
+                 _span("step.reroot", "draft", 1, it, 2e-5), _span("step.select", "draft", 1, it, 1e-5)]
+    write_traces(chain_dir / TRACE_FILE, recs)
+    fitted, report = fit_runtime_costs([chain_dir], PRIOR)
+    assert report["recv_host_s"] is None and "recv_host_note" in report
+    assert "verify_message_s" not in fitted and "draft_round_s" not in report["loops"]["chain"]["costs"]
+    _, async_dir = _recorded_run(tmp_path / "async")
+    write_traces(async_dir / TRACE_FILE, [_span("comm.recv", "draft", 1, it, 2e-5 if it % 2 else 3e-3)
+                                          for it in range(1, 41)])
+    fitted, report = fit_runtime_costs([chain_dir, async_dir], PRIOR)
+    assert report["recv_host_s"] == pytest.approx(2e-5) and "recv_host_note" not in report
+    assert report["loops"]["chain"]["costs"]["verify_message_s"] == pytest.approx(1e-5 + 2e-5)
