@@ -115,17 +115,18 @@ LIMITS = """\
   f7aec85 (`profile_traces_2026-12-01_f7aec85_steps.jsonl`: the same runtime's decode steps, profiled kernel by
   kernel): `attention_graph` and `step_overhead_graph` price the captured decode steps, whose small kernels it counts
   per role and rows (a draft's multi-row expansion launches a RoPE + KV-write kernel per layer that the target's
-  verify fuses into its QKV GEMM: 54 small kernels against 36 for a 1B step; `cost_model.GraphKernels` equals the
-  recorded launch counts of all 46 captured steps); held out, that fit is within 5.2% of the small kernels' time,
-  where one line over all launches was 20.1% off. Its runtime block is fitted per runtime loop (`runtime.loops`): the
-  colocated one-GPU loop on four colocated runs (9f74ecf: the real pair's shapes, chain and serial; 5c7897b: the 8B /
-  1B shapes, chain and serial), chain drafting on two groups on chain_g4, the top level on the other fit
-  configurations of item 5. Against the 954a1bf profile it replaces (below), on these 24 rows: tokens/s 1.9% / 2.6% /
-  9.4% (median / mean / max) against 2.4% / 2.6% / 8.9%, iteration 1.4% / 4.3% against 1.7% / 7.3%, the ranking's
-  Spearman 0.95 against 0.89 (bench/results/validation_2026-12-01_954a1bf{_profile191a51e,}.json); on workload a 1.2%
-  median / 3.9% max against 1.0% / 3.5% (bench/results/sim_vs_bench_2026-12-01_954a1bf{_profile191a51e,}.json); on the
-  other calls' runs (the fit configurations kept) 2.3% / 2.7% / 10.1% (0bfafc6), 2.9% / 3.2% / 11.7% (72bd305), 1.6% /
-  2.6% / 11.2% (c52c1c3), against 2.3% / 2.9% / 13.0%, 3.4% / 3.4% / 10.9%, 1.0% / 2.0% / 11.3%
+  verify fuses into its QKV GEMM: 54 such launches in a 1B expansion of 8 rows against 36 in a verify;
+  `cost_model.GraphKernels` equals the recorded launch counts of all 46 captured steps); held out, that fit is within
+  5.2% of the small kernels' time, where one line over all launches was 20.1% off. Its runtime block is fitted per
+  runtime loop (`runtime.loops`): the colocated one-GPU loop on four colocated runs (9f74ecf: the real pair's shapes,
+  chain and serial; 5c7897b: the 8B / 1B shapes, chain and serial), chain drafting on two groups on chain_g4, the top
+  level on the other fit configurations of item 5. Against the 954a1bf profile it replaces (below), on these 24 rows:
+  tokens/s 1.9% / 2.6% / 9.4% (median / mean / max) against 2.4% / 2.6% / 8.9%, iteration 1.4% / 4.3% against 1.7% /
+  7.3%, the ranking's Spearman 0.95 against 0.89 (bench/results/validation_2026-12-01_954a1bf{_profile191a51e,}.json);
+  on workload a 1.2% median / 3.9% max against 1.0% / 3.5%
+  (bench/results/sim_vs_bench_2026-12-01_954a1bf{_profile191a51e,}.json); on the other calls' runs (the fit
+  configurations kept) 2.3% / 2.7% / 10.1% (0bfafc6), 2.9% / 3.2% / 11.7% (72bd305), 1.6% / 2.6% / 11.2% (c52c1c3),
+  against 2.3% / 2.9% / 13.0%, 3.4% / 3.4% / 10.9%, 1.0% / 2.0% / 11.3%
   (bench/results/validation_*_profile191a51e.json). What it changes is the small models and the colocated loop: see
   "Small models" below.
 - The 954a1bf profile (`profiles/h200_954a1bf.json`, the default until the twenty-sixth session): operator traces of
@@ -243,7 +244,7 @@ LIMITS = """\
   host part of a chain step is the same at both sizes (75-88 us), of a serial one not (153-201 us at 8B / 1B against
   61-76 us, not explained). The real pair's runs on two GPUs (real weights, the instruction table's acceptance drawn,
   not replayed; `sim_vs_bench_2026-12-01_954a1bf_real_pair_instruction{_profile191a51e,}.json`) remain 4-20%
-  pessimistic (AR -4.8%, chain -14.1%, serial -20.1%, async -4.3% / -16.3%; the 954a1bf profile: -11% to -26%): their
+  pessimistic (AR -4.8%, chain -14.1%, serial -20.1%, async -4.3% / -16.3%; the 954a1bf profile: -4% to -26%): their
   two-group host costs come from 8B / 1B runs (`runtime.loops.chain` from chain_g4 took the chain row from -26.0%); no
   two-group run of the small pair has traces yet.
 - In-graph pricing without the small kernels' counts (`profiles/h200_graph.json`, the twenty-fifth session):
