@@ -236,7 +236,10 @@ LIMITS = """\
   (0.14-0.17 ms) do not fit the colocated loop (0.06-0.10 ms per step: one Python loop, no messages):
   `runtime.loops.colocated`. Held out, the current profile gives -3.9% (AR) / -8.1% (chain) on the 307a064 runs and
   -3.3% / +0.5% / +4.2% (AR, chain, serial) on the 5c7897b runs
-  (`validation_2026-12-01_{307a064,5c7897b_colocated}_profile191a51e.json`). Fitted on the small shapes' colocated
+  (`validation_2026-12-01_{307a064,5c7897b_colocated}_profile191a51e.json`). On a third call's five runs (5fa8232),
+  none of them fitted: +0.9% / +8.3% (8B / 1B chain, serial) and -3.8% / +3.1% / +4.3% (small AR, chain, serial),
+  where the 954a1bf profile gives -3.8% / +4.9% and -11.3% / -12.7% / -11.9%
+  (`validation_2026-12-01_5fa8232_colocated_profile{191a51e,954a1bf}.json`). Fitted on the small shapes' colocated
   runs alone, the colocated costs price the 8B / 1B colocated runs 5-6% optimistic; hence the fit on both sizes. Why
   the sizes differ (`bench/span_split.py`, runs with `trace.graph_events=true`,
   `span_split_2026-12-01_82f9825_colocated_events.json`): the operator model prices the 8B verify's device time 2%
