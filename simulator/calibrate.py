@@ -422,26 +422,25 @@ def fit_graph_operators(steps: Sequence[Sample], opts: CalibrationOptions, keep:
         presets = Counter(str(s.extra["preset"]) for s in rows)
         info: dict[str, Any] = {}
         if op == "step_overhead_graph":
-            resid = y - x @ np.array(res.coefficients)
-            medians = {"median_other_s": y}
-            info = {"by_kind": fit_breakdown(rows, "kind", y, resid, medians),
-                    "by_preset": fit_breakdown(rows, "preset", y, resid, medians),
+            info = {**fit_breakdowns(rows, y, y - x @ np.array(res.coefficients), {"median_other_s": y}),
                     "kernel_count_mismatches": kernel_count_mismatches(rows)}
         keep(op, res, None, max_tokens=max(s.tokens for s in rows), presets=dict(sorted(presets.items())), **info,
              note="fitted on the exposed time of this kernel class inside captured decode steps (one row per step); "
                   "mape of the class's time per step")
 
 
-def fit_breakdown(rows: Sequence[Sample], label: str, y: np.ndarray, resid: np.ndarray,
-                  medians: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
-    """Per value of the rows' `extra[label]` (kind, preset): how many rows, the median of each array in `medians`,
-    and the fit's signed and absolute error relative to `y` (`resid` = y - prediction)."""
-    out: dict[str, dict[str, Any]] = {}
-    for key in sorted({str(s.extra[label]) for s in rows}):
-        sel = [i for i, s in enumerate(rows) if str(s.extra[label]) == key]
-        out[key] = {"num": len(sel), **{name: float(np.median(v[sel])) for name, v in medians.items()},
-                    "mean_signed_error": float(np.mean(-resid[sel] / y[sel])),
-                    "mape": float(np.mean(np.abs(resid[sel]) / y[sel]))}
+def fit_breakdowns(rows: Sequence[Sample], y: np.ndarray, resid: np.ndarray,
+                   medians: dict[str, np.ndarray]) -> dict[str, dict[str, dict[str, Any]]]:
+    """{"by_kind": ..., "by_preset": ...}: per value of the rows' `extra` kind and preset, how many rows, the median of
+    each array in `medians`, and the fit's signed and absolute error relative to `y` (`resid` = y - prediction)."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for label in ("kind", "preset"):
+        by = out[f"by_{label}"] = {}
+        for key in sorted({str(s.extra[label]) for s in rows}):
+            sel = [i for i, s in enumerate(rows) if str(s.extra[label]) == key]
+            by[key] = {"num": len(sel), **{name: float(np.median(v[sel])) for name, v in medians.items()},
+                       "mean_signed_error": float(np.mean(-resid[sel] / y[sel])),
+                       "mape": float(np.mean(np.abs(resid[sel]) / y[sel]))}
     return out
 
 
@@ -462,9 +461,8 @@ def fit_step_overhead_host(ts: TraceSet, fits: dict[str, OperatorFit], opts: Cal
         resid = y - base - x @ np.array(res.coefficients)
         # per kind / preset: how much of a step the operators explain, and the fit's error there
         medians = {"median_measured_s": y, "median_operator_share": base / y}
-        keep("step_overhead", res, None, kinds=list(opts.step_kinds),
-             by_kind=fit_breakdown(steps, "kind", y, resid, medians),
-             by_preset=fit_breakdown(steps, "preset", y, resid, medians), source="host",
+        keep("step_overhead", res, None, kinds=list(opts.step_kinds), **fit_breakdowns(steps, y, resid, medians),
+             source="host",
              note="fitted on whole runtime steps minus the operators' predicted share; mape of the whole step")
 
 
@@ -482,11 +480,8 @@ def fit_step_overhead_graph(rows: Sequence[Sample], opts: CalibrationOptions, ke
     x = np.array([[1.0, float(k)] for k in kernels])
     y = np.array([float(s.extra["other_s"]) for s in rows])
     res = fit_rows(x, y, opts.holdout_fraction, opts.seed)
-    resid = y - x @ np.array(res.coefficients)
-    medians = {"median_other_s": y}
     keep("step_overhead", res, None, kinds=list(opts.step_kinds),
-         by_kind=fit_breakdown(rows, "kind", y, resid, medians),
-         by_preset=fit_breakdown(rows, "preset", y, resid, medians), source="graph",
+         **fit_breakdowns(rows, y, y - x @ np.array(res.coefficients), {"median_other_s": y}), source="graph",
          note="fitted on the exposed time of the small kernels (class other) inside captured steps; device only; "
               "mape of that time")
 
