@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from conf.rundir import atomic_write_json, git_sha  # noqa: E402
 from simulator.profile import Profile, load_profile  # noqa: E402
-from simulator.runtime_fit import traced_run  # noqa: E402
+from simulator.runtime_fit import draft_span_group, traced_run  # noqa: E402
 
 SPANS = {"step.verify": "target", "step.expand": "draft"}
 """Span name -> the GroupCost that prices it."""
@@ -39,12 +39,11 @@ SPANS = {"step.verify": "target", "step.expand": "draft"}
 def split_run(run_dir: Path, profile: Profile) -> tuple[list[dict[str, Any]], int]:
     """(rows, spans without device times) of one run dir: per span kind and row count, the medians (us)."""
     config, path, spans, costs = traced_run(run_dir, profile)
-    colocated = config.parallel.draft_gpus == 0
     groups: dict[tuple[str, int], list[tuple[float, float, float]]] = defaultdict(list)
     skipped = 0
     for name, role in SPANS.items():
         cost = costs.target if role == "target" else costs.draft
-        group = "target" if role == "target" or colocated else "draft"
+        group = "target" if role == "target" else draft_span_group(config)
         for r in spans.get((group, name), []):
             extra = r.extra_fields(f"{path}: {r.name}")
             if cost is None or r.tokens <= 0 or "gpu_replay_s" not in extra:

@@ -101,13 +101,19 @@ def traced_run(run_dir: str | Path, profile: Profile) -> tuple[Any, Path, dict[t
     return config, path, leader_spans(read_traces(path)), costs
 
 
+def draft_span_group(config: Any) -> str:
+    """The trace group whose leader records a run's draft spans: the target's when the draft is colocated (one
+    process, parallel=NxM with M = 0), else the draft's."""
+    return "target" if config.parallel.draft_gpus == 0 else "draft"
+
+
 def run_components(run_dir: str | Path, profile: Profile) -> dict[str, Any]:
     """Per-run medians of the residuals and host spans of one measured run dir (see the module docstring)."""
     run_dir = Path(run_dir)
     config, path, spans, costs = traced_run(run_dir, profile)
     colocated = config.parallel.draft_gpus == 0
     width = 1 if config.spec.mode == "chain" else config.spec.w
-    draft_group = "target" if colocated else "draft"
+    draft_group = draft_span_group(config)
     out: dict[str, Any] = {"run": run_dir.name, "mode": config.spec.mode, "w": width,
                            "loop": loop_shape(config)}
     verifies = spans.get(("target", "step.verify"), [])
