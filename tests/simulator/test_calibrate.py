@@ -23,6 +23,7 @@ from conf.presets import GPU_PRESETS, LINK_PRESETS, model_preset
 from conf.schema import HardwareConfig
 from conf.trace import TraceRecord, write_traces
 from simulator.calibrate import (
+    GRAPH_ROLES,
     CalibrationOptions,
     TraceFileError,
     calibrate,
@@ -222,7 +223,7 @@ def test_graph_steps_fit_step_overhead_graph_on_the_counted_small_kernels(tmp_pa
     for rec in graph_step_records():
         extra = json.loads(rec.extra)
         shape = model_preset(extra["preset"])
-        role = {"verify": "target", "expand": "draft"}[extra["kind"]]
+        role = GRAPH_ROLES[extra["kind"]]
         small, rope = GraphKernels(role).counts(shape, rec.tokens)
         extra["other_s"] = float(np.dot(GRAPH_SMALL, step_overhead_graph_features(small, rope, shape.hidden_size)))
         extra["other_calls"] = small + rope
@@ -433,7 +434,7 @@ def test_recorded_step_graphs_fit_the_captured_steps(tmp_path):
         ops = Operators(GPU_PRESETS["h200"], link, "oneshot", link, 0.0, 0.0, True, prof, "nvlink4", "nvlink4")
         errors = []
         for s in ts.graph_steps:
-            kernels = GraphKernels({"verify": "target", "expand": "draft"}[str(s.extra["kind"])])
+            kernels = GraphKernels(GRAPH_ROLES[str(s.extra["kind"])])
             cost = GroupCost(ops, model_preset(str(s.extra["preset"])), 16, 1, kernels=kernels)
             errors.append(abs(sum(cost.breakdown(s.tokens, int(s.extra["kv_len"])).values()) / s.seconds - 1))
         assert float(np.mean(errors)) <= 0.10, (graph_ops, float(np.mean(errors)))

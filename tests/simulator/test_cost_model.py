@@ -207,6 +207,7 @@ def test_graph_kernel_counts_equal_the_recorded_captured_steps():
     import json
 
     from runtime.model import SKINNY_MAX_ROWS as RUNTIME_SKINNY_MAX_ROWS
+    from simulator.calibrate import GRAPH_ROLES
     from simulator.cost_model import SKINNY_MAX_ROWS, GraphKernels
 
     assert SKINNY_MAX_ROWS == RUNTIME_SKINNY_MAX_ROWS
@@ -216,7 +217,7 @@ def test_graph_kernel_counts_equal_the_recorded_captured_steps():
         if rec["name"] != "op.step_graph":
             continue
         extra = json.loads(rec["extra"])
-        role = {"verify": "target", "expand": "draft"}[extra["kind"]]
+        role = GRAPH_ROLES[extra["kind"]]
         small, rope = GraphKernels(role).counts(model_preset(extra["preset"]), rec["tokens"])
         assert small + rope == extra["other_calls"], (extra["preset"], extra["kind"], rec["tokens"])
         seen += 1
