@@ -416,6 +416,10 @@ class SimConfig(_Frozen):
     """What-if on the draft's host time: scales the profile's fitted draft host costs (`runtime` block:
     expand_extra_s, expand_extra_per_row_s, draft_round_s); 0 = a draft whose steps cost only their kernels and
     messages. No effect without a runtime block (bench/bench_ratio_bounds.py sweeps it)."""
+    draft_device_scale: float = 1.0
+    """What-if on the draft's kernels: scales the device time of the draft group's decode steps, prefills and KV
+    compactions as the profile (or the analytic prior) prices them; host costs and messages unchanged. E.g. 0.6: the
+    Llama-3.2-1B one-row step at about its byte floor (0.58 of 0.96 ms replayed on the H200). Must be > 0."""
     runtime_delta: RuntimeDelta = field(default_factory=RuntimeDelta)
     """What-if on the runtime's host costs: seconds added to the profile's `runtime` block (`sim.runtime_delta.*`)."""
     eager_prefill_launch_s: float = 9.0e-5
@@ -430,6 +434,8 @@ class SimConfig(_Frozen):
         _require(self.eager_prefill_launch_s >= 0, "sim.eager_prefill_launch_s",
                  f"must be >= 0, got {self.eager_prefill_launch_s}")
         _require(self.draft_host_scale >= 0, "sim.draft_host_scale", f"must be >= 0, got {self.draft_host_scale}")
+        _require(math.isfinite(self.draft_device_scale) and self.draft_device_scale > 0, "sim.draft_device_scale",
+                 f"must be a finite number > 0, got {self.draft_device_scale}")
         self.runtime_delta.validate()
         _require(self.step_overhead_s >= 0, "sim.step_overhead_s", "must be >= 0")
         _require(self.tree_op_s >= 0, "sim.tree_op_s", "must be >= 0")

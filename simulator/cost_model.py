@@ -337,8 +337,11 @@ class GroupCost:
     def __init__(self, ops: Operators, shape: ModelShape, weight_bits: int, tp: int, fused: bool = True,
                  extra_s: float = 0.0, extra_per_token_s: float = 0.0, broadcast_s: float = 0.0,
                  extra_per_real_row_s: float = 0.0, prefill_launch_s: float = 0.0,
-                 kernels: GraphKernels = GraphKernels()) -> None:
+                 kernels: GraphKernels = GraphKernels(), device_scale: float = 1.0) -> None:
         self.ops, self.shape, self.weight_bits, self.tp, self.fused = ops, shape, weight_bits, tp, fused
+        # what-if on the group's kernels (sim.draft_device_scale): every step's, prefill's and compaction's device
+        # time times this; host costs and messages unchanged
+        self.device_scale = device_scale
         self.kernels = kernels  # target forwards or draft expansions: which small kernels its captured steps launch
         # an eager prefill's host time per launch (0: a captured prefill, its operators alone)
         self.prefill_host_s = prefill_launch_s * kernels_per_step(shape, tp, fused)
@@ -353,9 +356,10 @@ class GroupCost:
 
     def breakdown(self, tokens: int, kv_len: int, prefill: bool = False) -> dict[str, float]:
         """Per-operator seconds of one step (not cached; for reports): a decode step (priced by the in-graph fits
-        where the profile has them), or with `prefill` a prompt prefill (the standalone fits)."""
-        return forward_breakdown(self.ops, self.shape, self.weight_bits, StepDesc(tokens, kv_len, self.tp),
-                                 self.fused, graph=not prefill and self.ops.graph_fits, kernels=self.kernels)
+        where the profile has them), or with `prefill` a prompt prefill (the standalone fits); times `device_scale`."""
+        parts = forward_breakdown(self.ops, self.shape, self.weight_bits, StepDesc(tokens, kv_len, self.tp),
+                                  self.fused, graph=not prefill and self.ops.graph_fits, kernels=self.kernels)
+        return parts if self.device_scale == 1.0 else {k: v * self.device_scale for k, v in parts.items()}
 
     def _line(self, tokens: int, prefill: bool = False) -> tuple[float, float]:
         line = self._affine.get((tokens, prefill))
@@ -389,7 +393,8 @@ class GroupCost:
         (the runtime's graph steps apply an owed compaction as their first kernel: bytes only)."""
         t = self._compaction.get((kept_tokens, launch))
         if t is None:
-            t = compaction_time_s(self.ops.gpu, self.shape, self.tp, kept_tokens, self.ops.launch_s if launch else 0.0)
+            t = compaction_time_s(self.ops.gpu, self.shape, self.tp, kept_tokens,
+                                  self.ops.launch_s if launch else 0.0) * self.device_scale
             self._compaction[(kept_tokens, launch)] = t
         return t
 

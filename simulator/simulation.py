@@ -209,7 +209,8 @@ def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Cos
                           extra_per_token_s=host.get("expand_extra_per_row_s", 0.0),
                           extra_per_real_row_s=host.get("expand_extra_per_real_row_s", 0.0),
                           prefill_launch_s=prefill_launch_s(draft_tp(config)),
-                          kernels=GraphKernels("draft", False, kcfg.rope_attention))
+                          kernels=GraphKernels("draft", False, kcfg.rope_attention),
+                          device_scale=config.sim.draft_device_scale)
         if par.draft_gpus > 0:
             transport = leader_transport(config)
             proposal_s = ops.message_s(nbytes, par.target_gpus, transport)

@@ -20,6 +20,9 @@ def test_ratio_bounds_record_each_cell_and_cheaper_draft_hosts_never_lose(tmp_pa
         assert (s["bs"], s["w"], a["bs"], a["w"]) == (8, 8, 8, 8) and s["d"] in ("auto", "3")
         assert c["async_over_serial"] == pytest.approx(a["tokens_per_s"] / s["tokens_per_s"])
         assert c["async_over_ar"] == pytest.approx(a["tokens_per_s"] / c["autoregressive_tokens_per_s"])
+        for run in (a, c["async_pick"]):  # iteration / verify: the draft is never free
+            assert run["iteration_over_verify"] > 1.0
+        assert (c["async_pick"]["bs"], c["async_pick"]["w"], c["async_pick"]["d"]) == bench_ratio_bounds.PICK
     for acc in ("smollm2 (measured)", "top-1 0.85"):  # no draft host time: both tree modes at least as fast
         for mode in ("serial_best", "async_best"):
             assert cells[(acc, 0.0)][mode]["tokens_per_s"] >= cells[(acc, 1.0)][mode]["tokens_per_s"]
@@ -46,5 +49,22 @@ def test_ratio_bounds_refuse_bad_arguments(tmp_path):
         bench_ratio_bounds.main(["--profile", str(bare), "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="--host: scales must be >= 0"):
         bench_ratio_bounds.main(["--host", "-1", "--out", str(tmp_path)])
-    with pytest.raises(SystemExit, match="--top1 / --host: comma-separated numbers expected"):
+    with pytest.raises(SystemExit, match="--top1 / --host / --device: comma-separated numbers expected"):
         bench_ratio_bounds.main(["--top1", "x", "--out", str(tmp_path)])
+    for bad in ("0", "-0.5", "inf"):
+        with pytest.raises(SystemExit, match="--device: scales must be finite and > 0"):
+            bench_ratio_bounds.main(["--device", bad, "--out", str(tmp_path)])
+
+
+def test_faster_draft_kernels_shorten_the_picks_iteration(tmp_path):
+    """--device: the draft's kernel time scaled; at workload a's pick (a fixed configuration) a faster draft can only
+    shorten the target's wait for a proposal, so the iteration over the verify falls and tokens/s do not drop;
+    autoregressive decoding (the target alone) is unchanged."""
+    record = bench_ratio_bounds.main(["--quick", "--top1", "", "--host", "1", "--device", "1,0.6",
+                                      "--out", str(tmp_path)])
+    by_scale = {c["device_scale"]: c for c in record["cells"]}
+    assert set(by_scale) == {1.0, 0.6}
+    slow, fast = by_scale[1.0]["async_pick"], by_scale[0.6]["async_pick"]
+    assert fast["iteration_over_verify"] < slow["iteration_over_verify"]
+    assert fast["tokens_per_s"] >= slow["tokens_per_s"]
+    assert by_scale[0.6]["autoregressive_tokens_per_s"] == by_scale[1.0]["autoregressive_tokens_per_s"]

@@ -170,6 +170,36 @@ def test_draft_host_scale_scales_only_the_drafts_fitted_host_costs(tmp_path):
         cfg("sim.draft_host_scale=-1")
 
 
+def test_draft_device_scale_scales_only_the_drafts_kernel_time(tmp_path):
+    """sim.draft_device_scale: the draft's decode steps, prefills and KV compactions cost their kernels times the
+    scale plus the unscaled fitted host costs; the target and the messages are untouched; a scale <= 0 or not finite is
+    refused, naming the field."""
+    runtime = {"step_extra_s": 2e-4, "expand_extra_s": 1e-4, "expand_extra_per_row_s": 3e-5,
+               "verify_message_s": 5e-5, "draft_round_s": 4e-4}
+    f = _write(tmp_path, {**VALID, "runtime": runtime})
+    base = ("workload.num_requests=1", "parallel=7x1", f"sim.profile={f}")
+    host = build_costs(cfg(*base, "sim.draft_host_scale=0"))  # the draft's kernels alone
+    one, half = (build_costs(cfg(*base, "sim.draft_host_scale=0", f"sim.draft_device_scale={s}")) for s in (1, 0.5))
+    full = build_costs(cfg(*base))
+    scaled = build_costs(cfg(*base, "sim.draft_device_scale=0.5"))
+    for rows, kv in ((1, 300), (8, 1000), (16, 2000)):
+        kernels = host.draft.forward_s(rows, kv)
+        assert one.draft.forward_s(rows, kv) == pytest.approx(kernels)
+        assert half.draft.forward_s(rows, kv) == pytest.approx(0.5 * kernels)
+        assert scaled.draft.forward_s(rows, kv) == pytest.approx(0.5 * kernels + 1e-4 + 3e-5 * rows)
+        assert full.draft.forward_s(rows, kv) == pytest.approx(kernels + 1e-4 + 3e-5 * rows)
+        assert scaled.target.forward_s(rows, kv) == pytest.approx(full.target.forward_s(rows, kv))
+    assert half.draft.compaction_s(500) == pytest.approx(0.5 * one.draft.compaction_s(500))
+    assert half.draft.prefill_s(1024) < one.draft.prefill_s(1024)
+    assert (scaled.proposal_s, scaled.verified_s, scaled.tree_op_s) == (full.proposal_s, full.verified_s,
+                                                                          full.tree_op_s)
+    assert scaled.draft.breakdown(8, 1000) == pytest.approx({k: 0.5 * v for k, v in
+                                                             full.draft.breakdown(8, 1000).items()})
+    for bad in ("0", "-1", "inf"):
+        with pytest.raises(ValueError, match="sim.draft_device_scale: must be a finite number > 0"):
+            cfg(f"sim.draft_device_scale={bad}")
+
+
 def test_runtime_delta_adds_seconds_to_the_fitted_host_costs(tmp_path):
     """sim.runtime_delta.*: seconds added to the profile's runtime entries (after sim.draft_host_scale); a field the
     profile lacks, a sum below the entry's bound and a non-finite value are refused, naming the field."""
