@@ -48,8 +48,9 @@ def trace_meta(paths: list[Path]) -> dict[str, Any]:
 def run(config: CalibrateConfig) -> dict[str, Any]:
     """Calibrate, write the profile and the report; returns a summary dict."""
     from conf.rundir import atomic_write_json, git_sha
-    from simulator.calibrate import CalibrationOptions, calibrate, read_traces, resolve_trace_paths, summary_table
+    from simulator.calibrate import CalibrationOptions, calibrate, summary_table
     from simulator.profile import Profile, write_profile
+    from simulator.trace_reader import read_traces, resolve_trace_paths
 
     paths = resolve_trace_paths(config.traces)
     ts = read_traces(paths)

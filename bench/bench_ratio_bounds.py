@@ -150,9 +150,9 @@ def main(argv: list[str] | None = None) -> dict:
                          "serial_d": serial_d, "async_d": async_d, "pick": PICK}, "cells": cells}
     out = args.out / f"ratio_bounds_{record['date']}.json"
     atomic_write_json(out, record)
-    print("| acceptance | draft host | draft kernels | AR tok/s | best serial (bs w d: tok/s, accept) | best async (bs w "
-          "d: tok/s, accept, iteration / verify) | the pick (tok/s, iteration / verify) | async / serial | async / AR "
-          "|\n|---|---|---|---|---|---|---|---|---|")
+    print("| acceptance | draft host | draft kernels | AR tok/s | best serial (bs w d: tok/s, accept) | best async "
+          "(bs w d: tok/s, accept, iteration / verify) | the pick (tok/s, iteration / verify) | async / serial | "
+          "async / AR |\n|---|---|---|---|---|---|---|---|---|")
     for c in cells:
         s, a, p = c["serial_best"], c["async_best"], c["async_pick"]
         print(f"| {c['acceptance']} | x{c['host_scale']:g} | x{c['device_scale']:g} | "

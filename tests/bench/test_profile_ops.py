@@ -53,7 +53,7 @@ def test_quick_cpu_sweep_writes_records_and_meta(tmp_path):
 def test_quick_cpu_comm_times_both_leader_channels_and_calibrate_splits_them(tmp_path):
     """The comm section (2 gloo ranks on this host) times the leader channel over torch.distributed and over the
     Unix socket; calibrate reads the second kind as `message_unix` samples."""
-    from simulator.calibrate import read_traces
+    from simulator.trace_reader import read_traces
 
     out = tmp_path / "c.jsonl"
     assert P.main(["--device", "cpu", "--quick", "--only", "comm", "--out", str(out), "--budget-s", "60"]) == 0

@@ -22,15 +22,7 @@ from conf.calibrate_schema import CalibrateConfig, build_calibrate_config
 from conf.presets import GPU_PRESETS, LINK_PRESETS, model_preset
 from conf.schema import HardwareConfig
 from conf.trace import TraceRecord, write_traces
-from simulator.calibrate import (
-    GRAPH_ROLES,
-    CalibrationOptions,
-    TraceFileError,
-    calibrate,
-    nnls,
-    read_traces,
-    resolve_trace_paths,
-)
+from simulator.calibrate import GRAPH_ROLES, CalibrationOptions, calibrate, nnls
 from simulator.cost_model import (
     GraphKernels,
     GroupCost,
@@ -45,6 +37,7 @@ from simulator.cost_model import (
 from simulator.interconnect import message_bytes
 from simulator.profile import load_profile, write_profile
 from simulator.simulation import build_costs, simulate
+from simulator.trace_reader import TraceFileError, read_traces, resolve_trace_paths
 from tests.simulator.conftest import cfg
 
 REPO = Path(__file__).resolve().parents[2]
