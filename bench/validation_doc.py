@@ -101,9 +101,8 @@ LIMITS = """\
   or 55-68 ms on any vCPU, and the state moves between vCPUs within seconds (`bench/host_speed.py probe`;
   bench/results/runtime_runs_2026-12-01_e2553d0_cores). Five runs of one configuration in one call measured their
   host-only spans 2.2x apart (re-root 25-57 us) and 927-1,226 tokens/s at the real pair's shapes. So the fitted
-  runtime block is a sample of both states, and calls and runs differ by it. A host-cost fit on one call's runs
-  alone takes on that call's state: an async-only loop fitted on one 954a1bf run validated worse on three other
-  calls (docs/BENCHMARKS_RUNTIME.md, twenty-seventh section).
+  runtime block is a sample of both states, and calls and runs differ by it (with the runtime's version: the
+  twenty-seventh section of docs/BENCHMARKS_RUNTIME.md compares async expansions' host time across calls).
 - Leader messages (proposals, verified paths) are priced by the channel the runtime resolves
   (`parallel.leader_channel`, auto: a Unix socket when both leaders sit on one node): the profile's `message_unix`
   (bench/profile_comm.py times it since a7cab77's parent), else the `unix-socket` link preset (8-27 us one way,
