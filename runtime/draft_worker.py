@@ -52,7 +52,9 @@ class DraftWorker:
         `graph_events` (`trace.graph_events`, CUDA graphs only): CUDA events around every replayed expansion's
         input copies + replay (`last_device_split`). `fused_head` (`kernels.draft_head`): the top-k children from
         `kernels.topk_logprobs` instead of torch's log_softmax + topk (eager and captured alike). `refill_graph`
-        (`kernels.refill_graph`, CUDA graphs only): a third graph, one row, for the expansion of a lone root.
+        (`kernels.refill_graph`, CUDA graphs only): a third graph, one row, for the expansion of a lone root, and a
+        fourth, two rows, for a lone root behind one pending token (a miss at a never-expanded leaf, frequent in
+        serial_tree: the w + 1-row pending graph ran 9 rows for these 2 at w 8, in the 1B's 16-row tiles).
         `prefill_graph` (`kernels.prefill_graph`, CUDA graphs only): prompt prefills replay graphs per length bucket.
         `readback` (`kernels.readback`, CUDA graphs only): "spin", every expansion graph copies its top-k children to
         pinned host memory itself and the host spins on it (`StepGraph.host_outputs`) instead of reading them back.
@@ -74,7 +76,7 @@ class DraftWorker:
         self.pending: tuple[int, ...] = ()  # verified tokens whose KV the draft has not computed yet
         self.selection: list[int] = []  # node ids of the last proposal, in proposal order
         self._deferred: tuple[int, tuple[int, ...]] | None = None  # (old prefix_len, keep slots) to compact
-        self.graph = self.pending_graph = self.refill_graph = None
+        self.graph = self.pending_graph = self.refill_graph = self.pending_refill_graph = None
         self.belief: list[list[float]] | None = None  # oracle runs, spec.oracle_belief=table (runtime/oracle.py)
         if cuda_graphs:
             spin = readback == "spin"
@@ -86,13 +88,16 @@ class DraftWorker:
             if refill_graph and w > 1:
                 self.refill_graph = StepGraph(model, self.cache, attn, 1, max_tree_nodes, head=self._top_children,
                                               staging=staging, keep_rows=max_tree_nodes, readback=spin)
+                self.pending_refill_graph = StepGraph(model, self.cache, attn, 2, max_tree_nodes + 1,
+                                                      head=self._pending_children, staging=staging,
+                                                      keep_rows=max_tree_nodes, readback=spin)
         # kernels.prefill_graph: prompt prefills replayed per length bucket (runtime/graphs.py PrefillGraphs)
         self.prefill_graphs = PrefillGraphs(model, self.cache, attn) if cuda_graphs and prefill_graph else None
         # trace.graph_events: events and host marks around every replayed expansion's input copies and replay
         self._timer = ReplayTimer("planned") if graph_events and cuda_graphs else None
         self._timed = False  # whether the last expansion was timed (a replay; an eager one is not)
         self.last_rows = 0  # real (not padding) rows of the last expansion: its host cost grows with them
-        self.last_step_rows = w  # rows of the last expansion's step: w, or 1 for the one-row refill graph
+        self.last_step_rows = w  # rows of the last expansion's step: w, or 1 / 2 for the refill graphs
 
     @property
     def stats(self) -> TreeStats:
@@ -115,15 +120,13 @@ class DraftWorker:
         """
         if not self.can_expand():
             return False
+        graph, tree_rows, self.last_step_rows = self._step_graph()
         shift = len(self.pending)
-        lone = not shift and self.refill_graph is not None and len(self.tree) == 1  # a lone root: one row
-        graph = self.refill_graph if lone else self.graph if not shift else self.pending_graph if shift == 1 else None
         timer = self._timer if graph is not None else None  # trace.graph_events: time this replay
         self._timed = timer is not None
         if timer is not None:
             timer.begin()
-        self.last_step_rows = 1 if lone else self.w
-        nodes, inp = self.tree.plan_expansion(self.last_step_rows, self.prefix_len + shift, self.max_len)
+        nodes, inp = self.tree.plan_expansion(tree_rows, self.prefix_len + shift, self.max_len)
         self.last_rows = len(nodes)  # real rows of this expansion (the rest of its step rows are padding)
         if shift:
             inp = with_pending(inp, self.pending, self.prefix_len)
@@ -148,6 +151,16 @@ class DraftWorker:
         self.pending = ()
         self.tree.grow_topk(nodes, top_lp, top_tok, self.belief)
         return True
+
+    def _step_graph(self) -> tuple[StepGraph | None, int, int]:
+        """(the captured step the next expansion replays, None: eager; the tree rows it plans; its step rows as the
+        trace records them). A lone root takes the one-row graph, or the two-row one behind a pending token
+        (`kernels.refill_graph`): step rows 1 / 2. Otherwise w tree rows (step rows w), in the w-row graph or the
+        w + 1-row one behind a pending token; more pending tokens run eagerly."""
+        shift = len(self.pending)
+        if len(self.tree) == 1 and self.refill_graph is not None and shift <= 1:
+            return (self.pending_refill_graph if shift else self.refill_graph), 1, 1 + shift
+        return (self.graph if not shift else self.pending_graph if shift == 1 else None), self.w, self.w
 
     def last_device_split(self) -> dict[str, float] | None:
         """The last expansion, if replayed and timed (`graph_events`), else None: device seconds from its start to

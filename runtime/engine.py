@@ -339,7 +339,7 @@ class Engine:
                 extra.update(device_s=split["copies_s"] + split["replay_s"], gpu_copies_s=split["copies_s"],
                              gpu_replay_s=split["replay_s"],
                              **{k: split[k] for k in ("planned_s", "copied_s", "launched_s")})
-            # tokens: the step's rows (w; 1 for a lone root's one-row graph), which calibration prices it at
+            # tokens: the step's rows (w; 1 or 2 for a lone root's refill graphs), which calibration prices it at
             self.tl.add("step.expand", start, took, iteration=it, tokens=self.draft.last_step_rows,
                         ctx_len=self.draft.prefix_len, extra=extra)
         return done

@@ -286,6 +286,7 @@ def test_lone_root_expansions_replay_the_one_row_graph_and_match_eager(readback)
         if graphs:
             assert (worker.refill_graph.rows, worker.refill_graph.keep_rows) == (1, MAX_LEN)
             assert (worker.refill_graph.calls, worker.graph.calls, worker.pending_graph.calls) == (2, 3, 0)
+            assert worker.pending_refill_graph.calls == 0 and worker.pending_refill_graph.rows == 2
             spun = [g.flag[0] for g in (worker.refill_graph, worker.graph)] if readback == "spin" else [0, 0]
             assert spun == ([2, 3] if readback == "spin" else [0, 0])  # each graph's last ticket reached the host
         assert prop.num_nodes == 4
@@ -295,25 +296,33 @@ def test_lone_root_expansions_replay_the_one_row_graph_and_match_eager(readback)
     assert [(n.token, n.parent) for n in graphed.tree.nodes] == [(n.token, n.parent) for n in eager.tree.nodes]
 
 
+@pytest.mark.parametrize("refill", [False, True], ids=["w+1-rows", "two-rows"])
 @pytest.mark.parametrize("moved", [False, True], ids=["in-place", "moving"])
 @torch.no_grad()
-def test_pending_expansion_replays_the_pending_graph_and_matches_eager(moved):
-    """With graphs, an expansion carrying one pending token goes to the (w + 1)-row graph whose head drops the
-    pending row (and whose first kernel applies the re-root's compaction, when it moves anything): same cache
-    and tree as the eager worker; the plain graph serves the other expansions."""
+def test_pending_expansion_replays_the_pending_graph_and_matches_eager(moved, refill):
+    """With graphs, an expansion carrying one pending token (after a miss on a never-expanded leaf: a lone root
+    behind it) goes to a graph whose head drops the pending row (and whose first kernel applies the re-root's
+    compaction, when it moves anything): the (w + 1)-row graph, or with kernels.refill_graph the two-row one (step
+    rows 2). Same cache and tree as the eager worker; the plain graph serves the other expansions."""
     runs = []
     for graphs in (False, True):
-        worker = _draft_worker(graphs)
+        worker = _draft_worker(graphs, refill_graph=graphs and refill)
         worker.start(PROMPT)
         assert worker.expand() and worker.expand()
         _, path = path_to_unexpanded_leaf(worker, worker.propose(0, 0, bs=len(worker.tree)), moved)
-        assert worker.advance(tuple(path), 5).pending  # a miss on a never-expanded leaf
-        assert worker.expand() and worker.expand()  # the pending one, then a plain one
+        assert worker.advance(tuple(path), 5).pending and len(worker.tree) == 1  # a miss on a never-expanded leaf
+        assert worker.expand() and worker.last_step_rows == (2 if graphs and refill else 4)  # the pending one
+        assert worker.expand() and worker.last_step_rows == 4  # then a plain one
         runs.append(worker)
         if graphs:
-            assert (worker.graph.calls, worker.pending_graph.calls) == (3, 1)
-            assert (worker.graph.keep_rows, worker.pending_graph.keep_rows) == (MAX_LEN, MAX_LEN)
-            assert (worker.graph.moved, worker.pending_graph.moved) == (0, 2 if moved else 0)
+            pending = worker.pending_refill_graph if refill else worker.pending_graph
+            first = 2 if refill else 3  # with the refill graphs the request's first expansion (a lone root) is one row
+            assert (worker.graph.calls, pending.calls) == (first, 1)
+            assert (pending.rows, pending.tree_len) == ((2, MAX_LEN + 1) if refill else (5, MAX_LEN + 1))
+            assert (worker.graph.keep_rows, pending.keep_rows) == (MAX_LEN, MAX_LEN)
+            assert (worker.graph.moved, pending.moved) == (0, 2 if moved else 0)
+            if refill:
+                assert (worker.refill_graph.calls, worker.pending_graph.calls) == (1, 0)
     eager, graphed = runs
     assert eager.prefix_len == graphed.prefix_len
     _assert_same(graphed.cache.kv, eager.cache.kv)
