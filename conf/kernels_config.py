@@ -84,7 +84,9 @@ class KernelsConfig(_Frozen):
     refill_graph: bool = False
     """CUDA graphs (on in kernels=graphs): a draft expansion of a lone root (after a miss, or a hit on a never-expanded
     leaf: 37-44% of the H200 async rounds) replays a captured one-row step instead of the w-row one (a smaller
-    attention and head; the weights' bytes are the same). Needs kernels.cuda_graphs."""
+    attention and head; the weights' bytes are the same), and a lone root behind one pending token (a miss at a
+    never-expanded leaf, frequent in serial_tree) a two-row step instead of the w + 1-row one. Needs
+    kernels.cuda_graphs."""
     prefill_graph: bool = False
     """CUDA graphs (on in kernels=graphs): a prompt prefill replays a graph captured for its length bucket (the next
     power of two >= 16; captured on the bucket's first prompt; the padding rows come last and write K/V past the
