@@ -204,8 +204,10 @@ PATCHES: dict[str, tuple[str, object]] = {
     "norm_rows4": ("norm_early_rows", 4),
     "norm_rows16": ("norm_early_rows", 16),
     "norm_rows64": ("norm_early_rows", 64),
-    # EARLY_MAX_ROWS_NARROW (rows of 1,024-4,095 elements: 1); until 016128a it covered every row under 4,096, as
+    # EARLY_MAX_ROWS_NARROW (rows of 1,024-4,095 elements: 4 since f18d7da's measurement, 1 before; norm_narrow1 = the
+    # old rule); until 016128a it covered every row under 4,096, as
     # in step_variants_2026-12-01_016128a_{1b,smol}.json, where norm_narrow16 / norm_narrow0 set the SmolLM2 limit too
+    "norm_narrow1": ("norm_early_rows_narrow", 1),
     "norm_narrow4": ("norm_early_rows_narrow", 4),
     "norm_narrow8": ("norm_early_rows_narrow", 8),
     "norm_narrow16": ("norm_early_rows_narrow", 16),

@@ -43,11 +43,14 @@ H200 (2026-12-01, CUDA-graph steps at ctx 1024, norms early against late; logits
 The 1B loses from 8 rows on, the 8B not even at 16. A likely reason, not verified: the 1B SwiGLU's 128 programs run
 one per SM and no longer fit beside 8 norm programs in one wave (the 8B's 224 run two per SM). Hence a limit per row
 width."""
-EARLY_MAX_ROWS_NARROW = 1
-"""EARLY_MAX_ROWS for rows of at least TINY_ROW and fewer than WIDE_ROW elements (the 1B's 2,048: early at 1 row only,
-measured above; again on 2026-12-01, call 1 of the twenty-first session, bench/results/
+EARLY_MAX_ROWS_NARROW = 4
+"""EARLY_MAX_ROWS for rows of at least TINY_ROW and fewer than WIDE_ROW elements (the 1B's 2,048). Early at 1 row,
+measured above; late from 8 rows (2026-12-01, call 1 of the twenty-first session, bench/results/
 step_variants_2026-12-01_016128a_1b.json: early at 8 / 16 rows +0.020 / +0.020 ms, or +0.002 / +0.007 ms with the
-SwiGLU at 256 programs, two per SM, which supports the reading above but gains nothing)."""
+SwiGLU at 256 programs, two per SM, which supports the reading above but gains nothing). Early up to 4 rows since the
+twenty-seventh session (bench/results/step_variants_2026-12-01_f18d7da_1b_rows2{,b}_r{1,2}.json, norm_narrow4 against
+the rule of 1 row, two rounds each, the same to 1 us): 1B rows 2 -0.023 ms (1.040 -> 1.017), rows 4 -0.018 ms, rows 1
+and 8 unchanged (norm_narrow8: rows 8 +0.021 ms). Steps of 2-4 rows: a pending token with its lone root, w 4."""
 EARLY_MAX_ROWS_TINY = 16
 """EARLY_MAX_ROWS for rows of fewer than TINY_ROW elements: the real pair's SmolLM2-135M (576) and its draft, whose
 GEMMs are a few MB each (latency, not bandwidth). H200 2026-12-01, CUDA-graph steps at ctx 1024, early against late:

@@ -53,8 +53,8 @@ class DraftWorker:
         input copies + replay (`last_device_split`). `fused_head` (`kernels.draft_head`): the top-k children from
         `kernels.topk_logprobs` instead of torch's log_softmax + topk (eager and captured alike). `refill_graph`
         (`kernels.refill_graph`, CUDA graphs only): a third graph, one row, for the expansion of a lone root, and a
-        fourth, two rows, for a lone root behind one pending token (a miss at a never-expanded leaf, frequent in
-        serial_tree: the w + 1-row pending graph ran 9 rows for these 2 at w 8, in the 1B's 16-row tiles).
+        fourth, two rows over max_tree_nodes tree slots, for a lone root behind one pending token (a miss at a
+        never-expanded leaf, frequent in serial_tree: the w + 1-row pending graph ran 9 rows for these 2 at w 8).
         `prefill_graph` (`kernels.prefill_graph`, CUDA graphs only): prompt prefills replay graphs per length bucket.
         `readback` (`kernels.readback`, CUDA graphs only): "spin", every expansion graph copies its top-k children to
         pinned host memory itself and the host spins on it (`StepGraph.host_outputs`) instead of reading them back.
@@ -88,7 +88,9 @@ class DraftWorker:
             if refill_graph and w > 1:
                 self.refill_graph = StepGraph(model, self.cache, attn, 1, max_tree_nodes, head=self._top_children,
                                               staging=staging, keep_rows=max_tree_nodes, readback=spin)
-                self.pending_refill_graph = StepGraph(model, self.cache, attn, 2, max_tree_nodes + 1,
+                # its tree region is max_tree_nodes slots, not + 1 as the w + 1-row graph's: the pending token and the
+                # lone root take 2 of them (257 slots cost the 1B's two-row step 43 us more than 256, 2026-12-01)
+                self.pending_refill_graph = StepGraph(model, self.cache, attn, 2, max_tree_nodes,
                                                       head=self._pending_children, staging=staging,
                                                       keep_rows=max_tree_nodes, readback=spin)
         # kernels.prefill_graph: prompt prefills replayed per length bucket (runtime/graphs.py PrefillGraphs)
@@ -126,7 +128,8 @@ class DraftWorker:
         self._timed = timer is not None
         if timer is not None:
             timer.begin()
-        nodes, inp = self.tree.plan_expansion(tree_rows, self.prefix_len + shift, self.max_len)
+        plan_len = self.max_len if graph is None else graph.tree_len - shift  # mask columns before the pending ones
+        nodes, inp = self.tree.plan_expansion(tree_rows, self.prefix_len + shift, plan_len)
         self.last_rows = len(nodes)  # real rows of this expansion (the rest of its step rows are padding)
         if shift:
             inp = with_pending(inp, self.pending, self.prefix_len)

@@ -72,8 +72,8 @@ def test_norm_launches_take_the_norm_role_up_to_early_max_rows(monkeypatch):
     norm = importlib.import_module("kernels.norm")
     assert DEFAULT_POLICY["norm"] == "early" and DEFAULT_POLICY["small"] == "late"
     assert [norm.norm_role(r, 4096) for r in (1, 8, 9, 16)] == ["norm", "norm", "small", "small"]
-    assert [norm.norm_role(r, 2048) for r in (1, 2, 8)] == ["norm", "small", "small"]
-    assert [norm.norm_role(r, 1024) for r in (1, 2)] == ["norm", "small"]  # TINY_ROW itself is narrow
+    assert [norm.norm_role(r, 2048) for r in (1, 2, 4, 5, 8)] == ["norm", "norm", "norm", "small", "small"]
+    assert [norm.norm_role(r, 1024) for r in (1, 4, 5)] == ["norm", "norm", "small"]  # TINY_ROW itself is narrow
     assert [norm.norm_role(r, 576) for r in (1, 16, 17)] == ["norm", "norm", "small"]  # SmolLM2-135M's rows
     monkeypatch.setattr(norm, "EARLY_MAX_ROWS_TINY", 1)
     assert [norm.norm_role(r, 576) for r in (1, 2)] == ["norm", "small"]

@@ -318,7 +318,7 @@ def test_pending_expansion_replays_the_pending_graph_and_matches_eager(moved, re
             pending = worker.pending_refill_graph if refill else worker.pending_graph
             first = 2 if refill else 3  # with the refill graphs the request's first expansion (a lone root) is one row
             assert (worker.graph.calls, pending.calls) == (first, 1)
-            assert (pending.rows, pending.tree_len) == ((2, MAX_LEN + 1) if refill else (5, MAX_LEN + 1))
+            assert (pending.rows, pending.tree_len) == ((2, MAX_LEN) if refill else (5, MAX_LEN + 1))
             assert (worker.graph.keep_rows, pending.keep_rows) == (MAX_LEN, MAX_LEN)
             assert (worker.graph.moved, pending.moved) == (0, 2 if moved else 0)
             if refill:
