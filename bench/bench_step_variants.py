@@ -445,6 +445,9 @@ def main(argv: list[str] | None = None) -> dict:
         if a.ctx + int(tree_len) > a.cap:
             raise SystemExit(f"--cases: {spec!r}: --ctx {a.ctx} + tree_len {tree_len} exceeds --cap {a.cap} KV slots "
                              f"(the step would attend past the cache)")
+        if [r for r, _ in cases[preset]].count(int(rows)) > 1:
+            raise SystemExit(f"--cases: {spec!r}: {preset} has another case of {rows} rows (a preset's graphs are "
+                             f"captured once per row count: time another tree_len in its own run)")
     if not torch.cuda.is_available():
         raise SystemExit("bench_step_variants: needs a CUDA GPU (the steps are CUDA graphs)")
     results = [rec for preset, pcs in cases.items()

@@ -15,6 +15,8 @@ from bench.bench_step_variants import VARIANTS, main
     (["--cases", "llama3-8b:65:65"], r"rows <= 64"),
     (["--cases", "llama3.2-1b:16:64", "--ctx", "2000"],
      r"--cases: 'llama3.2-1b:16:64': --ctx 2000 \+ tree_len 64 exceeds --cap 2048 KV slots"),
+    (["--cases", "llama3.2-1b:2:256,llama3.2-1b:2:257"],
+     r"--cases: 'llama3.2-1b:2:257': llama3.2-1b has another case of 2 rows"),
 ])
 def test_bad_arguments_name_the_option(argv, match):
     with pytest.raises(SystemExit, match=match):
