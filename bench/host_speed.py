@@ -9,7 +9,8 @@ On the device's 16-vCPU VMs (2026-12-01, git e2553d0) the loop took either ~35 o
 that was fast in one pass was often slow in the next: the VM's vCPUs run at two speeds that move between them
 over time (their physical cores shared with other work), so pinning does not choose the fast state.
 
-runs: the host-only spans of measured runtime run dirs (`traces.jsonl`): the draft's re-root and top-bs selection,
+runs: the host-only spans of measured runtime run dirs (`traces.jsonl`, group leaders: TP peers repeat them; as
+`simulator.runtime_fit.leader_spans` reads them): the draft's re-root and top-bs selection,
 the target's KV keep, and with `trace.graph_events=true` the host marks of each replayed step (inputs planned,
 replay queued). Medians in us per run, with each run's tokens/s: runs of one configuration in one call whose host
 spans differ ~2x ran in the two speed states (bench/results/runtime_runs_2026-12-01_e2553d0_cores/).
@@ -34,6 +35,7 @@ if str(REPO_ROOT) not in sys.path:
 
 from conf.rundir import atomic_write_json, git_sha, read_run  # noqa: E402
 from conf.trace import TRACE_FILE, read_traces  # noqa: E402
+from simulator.runtime_fit import leader_spans  # noqa: E402
 
 HOST_SPANS = ("step.reroot", "step.select", "step.keep")
 """Spans with no device work in them: host Python only."""
@@ -71,11 +73,12 @@ def run_row(run_dir: Path) -> dict:
         raise FileNotFoundError(f"{run_dir}: no {TRACE_FILE} (a runtime run dir with trace.enabled=true)")
     run = read_run(run_dir)
     values: dict[str, list[float]] = {}
-    for i, r in enumerate(read_traces(run_dir / TRACE_FILE), start=1):
+    spans = leader_spans(read_traces(run_dir / TRACE_FILE), skip=0)  # group leaders only: TP peers repeat them
+    for r in (r for recs in spans.values() for r in recs):
         if r.name in HOST_SPANS:
             values.setdefault(r.name.removeprefix("step."), []).append(r.duration_s)
         marks = HOST_MARKS.get(r.name, ())
-        extra = r.extra_fields(f"{run_dir / TRACE_FILE}: record {i}") if marks else {}
+        extra = r.extra_fields(f"{run_dir / TRACE_FILE}: {r.name}") if marks else {}
         for key in marks:
             if isinstance(extra.get(key), (int, float)):
                 values.setdefault(f"{r.name.removeprefix('step.')}.{key.removesuffix('_s')}", []).append(extra[key])
