@@ -8,7 +8,7 @@ import pytest
 
 from bench.host_speed import main, probe, run_row
 from conf.trace import TRACE_FILE, TraceRecord, write_traces
-from tests.simulator.conftest import cfg
+from tests.simulator.conftest import cfg, span_record
 
 REPO = Path(__file__).resolve().parents[2]
 STORED = REPO / "bench" / "results" / "runtime_runs_2026-12-01_e2553d0_cores"
@@ -24,8 +24,7 @@ def test_probe_times_every_cpu_per_pass_and_restores_the_affinity():
 
 
 def _span(name: str, it: int, dur: float, **extra) -> TraceRecord:
-    return TraceRecord(name=name, shapes="", tp=1, ctx=100, device="sim", start_s=float(it), duration_s=dur,
-                       run_id="t", group="draft", rank=0, iteration=it, tokens=8, extra=json.dumps(extra))
+    return span_record(name, "draft", 0, it, dur, 8, 100, start_s=float(it), **extra)
 
 
 def test_runs_report_host_span_medians_and_marks(tmp_path):

@@ -9,15 +9,15 @@ from bench.span_split import main, split_run
 from conf.trace import TRACE_FILE, TraceRecord, write_traces
 from simulator.profile import Profile, load_profile
 from simulator.simulation import build_costs
-from tests.simulator.conftest import cfg
+from tests.simulator.conftest import cfg, span_record
 
 REPO = Path(__file__).resolve().parents[2]
 EVENTS = REPO / "bench" / "results" / "runtime_runs_2026-12-01_82f9825_colocated_events"
 
 
 def _span(name: str, it: int, dur: float, tokens: int, ctx: int, **extra) -> TraceRecord:
-    return TraceRecord(name=name, shapes="", tp=1, ctx=ctx, device="sim", start_s=float(it), duration_s=dur,
-                       run_id="t", group="target", rank=0, iteration=it, tokens=tokens, extra=json.dumps(extra))
+    """A colocated run's span: the target group's leader records the draft's too."""
+    return span_record(name, "target", 0, it, dur, tokens, ctx, start_s=float(it), **extra)
 
 
 def test_split_recovers_known_device_error_and_host_time(tmp_path):

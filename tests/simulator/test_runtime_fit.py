@@ -13,17 +13,11 @@ from simulator.profile import Profile, ProfileError, load_profile, parse_profile
 from simulator.runtime_fit import fit_runtime_costs
 from simulator.simulation import Simulation, build_costs, simulate
 from tests.simulator.conftest import cfg
+from tests.simulator.conftest import span_record as _span
 
 BASE = ("model=llama3-8b_llama3.2-1b", "parallel=1x1", "kernels=triton", "sim=analytic", "workload.num_requests=1",
         "workload.prompt_tokens=512", "workload.max_new_tokens=64", "trace.chrome=false")
 PRIOR = Profile("prior", {"gpu": "h200"}, {}, {})  # no operator fits: the analytic prior everywhere
-
-
-def _span(name: str, group: str, rank: int, it: int, dur: float, tokens: int = 0, ctx: int = 0,
-          **extra) -> TraceRecord:
-    return TraceRecord(name=name, shapes="", tp=1, ctx=ctx, device="sim", start_s=0.0, duration_s=dur,
-                       run_id="t", group=group, rank=rank, iteration=it, tokens=tokens,
-                       extra=json.dumps(extra) if extra else "")
 
 
 def _recorded_run(tmp_path, mode: str = "async_tree"):

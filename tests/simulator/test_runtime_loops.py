@@ -13,7 +13,8 @@ from simulator.profile import Profile, ProfileError, load_profile, parse_profile
 from simulator.runtime_fit import fit_runtime_costs
 from simulator.simulation import build_costs
 from tests.simulator.conftest import cfg
-from tests.simulator.test_runtime_fit import BASE, PRIOR, _recorded_run, _span
+from tests.simulator.conftest import span_record as _span
+from tests.simulator.test_runtime_fit import BASE, PRIOR, _recorded_run
 
 
 def test_loop_shapes_fit_their_own_host_costs_and_their_configs_take_them(tmp_path):
