@@ -251,8 +251,9 @@ LIMITS = """\
   `span_split_2026-12-01_82f9825_colocated_events.json`): the operator model prices the 8B verify's device time 2%
   short in the run (+83 to +91 us: its GEMMs, priced by the standalone fit) and the small draft's within 8 us; the
   host part of a chain step is the same at both sizes (75-88 us), of a serial one not (153-201 us at 8B / 1B against
-  61-76 us: the host's slow speed state in that run, not the model size; the host-speed item above). The real pair's runs on two GPUs (real weights, the instruction table's acceptance drawn,
-  not replayed; `sim_vs_bench_2026-12-01_954a1bf_real_pair_instruction{_profile191a51e,}.json`) remain 4-20%
+  61-76 us: the host's slow speed state in that run, not the model size; the host-speed item above). The real
+  pair's runs on two GPUs (real weights, the instruction table's acceptance drawn, not replayed;
+  `sim_vs_bench_2026-12-01_954a1bf_real_pair_instruction{_profile191a51e,}.json`) remain 4-20%
   pessimistic (AR -4.8%, chain -14.1%, serial -20.1%, async -4.3% / -16.3%; the 954a1bf profile: -4% to -26%): their
   two-group host costs come from 8B / 1B runs (`runtime.loops.chain` from chain_g4 took the chain row from -26.0%); no
   two-group run of the small pair has traces yet.
