@@ -145,20 +145,27 @@ def _compaction_s(sim: Simulation, kept_tokens: int, deferred: bool) -> float:
     return sim.draft_cost.compaction_s(kept_tokens)
 
 
-def _expand_s(sim: Simulation, n: int, ctx: int, expanded: int, grown: int, lone: bool = False) -> float:
+def _expand_s(sim: Simulation, n: int, ctx: int, expanded: int, grown: int, lone: bool = False,
+              pending: bool = False) -> float:
     """n draft forwards of w rows, attending prefix + tree region (its mean size over the n forwards), `grown`
     real rows in all (the nodes they expanded): a forward's host part grows with its real rows (a refill after a
     miss expands the root alone). `lone`: the first forward expands a lone root, a one-row forward under
-    kernels.refill_graph (the runtime's one-row graph). Each forward is reported to the DepthTuner under
-    sim.d_rule=runtime, as the runtime's expansions are."""
+    kernels.refill_graph (the runtime's one-row graph). `pending`: one verified token without draft KV rides in
+    front of the first forward (`TreeStates.pending`): one more row, real, as the runtime's two-row graph for a
+    lone root (w + 1 rows otherwise). Each forward is reported to the DepthTuner under sim.d_rule=runtime, as the
+    runtime's expansions are."""
     if n == 0:
         return 0.0
     w, times = sim.w, []
     if lone and sim.refill_graph:
-        times.append(sim.draft_cost.forward_s(1, ctx + expanded + 1, 1.0))
-        n, expanded, grown = n - 1, expanded + 1, grown - 1
+        rows = 1 + pending
+        times.append(sim.draft_cost.forward_s(rows, ctx + expanded + 1, float(rows)))
+        n, expanded, grown, pending = n - 1, expanded + 1, grown - 1, False
     if n:
-        times += [sim.draft_cost.forward_s(w, ctx + expanded + w * (n + 1) // 2, grown / n)] * n
+        kv = ctx + expanded + w * (n + 1) // 2
+        times += [sim.draft_cost.forward_s(w, kv, grown / n)] * n
+        if pending:
+            times[-n] = sim.draft_cost.forward_s(w + 1, kv, grown / n + 1.0)
     if sim.tuner is not None:
         for t in times:
             sim.tuner.expanded(t)
@@ -226,13 +233,14 @@ def grow_tree_async(sim: Simulation) -> Generator[Any, Any, None]:
                 break
             ranks = msg.token_ids[1:]
             ctx += len(ranks)
+            pending = trees.pending(sid, ranks)
             sid, hit, kept = reroot(sid, ranks)
             e0, lone = num_expanded(sid), trees.size(sid) == 1
             sid, n = refill(sid, bs)
             deferred = n == 0 and not sim.colocated  # no refill: the proposal leaves before the compaction
             tc = _compaction_s(sim, kept + len(ranks), deferred)
             tr = sim.tree_op_s + tc
-            tx = _expand_s(sim, n, ctx, e0, num_expanded(sid) - e0, lone)
+            tx = _expand_s(sim, n, ctx, e0, num_expanded(sid) - e0, lone, pending)
             if record:
                 events.append(("step.reroot", "draft", env.now, tr, req, it, kept, ctx))
                 if n:
@@ -269,12 +277,12 @@ def grow_tree_serial(sim: Simulation) -> Generator[Any, Any, None]:
             events.append(("step.prefill", "draft", env.now, pf, req, -1, ctx, 0))
         yield env.timeout(pf)
         tally.draft_busy_s += pf
-        sid, it, tr, tc, deferred = 0, 0, sim.tree_op_s, 0.0, False  # first round: a fresh tree, selection only
+        sid, it, tr, tc, deferred, pending = 0, 0, sim.tree_op_s, 0.0, False, False  # first round: a fresh tree
         while True:  # as the runtime's Engine._propose: refill to bs nodes, then d more (chain: none more)
             e0, lone = trees.num_expanded(sid), trees.size(sid) == 1
             sid, n2 = trees.refill(sid, bs)
             sid, n = trees.expand(sid, extra)
-            tx = _expand_s(sim, n + n2, ctx, e0, trees.num_expanded(sid) - e0, lone)
+            tx = _expand_s(sim, n + n2, ctx, e0, trees.num_expanded(sid) - e0, lone, pending)
             if record:
                 if it > 0:
                     events.append(("step.reroot", "draft", env.now, tr, req, it - 1, 0, ctx))
@@ -299,6 +307,7 @@ def grow_tree_serial(sim: Simulation) -> Generator[Any, Any, None]:
                 break
             ranks = msg.token_ids[1:]
             ctx += len(ranks)
+            pending = trees.pending(sid, ranks)
             sid, hit, kept = trees.reroot(sid, ranks)
             # deferred (after the send) only when the next proposal needs no forward: refilled trees of >= bs
             # nodes without serial expansions, and not colocated

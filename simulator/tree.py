@@ -18,7 +18,8 @@ Policy (the runtime's, DESIGN.md "The async loop"):
   never increase along a path or along sibling ranks), in best-first order, so parents precede children;
 - **re-rooting**: after a verify the draft walks the accepted ranks; if the last accepted node is expanded
   and the bonus rank is < topk the bonus node exists (**hit**) and its subtree survives, re-expressed
-  relative to it; otherwise (**miss**) a new tree starts at the bonus token.
+  relative to it; otherwise (**miss**) a new tree starts at the bonus token. A miss behind a last accepted
+  node never expanded leaves that token **pending** (no draft KV): the refill's first forward feeds it too.
 - capacity: at most `max_nodes` expanded nodes (the runtime's tree region of the KV cache holds the
   expanded nodes' KV); a full tree does not expand.
 
@@ -234,3 +235,14 @@ class TreeStates:
             out = (self._sid(kept), True, len(kept))
         self._reroot_memo[key] = out
         return out
+
+    def pending(self, sid: int, ranks: tuple[int, ...]) -> bool:
+        """Whether re-rooting `sid` along `ranks` leaves a verified token without draft KV: the last accepted node
+        exists and was never expanded (the runtime's `Reroot.pending`). Always a miss; its refill's first forward
+        feeds that token in front of the new root (one more row)."""
+        accepted, expanded = ranks[:-1], self._expanded[sid]
+        if accepted:  # the node exists: its parent is expanded (expanded paths are all interned)
+            parent = self._path_ids.get(accepted[:-1])
+            if parent not in expanded or accepted[-1] >= self.topk:
+                return False
+        return self._path_ids.get(accepted) not in expanded

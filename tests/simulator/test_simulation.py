@@ -11,6 +11,7 @@ from simulator.acceptance import chain_accept_length
 from simulator.metrics import metrics_of
 from simulator.records import END, EXPAND, HIT, MESSAGE, REFILLS, REROOT, START, VERIFY
 from simulator.simulation import Simulation, build_costs, simulate
+from simulator.tree import TreeStates
 from tests.simulator.conftest import cfg, fixed_costs
 
 SMALL = ("workload.num_requests=2", "workload.max_new_tokens=96", "workload.prompt_tokens=64")
@@ -225,6 +226,29 @@ def test_refill_graph_prices_a_lone_root_expansion_as_one_row(mode):
                                      1.0)  # a w-row forward at the longest context, an upper bound
     assert 0 < off.tally.expand_s - on.tally.expand_s <= lone * w_row
     assert _metrics(on)["tokens_per_s"] > _metrics(off)["tokens_per_s"]
+
+
+@pytest.mark.parametrize("mode", ["serial_tree", "chain"])
+@pytest.mark.parametrize("refill_graph", ["true", "false"])
+def test_a_pending_token_adds_one_row_to_its_refill(mode, refill_graph, monkeypatch):
+    """A miss behind a never-expanded leaf feeds that token in front of the refill's first forward: two rows for a
+    lone root under kernels.refill_graph (the runtime's two-row graph), w + 1 otherwise (a chain: 2). Priced as one
+    row less, the same draws cost less draft time, by at most one extra row's worth per pending token. (Here an
+    async tree has expanded every accepted node by the time its verify returns: no pending token.)"""
+    config = cfg(*SMALL, *MODES[mode], f"kernels.refill_graph={refill_graph}")
+    on = simulate(config)
+    pendings = []
+    real = TreeStates.pending
+    monkeypatch.setattr(TreeStates, "pending",
+                        lambda self, sid, ranks: pendings.append(real(self, sid, ranks)) or False)
+    off = simulate(config)  # every refill priced without the pending row
+    assert [r[10] for r in on.rows] == [r[10] for r in off.rows]  # the same draws
+    assert any(pendings)
+    work, w = config.workload, on.w
+    kv = work.prompt_tokens + work.max_new_tokens + config.spec.max_tree_nodes
+    rows = 1 if on.refill_graph else w
+    row = on.draft_cost.forward_s(rows + 1, kv, rows + 1.0) - on.draft_cost.forward_s(rows, kv, float(rows))
+    assert 0 < on.tally.expand_s - off.tally.expand_s <= sum(pendings) * row * (1 + 1e-9)
 
 
 @pytest.mark.parametrize("mode", ["async_tree", "serial_tree", "chain", "autoregressive"])

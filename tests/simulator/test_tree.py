@@ -101,6 +101,17 @@ def test_reroot_miss_starts_a_fresh_tree(ranks):
     assert ts.reroot(sid, ranks) == (EMPTY, False, 0)
 
 
+@pytest.mark.parametrize("ranks,pending", [((1, 2), False), ((3,), False), ((2, 0), True), ((0, 0, 0), True)],
+                         ids=["hit", "beyond-topk-at-an-expanded-node", "parent-unexpanded", "deep-unexpanded"])
+def test_a_miss_behind_a_never_expanded_node_leaves_its_token_pending(ranks, pending):
+    """The runtime's `Reroot.pending`: the last accepted node has no draft KV when it was never expanded."""
+    ts = _states(w=2)
+    sid, _ = ts.expand(EMPTY, 2)  # (), (0), (1)
+    assert ts.pending(sid, ranks) is pending
+    if pending:
+        assert ts.reroot(sid, ranks)[1] is False  # always a miss
+
+
 def test_capacity_stops_expansion():
     ts = _states(w=4, max_nodes=5)
     sid, n = ts.expand(EMPTY, 10)
