@@ -200,13 +200,14 @@ def compile_gemm_case(name: str, arch: int) -> dict:
                               {**strides, "I": n, "stride_wgi": k, "stride_wui": k}, arch, 4, stages)
     elif kind == "skinny":
         chunk = split_chunk(k, split) if split > 1 else k
-        kernel = _compile(_skinny_kernel, {"X": "*bf16", "W": "*bf16", "Out": "*fp32"},
-                          {**common, "BLOCK_N": bn, "EVEN_K": k % (split * bk) == 0, "BALANCED": False},
+        kernel = _compile(_skinny_kernel, {"X": "*bf16", "W": "*bf16", "S": "*bf16", "Out": "*fp32"},
+                          {**common, "BLOCK_N": bn, "EVEN_K": k % (split * bk) == 0, "BALANCED": False,
+                           "HAS_SCALE": False},
                           {"M": 1, "N": n, "K": k, "K_CHUNK": chunk, "stride_xm": k, "stride_wn": k,
                            "stride_os": n if split > 1 else 0, "stride_om": n}, arch, 4, stages)
     else:
-        kernel = _compile(_swiglu_kernel, {"X": "*bf16", "Wg": "*bf16", "Wu": "*bf16", "Out": "*bf16"},
-                          {**common, "BLOCK_I": bn},
+        kernel = _compile(_swiglu_kernel, {"X": "*bf16", "Wg": "*bf16", "Wu": "*bf16", "Sg": "*bf16", "Su": "*bf16",
+                                           "Out": "*bf16"}, {**common, "BLOCK_I": bn, "HAS_SCALE": False},
                           {"M": 1, "I": n, "K": k, "stride_xm": k, "stride_wgi": k, "stride_wui": k, "stride_om": n},
                           arch, 4, stages)
     return {"case": name, "kernel": kind, "what": what, "n": n, "k": k, "split_k": split, "block_n": bn,

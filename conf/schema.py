@@ -33,7 +33,9 @@ class ModelConfig(_Frozen):
     dtype: str = "float32"
     """Compute and weight dtype: float32 | bfloat16 | float16."""
     weight_bits: int = 16
-    """Weight precision the simulator costs (16, 8 or 4); the runtime stores `dtype` weights."""
+    """Weight precision (16, 8 or 4). The simulator costs all three; the runtime runs 16 (`dtype` weights) or 8
+    (fp8 e4m3 copies of the layer projections, one scale per output row, streamed by the Triton decode kernels:
+    needs kernels.skinny; runtime/model.py); 4 is simulator only."""
     seed: int = 0
     """Seed of random weights."""
 

@@ -10,6 +10,10 @@ Roofline (decode, M <= 64): weights dominate. Llama-3-8B at TP=1 (K=4096, I=1433
 is chosen to spread I over enough programs (BLOCK_I=64 -> 224 programs for I=14336) with a deep
 software pipeline over K. For M >= 128 a real GEMM (cuBLAS on a concatenated gate_up weight) wins;
 the paper sees the same loss at 70B (Table 8).
+
+FP8 weights (``weight_bits=8``, ``kernels.skinny_linear.quantize_rows_fp8``): w_gate / w_up float8 e4m3 with one
+float32 scale per intermediate row (``scale_gate`` / ``scale_up``); the tiles are converted to x's dtype after the
+load and each accumulator is scaled by its rows' scales before the activation. Half the weight bytes stream.
 """
 
 from __future__ import annotations
@@ -29,10 +33,10 @@ BLOCK_K = 128
 
 @triton.jit
 def _swiglu_kernel(
-    X, Wg, Wu, Out, M, I, K,
+    X, Wg, Wu, Sg, Su, Out, M, I, K,
     stride_xm, stride_wgi, stride_wui, stride_om,
     BLOCK_M: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_K: tl.constexpr,
-    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, USE_PDL: tl.constexpr,
+    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, USE_PDL: tl.constexpr, HAS_SCALE: tl.constexpr,
 ):
     pdl_start(USE_PDL)
     pid_i = tl.program_id(0)  # fastest axis: neighbouring programs stream neighbouring weight rows
@@ -54,8 +58,14 @@ def _swiglu_kernel(
             x = x.to(tl.float32)
             wg = wg.to(tl.float32)
             wu = wu.to(tl.float32)
+        elif HAS_SCALE:  # fp8 weights: converted in registers to x's dtype
+            wg = wg.to(X.dtype.element_ty)
+            wu = wu.to(X.dtype.element_ty)
         acc_g = tl.dot(x, wg, acc_g, input_precision=DOT_PRECISION)
         acc_u = tl.dot(x, wu, acc_u, input_precision=DOT_PRECISION)
+    if HAS_SCALE:  # each intermediate row's scale, on the float32 accumulators before the activation
+        acc_g = acc_g * tl.load(Sg + ri, mask=i_ok, other=0.0)[None, :]
+        acc_u = acc_u * tl.load(Su + ri, mask=i_ok, other=0.0)[None, :]
     h = acc_g / (1.0 + tl.exp(-acc_g)) * acc_u  # silu(g) * u in fp32
     out_ok = m_ok[:, None] & i_ok[None, :]
     tl.store(Out + rm[:, None] * stride_om + ri[None, :], h.to(Out.dtype.element_ty), mask=out_ok)
@@ -70,15 +80,30 @@ def swiglu(
     block_m: int | None = None,
     block_i: int | None = None,
     block_k: int | None = None,
+    scale_gate: torch.Tensor | None = None,
+    scale_up: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """silu(x @ w_gate.T) * (x @ w_up.T) with x [M,K], w_gate/w_up [I,K]; returns [M,I] in x.dtype.
 
     ``out`` is an optional [M, I] buffer; ``block_*`` override the tile heuristic (tests, benchmarks).
+    ``scale_gate`` / ``scale_up``: the weights are float8 e4m3 with these float32 row scales [I] (both or neither).
     """
     m, k = x.shape
     i = w_gate.shape[0]
     if w_gate.shape != (i, k) or w_up.shape != (i, k):
         raise ValueError(f"swiglu: weights must be [I,K={k}], got {tuple(w_gate.shape)}, {tuple(w_up.shape)}")
+    fp8 = torch.float8_e4m3fn
+    scaled = scale_gate is not None or scale_up is not None
+    if scaled or w_gate.dtype == fp8 or w_up.dtype == fp8:
+        for name, w, sc in (("gate", w_gate, scale_gate), ("up", w_up, scale_up)):
+            if w.dtype != fp8 or sc is None or sc.dtype != torch.float32 or tuple(sc.shape) != (i,) \
+                    or sc.stride(0) != 1 or sc.device != x.device or w.device != x.device:
+                got = "None" if sc is None else f"{sc.dtype} {list(sc.shape)} on {sc.device}"
+                raise ValueError(f"swiglu: fp8 weights need both scales: w_{name} must be {fp8} on {x.device} "
+                                 f"(got {w.dtype} on {w.device}) and scale_{name} a contiguous float32 [{i}] tensor "
+                                 f"on {x.device} (got {got})")
+    elif w_gate.dtype != x.dtype or w_up.dtype != x.dtype:
+        raise ValueError(f"swiglu: the weights ({w_gate.dtype}, {w_up.dtype}) must match x ({x.dtype})")
     if x.stride(-1) != 1 or w_gate.stride(-1) != 1 or w_up.stride(-1) != 1:
         raise ValueError("swiglu: x and the weights need a contiguous last dim")
     if out is None:
@@ -91,9 +116,10 @@ def swiglu(
     bk = block_k or min(BLOCK_K, max(16, triton.next_power_of_2(k)))
     grid = (triton.cdiv(i, bi), triton.cdiv(m, bm))
     _swiglu_kernel[grid](
-        x, w_gate, w_up, out, m, i, k,
+        x, w_gate, w_up, w_gate if scale_gate is None else scale_gate, w_up if scale_up is None else scale_up,
+        out, m, i, k,
         x.stride(0), w_gate.stride(0), w_up.stride(0), out.stride(0),
-        BLOCK_M=bm, BLOCK_I=bi, BLOCK_K=bk,
+        BLOCK_M=bm, BLOCK_I=bi, BLOCK_K=bk, HAS_SCALE=scaled,
         UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or x.dtype == torch.float32) else "tf32",
         num_warps=4, num_stages=4, **pdl_options(x.device, "gemm"),
     )

@@ -2,6 +2,12 @@
 
     skinny_linear(x, w)                      -> [M, N] in x.dtype       (reference: ``skinny_linear_ref``)
     skinny_linear_partials(x, w, split_k)    -> [split_k, M, N] float32 (``skinny_linear_partials_ref``)
+    skinny_linear(x, q, w_scale=s)           -> the same with ``q, s = quantize_rows_fp8(w)``: w ~ q * s[:, None]
+
+FP8 weights (``model.<role>.weight_bits=8``): ``q`` float8 e4m3 [N, K] with one float32 scale per output row; every
+program converts its weight tiles to x's dtype right after the load (to float32 on CPU), accumulates as for bf16
+weights and multiplies its columns by their scales before the store (each split-K partial too, so the partials still
+sum to the product). Half the weight bytes of bf16 stream; x stays in its dtype (weight-only quantization).
 
 Program (b, s) computes output columns [b*BLOCK_N, (b+1)*BLOCK_N) over K chunk s with one [BLOCK_M, BLOCK_N]
 float32 accumulator (BLOCK_M = next_pow2(M), at least 16 for tl.dot), so every weight byte is read exactly
@@ -82,12 +88,35 @@ CONFIGS: dict[tuple[int, int, int], dict[str, int]] = {
 _sm_counts: dict[int, int] = {}
 
 
+FP8 = torch.float8_e4m3fn
+"""The weight dtype of ``weight_bits=8`` (``quantize_rows_fp8``)."""
+FP8_MAX = 448.0
+"""The largest finite float8 e4m3fn value: a row's largest magnitude maps to it."""
+
+
+def quantize_rows_fp8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q, scale): w [N, K] as float8 e4m3fn with one float32 scale per row, w ~ q.float() * scale[:, None].
+
+    scale = max |w[n]| / 448 (all-zero rows: 1), so each row's largest magnitude is representable exactly up to
+    e4m3's 3-bit mantissa (relative rounding error <= 2^-4 per element). Computed in float32, on w's device.
+    """
+    if w.dim() != 2 or not w.dtype.is_floating_point:
+        raise ValueError(f"quantize_rows_fp8: w must be a 2-D floating-point [N, K] tensor, got {w.dtype} "
+                         f"{tuple(w.shape)}")
+    wf = w.detach().float()
+    amax = wf.abs().amax(dim=1)
+    scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+    q = (wf / scale[:, None]).clamp_(-FP8_MAX, FP8_MAX).to(FP8)
+    return q.contiguous(), scale.contiguous()
+
+
 @triton.jit
 def _skinny_kernel(
-    X, W, Out, M, N, K, K_CHUNK,
+    X, W, S, Out, M, N, K, K_CHUNK,
     stride_xm, stride_wn, stride_os, stride_om,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
     UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, USE_PDL: tl.constexpr, BALANCED: tl.constexpr,
+    HAS_SCALE: tl.constexpr,
 ):
     pid_n = tl.program_id(0)  # fastest axis: neighbouring programs stream neighbouring weight rows
     pid_s = tl.program_id(1)  # K split
@@ -119,9 +148,13 @@ def _skinny_kernel(
         if UPCAST:
             x = x.to(tl.float32)
             w = w.to(tl.float32)
+        elif HAS_SCALE:  # fp8 weights: converted in registers to x's dtype
+            w = w.to(X.dtype.element_ty)
         acc = tl.dot(x, w, acc, input_precision=DOT_PRECISION)
         x_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
+    if HAS_SCALE:  # one scale per output column (weight row), applied once to the float32 accumulator
+        acc = acc * tl.load(S + rn, mask=n_ok, other=0.0)[None, :]
     out_ptrs = Out + pid_s * stride_os + rm[:, None] * stride_om + rn[None, :]
     tl.store(out_ptrs, acc.to(Out.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
 
@@ -195,7 +228,8 @@ def pick_config(m: int, n: int, k: int, *, sms: int = DEFAULT_SM_COUNT, elem_byt
     return {"block_n": bn, "block_k": bk, "split_k": sk, "num_warps": 4, "num_stages": num_stages}
 
 
-def _check_operands(x: torch.Tensor, w: torch.Tensor, fn: str) -> tuple[int, int, int]:
+def _check_operands(x: torch.Tensor, w: torch.Tensor, fn: str,
+                    w_scale: torch.Tensor | None = None) -> tuple[int, int, int]:
     if x.dim() != 2:
         raise ValueError(f"{fn}: x must be [M, K], got shape {tuple(x.shape)}")
     m, k = x.shape
@@ -203,7 +237,16 @@ def _check_operands(x: torch.Tensor, w: torch.Tensor, fn: str) -> tuple[int, int
         raise ValueError(f"{fn}: w must be [N, K={k}], got shape {tuple(w.shape)}")
     if m > MAX_M:
         raise ValueError(f"{fn}: x has M={m} rows, more than MAX_M={MAX_M} (use torch.nn.functional.linear)")
-    if w.dtype != x.dtype or w.device != x.device:
+    if w_scale is not None or w.dtype == FP8:
+        if w.dtype != FP8 or w.device != x.device:
+            raise ValueError(f"{fn}: with w_scale, w must be {FP8} on {x.device} (quantize_rows_fp8), got "
+                             f"{w.dtype} on {w.device}")
+        if (w_scale is None or w_scale.dtype != torch.float32 or tuple(w_scale.shape) != (w.shape[0],)
+                or w_scale.device != x.device or w_scale.stride(0) != 1):
+            got = "None" if w_scale is None else f"{w_scale.dtype} {list(w_scale.shape)} on {w_scale.device}"
+            raise ValueError(f"{fn}: fp8 weights need w_scale, a contiguous float32 [{w.shape[0]}] tensor on "
+                             f"{x.device}, got {got}")
+    elif w.dtype != x.dtype or w.device != x.device:
         raise ValueError(f"{fn}: w ({w.dtype}, {w.device}) must match x ({x.dtype}, {x.device})")
     if not x.dtype.is_floating_point:
         raise ValueError(f"{fn}: x must be floating point, got {x.dtype}")
@@ -232,18 +275,20 @@ def _resolve(x: torch.Tensor, m: int, n: int, k: int, fn: str, **overrides: int 
 
 
 def _launch_partials(x: torch.Tensor, w: torch.Tensor, dst: torch.Tensor, cfg: dict[str, int], m: int, n: int,
-                     k: int, pdl_role: str = "gemm") -> None:
-    """The GEMM kernel: dst is [M, N] (split_k 1) or [split_k, M, N] float32; launched with `pdl_role`'s trigger."""
+                     k: int, pdl_role: str = "gemm", w_scale: torch.Tensor | None = None) -> None:
+    """The GEMM kernel: dst is [M, N] (split_k 1) or [split_k, M, N] float32; launched with `pdl_role`'s trigger;
+    `w_scale`: w is fp8 with these row scales."""
     sk, bk = cfg["split_k"], cfg["block_k"]
     chunk = split_chunk(k, sk) if sk > 1 else k
     upcast = x.device.type == "cpu"
     programs = cfg.get("programs", 0)
     grid = (programs or triton.cdiv(n, cfg["block_n"]), sk)
     _skinny_kernel[grid](
-        x, w, dst, m, n, k, chunk,
+        x, w, w if w_scale is None else w_scale, dst, m, n, k, chunk,
         x.stride(0), w.stride(0), dst.stride(0) if dst.dim() == 3 else 0, dst.stride(-2),
         BLOCK_M=m_bucket(m), BLOCK_N=cfg["block_n"], BLOCK_K=bk, EVEN_K=k % (sk * bk) == 0, BALANCED=bool(programs),
-        UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or x.dtype == torch.float32) else "tf32",
+        HAS_SCALE=w_scale is not None, UPCAST=upcast,
+        DOT_PRECISION="ieee" if (upcast or x.dtype == torch.float32) else "tf32",
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **pdl_options(x.device, pdl_role),
     )
 
@@ -267,15 +312,17 @@ def skinny_linear_partials(
     block_k: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    w_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Split-K partials of x @ w.T: [split_k, M, N] float32, partial s over K chunk s (module docstring).
 
     Their sum (in split order) is the product; ``kernels.norm.add_rmsnorm_partials`` consumes them. ``out``
     is an optional [split_k, M, N] float32 buffer; the other keywords override the tile configuration
     (``split_k=None``: the configured one, ``CONFIGS`` or the heuristic, as ``skinny_linear`` picks it).
+    ``w_scale``: w is float8 e4m3 with these float32 row scales (``quantize_rows_fp8``); each partial is scaled.
     """
     fn = "skinny_linear_partials"
-    m, n, k = _check_operands(x, w, fn)
+    m, n, k = _check_operands(x, w, fn, w_scale)
     cfg = _resolve(x, m, n, k, fn, split_k=split_k, block_n=block_n, block_k=block_k, num_warps=num_warps,
                    num_stages=num_stages)
     split_k = cfg["split_k"]
@@ -284,7 +331,7 @@ def skinny_linear_partials(
     else:
         _check_buffer(out, (split_k, m, n), torch.float32, x.device, "out", fn)
     if m > 0 and n > 0:
-        _launch_partials(x, w, out, cfg, m, n, k)
+        _launch_partials(x, w, out, cfg, m, n, k, w_scale=w_scale)
     return out
 
 
@@ -300,6 +347,7 @@ def skinny_linear(
     num_warps: int | None = None,
     num_stages: int | None = None,
     pdl_role: str = "gemm",
+    w_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """x @ w.T with x [M, K] (M <= 64), w [N, K]; returns [M, N] in x.dtype (float32 accumulation).
 
@@ -308,10 +356,11 @@ def skinny_linear(
     without it one is allocated. ``pdl_role``: the `kernels.pdl` role whose trigger the GEMM launches with
     ("pre_attention" for the QKV projection feeding the fused RoPE attention); with split_k > 1 the GEMM keeps
     "gemm" and the reduce, the last launch, takes the role ("small" for "gemm").
+    ``w_scale``: w is float8 e4m3 with these float32 row scales (``quantize_rows_fp8``).
     The other keywords override ``CONFIGS`` and the heuristic.
     """
     fn = "skinny_linear"
-    m, n, k = _check_operands(x, w, fn)
+    m, n, k = _check_operands(x, w, fn, w_scale)
     cfg = _resolve(x, m, n, k, fn, split_k=split_k, block_n=block_n, block_k=block_k, num_warps=num_warps,
                    num_stages=num_stages)
     if out is None:
@@ -325,7 +374,7 @@ def skinny_linear(
     sk = cfg["split_k"]
     check_role(fn, pdl_role)
     if sk == 1:
-        _launch_partials(x, w, out, cfg, m, n, k, pdl_role)
+        _launch_partials(x, w, out, cfg, m, n, k, pdl_role, w_scale)
         return out
     need = sk * m * n
     if workspace is None:
@@ -336,7 +385,7 @@ def skinny_linear(
                          f"elements (split_k * M * N), got {list(workspace.shape)} {workspace.dtype} "
                          f"on {workspace.device}")
     partials = workspace.view(-1)[:need].view(sk, m, n)
-    _launch_partials(x, w, partials, cfg, m, n, k)
+    _launch_partials(x, w, partials, cfg, m, n, k, w_scale=w_scale)
     block = min(1024, triton.next_power_of_2(n))
     _reduce_partials_kernel[(triton.cdiv(n, block), m)](
         partials, out, n, partials.stride(0), partials.stride(1), out.stride(0),

@@ -49,7 +49,7 @@ from runtime.draft_worker import DraftWorker
 from runtime.gc_policy import gc_policy
 from runtime.loader import build_model
 from runtime.metrics import Progress, Timeline, device_name, summarize
-from runtime.model import role_kernels
+from runtime.model import WEIGHT_BITS, role_kernels
 from runtime.oracle import AcceptanceOracle, OracleOutcome, oracle_belief, resolve_bonus
 from runtime.parallel import ParallelContext, leader_ranks
 from runtime.presend import Presend
@@ -155,7 +155,7 @@ class Engine:
         kcfg, model = self.cfg.kernels, self._build_model(mcfg)
         return model.use_fused_kernels(kcfg.backend == "triton", **role_kernels(
             model.shape, skinny=kcfg.skinny, rope_attention=kcfg.rope_attention,
-            target_qkv_rope=kcfg.target_qkv_rope, target=target))
+            target_qkv_rope=kcfg.target_qkv_rope, target=target, weight_bits=mcfg.weight_bits))
 
     def _build_model(self, mcfg: Any) -> Any:
         """Build (load or seed) the model's shard on this rank; benchmarks override this to cache models."""
@@ -456,6 +456,18 @@ def check_runtime_support(cfg: ExperimentConfig) -> None:
                          "use spec.d=auto or a positive integer")
     if cfg.kernels.cuda_graphs and cfg.kernels.backend != "triton":
         raise ValueError(f"kernels.cuda_graphs: needs kernels.backend=triton, got {cfg.kernels.backend!r}")
+    for role in ("target", "draft"):
+        mcfg = getattr(cfg.model, role)
+        if mcfg is None or mcfg.weight_bits == 16:
+            continue
+        if mcfg.weight_bits not in WEIGHT_BITS:
+            raise ValueError(f"model.{role}.weight_bits={mcfg.weight_bits}: simulator only; the runtime runs "
+                             f"{' or '.join(map(str, WEIGHT_BITS))} (8: fp8 weights in the Triton decode kernels)")
+        if cfg.kernels.backend != "triton" or not cfg.kernels.skinny:
+            raise ValueError(f"model.{role}.weight_bits={mcfg.weight_bits}: the fp8 weights stream through the Triton "
+                             f"decode kernels; needs kernels.backend=triton and kernels.skinny=true (kernels=graphs "
+                             f"or kernels=triton_graphs), got backend={cfg.kernels.backend!r}, "
+                             f"skinny={cfg.kernels.skinny}")
     if cfg.trace.graph_events and not cfg.kernels.cuda_graphs:
         raise ValueError("trace.graph_events: times CUDA-graph replays; needs kernels.cuda_graphs=true "
                          "(kernels=graphs)")

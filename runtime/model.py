@@ -5,6 +5,12 @@ residual, RMSNorm -> SwiGLU MLP -> residual), final RMSNorm, LM head (tied to th
 Llama 3.2). Qwen2 adds biases to the q/k/v projections. Llama 3.1+ rescales RoPE frequencies ("llama3" rope
 type). Numerics follow Hugging Face `LlamaForCausalLM` / `Qwen2ForCausalLM` (RMSNorm and RoPE tables in fp32).
 
+Weights of 8 bits (`model.<role>.weight_bits=8`, `Transformer.use_fused_kernels(weight_bits=8)`): the decode steps
+(<= 64 rows, `kernels.skinny`) stream float8 e4m3 copies of the QKV (without a bias), o, gate / up and down weights,
+one float32 scale per output row (`kernels.skinny_linear.quantize_rows_fp8`, weight-only: activations stay in
+`dtype`). The embedding, the LM head, prefills (cuBLAS) and a TP shard's row-parallel o / down projections keep the
+`dtype` weights, which stay loaded beside the copies.
+
 `forward(input_ids [T], meta, cache, attn) -> logits [T, vocab]` processes one request without a batch
 dimension: `meta` (runtime.attention.AttnMeta) gives positions, cache slots and the tree/causal mask, `cache`
 (runtime.kv_cache.KVCache) receives the new keys/values at `meta.write_slots`, `attn` is the attention backend.
@@ -19,6 +25,7 @@ device, materialised per shard).
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -74,23 +81,50 @@ per-tile sums of squares, the consuming GEMMs scaling their x tiles), measured s
 +0.10-0.21 ms per 8B step; docs/LOG.md eighteenth session) and was removed (its code: git 88027cd)."""
 
 
+WEIGHT_BITS = (16, 8)
+"""`weight_bits` the runtime runs: 16 (the `dtype` weights) or 8 (fp8 copies for decode steps); 4: simulator only."""
+
+
+class Fp8Weight(NamedTuple):
+    """A projection's weight as float8 e4m3 `q` [N, K] with one float32 `scale` per row: weight ~ q * scale[:, None]."""
+
+    q: torch.Tensor
+    scale: torch.Tensor
+
+    @classmethod
+    def of(cls, weight: torch.Tensor) -> Fp8Weight:
+        """Quantize `weight` per row (`kernels.skinny_linear.quantize_rows_fp8`)."""
+        from kernels.skinny_linear import quantize_rows_fp8
+
+        return cls(*quantize_rows_fp8(weight))
+
+    def rows(self, part: int, parts: int) -> Fp8Weight:
+        """Row block `part` of `parts` equal ones (gate / up of a fused w13)."""
+        return Fp8Weight(self.q.chunk(parts, dim=0)[part], self.scale.chunk(parts)[part])
+
+
 def role_kernels(shape: ModelShape, *, skinny: bool, rope_attention: bool, target_qkv_rope: bool,
-                 target: bool) -> dict[str, bool]:
+                 target: bool, weight_bits: int = 16) -> dict[str, bool | int]:
     """`Transformer.use_fused_kernels` switches of a target or a draft model (runtime/engine.py, and the step
     profiler's verify and expand steps): the target's QKV GEMM does RoPE + the KV write under
-    kernels.target_qkv_rope, unless its QKV has a bias (Qwen2: the fused GEMM has no bias term), and then in place of
-    the fused RoPE attention; a draft keeps `rope_attention`."""
-    qkv_rope = target and target_qkv_rope and skinny and not shape.qkv_bias
-    return {"skinny": skinny, "qkv_rope": qkv_rope, "rope_attention": rope_attention and not qkv_rope}
+    kernels.target_qkv_rope, unless its QKV has a bias (Qwen2: the fused GEMM has no bias term) or fp8 weights (that
+    GEMM has no fp8 path), and then in place of the fused RoPE attention; a draft keeps `rope_attention`."""
+    qkv_rope = target and target_qkv_rope and skinny and not shape.qkv_bias and weight_bits == 16
+    return {"skinny": skinny, "qkv_rope": qkv_rope, "rope_attention": rope_attention and not qkv_rope,
+            "weight_bits": weight_bits}
 
 
 def _skinny(x: torch.Tensor, weight: torch.Tensor, *, partials: bool = False,
-            out: torch.Tensor | None = None, pdl_role: str = "gemm") -> torch.Tensor:
+            out: torch.Tensor | None = None, pdl_role: str = "gemm", q8: Fp8Weight | None = None) -> torch.Tensor:
     """x @ weight.T by the Triton skinny GEMM; `partials`: float32 split-K partials [S, T, N] at the tuned split.
-    `pdl_role`: the kernels.pdl role of the launch ("pre_attention" right before the fused RoPE attention)."""
+    `pdl_role`: the kernels.pdl role of the launch ("pre_attention" right before the fused RoPE attention).
+    `q8`: stream these fp8 weights (of `weight`) instead."""
     from kernels import skinny_linear, skinny_linear_partials
 
-    return skinny_linear_partials(x, weight) if partials else skinny_linear(x, weight, out=out, pdl_role=pdl_role)
+    w, scale = (weight, None) if q8 is None else q8
+    if partials:
+        return skinny_linear_partials(x, w, w_scale=scale)
+    return skinny_linear(x, w, out=out, pdl_role=pdl_role, w_scale=scale)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -132,6 +166,8 @@ class Attention(nn.Module):
         self.skinny = False  # Transformer.use_fused_kernels: Triton skinny GEMMs for T <= SKINNY_MAX_ROWS
         self.qkv_rope = False  # ... and the QKV GEMM with RoPE + KV write in its epilogue (kernels.target_qkv_rope)
         self.rope_attention = False  # Transformer.use_fused_kernels: RoPE + KV write inside the attention launch
+        self.wqkv_q8: Fp8Weight | None = None  # weight_bits=8: what the skinny QKV GEMM streams (no bias only)
+        self.wo_q8: Fp8Weight | None = None  # ... and the o projection's partials
 
     def forward(
         self,
@@ -173,7 +209,7 @@ class Attention(nn.Module):
             fuse_rope = role == "pre_attention"
             if qkv is None:
                 qkv = (self.wqkv(x) if not skinny or self.wqkv.bias is not None else
-                       _skinny(x, self.wqkv.weight, pdl_role=role))
+                       _skinny(x, self.wqkv.weight, pdl_role=role, q8=self.wqkv_q8))
             if fuse_rope:
                 out = attn.rope_attend(qkv, rope, k_cache, v_cache, meta, self.scale, self.num_heads)
                 return self._project(out.reshape(t, self.num_heads * d), partials)
@@ -204,7 +240,8 @@ class Attention(nn.Module):
         `forward(None, ..., qkv=...)`. None where this QKV is no plain skinny GEMM (more than SKINNY_MAX_ROWS rows, a
         bias, qkv_rope) or its tuned tile splits K: the caller keeps the norm kernel and `forward(h, ...)` then."""
         t, w = residual.shape[0], self.wqkv.weight
-        if not self.skinny or t > SKINNY_MAX_ROWS or self.qkv_rope or self.wqkv.bias is not None:
+        if (not self.skinny or t > SKINNY_MAX_ROWS or self.qkv_rope or self.wqkv.bias is not None
+                or self.wqkv_q8 is not None):
             return None
         from kernels.skinny_linear import pick_config, sm_count
 
@@ -217,7 +254,7 @@ class Attention(nn.Module):
     def _project(self, out: torch.Tensor, partials: bool) -> torch.Tensor:
         """The o projection of the attention output [T, Hq * D] (split-K partials on the skinny path)."""
         if partials:
-            return _skinny(out, self.wo.weight, partials=True)
+            return _skinny(out, self.wo.weight, partials=True, q8=self.wo_q8)
         return self.wo(out)
 
 
@@ -234,6 +271,8 @@ class MLP(nn.Module):
         self.w13 = nn.Linear(shape.hidden_size, 2 * shape.intermediate_size, bias=False, dtype=dtype)
         self.w2 = nn.Linear(shape.intermediate_size, shape.hidden_size, bias=False, dtype=dtype)
         self.fused = False  # Transformer.use_fused_kernels: one Triton GEMM + SiLU * up for small T
+        self.w13_q8: Fp8Weight | None = None  # weight_bits=8: what the fused SwiGLU GEMM streams
+        self.w2_q8: Fp8Weight | None = None  # ... and the down projection's partials
 
     def forward(self, x: torch.Tensor, partials: bool = False) -> torch.Tensor:
         """x [T, hidden] -> [T, hidden] (a partial sum under TP).
@@ -243,6 +282,9 @@ class MLP(nn.Module):
         if self.fused and x.shape[0] <= self.FUSED_MAX_ROWS:
             from kernels import swiglu
 
+            if self.w13_q8 is not None:
+                (w_gate, s_gate), (w_up, s_up) = self.w13_q8.rows(0, 2), self.w13_q8.rows(1, 2)
+                return self._down(swiglu(x, w_gate, w_up, scale_gate=s_gate, scale_up=s_up), partials)
             w_gate, w_up = self.w13.weight.chunk(2, dim=0)
             return self._down(swiglu(x, w_gate, w_up), partials)
         if partials:
@@ -252,7 +294,7 @@ class MLP(nn.Module):
 
     def _down(self, mid: torch.Tensor, partials: bool) -> torch.Tensor:
         """The down projection of the SwiGLU output [T, intermediate] (split-K partials on the skinny path)."""
-        return _skinny(mid, self.w2.weight, partials=True) if partials else self.w2(mid)
+        return _skinny(mid, self.w2.weight, partials=True, q8=self.w2_q8) if partials else self.w2(mid)
 
     def normed_partials(self, partials: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor,
                         eps: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -260,6 +302,8 @@ class MLP(nn.Module):
         norm_weight, eps)` with that norm in the SwiGLU GEMM's prologue (`kernels.swiglu_normed`); returns (the down
         projection's split-K partials [S, T, hidden], r)."""
         t = residual.shape[0]
+        if self.w13_q8 is not None:
+            raise ValueError("MLP: the normed prologue has no fp8 path (weight_bits=8 keeps the norm kernels)")
         if not self.fused or t > self.FUSED_MAX_ROWS:
             raise ValueError(f"MLP: the normed prologue needs the fused path and T <= {self.FUSED_MAX_ROWS}, got T={t}")
         from kernels import swiglu_normed
@@ -307,10 +351,11 @@ class Transformer(nn.Module):
         self.register_buffer("inv_freq", rope_inv_freq(shape), persistent=False)
         self.fused_kernels = False
         self.skinny = False
+        self.weight_bits = 16  # use_fused_kernels: 8 streams fp8 copies of the layers' projections in decode steps
         self.tie_weights()
 
     def use_fused_kernels(self, enabled: bool = True, skinny: bool = False, qkv_rope: bool = False,
-                          rope_attention: bool = False) -> Transformer:
+                          rope_attention: bool = False, weight_bits: int = 16) -> Transformer:
         """Run decode steps through the fused Triton kernels (GPU runtime with `kernels.backend=triton`).
 
         Per layer: add + RMSNorm in one kernel (twice), RoPE + K/V cache write in one kernel, the SwiGLU
@@ -332,6 +377,9 @@ class Transformer(nn.Module):
         the torch path (not bit-identical). Every decode step (<= 64 rows) of a run takes the same path; with
         `skinny` its logits are the LM head's float32 accumulators, a longer prefill's are bf16-rounded cuBLAS
         ones (the runtime's prefills only fill the cache: their logits are not read).
+        `weight_bits` (16 or 8; 8 needs `skinny`): 8 quantizes this shard's layer projections to fp8 copies (one scale
+        per output row) that the decode steps' skinny QKV / o / down GEMMs and fused SwiGLU stream instead (module
+        docstring); 16 drops such copies.
         """
         if skinny and not enabled:
             raise ValueError("kernels.skinny: needs the fused Triton path (kernels.backend=triton)")
@@ -341,8 +389,26 @@ class Transformer(nn.Module):
             raise ValueError("kernels.rope_attention: needs the fused Triton path (kernels.backend=triton)")
         if rope_attention and qkv_rope:
             raise ValueError("use_fused_kernels: qkv_rope and rope_attention both do the RoPE + KV write; pick one")
+        if weight_bits not in WEIGHT_BITS:
+            raise ValueError(f"use_fused_kernels: weight_bits must be one of {WEIGHT_BITS} (4: simulator only), "
+                             f"got {weight_bits!r}")
+        if weight_bits == 8 and not skinny:
+            raise ValueError("use_fused_kernels: weight_bits=8 needs skinny (the fp8 weights stream through the "
+                             "skinny decode GEMMs and the fused SwiGLU)")
+        if weight_bits == 8 and qkv_rope:
+            raise ValueError("use_fused_kernels: weight_bits=8 and qkv_rope: the fused QKV + RoPE GEMM has no fp8 "
+                             "path (runtime.model.role_kernels turns it off)")
         self.fused_kernels = enabled
         self.skinny = skinny
+        fp8 = weight_bits == 8
+        if not fp8 or any(layer.attn.wo_q8 is None for layer in self.layers):  # quantized once, dropped at 16
+            for layer in self.layers:
+                attn, mlp = layer.attn, layer.mlp
+                attn.wqkv_q8 = Fp8Weight.of(attn.wqkv.weight) if fp8 and attn.wqkv.bias is None else None
+                attn.wo_q8 = Fp8Weight.of(attn.wo.weight) if fp8 else None
+                mlp.w13_q8 = Fp8Weight.of(mlp.w13.weight) if fp8 else None
+                mlp.w2_q8 = Fp8Weight.of(mlp.w2.weight) if fp8 else None
+        self.weight_bits = weight_bits
         for layer in self.layers:
             layer.mlp.fused = enabled
             layer.attn.skinny = skinny
@@ -397,7 +463,7 @@ class Transformer(nn.Module):
 
         eps, n = self.shape.rms_eps, len(self.layers)
         skinny = self.skinny and x.shape[0] <= SKINNY_MAX_ROWS
-        prologue = skinny and NORM_PROLOGUE
+        prologue = skinny and NORM_PROLOGUE and self.weight_bits == 16  # the prologue kernels have no fp8 path
         pending = None  # NORM_PROLOGUE: the last down projection's partials, not yet added to `res` and normed
         h, res = add_rmsnorm(x, None, self.layers[0].attn_norm.weight, eps)
         for i, layer in enumerate(self.layers):

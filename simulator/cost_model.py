@@ -19,6 +19,8 @@ steps keep the standalone ones.
 Precision: weights of `weight_bits` (16: 2 B/param; 8: 1 B + fp16 scale per group of 128; 4: 0.5 B +
 fp16 scale and int4 zero per group of 128, AWQ g128) in the decoder layers; embedding and LM head stay
 bf16 (SwiftSpec setup); KV cache and activations bf16. Shards round up (zero-padded TP, as the runtime).
+What a decode step streams at 8 bits is the runtime's layout (`matrix_bytes`): fp8 with one float32 scale per output
+row, and a TP shard's o / down projections at 16 bits (the runtime keeps those on cuBLAS under TP).
 
 Both forms are affine in kv_len for a fixed token count, which `GroupCost` uses to cost a step with two
 multiplies on the hot path. What this model does not do: contention, prefill/decode interference, power
@@ -87,6 +89,15 @@ def layer_matrices(shape: ModelShape, tp: int) -> list[tuple[str, int, int]]:
 def lm_head_matrix(shape: ModelShape, tp: int) -> tuple[int, int]:
     """(k, n) of the vocabulary-parallel LM head on one rank."""
     return shape.hidden_size, shard(shape.vocab_size, tp)
+
+
+def matrix_bytes(name: str, k: int, n: int, weight_bits: int, tp: int) -> float:
+    """Weight bytes a decode step streams for one layer matrix (`layer_matrices`) of one rank. 8 bits: the runtime's
+    fp8 copies, 1 B per weight + a float32 scale per output row, except a TP shard's row-parallel o / down, which the
+    runtime runs on cuBLAS with the `dtype` weights (runtime/model.py); 4 bits: AWQ g128 (simulator only)."""
+    if weight_bits == 8:
+        return 2.0 * k * n if tp > 1 and name in ("o", "down") else k * n + 4.0 * n
+    return k * n * BYTES_PER_PARAM[weight_bits]
 
 
 def weight_bytes_per_rank(shape: ModelShape, tp: int, weight_bits: int) -> float:
@@ -266,8 +277,8 @@ def gemm_calls(shape: ModelShape, weight_bits: int, step: StepDesc) -> list[tupl
     """(weight bytes, FLOPs, calls per step) of each distinct GEMM of one forward step on one rank: the layers'
     matrices (num_layers calls each) and the LM head (once, bf16)."""
     tp, t = step.tp, step.tokens
-    bpp = BYTES_PER_PARAM[weight_bits]
-    out = [(k * n * bpp, 2.0 * t * k * n, shape.num_layers) for _, k, n in layer_matrices(shape, tp)]
+    out = [(matrix_bytes(name, k, n, weight_bits, tp), 2.0 * t * k * n, shape.num_layers)
+           for name, k, n in layer_matrices(shape, tp)]
     k, n = lm_head_matrix(shape, tp)
     return out + [(k * n * ACT_BYTES, 2.0 * t * k * n, 1)]
 

@@ -116,6 +116,37 @@ def test_triton_backend_is_lossless():
     assert run(cfg, prompts=PROMPTS[:2], eos=eos)["outputs"] == expected[:2]
 
 
+def test_an_fp8_draft_is_lossless_and_refused_where_its_kernels_are_off(monkeypatch):
+    """model.draft.weight_bits=8: the draft's decode steps stream fp8 weights (Triton's interpreter on CPU); its
+    proposals change, the output stays the target's. The runtime refuses 8 bits without the skinny Triton kernels and
+    4 bits anywhere (simulator only), naming the field."""
+    pytest.importorskip("kernels")
+    from runtime.engine import check_runtime_support
+
+    calls: list[int] = []
+    fuse = Transformer.use_fused_kernels
+
+    def spy(self, *args, **kwargs):
+        out = fuse(self, *args, **kwargs)
+        calls.append(sum(layer.mlp.w13_q8 is not None for layer in self.layers))
+        return out
+
+    monkeypatch.setattr(Transformer, "use_fused_kernels", spy)
+    expected, eos = reference_outputs("tiny-llama")
+    cfg = make_cfg("serial_tree", backend="triton", skinny=True, rope_attention=True, bs=6, w=3, topk=3)
+    fp8 = dataclasses.replace(cfg, model=dataclasses.replace(
+        cfg.model, draft=dataclasses.replace(cfg.model.draft, weight_bits=8)))
+    assert run(fp8, prompts=PROMPTS[:1], eos=eos)["outputs"] == expected[:1]
+    assert calls == [0, MODEL_PRESETS["tiny-llama-draft"].num_layers]  # target: none; draft: every layer's copies
+    with pytest.raises(ValueError, match=r"model\.draft\.weight_bits=8: .*needs kernels.backend=triton and "
+                                         r"kernels.skinny=true .*got backend='reference', skinny=False"):
+        check_runtime_support(dataclasses.replace(fp8, kernels=make_cfg("serial_tree").kernels))
+    four = dataclasses.replace(cfg, model=dataclasses.replace(
+        cfg.model, target=dataclasses.replace(cfg.model.target, weight_bits=4)))
+    with pytest.raises(ValueError, match=r"model\.target\.weight_bits=4: simulator only; the runtime runs 16 or 8"):
+        check_runtime_support(four)
+
+
 def test_target_qkv_rope_is_lossless_and_on_the_target_only(monkeypatch):
     """kernels.target_qkv_rope: the target's QKV GEMM does RoPE + the KV write (kernels.qkv_rope), the draft keeps the
     fused RoPE attention; the outputs stay the reference's (Triton's interpreter on CPU)."""

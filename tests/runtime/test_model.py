@@ -371,9 +371,62 @@ def test_role_kernels_give_the_fused_qkv_rope_gemm_to_an_unbiased_target_only():
     llama, qwen = MODEL_PRESETS["tiny-llama"], MODEL_PRESETS["tiny-qwen2"]
     assert qwen.qkv_bias and not llama.qkv_bias
     on = dict(skinny=True, rope_attention=True, target_qkv_rope=True)
-    assert role_kernels(llama, **on, target=True) == {"skinny": True, "qkv_rope": True, "rope_attention": False}
-    keep = {"skinny": True, "qkv_rope": False, "rope_attention": True}
+    assert role_kernels(llama, **on, target=True) == {"skinny": True, "qkv_rope": True, "rope_attention": False,
+                                                      "weight_bits": 16}
+    keep = {"skinny": True, "qkv_rope": False, "rope_attention": True, "weight_bits": 16}
     assert role_kernels(llama, **on, target=False) == keep
     assert role_kernels(qwen, **on, target=True) == keep
     assert role_kernels(llama, **{**on, "target_qkv_rope": False}, target=True) == keep
     assert role_kernels(llama, **{**on, "skinny": False}, target=True) == {**keep, "skinny": False}
+    # fp8 weights: the fused QKV + RoPE GEMM has no fp8 path, so an fp8 target keeps the fused RoPE attention
+    assert role_kernels(llama, **on, target=True, weight_bits=8) == {**keep, "weight_bits": 8}
+
+
+@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-qwen2"])
+def test_fp8_weights_compute_the_dequantized_models_decode_steps(preset):
+    """use_fused_kernels(skinny=True, weight_bits=8): every step of <= 64 rows streams the fp8 copies (one scale per
+    output row) of QKV (not Qwen2's biased one), o, gate / up and down, so its logits and cache equal those of the same
+    model with those weights replaced by their dequantized values (16 bits), and differ from the unquantized model's;
+    the LM head and embedding stay. Back at 16 bits the copies are dropped."""
+    pytest.importorskip("kernels")
+    from runtime.model import Fp8Weight
+
+    shape = MODEL_PRESETS[preset]
+    fp8, plain, deq = (build_model(shape, torch.float32, "cpu", seed=9) for _ in range(3))
+    fp8.use_fused_kernels(skinny=True, weight_bits=8)
+    plain.use_fused_kernels(skinny=True)
+    deq.use_fused_kernels(skinny=True)
+    for lq, ld in zip(fp8.layers, deq.layers):
+        for copy, linear in ((lq.attn.wqkv_q8, ld.attn.wqkv), (lq.attn.wo_q8, ld.attn.wo), (lq.mlp.w13_q8, ld.mlp.w13),
+                             (lq.mlp.w2_q8, ld.mlp.w2)):
+            if linear is ld.attn.wqkv and shape.qkv_bias:
+                assert copy is None  # a biased QKV stays on torch at 16 bits
+                continue
+            assert isinstance(copy, Fp8Weight) and copy.q.dtype == torch.float8_e4m3fn
+            linear.weight.data.copy_(copy.q.float() * copy.scale[:, None])
+    attn = make_attention_backend("triton")
+    ids = torch.randint(0, shape.vocab_size, (30,), generator=torch.Generator().manual_seed(2))
+    mask = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 1]], dtype=torch.bool)
+    steps = [(ids[:24], AttnMeta.causal(0, 24)),
+             (ids[24:27], AttnMeta.tree(24, 3, torch.arange(24, 27), torch.tensor([24, 25, 25]), mask)),
+             (ids[27:28], AttnMeta.causal(25, 1))]
+    caches = [new_cache(m, 40) for m in (fp8, plain, deq)]
+    for tokens, meta in steps:
+        q8, full, want = (m(tokens, meta, c, attn) for m, c in zip((fp8, plain, deq), caches))
+        assert (q8 - want).abs().max().item() <= 2e-5, f"{preset}: fp8 step of {len(tokens)} rows"
+        assert (q8 - full).abs().max().item() > 1e-3  # the fp8 weights were used: not the unquantized model
+    k8, _ = caches[0].layer(1)
+    kd, _ = caches[2].layer(1)
+    assert torch.allclose(k8[:26], kd[:26], atol=1e-5)
+    fp8.use_fused_kernels(skinny=True)
+    assert fp8.weight_bits == 16 and all(layer.attn.wo_q8 is None and layer.mlp.w13_q8 is None for layer in fp8.layers)
+
+
+def test_fp8_weights_need_the_skinny_kernels_and_refuse_other_widths():
+    plain = build_model(MODEL_PRESETS["tiny-llama"], torch.float32, "cpu", seed=6)
+    with pytest.raises(ValueError, match="weight_bits=8 needs skinny"):
+        plain.use_fused_kernels(weight_bits=8)
+    with pytest.raises(ValueError, match=r"weight_bits must be one of \(16, 8\) \(4: simulator only\), got 4"):
+        plain.use_fused_kernels(skinny=True, weight_bits=4)
+    with pytest.raises(ValueError, match="the fused QKV \\+ RoPE GEMM has no fp8 path"):
+        plain.use_fused_kernels(skinny=True, qkv_rope=True, weight_bits=8)

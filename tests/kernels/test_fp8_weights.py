@@ -1,0 +1,87 @@
+"""FP8 weights (`weight_bits=8`): quantize_rows_fp8, and skinny_linear / its partials / swiglu with float8 e4m3 weights
+and per-row scales against float32 references on the dequantized weights (Triton interpreter on CPU: the fp8 tiles are
+upcast to float32 after the load there, so the arithmetic checked is the kernels' scaling, not the H200's converts)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels import skinny_linear, skinny_linear_partials, swiglu
+from kernels.reference import skinny_linear_ref, swiglu_ref
+from kernels.skinny_linear import FP8, FP8_MAX, quantize_rows_fp8
+from tests.kernels.tolerances import assert_close, poisoned
+
+
+def _weights(n, k, seed, rows_scale=None):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(n, k, generator=g) / k**0.5
+    if rows_scale is not None:  # rows of very different magnitudes: one scale per row must follow them
+        w = w * torch.logspace(-3, 1, n)[:, None]
+    return w
+
+
+def _dequant(q, scale):
+    return q.float() * scale[:, None]
+
+
+def test_quantize_rows_fp8_keeps_each_rows_range_and_rounding():
+    w = _weights(64, 96, seed=0, rows_scale=True)
+    w[5] = 0.0  # an all-zero row: scale 1, zeros
+    q, scale = quantize_rows_fp8(w)
+    assert q.dtype == FP8 and scale.dtype == torch.float32 and q.shape == w.shape and scale.shape == (64,)
+    assert scale[5] == 1.0 and torch.all(q[5].float() == 0)
+    amax = q.float().abs().amax(dim=1)
+    assert torch.all(amax[torch.arange(64) != 5] == FP8_MAX)  # each row's largest magnitude maps to e4m3's max
+    rel = (_dequant(q, scale) - w).abs() / w.abs().amax(dim=1, keepdim=True).clamp_min(1e-30)
+    assert rel.max() <= 2.0**-4  # e4m3: 3 mantissa bits, half an ulp of the row's top binade at most
+    err = (_dequant(q, scale) - w).abs().max() / w.abs().max()
+    assert err > 0  # fp8 is lossy: the check above is not vacuous
+
+
+def test_quantize_rows_fp8_rejects_non_matrices():
+    with pytest.raises(ValueError, match="2-D floating-point"):
+        quantize_rows_fp8(torch.zeros(4, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("m", [1, 5])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("n,k,bn,bk,sk", [(96, 256, 64, 128, 1), (96, 200, 32, 64, 2), (80, 200, 64, 64, 3)],
+                         ids=["even", "ragged_split2", "ragged_split3"])
+def test_skinny_linear_fp8_matches_the_dequantized_product(n, k, bn, bk, sk, dtype, m):
+    w = _weights(n, k, seed=n + k + sk, rows_scale=True)
+    q, scale = quantize_rows_fp8(w)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(dtype)
+    out = poisoned((m, n), dtype)
+    res = skinny_linear(x, q, w_scale=scale, out=out, block_n=bn, block_k=bk, split_k=sk)
+    assert res is out
+    assert_close(out, skinny_linear_ref(x.float(), _dequant(q, scale)), dtype, f"M={m} N={n} K={k} split {sk}")
+    parts = skinny_linear_partials(x, q, sk, w_scale=scale, block_n=bn, block_k=bk)
+    assert_close(parts.sum(0), skinny_linear_ref(x.float(), _dequant(q, scale)), torch.float32, "sum of partials")
+
+
+@pytest.mark.parametrize("m,k,i", [(1, 96, 80), (5, 130, 200)], ids=["M1_K96_I80", "M5_K130_I200"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+def test_swiglu_fp8_matches_the_dequantized_reference(m, k, i, dtype):
+    qg, sg = quantize_rows_fp8(_weights(i, k, seed=1, rows_scale=True))
+    qu, su = quantize_rows_fp8(_weights(i, k, seed=2))
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(3)).to(dtype)
+    out = poisoned((m, i), dtype)
+    res = swiglu(x, qg, qu, out=out, block_k=32, scale_gate=sg, scale_up=su)
+    assert res is out
+    assert_close(out, swiglu_ref(x.float(), _dequant(qg, sg), _dequant(qu, su)), dtype, f"M,K,I={m, k, i}")
+
+
+def test_fp8_weights_without_their_scales_are_refused():
+    q, scale = quantize_rows_fp8(_weights(32, 64, seed=0))
+    x = torch.randn(1, 64)
+    with pytest.raises(ValueError, match=r"fp8 weights need w_scale, a contiguous float32 \[32\]"):
+        skinny_linear(x, q)
+    with pytest.raises(ValueError, match=r"fp8 weights need w_scale.*got torch.float64 \[32\]"):
+        skinny_linear(x, q, w_scale=scale.double())
+    with pytest.raises(ValueError, match="with w_scale, w must be torch.float8_e4m3fn"):
+        skinny_linear_partials(x, q.float(), 1, w_scale=scale)
+    with pytest.raises(ValueError, match="swiglu: fp8 weights need both scales: w_up"):
+        swiglu(x, q, q, scale_gate=scale)
+    with pytest.raises(ValueError, match="swiglu: fp8 weights need both scales: w_gate"):
+        swiglu(x, q, q)
