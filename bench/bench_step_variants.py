@@ -219,6 +219,13 @@ PATCHES: dict[str, tuple[str, object]] = {
     "norm_tiny16": ("norm_early_rows_tiny", 16),
     # the norms of the o / down partials in the prologue of the next SwiGLU / QKV GEMM (runtime.model.NORM_PROLOGUE)
     "norm_prologue": ("norm_prologue", True),
+    # weight_bits=8: the layers' projections streamed as fp8 copies (runtime.model; needs a skinny variant); with it,
+    # the fp8 tiles of the skinny GEMMs at twice the K step (the same bytes per stage as the bf16 tiles) or split 2
+    "w8": ("weight_bits", 8),
+    "w8_k512": ("skinny", {(3072, 2048, 16): _skinny_tile(32, block_k=512),
+                           (2048, 2048, 16): _skinny_tile(16, split_k=2, block_k=512),
+                           (2048, 8192, 16): _skinny_tile(32, split_k=4, block_k=256)}),
+    "w8_swiglu_k256": ("swiglu_k", 256),
 }
 """Tile / placement experiments appended to a variant as `variant+patch+...`: they set the module-level tile
 choices while that variant's graphs are captured (what a capture records is what its replays run)."""
@@ -267,7 +274,7 @@ def patched(names: list[str]):
                         skinny_linear.CONFIGS[key] = tile
             elif kind in KNOBS:
                 setattr(*KNOBS[kind], value)
-            else:
+            elif kind != "weight_bits":  # that one is a use_fused_kernels argument (run_preset)
                 raise ValueError(f"PATCHES[{name!r}]: unknown kind {kind!r}; expected skinny or one of {sorted(KNOBS)}")
         yield
     finally:
@@ -275,6 +282,11 @@ def patched(names: list[str]):
         skinny_linear.CONFIGS.update(configs)
         for kind, (module, attr) in KNOBS.items():
             setattr(module, attr, saved[kind])
+
+
+def weight_bits_of(patches: list[str]) -> int:
+    """8 when a patch asks for fp8 weights (kind weight_bits), else 16."""
+    return 8 if any(PATCHES[name][0] == "weight_bits" for name in patches) else 16
 
 
 def _variant_config(spec: str) -> dict:
@@ -319,6 +331,7 @@ def run_preset(preset: str, cases: list[tuple[int, int]], ctx: int, cap: int, va
     attn = make_attention_backend("triton")
     attn.rope_max_tokens = ROPE_MAX_TOKENS  # *_ropeattn fuse at every row count (the runtime: single-token steps)
     graphs: dict[tuple[int, str], StepGraph] = {}
+    copies: dict[tuple[int, str], list] = {}
     failed: dict[tuple[int, str], str] = {}
     with torch.no_grad():
         for rows, tree_len in cases:
@@ -328,9 +341,13 @@ def run_preset(preset: str, cases: list[tuple[int, int]], ctx: int, cap: int, va
                 try:  # an experiment that does not build or capture is reported, not fatal to the others
                     with pdl(policy is not None, **(policy or {})), patched(patches):
                         model.use_fused_kernels(True, skinny=skinny, qkv_rope=base in QKV_ROPE_VARIANTS,
-                                                rope_attention=base in ROPE_ATTENTION_VARIANTS | RUNTIME_VARIANTS)
+                                                rope_attention=base in ROPE_ATTENTION_VARIANTS | RUNTIME_VARIANTS,
+                                                weight_bits=weight_bits_of(patches))
                         graphs[rows, name] = StepGraph(model, cache, attn_runtime if base in RUNTIME_VARIANTS
                                                        else attn, rows, tree_len)
+                        # the graph reads the fp8 copies: keep them alive after the next variant drops them
+                        copies[rows, name] = [(layer.attn.wqkv_q8, layer.attn.wo_q8, layer.mlp.w13_q8,
+                                               layer.mlp.w2_q8) for layer in model.layers]
                 except Exception as exc:  # noqa: BLE001 (recorded with its type and message)
                     failed[rows, name] = f"{type(exc).__name__}: {exc}"[:500]
                     print(f"{preset} rows {rows} {name}: FAILED {failed[rows, name][:200]}", flush=True)
@@ -367,12 +384,15 @@ def run_preset(preset: str, cases: list[tuple[int, int]], ctx: int, cap: int, va
         floor = byte_floor_s(model, ctx, rows)
         base = logits[ran[0]]  # the first variant that ran (base, unless it failed)
         rec = {"preset": preset, "rows": rows, "tree_len": tree_len, "ctx": ctx, "cap": cap, "floor_s": floor,
+               "floor_w8_s": byte_floor_s(model, ctx, rows, weight_bits=8),
                "logits_vs": ran[0], "variants": {},
                "failed": {n: failed[rows, n] for n in variants if (rows, n) in failed}}
         for name in ran:
             med = statistics.median(times[name])
             rec["variants"][name] = {
                 "replay_s": med, "over_floor": med / floor, "replay_s_all": times[name],
+                "weight_bits": weight_bits_of(parse_variant(name)[1]),
+                "over_own_floor": med / (rec["floor_w8_s"] if weight_bits_of(parse_variant(name)[1]) == 8 else floor),
                 "max_abs_diff_vs_base": (logits[name] - base).abs().max().item(),
                 "argmax_agree_vs_base": (logits[name].argmax(-1) == base.argmax(-1)).float().mean().item(),
             }
@@ -384,7 +404,7 @@ def run_preset(preset: str, cases: list[tuple[int, int]], ctx: int, cap: int, va
         records.append(rec)
         print(f"{preset} rows {rows}: " + ", ".join(f"{v} {rec['variants'][v]['replay_s'] * 1e3:.3f} ms"
                                                    for v in ran), flush=True)
-    del graphs, model, cache
+    del graphs, copies, model, cache
     torch.cuda.empty_cache()
     return records
 

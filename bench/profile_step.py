@@ -50,9 +50,18 @@ HBM_BYTES_PER_S = 4.29e12
 """H200 HBM3e bandwidth, the byte floor's denominator (docs/BENCHMARKS.md)."""
 
 
-def byte_floor_s(model: torch.nn.Module, ctx: int, rows: int, hbm: float = HBM_BYTES_PER_S) -> float:
-    """(every weight byte once + the K/V bytes of ctx + rows tokens) / HBM bandwidth: one forward's floor."""
+def byte_floor_s(model: torch.nn.Module, ctx: int, rows: int, hbm: float = HBM_BYTES_PER_S,
+                 weight_bits: int = 16) -> float:
+    """(every weight byte once + the K/V bytes of ctx + rows tokens) / HBM bandwidth: one forward's floor.
+    `weight_bits=8`: the layers' projections as the runtime's fp8 copies stream them (1 B per weight + a float32 scale
+    per output row; a biased QKV stays at its dtype), the rest at its dtype."""
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    if weight_bits == 8:
+        for layer in model.layers:
+            for lin in (layer.attn.wo, layer.mlp.w13, layer.mlp.w2) + (() if layer.attn.wqkv.bias is not None
+                                                                       else (layer.attn.wqkv,)):
+                w = lin.weight
+                weights -= w.numel() * w.element_size() - (w.numel() + 4 * w.shape[0])
     layers, heads, head_dim = model.cache_spec()
     kv = 2 * layers * heads * head_dim * model.norm.weight.element_size() * (ctx + rows)
     return (weights + kv) / hbm

@@ -83,8 +83,30 @@ def test_patches_parse_apply_and_restore():
     assert state() == before
     assert skinny.pick_config(8, 4096, 4096)["split_k"] == 2
     assert skinny.pick_config(32, 2048, 8192)["split_k"] == 4
-    assert {kind for kind, _ in PATCHES.values()} <= {"skinny", *KNOBS}
+    assert {kind for kind, _ in PATCHES.values()} <= {"skinny", "weight_bits", *KNOBS}
     assert set(PATCHES) >= {"qkv_n32", "o_n16", "o_s1", "down_n32", "dqkv_n16", "do_s2"}
+    from bench.bench_step_variants import weight_bits_of
+
+    with patched(["w8"]):  # a use_fused_kernels argument, not a module value
+        assert state() == before
+    assert weight_bits_of(parse_variant("runtime+w8+w8_k512")[1]) == 8 and weight_bits_of(["o_s1"]) == 16
+
+
+def test_the_fp8_floor_streams_the_projections_at_one_byte():
+    """byte_floor_s(weight_bits=8): the layer projections at 1 B per weight + a float32 scale per row, the rest (norms,
+    the tied embedding / LM head) and the K/V as at 16 bits."""
+    import torch
+
+    from bench.profile_step import HBM_BYTES_PER_S, byte_floor_s
+    from conf.presets import model_preset
+    from runtime.loader import build_model
+
+    model = build_model(model_preset("tiny-llama"), torch.bfloat16, "cpu", seed=0)
+    proj = [lin.weight for layer in model.layers
+            for lin in (layer.attn.wqkv, layer.attn.wo, layer.mlp.w13, layer.mlp.w2)]
+    saved = sum(w.numel() - 4 * w.shape[0] for w in proj)  # 2 B -> 1 B + 4 B per row
+    gap = (byte_floor_s(model, 100, 1) - byte_floor_s(model, 100, 1, weight_bits=8)) * HBM_BYTES_PER_S
+    assert gap == pytest.approx(saved, rel=1e-9) and saved > 0
 
 
 @pytest.mark.parametrize("preset", ["llama3-8b", "llama3.2-1b"])

@@ -332,6 +332,23 @@ def test_many_row_expansions_lossless_with_graphs(mode):
                                     **split_of(mode)))
 
 
+@pytest.mark.parametrize("mode", ["chain", "serial_tree",
+                                  pytest.param("async_tree", marks=[pytest.mark.multi_gpu, TWO_GPUS])])
+def test_modes_lossless_with_an_fp8_draft(mode):
+    """model.draft.weight_bits=8: the draft's captured steps stream fp8 copies of its projections (the H200's fp8 ->
+    bf16 converts in the skinny GEMMs and the SwiGLU); self-speculation with the fp8 target as draft (near-hits) and a
+    small random draft (misses, refills, pending rows)."""
+    import dataclasses
+
+    for draft, seed in (("tiny-llama", 1), ("tiny-llama-draft", 2)):
+        cfg = cfg_for(mode, "tiny-llama", draft, "bfloat16", draft_seed=seed, **split_of(mode))
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(
+            cfg.model, draft=dataclasses.replace(cfg.model.draft, weight_bits=8)))
+        res = assert_lossless(cfg)
+        if draft == "tiny-llama":  # the fp8 copy of the target still proposes what the target accepts
+            assert res["metrics"]["mean_accept_len"] > 2.0
+
+
 @pytest.mark.parametrize("mode", ["autoregressive", "serial_tree"])
 def test_target_qkv_rope_lossless_at_the_real_pairs_shapes(mode):
     """kernels.target_qkv_rope at SmolLM2-135M's shapes (head dim 64, 9 query / 3 KV heads: two programs per head of

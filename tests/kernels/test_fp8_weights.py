@@ -85,3 +85,23 @@ def test_fp8_weights_without_their_scales_are_refused():
         swiglu(x, q, q, scale_gate=scale)
     with pytest.raises(ValueError, match="swiglu: fp8 weights need both scales: w_gate"):
         swiglu(x, q, q)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("n,k,i", [(3072, 2048, 8192)], ids=["llama3.2_1b"])
+@pytest.mark.parametrize("m", [1, 8])
+def test_gpu_fp8_projections_at_the_1b_shapes(n, k, i, m):
+    """bf16 activations with fp8 weights on the GPU (the hardware's fp8 -> bf16 converts, the tuned bf16 tiles): the
+    1B's QKV, o partials and SwiGLU against float32 products with the dequantized weights."""
+    dev = "cuda"
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(dev, torch.bfloat16)
+    q, s = (t.to(dev) for t in quantize_rows_fp8(_weights(n, k, seed=4)))
+    assert_close(skinny_linear(x, q, w_scale=s), skinny_linear_ref(x.float(), _dequant(q, s)), torch.bfloat16, "qkv")
+    qo, so = (t.to(dev) for t in quantize_rows_fp8(_weights(k, k, seed=5)))
+    parts = skinny_linear_partials(x, qo, w_scale=so)
+    assert_close(parts.sum(0), skinny_linear_ref(x.float(), _dequant(qo, so)), torch.float32, "o partials")
+    qg, sg = (t.to(dev) for t in quantize_rows_fp8(_weights(i, k, seed=6)))
+    qu, su = (t.to(dev) for t in quantize_rows_fp8(_weights(i, k, seed=7)))
+    assert_close(swiglu(x, qg, qu, scale_gate=sg, scale_up=su),
+                 swiglu_ref(x.float(), _dequant(qg, sg), _dequant(qu, su)), torch.bfloat16, "swiglu")
