@@ -26,7 +26,8 @@ steps only); the target runs qkvrope_pre_early (`kernels.target_qkv_rope`).
 BLOCK_K, attention keys per split or register budget), set while that variant's graphs are captured (2026-11-30:
 docs/BENCHMARKS_RUNTIME.md, eighth session). `--profile-kernels N` also profiles N replays per variant and charges
 each kernel its exposed time (bench/graph_profile.py).
-Random bf16 weights (never zeros). Plain argparse: runs on the GPU machine without Hydra.
+Random bf16 weights (never zeros; `--dtype float16` for fp16 models). Plain argparse: runs on the GPU machine without
+Hydra.
 """
 
 from __future__ import annotations
@@ -320,11 +321,11 @@ def tree_inputs(rows: int, ctx: int, vocab: int, gen: torch.Generator) -> tuple:
 
 
 def run_preset(preset: str, cases: list[tuple[int, int]], ctx: int, cap: int, variants: list[str], rounds: int,
-               inner: int, profile_reps: int = 0) -> list[dict]:
+               inner: int, profile_reps: int = 0, dtype: str = "bfloat16") -> list[dict]:
     """Capture and time each (rows, tree_len) case of one model under every variant; one record per case.
     `profile_reps` > 0: also profile that many replays per variant (bench/graph_profile.py: exposed time per kernel)."""
     device = torch.device("cuda")
-    model = build_model(model_preset(preset), "bfloat16", device, seed=0)
+    model = build_model(model_preset(preset), dtype, device, seed=0)
     layers, heads, head_dim = model.cache_spec()
     cache = KVCache(layers, cap, heads, head_dim, model.dtype, device)
     attn_runtime = make_attention_backend("triton")  # fused RoPE attention on single-token steps, as kernels=graphs
@@ -442,6 +443,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--inner", type=int, default=10)
     p.add_argument("--profile-kernels", type=int, default=0, metavar="REPS",
                    help="also profile REPS replays per variant: exposed time per kernel (bench/graph_profile.py)")
+    p.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16",
+                   help="weights and activations (w8 variants: the layers' projections fp8, the rest this)")
     p.add_argument("--out", type=Path, default=None)
     a = p.parse_args(argv)
     if a.profile_kernels < 0:
@@ -471,11 +474,12 @@ def main(argv: list[str] | None = None) -> dict:
     if not torch.cuda.is_available():
         raise SystemExit("bench_step_variants: needs a CUDA GPU (the steps are CUDA graphs)")
     results = [rec for preset, pcs in cases.items()
-               for rec in run_preset(preset, pcs, a.ctx, a.cap, variants, a.rounds, a.inner, a.profile_kernels)]
+               for rec in run_preset(preset, pcs, a.ctx, a.cap, variants, a.rounds, a.inner, a.profile_kernels,
+                                     a.dtype)]
     record = {"benchmark": "step_variants", "git_sha": git_sha(), "device": torch.cuda.get_device_name(),
               "date": datetime.date.today().isoformat(), "torch": torch.__version__,
               "triton": __import__("triton").__version__,
-              "config": {"ctx": a.ctx, "cap": a.cap, "rounds": a.rounds, "inner": a.inner,
+              "config": {"ctx": a.ctx, "cap": a.cap, "rounds": a.rounds, "inner": a.inner, "dtype": a.dtype,
                          "profile_kernels": a.profile_kernels,
                          "variants": {v: _variant_config(v) for v in variants},
                          "cases": a.cases},

@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 
 from kernels.pdl import pdl_options, pdl_start
+from kernels.skinny_linear import fp8_to
 
 BLOCK_I = 64
 """Intermediate columns per program (the default tile; `block_i` overrides it per call): 224 programs for the 8B's
@@ -54,13 +55,13 @@ def _swiglu_kernel(
         x = tl.load(X + rm[:, None] * stride_xm + kk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
         wg = tl.load(Wg + ri[None, :] * stride_wgi + kk[:, None], mask=i_ok[None, :] & k_ok[:, None], other=0.0)
         wu = tl.load(Wu + ri[None, :] * stride_wui + kk[:, None], mask=i_ok[None, :] & k_ok[:, None], other=0.0)
+        if HAS_SCALE:  # fp8 weights: converted in registers to x's dtype (kernels.skinny_linear.fp8_to)
+            wg = fp8_to(wg, X.dtype.element_ty)
+            wu = fp8_to(wu, X.dtype.element_ty)
         if UPCAST:
             x = x.to(tl.float32)
             wg = wg.to(tl.float32)
             wu = wu.to(tl.float32)
-        elif HAS_SCALE:  # fp8 weights: converted in registers to x's dtype
-            wg = wg.to(X.dtype.element_ty)
-            wu = wu.to(X.dtype.element_ty)
         acc_g = tl.dot(x, wg, acc_g, input_precision=DOT_PRECISION)
         acc_u = tl.dot(x, wu, acc_u, input_precision=DOT_PRECISION)
     if HAS_SCALE:  # each intermediate row's scale, on the float32 accumulators before the activation
