@@ -12,8 +12,9 @@ software pipeline over K. For M >= 128 a real GEMM (cuBLAS on a concatenated gat
 the paper sees the same loss at 70B (Table 8).
 
 FP8 weights (``weight_bits=8``, ``kernels.skinny_linear.quantize_rows_fp8``): w_gate / w_up float8 e4m3 with one
-float32 scale per intermediate row (``scale_gate`` / ``scale_up``); the tiles are converted to x's dtype after the
-load and each accumulator is scaled by its rows' scales before the activation. Half the weight bytes stream.
+float32 scale per intermediate row (``scale_gate`` / ``scale_up``); the tiles are converted after the load as in
+``kernels.skinny_linear.fp8_operands`` (the dots in fp16) and each accumulator is scaled by its rows' scales before
+the activation. Half the weight bytes stream.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import triton
 import triton.language as tl
 
 from kernels.pdl import pdl_options, pdl_start
-from kernels.skinny_linear import fp8_to
+from kernels.skinny_linear import fp8_operands
 
 BLOCK_I = 64
 """Intermediate columns per program (the default tile; `block_i` overrides it per call): 224 programs for the 8B's
@@ -55,9 +56,10 @@ def _swiglu_kernel(
         x = tl.load(X + rm[:, None] * stride_xm + kk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
         wg = tl.load(Wg + ri[None, :] * stride_wgi + kk[:, None], mask=i_ok[None, :] & k_ok[:, None], other=0.0)
         wu = tl.load(Wu + ri[None, :] * stride_wui + kk[:, None], mask=i_ok[None, :] & k_ok[:, None], other=0.0)
-        if HAS_SCALE:  # fp8 weights: converted in registers to x's dtype (kernels.skinny_linear.fp8_to)
-            wg = fp8_to(wg, X.dtype.element_ty)
-            wu = fp8_to(wu, X.dtype.element_ty)
+        if HAS_SCALE:  # fp8 weights: converted in registers, the dots in fp16 (kernels.skinny_linear.fp8_operands)
+            wg, xh = fp8_operands(wg, x)
+            wu, _ = fp8_operands(wu, x)  # the same x conversion (left to dead-code elimination)
+            x = xh
         if UPCAST:
             x = x.to(tl.float32)
             wg = wg.to(tl.float32)

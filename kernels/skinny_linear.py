@@ -7,10 +7,12 @@
 FP8 weights (``model.<role>.weight_bits=8``): ``q`` float8 e4m3 [N, K] with one float32 scale per output row; every
 program converts its weight tiles to x's dtype right after the load, accumulates as for bf16 weights and multiplies
 its columns by their scales before the store (each split-K partial too, so the partials still sum to the product).
-Half the weight bytes of bf16 stream; x stays in its dtype (weight-only quantization). For bf16 x the conversion is
-integer arithmetic (``fp8_as_bf16``): Triton's fp8 -> bf16 cast takes several converts per element on the H200, and
-with them the 1B step measured slower than with bf16 weights (1.011 against 0.971 ms at one row, 2026-12-02,
-bench/results/step_variants_2026-12-02_c9ac273_1b_w8.json): the converts, not the bytes, bound the GEMMs.
+Half the weight bytes of bf16 stream (weight-only quantization). ``fp8_operands``: the dot runs in fp16, the weight
+tile converted by the H200's one-instruction fp8 -> fp16 convert (two weights per instruction) and a bf16 x tile
+converted to fp16 (clamped to its range: exact for |x| in [2^-14, 65504]). Converting the weights to bf16 instead
+bounds the GEMMs by the converts, not the bytes (H200, 2026-12-02, 1B one-row step: bf16 weights 0.971 / 0.967 ms,
+fp8 through Triton's bf16 cast 1.011, through an integer re-bias of the codes 1.045; an fp16 model with fp8 weights
+0.832 against 0.967; bench/results/step_variants_2026-12-02_{c9ac273,31a4f58}_1b_w8*.json).
 
 Program (b, s) computes output columns [b*BLOCK_N, (b+1)*BLOCK_N) over K chunk s with one [BLOCK_M, BLOCK_N]
 float32 accumulator (BLOCK_M = next_pow2(M), at least 16 for tl.dot), so every weight byte is read exactly
@@ -97,18 +99,12 @@ FP8_MAX = 448.0
 """The largest finite float8 e4m3fn value: a row's largest magnitude maps to it."""
 
 
-FP8_MIN_NORMAL = 2.0**-6
-"""The smallest normal e4m3 magnitude: codes are never smaller (``quantize_rows_fp8``), so ``fp8_as_bf16`` is exact."""
-
-
 def quantize_rows_fp8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(q, scale): w [N, K] as float8 e4m3fn with one float32 scale per row, w ~ q.float() * scale[:, None].
 
     scale = max |w[n]| / 448, so each row's largest magnitude is representable exactly up to e4m3's 3-bit mantissa
-    (relative rounding error <= 2^-4 per element). Codes below the smallest normal (2^-6, zeros included) become
-    +-2^-6 (an error <= 2^-6 * scale, 1/28,672 of the row's largest magnitude), so every code is a normal number and
-    the kernels' integer conversion to bf16 is exact. An all-zero row gets scale 0. Computed in float32, on w's
-    device.
+    (relative rounding error <= 2^-4 per element of a row's top binade). An all-zero row gets scale 0. Computed in
+    float32, on w's device.
     """
     if w.dim() != 2 or not w.dtype.is_floating_point:
         raise ValueError(f"quantize_rows_fp8: w must be a 2-D floating-point [N, K] tensor, got {w.dtype} "
@@ -116,27 +112,23 @@ def quantize_rows_fp8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     wf = w.detach().float()
     amax = wf.abs().amax(dim=1)
     scale = amax / FP8_MAX
-    q = (wf / torch.where(amax > 0, scale, 1.0)[:, None]).clamp_(-FP8_MAX, FP8_MAX)
-    tiny = q.abs() < FP8_MIN_NORMAL
-    q = torch.where(tiny, torch.where(q < 0, -FP8_MIN_NORMAL, FP8_MIN_NORMAL), q).to(FP8)
+    q = (wf / torch.where(amax > 0, scale, 1.0)[:, None]).clamp_(-FP8_MAX, FP8_MAX).to(FP8)
     return q.contiguous(), scale.contiguous()
 
 
-@triton.jit
-def fp8_as_bf16(w):
-    """e4m3 codes -> bf16 with integer operations (no converts): s eeee mmm -> s (e + 120) m000, exact for normal
-    codes (every code ``quantize_rows_fp8`` makes): 2^(e - 7) (1 + m / 8) = 2^(e + 120 - 127) (1 + 16 m / 128)."""
-    b = w.to(tl.uint8, bitcast=True).to(tl.uint16)
-    return (((b & 0x80) << 8) | (((b & 0x7F) << 4) + 0x3C00)).to(tl.bfloat16, bitcast=True)
+FP16_MAX = 65504.0
 
 
 @triton.jit
-def fp8_to(w, dtype: tl.constexpr):
-    """fp8 weight tile -> `dtype`: the integer path for bf16, Triton's cast otherwise."""
-    if dtype == tl.bfloat16:
-        return fp8_as_bf16(w)
+def fp8_operands(w, x):
+    """(w, x) for tl.dot with an fp8 weight tile: float32 x keeps float32; otherwise both fp16 (module docstring)."""
+    if x.dtype == tl.float32:
+        return w.to(tl.float32), x
+    elif x.dtype == tl.float16:
+        return w.to(tl.float16), x
     else:
-        return w.to(dtype)
+        xf = tl.minimum(tl.maximum(x.to(tl.float32), -FP16_MAX), FP16_MAX)
+        return w.to(tl.float16), xf.to(tl.float16)
 
 
 @triton.jit
@@ -174,8 +166,8 @@ def _skinny_kernel(
             k_ok = (k0 + rk) < k_hi
             x = tl.load(x_ptrs, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
             w = tl.load(w_ptrs, mask=n_ok[None, :] & k_ok[:, None], other=0.0)
-        if HAS_SCALE:  # fp8 weights: converted in registers to x's dtype
-            w = fp8_to(w, X.dtype.element_ty)
+        if HAS_SCALE:  # fp8 weights: converted in registers, the dot in fp16
+            w, x = fp8_operands(w, x)
         if UPCAST:
             x = x.to(tl.float32)
             w = w.to(tl.float32)

@@ -1,6 +1,7 @@
 """FP8 weights (`weight_bits=8`): quantize_rows_fp8, and skinny_linear / its partials / swiglu with float8 e4m3 weights
-and per-row scales against float32 references on the dequantized weights (Triton interpreter on CPU: the fp8 tiles are
-upcast to float32 after the load there, so the arithmetic checked is the kernels' scaling, not the H200's converts)."""
+and per-row scales against float32 references on the dequantized weights (Triton interpreter on CPU: the tiles are
+upcast to float32 after the conversion there, so the arithmetic checked is the kernels' scaling; the GPU test checks
+the H200's fp16 dots)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 
 from kernels import skinny_linear, skinny_linear_partials, swiglu
 from kernels.reference import skinny_linear_ref, swiglu_ref
-from kernels.skinny_linear import FP8, FP8_MAX, FP8_MIN_NORMAL, fp8_as_bf16, quantize_rows_fp8
+from kernels.skinny_linear import FP8, FP8_MAX, quantize_rows_fp8
 from tests.kernels.tolerances import assert_close, poisoned
 
 
@@ -28,39 +29,15 @@ def _dequant(q, scale):
 def test_quantize_rows_fp8_keeps_each_rows_range_and_rounding():
     w = _weights(64, 96, seed=0, rows_scale=True)
     w[5] = 0.0  # an all-zero row: scale 0
-    w[6, :10] = 0.0  # zeros in a row: the smallest normal code, +2^-6
     q, scale = quantize_rows_fp8(w)
     assert q.dtype == FP8 and scale.dtype == torch.float32 and q.shape == w.shape and scale.shape == (64,)
     assert scale[5] == 0.0 and torch.all(_dequant(q, scale)[5] == 0)
-    assert torch.all(q[6, :10].float() == FP8_MIN_NORMAL)
-    assert q.float().abs().min() == FP8_MIN_NORMAL  # every code normal: the kernels' bf16 conversion is exact
     amax = q.float().abs().amax(dim=1)
     assert torch.all(amax[torch.arange(64) != 5] == FP8_MAX)  # each row's largest magnitude maps to e4m3's max
     rel = (_dequant(q, scale) - w).abs() / w.abs().amax(dim=1, keepdim=True).clamp_min(1e-30)
     assert rel.max() <= 2.0**-4  # e4m3: 3 mantissa bits, half an ulp of the row's top binade at most
     err = (_dequant(q, scale) - w).abs().max() / w.abs().max()
     assert err > 0  # fp8 is lossy: the check above is not vacuous
-
-
-def test_the_integer_bf16_conversion_is_exact_for_every_normal_code():
-    """fp8_as_bf16: all 238 finite normal e4m3 codes (15 exponents x 8 mantissas less NaN, both signs) become the
-    same value in bf16."""
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def convert(src, dst, n: tl.constexpr):
-        i = tl.arange(0, n)
-        tl.store(dst + i, fp8_as_bf16(tl.load(src + i)))
-
-    codes = torch.arange(256, dtype=torch.uint8).view(FP8)
-    normal = codes[(codes.float().abs() >= FP8_MIN_NORMAL) & torch.isfinite(codes.float())]
-    assert normal.numel() == 238
-    src = torch.zeros(256, dtype=torch.uint8).view(FP8)
-    src[:238] = normal
-    out = torch.zeros(256, dtype=torch.bfloat16)
-    convert[(1,)](src, out, 256)
-    assert torch.equal(out[:238].float(), normal.float())
 
 
 def test_quantize_rows_fp8_rejects_non_matrices():
