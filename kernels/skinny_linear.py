@@ -116,9 +116,6 @@ def quantize_rows_fp8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q.contiguous(), scale.contiguous()
 
 
-FP16_MAX = 65504.0
-
-
 @triton.jit
 def fp8_operands(w, x):
     """(w, x) for tl.dot with an fp8 weight tile: float32 x keeps float32; otherwise both fp16 (module docstring)."""
@@ -127,7 +124,7 @@ def fp8_operands(w, x):
     elif x.dtype == tl.float16:
         return w.to(tl.float16), x
     else:
-        xf = tl.minimum(tl.maximum(x.to(tl.float32), -FP16_MAX), FP16_MAX)
+        xf = tl.minimum(tl.maximum(x.to(tl.float32), -65504.0), 65504.0)  # fp16's largest finite magnitude
         return w.to(tl.float16), xf.to(tl.float16)
 
 
