@@ -70,6 +70,8 @@ def _swiglu_kernel(
         acc_g = acc_g * tl.load(Sg + ri, mask=i_ok, other=0.0)[None, :]
         acc_u = acc_u * tl.load(Su + ri, mask=i_ok, other=0.0)[None, :]
     h = acc_g / (1.0 + tl.exp(-acc_g)) * acc_u  # silu(g) * u in fp32
+    if Out.dtype.element_ty == tl.float16:  # an fp16 output (the next fp8 GEMM's input) saturates, never inf
+        h = tl.minimum(tl.maximum(h, -65504.0), 65504.0)
     out_ok = m_ok[:, None] & i_ok[None, :]
     tl.store(Out + rm[:, None] * stride_om + ri[None, :], h.to(Out.dtype.element_ty), mask=out_ok)
 

@@ -184,7 +184,8 @@ def add_rmsnorm_partials(
     x = sum of the S partials in split order (float32), rounded to residual.dtype (the projection output a
     GEMM would have stored); then exactly ``add_rmsnorm(x, residual, weight, eps)``: the results are bitwise
     equal to ``skinny_linear`` (split_k = S) followed by ``add_rmsnorm``, one launch instead of two.
-    Returns (normed, new_residual) in residual.dtype; ``out`` optionally gives those two [M, N] buffers.
+    Returns (normed, new_residual) in residual.dtype; ``out`` optionally gives those two [M, N] buffers (normed may
+    be float16: the input of fp8-weight GEMMs, ``kernels.skinny_linear.fp8_operands``).
     Bytes per row: S * N * 4 partials + 2 N reads + 2 N writes, still launch-bound at decode sizes.
     """
     if partials.dim() != 3 or partials.dtype != torch.float32:
@@ -202,10 +203,12 @@ def add_rmsnorm_partials(
         raise ValueError("add_rmsnorm_partials: partials, residual and weight need a contiguous last dim")
     if out is not None:
         normed, new_res = out
-        for name, t in (("out[0] (normed)", normed), ("out[1] (new_residual)", new_res)):
-            if t.shape != (m, n) or t.dtype != residual.dtype or t.stride(-1) != 1:
-                raise ValueError(f"add_rmsnorm_partials: {name} must be [{m}, {n}] {residual.dtype} with a "
-                                 f"contiguous last dim, got {tuple(t.shape)} {t.dtype}")
+        for name, t, dtypes in (("out[0] (normed)", normed, (residual.dtype, torch.float16)),
+                                ("out[1] (new_residual)", new_res, (residual.dtype,))):
+            if t.shape != (m, n) or t.dtype not in dtypes or t.stride(-1) != 1:
+                raise ValueError(f"add_rmsnorm_partials: {name} must be [{m}, {n}] "
+                                 f"{' or '.join(map(str, dict.fromkeys(dtypes)))} with a contiguous last dim, got "
+                                 f"{tuple(t.shape)} {t.dtype}")
     else:
         normed, new_res = torch.empty_like(residual), torch.empty_like(residual)
     if m == 0:

@@ -9,7 +9,9 @@ Weights of 8 bits (`model.<role>.weight_bits=8`, `Transformer.use_fused_kernels(
 (<= 64 rows, `kernels.skinny`) stream float8 e4m3 copies of the QKV (without a bias), o, gate / up and down weights,
 one float32 scale per output row (`kernels.skinny_linear.quantize_rows_fp8`, weight-only: activations stay in
 `dtype`). The embedding, the LM head, prefills (cuBLAS) and a TP shard's row-parallel o / down projections keep the
-`dtype` weights, which stay loaded beside the copies.
+`dtype` weights, which stay loaded beside the copies. In a bf16 model the norms before the QKV and SwiGLU GEMMs then
+write fp16 and the SwiGLU's output is fp16 (fp16 inputs: the fp8 GEMMs' dots run in fp16, and converting a bf16 input
+inside them costs more than the bytes saved); the residual stream, the attention and the LM head stay bf16.
 
 `forward(input_ids [T], meta, cache, attn) -> logits [T, vocab]` processes one request without a batch
 dimension: `meta` (runtime.attention.AttnMeta) gives positions, cache slots and the tree/causal mask, `cache`
@@ -124,6 +126,8 @@ def _skinny(x: torch.Tensor, weight: torch.Tensor, *, partials: bool = False,
     w, scale = (weight, None) if q8 is None else q8
     if partials:
         return skinny_linear_partials(x, w, w_scale=scale)
+    if out is None and x.dtype != weight.dtype:  # an fp8 GEMM's fp16 input (module docstring): out in the model's dtype
+        out = torch.empty(x.shape[0], w.shape[0], dtype=weight.dtype, device=x.device)
     return skinny_linear(x, w, out=out, pdl_role=pdl_role, w_scale=scale)
 
 
@@ -208,7 +212,7 @@ class Attention(nn.Module):
             role = self._qkv_role(t, attn)
             fuse_rope = role == "pre_attention"
             if qkv is None:
-                qkv = (self.wqkv(x) if not skinny or self.wqkv.bias is not None else
+                qkv = (self.wqkv(x.to(self.wqkv.weight.dtype)) if not skinny or self.wqkv.bias is not None else
                        _skinny(x, self.wqkv.weight, pdl_role=role, q8=self.wqkv_q8))
             if fuse_rope:
                 out = attn.rope_attend(qkv, rope, k_cache, v_cache, meta, self.scale, self.num_heads)
@@ -465,7 +469,17 @@ class Transformer(nn.Module):
         skinny = self.skinny and x.shape[0] <= SKINNY_MAX_ROWS
         prologue = skinny and NORM_PROLOGUE and self.weight_bits == 16  # the prologue kernels have no fp8 path
         pending = None  # NORM_PROLOGUE: the last down projection's partials, not yet added to `res` and normed
-        h, res = add_rmsnorm(x, None, self.layers[0].attn_norm.weight, eps)
+        fp16_in = (skinny and self.weight_bits == 8 and x.dtype == torch.bfloat16
+                   and not any(layer.attn._forward_hooks or layer.mlp._forward_hooks for layer in self.layers))
+
+        def normed_out(last: bool = False) -> tuple[torch.Tensor, torch.Tensor] | None:
+            """fp8 weights in a bf16 model: the norms before the fp8 QKV and SwiGLU GEMMs write fp16 (the residual
+            stays bf16); the final norm, before the bf16 LM head, does not."""
+            if not fp16_in or last:
+                return None
+            return torch.empty_like(x, dtype=torch.float16), torch.empty_like(x)
+
+        h, res = add_rmsnorm(x, None, self.layers[0].attn_norm.weight, eps, out=normed_out())
         for i, layer in enumerate(self.layers):
             k_cache, v_cache = cache.layer(i)
             nxt = self.layers[i + 1].attn_norm.weight if i + 1 < n else self.norm.weight
@@ -487,8 +501,9 @@ class Transformer(nn.Module):
                 if prologue:
                     pending, res = layer.mlp.normed_partials(a, res, layer.mlp_norm.weight, eps)
                     continue
-                h, res = add_rmsnorm_partials(a, res, layer.mlp_norm.weight, eps)
-                h, res = add_rmsnorm_partials(layer.mlp(h, partials=True), res, nxt, eps)
+                h, res = add_rmsnorm_partials(a, res, layer.mlp_norm.weight, eps, out=normed_out())
+                h, res = add_rmsnorm_partials(layer.mlp(h, partials=True), res, nxt, eps,
+                                              out=normed_out(last=i + 1 == n))
                 continue
             a = layer.attn(h, self.inv_freq, meta, k_cache, v_cache, attn)
             if not logits and i == n - 1:

@@ -422,6 +422,41 @@ def test_fp8_weights_compute_the_dequantized_models_decode_steps(preset):
     assert fp8.weight_bits == 16 and all(layer.attn.wo_q8 is None and layer.mlp.w13_q8 is None for layer in fp8.layers)
 
 
+def test_fp8_weights_in_a_bf16_model_feed_their_gemms_fp16(monkeypatch):
+    """In a bf16 model the norms before the fp8 QKV and SwiGLU GEMMs write fp16 (and the SwiGLU's output, the down
+    projection's input, is fp16); the QKV output, the attention, the residual and the LM head's input stay bf16. The
+    logits stay those of the dequantized bf16 model up to the inputs' rounding."""
+    pytest.importorskip("kernels")
+    import kernels
+
+    shape = MODEL_PRESETS["tiny-llama"]
+    fp8, deq = (build_model(shape, torch.bfloat16, "cpu", seed=9) for _ in range(2))
+    fp8.use_fused_kernels(skinny=True, weight_bits=8)
+    deq.use_fused_kernels(skinny=True)
+    for lq, ld in zip(fp8.layers, deq.layers):
+        for copy, linear in ((lq.attn.wqkv_q8, ld.attn.wqkv), (lq.attn.wo_q8, ld.attn.wo), (lq.mlp.w13_q8, ld.mlp.w13),
+                             (lq.mlp.w2_q8, ld.mlp.w2)):
+            linear.weight.data.copy_(copy.q.float() * copy.scale[:, None])
+    seen: dict[str, list] = {"skinny_linear": [], "skinny_linear_partials": [], "swiglu": []}
+    for name in seen:
+        real = getattr(kernels, name)
+
+        def spy(x, *args, _real=real, _name=name, **kw):
+            out = _real(x, *args, **kw)
+            seen[_name].append((x.dtype, out.dtype))
+            return out
+        monkeypatch.setattr(kernels, name, spy)
+    attn = make_attention_backend("triton")
+    ids = torch.randint(0, shape.vocab_size, (8,), generator=torch.Generator().manual_seed(2))
+    q8 = fp8(ids, AttnMeta.causal(0, 8), new_cache(fp8, 16), attn)
+    n = shape.num_layers
+    assert seen["skinny_linear"] == [(torch.float16, torch.bfloat16)] * n + [(torch.bfloat16, torch.float32)]
+    assert seen["swiglu"] == [(torch.float16, torch.float16)] * n
+    assert [x for x, _ in seen["skinny_linear_partials"]] == [torch.bfloat16, torch.float16] * n  # o, down
+    want = deq(ids, AttnMeta.causal(0, 8), new_cache(deq, 16), attn)
+    assert (q8 - want).abs().max().item() <= 0.05 * want.abs().max().item()
+
+
 def test_fp8_weights_need_the_skinny_kernels_and_refuse_other_widths():
     plain = build_model(MODEL_PRESETS["tiny-llama"], torch.float32, "cpu", seed=6)
     with pytest.raises(ValueError, match="weight_bits=8 needs skinny"):
