@@ -369,12 +369,13 @@ def rope_tree_attention(
 
 def _out_buffer(fn: str, out: torch.Tensor | None, shape: torch.Size, dtype: torch.dtype,
                 device: torch.device) -> torch.Tensor:
-    """`out` checked ([T, Hq, D] of `dtype` on `device`, contiguous last dim), or a new contiguous one."""
+    """`out` checked ([T, Hq, D] of `dtype`, or float16 for an fp8-weight o projection, on `device`, contiguous last
+    dim), or a new contiguous one."""
     if out is None:
         return torch.empty(shape, dtype=dtype, device=device)
-    if out.shape != shape or out.dtype != dtype or out.device != device or out.stride(-1) != 1:
-        raise ValueError(f"{fn}: out must be [T, Hq, D] = {tuple(shape)} of {dtype} on {device} with a contiguous last "
-                         f"dim, got {tuple(out.shape)} {out.dtype} on {out.device}")
+    if out.shape != shape or out.dtype not in (dtype, torch.float16) or out.device != device or out.stride(-1) != 1:
+        raise ValueError(f"{fn}: out must be [T, Hq, D] = {tuple(shape)} of {dtype} (or float16) on {device} with a "
+                         f"contiguous last dim, got {tuple(out.shape)} {out.dtype} on {out.device}")
     return out
 
 

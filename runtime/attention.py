@@ -108,11 +108,12 @@ class AttentionBackend:
 
     def __call__(
         self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta, scale: float,
-        prefix_ready: bool = False,
+        prefix_ready: bool = False, out_dtype: torch.dtype | None = None,
     ) -> torch.Tensor:
-        """q [T, Hq, D], k_cache / v_cache [capacity, Hkv, D] -> [T, Hq, D] in q's dtype. `prefix_ready`: the launch
-        right before wrote neither the prefix K/V nor prefix_len nor the positions (kernels.tree_attention: a
-        backend may then load the prefix before its PDL wait; others ignore it)."""
+        """q [T, Hq, D], k_cache / v_cache [capacity, Hkv, D] -> [T, Hq, D] in q's dtype (or `out_dtype`: float16 for
+        an fp8-weight o projection). `prefix_ready`: the launch right before wrote neither the prefix K/V nor
+        prefix_len nor the positions (kernels.tree_attention: a backend may then load the prefix before its PDL wait;
+        others ignore it)."""
         raise NotImplementedError
 
 
@@ -123,9 +124,10 @@ class ReferenceAttention(AttentionBackend):
 
     def __call__(
         self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta, scale: float,
-        prefix_ready: bool = False,
+        prefix_ready: bool = False, out_dtype: torch.dtype | None = None,
     ) -> torch.Tensor:
-        """q [T, Hq, D], k_cache / v_cache [capacity, Hkv, D] -> [T, Hq, D] in q's dtype (`prefix_ready` ignored)."""
+        """q [T, Hq, D], k_cache / v_cache [capacity, Hkv, D] -> [T, Hq, D] in q's dtype or `out_dtype`
+        (`prefix_ready` ignored)."""
         t, hq, d = q.shape
         n = meta.visible_len
         hkv = k_cache.shape[1]
@@ -138,7 +140,7 @@ class ReferenceAttention(AttentionBackend):
         scores = scores.masked_fill(~visible_mask(meta), -math.inf)
         probs = torch.softmax(scores, dim=-1)
         out = torch.einsum("hgtn,nhd->thgd", probs, v)  # [T, Hkv, group, D]
-        return out.reshape(t, hq, d).to(q.dtype)
+        return out.reshape(t, hq, d).to(out_dtype or q.dtype)
 
 
 class TritonAttention(AttentionBackend):
@@ -161,24 +163,28 @@ class TritonAttention(AttentionBackend):
 
     def __call__(
         self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta, scale: float,
-        prefix_ready: bool = False,
+        prefix_ready: bool = False, out_dtype: torch.dtype | None = None,
     ) -> torch.Tensor:
-        """q [T, Hq, D], k_cache / v_cache [capacity, Hkv, D] -> [T, Hq, D] in q's dtype. The model passes
-        `prefix_ready` only after the fused QKV + RoPE experiment (kernels.qkv_rope); after rope_kv_write
+        """q [T, Hq, D], k_cache / v_cache [capacity, Hkv, D] -> [T, Hq, D] in q's dtype or `out_dtype`. The model
+        passes `prefix_ready` only after the fused QKV + RoPE experiment (kernels.qkv_rope); after rope_kv_write
         (multi-token steps) the prefetch measured slower (H200 2026-11-30, step_variants_2026-11-30_prefetch.json:
         8B rows 8 +0.04 ms, 1B rows 16 +0.11 ms per step)."""
         return self._tree_attention(q, k_cache, v_cache, meta.prefix_len, meta.tree_mask, scale,
-                                    prefix_ready=prefix_ready or self.tree_prefix_ready)
+                                    prefix_ready=prefix_ready or self.tree_prefix_ready,
+                                    out=None if out_dtype in (None, q.dtype) else q.new_empty(q.shape, dtype=out_dtype))
 
     def rope_attend(
         self, qkv: torch.Tensor, inv_freq: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta,
-        scale: float, num_heads: int,
+        scale: float, num_heads: int, out_dtype: torch.dtype | None = None,
     ) -> torch.Tensor:
         """RoPE + K/V write + attention in one launch (`kernels.rope_tree_attention`): qkv [T, (Hq + 2 Hkv) * D]
-        not rotated -> [T, Hq, D]. For T <= `rope_max_tokens`; meta's write slots must be tree slots (every producer
-        in the runtime writes at prefix_len + tree slot)."""
+        not rotated -> [T, Hq, D] (in qkv's dtype or `out_dtype`). For T <= `rope_max_tokens`; meta's write slots must
+        be tree slots (every producer in the runtime writes at prefix_len + tree slot)."""
+        out = None
+        if out_dtype not in (None, qkv.dtype):
+            out = qkv.new_empty((qkv.shape[0], num_heads, k_cache.shape[-1]), dtype=out_dtype)
         return self._rope_tree_attention(qkv, meta.positions, inv_freq, k_cache, v_cache, meta.write_slots, num_heads,
-                                         meta.prefix_len, meta.tree_mask, scale, prefix_ready=True)
+                                         meta.prefix_len, meta.tree_mask, scale, prefix_ready=True, out=out)
 
 
 _BACKENDS: dict[str, type[AttentionBackend]] = {"reference": ReferenceAttention, "triton": TritonAttention}

@@ -10,8 +10,9 @@ Weights of 8 bits (`model.<role>.weight_bits=8`, `Transformer.use_fused_kernels(
 one float32 scale per output row (`kernels.skinny_linear.quantize_rows_fp8`, weight-only: activations stay in
 `dtype`). The embedding, the LM head, prefills (cuBLAS) and a TP shard's row-parallel o / down projections keep the
 `dtype` weights, which stay loaded beside the copies. In a bf16 model the norms before the QKV and SwiGLU GEMMs then
-write fp16 and the SwiGLU's output is fp16 (fp16 inputs: the fp8 GEMMs' dots run in fp16, and converting a bf16 input
-inside them costs more than the bytes saved); the residual stream, the attention and the LM head stay bf16.
+write fp16, the attention writes its output in fp16 and the SwiGLU's output is fp16 (fp16 inputs: the fp8 GEMMs' dots
+run in fp16, and converting a bf16 input inside them costs more than the bytes saved); the residual stream, the QKV
+output, the attention's maths and the LM head stay bf16.
 
 `forward(input_ids [T], meta, cache, attn) -> logits [T, vocab]` processes one request without a batch
 dimension: `meta` (runtime.attention.AttnMeta) gives positions, cache slots and the tree/causal mask, `cache`
@@ -211,16 +212,22 @@ class Attention(nn.Module):
             # attention prefetches its prefix K/V beside it (kernels.tree_attention `prefix_ready`).
             role = self._qkv_role(t, attn)
             fuse_rope = role == "pre_attention"
+            # an fp8 o projection in a bf16 model takes its input in fp16 (module docstring)
+            odt = torch.float16 if partials and self.wo_q8 is not None and self.wo.weight.dtype == torch.bfloat16 \
+                else None
             if qkv is None:
                 qkv = (self.wqkv(x.to(self.wqkv.weight.dtype)) if not skinny or self.wqkv.bias is not None else
                        _skinny(x, self.wqkv.weight, pdl_role=role, q8=self.wqkv_q8))
             if fuse_rope:
-                out = attn.rope_attend(qkv, rope, k_cache, v_cache, meta, self.scale, self.num_heads)
+                out = attn.rope_attend(qkv, rope, k_cache, v_cache, meta, self.scale, self.num_heads,
+                                       **({"out_dtype": odt} if odt else {}))
                 return self._project(out.reshape(t, self.num_heads * d), partials)
             from kernels import rope_kv_write
 
             q = rope_kv_write(qkv, meta.positions, rope, k_cache, v_cache, meta.write_slots, self.num_heads,
                               self.num_kv_heads)
+            out = attn(q, k_cache, v_cache, meta, self.scale, **({"out_dtype": odt} if odt else {}))
+            return self._project(out.reshape(t, self.num_heads * d), partials)
         else:
             qkv = self.wqkv(x)
             cos, sin = rope

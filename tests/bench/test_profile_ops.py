@@ -130,7 +130,8 @@ def test_graph_steps_give_each_role_its_kernels(monkeypatch):
     class FakeModel:
         shape = MODEL_PRESETS["tiny-llama"]
 
-        def use_fused_kernels(self, enabled=True, skinny=False, qkv_rope=False, rope_attention=False):
+        def use_fused_kernels(self, enabled=True, skinny=False, qkv_rope=False, rope_attention=False, weight_bits=16):
+            assert weight_bits == 16  # the profiled steps are the bf16 models'
             self.kernels = (enabled, skinny, qkv_rope, rope_attention)
             return self
 

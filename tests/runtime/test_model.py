@@ -423,9 +423,9 @@ def test_fp8_weights_compute_the_dequantized_models_decode_steps(preset):
 
 
 def test_fp8_weights_in_a_bf16_model_feed_their_gemms_fp16(monkeypatch):
-    """In a bf16 model the norms before the fp8 QKV and SwiGLU GEMMs write fp16 (and the SwiGLU's output, the down
-    projection's input, is fp16); the QKV output, the attention, the residual and the LM head's input stay bf16. The
-    logits stay those of the dequantized bf16 model up to the inputs' rounding."""
+    """In a bf16 model the norms before the fp8 QKV and SwiGLU GEMMs write fp16, the attention its output (the o
+    projection's input) and the SwiGLU its output (the down projection's input); the QKV output, the residual and the
+    LM head's input stay bf16. The logits stay those of the dequantized bf16 model up to the inputs' rounding."""
     pytest.importorskip("kernels")
     import kernels
 
@@ -452,7 +452,7 @@ def test_fp8_weights_in_a_bf16_model_feed_their_gemms_fp16(monkeypatch):
     n = shape.num_layers
     assert seen["skinny_linear"] == [(torch.float16, torch.bfloat16)] * n + [(torch.bfloat16, torch.float32)]
     assert seen["swiglu"] == [(torch.float16, torch.float16)] * n
-    assert [x for x, _ in seen["skinny_linear_partials"]] == [torch.bfloat16, torch.float16] * n  # o, down
+    assert [x for x, _ in seen["skinny_linear_partials"]] == [torch.float16, torch.float16] * n  # o, down
     want = deq(ids, AttnMeta.causal(0, 8), new_cache(deq, 16), attn)
     assert (q8 - want).abs().max().item() <= 0.05 * want.abs().max().item()
 
