@@ -5,14 +5,15 @@
     skinny_linear(x, q, w_scale=s)           -> the same with ``q, s = quantize_rows_fp8(w)``: w ~ q * s[:, None]
 
 FP8 weights (``model.<role>.weight_bits=8``): ``q`` float8 e4m3 [N, K] with one float32 scale per output row; every
-program converts its weight tiles to x's dtype right after the load, accumulates as for bf16 weights and multiplies
-its columns by their scales before the store (each split-K partial too, so the partials still sum to the product).
-Half the weight bytes of bf16 stream (weight-only quantization). ``fp8_operands``: the dot runs in fp16, the weight
-tile converted by the H200's one-instruction fp8 -> fp16 convert (two weights per instruction) and a bf16 x tile
-converted to fp16 (clamped to its range: exact for |x| in [2^-14, 65504]). Converting the weights to bf16 instead
-bounds the GEMMs by the converts, not the bytes (H200, 2026-12-02, 1B one-row step: bf16 weights 0.971 / 0.967 ms,
-fp8 through Triton's bf16 cast 1.011, through an integer re-bias of the codes 1.045; an fp16 model with fp8 weights
-0.832 against 0.967; bench/results/step_variants_2026-12-02_{c9ac273,31a4f58}_1b_w8*.json).
+program converts its weight tiles right after the load (``fp8_operands``), accumulates in float32 as for bf16 weights
+and multiplies its columns by their scales before the store (each split-K partial too, so the partials still sum to
+the product). Half the weight bytes of bf16 stream (weight-only quantization). The dot runs in fp16: the H200
+converts e4m3 to fp16 in one instruction per two weights; a bf16 x tile is converted to fp16 in the kernel (clamped
+to its range: exact for |x| in [2^-14, 65504]), which costs more than the bytes saved, so a bf16 model hands these
+GEMMs fp16 inputs (runtime/model.py). Converting the weights to bf16 instead bounds the GEMMs by the converts, not the
+bytes. H200, 2026-12-02, the 1B's one-row step (bench/results/step_variants_2026-12-02_*_1b_w8*.json): bf16 weights
+0.970 ms; fp8 through Triton's bf16 cast 1.011, through an integer re-bias of the codes to bf16 1.045, in fp16 dots
+with x converted here 1.023, with fp16 inputs 0.834 (an fp16 model: 0.832).
 
 Program (b, s) computes output columns [b*BLOCK_N, (b+1)*BLOCK_N) over K chunk s with one [BLOCK_M, BLOCK_N]
 float32 accumulator (BLOCK_M = next_pow2(M), at least 16 for tl.dot), so every weight byte is read exactly

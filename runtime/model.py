@@ -7,8 +7,8 @@ type). Numerics follow Hugging Face `LlamaForCausalLM` / `Qwen2ForCausalLM` (RMS
 
 Weights of 8 bits (`model.<role>.weight_bits=8`, `Transformer.use_fused_kernels(weight_bits=8)`): the decode steps
 (<= 64 rows, `kernels.skinny`) stream float8 e4m3 copies of the QKV (without a bias), o, gate / up and down weights,
-one float32 scale per output row (`kernels.skinny_linear.quantize_rows_fp8`, weight-only: activations stay in
-`dtype`). The embedding, the LM head, prefills (cuBLAS) and a TP shard's row-parallel o / down projections keep the
+one float32 scale per output row (`kernels.skinny_linear.quantize_rows_fp8`, weight-only: activations are not
+quantized). The embedding, the LM head, prefills (cuBLAS) and a TP shard's row-parallel o / down projections keep the
 `dtype` weights, which stay loaded beside the copies. In a bf16 model the norms before the QKV and SwiGLU GEMMs then
 write fp16, the attention writes its output in fp16 and the SwiGLU's output is fp16 (fp16 inputs: the fp8 GEMMs' dots
 run in fp16, and converting a bf16 input inside them costs more than the bytes saved); the residual stream, the QKV
