@@ -9,7 +9,9 @@
 #                                              (BENCH_PEERS=0: without the peers; BENCH_TESTS=1: GPU tests first;
 #                                              BENCH_BUDGET_S: the four modes' budget, default 270 s;
 #                                              BENCH_ASYNC="pick:16:3 w24:24:3": the async runs NAME:W:D after
-#                                              them, ASYNC_BUDGET_S each, default 90 s)
+#                                              them, ASYNC_BUDGET_S each, default 90 s; ASYNC_EXTRA="a=b c=d":
+#                                              more experiment overrides of those runs, e.g.
+#                                              ASYNC_EXTRA=model.draft.weight_bits=8 for the fp8 draft)
 #
 # Files: session_<part>.tar.gz (logs, profile_step json, cprofile text), skinny_<date>.json,
 # runtime_shape_realistic_<date>.json, runtime_shape_realistic_<date>{_pick,_hidden}.json, BENCHMARKS_RUNTIME.md (the doc
@@ -71,11 +73,13 @@ timeout $((BUDGET + 60)) python3 bench/bench_runtime.py preset=shape_realistic "
   budget_s="$BUDGET" out_dir="$WORK/results" doc="$OUT/BENCHMARKS_RUNTIME.md" hydra.run.dir=/tmp/bench_a 2>&1 \
   | grep -v -E "USDT|Loading weights" | tee "$WORK/logs/bench.log" | tail -24
 async_run() {  # NAME W D TIMEOUT_S BUDGET_S "WHAT": async_tree at bs 8 w W d D -> runtime_shape_realistic_<date>_NAME.json
-  stage "workload a, async_tree bs 8 w $2 d $3: $6"
+  stage "workload a, async_tree bs 8 w $2 d $3: $6 ${ASYNC_EXTRA:-}"
   mkdir -p "$WORK/$1"
+  local extra="" o
+  for o in ${ASYNC_EXTRA:-}; do extra="$extra,\"$o\""; done
   timeout "$4" python3 bench/bench_runtime.py preset=shape_realistic 'modes=[async_tree]' \
     'presets.shape_realistic.peers=[]' \
-    "presets.shape_realistic.experiment_overrides=[\"acceptance=smollm2\",\"spec.oracle_belief=table\",\"spec.bs=8\",\"spec.w=$2\",\"spec.d=$3\"]" \
+    "presets.shape_realistic.experiment_overrides=[\"acceptance=smollm2\",\"spec.oracle_belief=table\",\"spec.bs=8\",\"spec.w=$2\",\"spec.d=$3\"$extra]" \
     budget_s="$5" warmup_new_tokens=512 out_dir="$WORK/$1" doc="$OUT/BENCHMARKS_RUNTIME.md" hydra.run.dir="/tmp/bench_$1" 2>&1 \
     | grep -v -E "USDT|Loading weights" | tee "$WORK/logs/bench_$1.log" | tail -8
   for f in "$WORK/$1"/*.json; do [ -f "$f" ] && cp "$f" "$OUT/$(basename "${f%.json}")_$1.json"; done
