@@ -457,6 +457,29 @@ def test_fp8_weights_in_a_bf16_model_feed_their_gemms_fp16(monkeypatch):
     assert (q8 - want).abs().max().item() <= 0.05 * want.abs().max().item()
 
 
+def test_fp8_weights_under_tp_hooks_keep_o_and_down_at_16_bits():
+    """With forward hooks on the attention and MLP (the TP transform's all-reduces) the o and down projections run on
+    torch with the 16-bit weights; QKV and gate / up still stream their fp8 copies (what simulator.cost_model's
+    matrix_bytes prices for a TP shard)."""
+    pytest.importorskip("kernels")
+    shape = MODEL_PRESETS["tiny-llama"]
+    fp8, deq = (build_model(shape, torch.float32, "cpu", seed=9) for _ in range(2))
+    fp8.use_fused_kernels(skinny=True, weight_bits=8)
+    deq.use_fused_kernels(skinny=True)
+    for lq, ld in zip(fp8.layers, deq.layers):  # only the column-parallel projections dequantized
+        ld.attn.wqkv.weight.data.copy_(lq.attn.wqkv_q8.q.float() * lq.attn.wqkv_q8.scale[:, None])
+        ld.mlp.w13.weight.data.copy_(lq.mlp.w13_q8.q.float() * lq.mlp.w13_q8.scale[:, None])
+    for model in (fp8, deq):
+        for layer in model.layers:
+            layer.attn.register_forward_hook(lambda _m, _a, out: out)
+            layer.mlp.register_forward_hook(lambda _m, _a, out: out)
+    attn = make_attention_backend("triton")
+    ids = torch.randint(0, shape.vocab_size, (6,), generator=torch.Generator().manual_seed(4))
+    q8 = fp8(ids, AttnMeta.causal(0, 6), new_cache(fp8, 8), attn)
+    want = deq(ids, AttnMeta.causal(0, 6), new_cache(deq, 8), attn)
+    assert (q8 - want).abs().max().item() <= 2e-5
+
+
 def test_fp8_weights_need_the_skinny_kernels_and_refuse_other_widths():
     plain = build_model(MODEL_PRESETS["tiny-llama"], torch.float32, "cpu", seed=6)
     with pytest.raises(ValueError, match="weight_bits=8 needs skinny"):
