@@ -251,6 +251,16 @@ def test_a_pending_token_adds_one_row_to_its_refill(mode, refill_graph, monkeypa
     assert 0 < on.tally.expand_s - off.tally.expand_s <= sum(pendings) * row * (1 + 1e-9)
 
 
+def test_narrow_weights_say_their_gemms_are_extrapolated():
+    """A profile fitted on 16-bit steps prices 8-bit GEMMs by their bytes at the 16-bit rate: the cost source says so
+    (the metrics' cost_model), and the draft's step is then cheaper than at 16 bits."""
+    base = ("model=llama3-8b_llama3.2-1b", "parallel=1x1", "kernels=graphs")
+    sixteen, eight = (build_costs(cfg(*base, *extra)) for extra in ((), ("model.draft.weight_bits=8",)))
+    assert "not calibrated" not in sixteen.source
+    assert eight.source.endswith("[weight bits draft 8: GEMM bytes at the 16-bit fit's rate, not calibrated]")
+    assert eight.draft.forward_s(1, 1024, 1.0) < sixteen.draft.forward_s(1, 1024, 1.0)
+
+
 @pytest.mark.parametrize("mode", ["async_tree", "serial_tree", "chain", "autoregressive"])
 def test_refills_count_the_forwards_each_next_proposal_waited_for(mode):
     """iterations.csv `refills`: the refill forwards after each verify's re-root; every miss refills, an async hit
