@@ -233,8 +233,8 @@ def grow_tree_async(sim: Simulation) -> Generator[Any, Any, None]:
                 break
             ranks = msg.token_ids[1:]
             ctx += len(ranks)
-            pending = trees.pending(sid, ranks)
-            sid, hit, kept = reroot(sid, ranks)
+            old, (sid, hit, kept) = sid, reroot(sid, ranks)
+            pending = not hit and trees.pending(old, ranks)  # a hit never leaves one
             e0, lone = num_expanded(sid), trees.size(sid) == 1
             sid, n = refill(sid, bs)
             deferred = n == 0 and not sim.colocated  # no refill: the proposal leaves before the compaction
@@ -307,8 +307,8 @@ def grow_tree_serial(sim: Simulation) -> Generator[Any, Any, None]:
                 break
             ranks = msg.token_ids[1:]
             ctx += len(ranks)
-            pending = trees.pending(sid, ranks)
-            sid, hit, kept = trees.reroot(sid, ranks)
+            old, (sid, hit, kept) = sid, trees.reroot(sid, ranks)
+            pending = not hit and trees.pending(old, ranks)  # a hit never leaves one
             # deferred (after the send) only when the next proposal needs no forward: refilled trees of >= bs
             # nodes without serial expansions, and not colocated
             deferred = extra == 0 and not sim.colocated and trees.size(sid) >= bs
