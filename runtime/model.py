@@ -219,14 +219,13 @@ class Attention(nn.Module):
                 qkv = (self.wqkv(x.to(self.wqkv.weight.dtype)) if not skinny or self.wqkv.bias is not None else
                        _skinny(x, self.wqkv.weight, pdl_role=role, q8=self.wqkv_q8))
             if fuse_rope:
-                out = attn.rope_attend(qkv, rope, k_cache, v_cache, meta, self.scale, self.num_heads,
-                                       **({"out_dtype": odt} if odt else {}))
+                out = attn.rope_attend(qkv, rope, k_cache, v_cache, meta, self.scale, self.num_heads, out_dtype=odt)
                 return self._project(out.reshape(t, self.num_heads * d), partials)
             from kernels import rope_kv_write
 
             q = rope_kv_write(qkv, meta.positions, rope, k_cache, v_cache, meta.write_slots, self.num_heads,
                               self.num_kv_heads)
-            out = attn(q, k_cache, v_cache, meta, self.scale, **({"out_dtype": odt} if odt else {}))
+            out = attn(q, k_cache, v_cache, meta, self.scale, out_dtype=odt)
             return self._project(out.reshape(t, self.num_heads * d), partials)
         else:
             qkv = self.wqkv(x)
@@ -476,8 +475,9 @@ class Transformer(nn.Module):
         skinny = self.skinny and x.shape[0] <= SKINNY_MAX_ROWS
         prologue = skinny and NORM_PROLOGUE and self.weight_bits == 16  # the prologue kernels have no fp8 path
         pending = None  # NORM_PROLOGUE: the last down projection's partials, not yet added to `res` and normed
-        fp16_in = (skinny and self.weight_bits == 8 and x.dtype == torch.bfloat16
-                   and not any(layer.attn._forward_hooks or layer.mlp._forward_hooks for layer in self.layers))
+        # Partials skip the module outputs, so only where no TP all-reduce hook needs them.
+        plains = [skinny and not (layer.attn._forward_hooks or layer.mlp._forward_hooks) for layer in self.layers]
+        fp16_in = self.weight_bits == 8 and x.dtype == torch.bfloat16 and all(plains)
 
         def normed_out(last: bool = False) -> tuple[torch.Tensor, torch.Tensor] | None:
             """fp8 weights in a bf16 model: the norms before the fp8 QKV and SwiGLU GEMMs write fp16 (the residual
@@ -490,8 +490,7 @@ class Transformer(nn.Module):
         for i, layer in enumerate(self.layers):
             k_cache, v_cache = cache.layer(i)
             nxt = self.layers[i + 1].attn_norm.weight if i + 1 < n else self.norm.weight
-            # Partials skip the module outputs, so only where no TP all-reduce hook needs them.
-            plain = skinny and not (layer.attn._forward_hooks or layer.mlp._forward_hooks)
+            plain = plains[i]
             qkv = None
             if pending is not None:  # this layer's attention norm: in its QKV GEMM's prologue where that applies
                 normed = layer.attn.qkv_normed(pending, res, layer.attn_norm.weight, eps, attn) if plain else None
