@@ -390,10 +390,10 @@ def run_preset(preset: str, cases: list[tuple[int, int]], ctx: int, cap: int, va
                "failed": {n: failed[rows, n] for n in variants if (rows, n) in failed}}
         for name in ran:
             med = statistics.median(times[name])
+            bits = weight_bits_of(parse_variant(name)[1])
             rec["variants"][name] = {
-                "replay_s": med, "over_floor": med / floor, "replay_s_all": times[name],
-                "weight_bits": weight_bits_of(parse_variant(name)[1]),
-                "over_own_floor": med / (rec["floor_w8_s"] if weight_bits_of(parse_variant(name)[1]) == 8 else floor),
+                "replay_s": med, "over_floor": med / floor, "replay_s_all": times[name], "weight_bits": bits,
+                "over_own_floor": med / (rec["floor_w8_s"] if bits == 8 else floor),
                 "max_abs_diff_vs_base": (logits[name] - base).abs().max().item(),
                 "argmax_agree_vs_base": (logits[name].argmax(-1) == base.argmax(-1)).float().mean().item(),
             }

@@ -31,6 +31,7 @@ from conf.rundir import atomic_write_json, git_sha  # noqa: E402
 from runtime.attention import AttnMeta, make_attention_backend  # noqa: E402
 from runtime.kv_cache import KVCache  # noqa: E402
 from runtime.loader import build_model  # noqa: E402
+from simulator.cost_model import matrix_bytes  # noqa: E402
 
 
 def chain_step_meta(prefix_len: int, rows: int, device: torch.device) -> AttnMeta:
@@ -56,12 +57,13 @@ def byte_floor_s(model: torch.nn.Module, ctx: int, rows: int, hbm: float = HBM_B
     `weight_bits=8`: the layers' projections as the runtime's fp8 copies stream them (1 B per weight + a float32 scale
     per output row; a biased QKV stays at its dtype), the rest at its dtype."""
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    if weight_bits == 8:
+    if weight_bits == 8:  # the fp8 layout the simulator prices too (one rank of TP 1)
         for layer in model.layers:
-            for lin in (layer.attn.wo, layer.mlp.w13, layer.mlp.w2) + (() if layer.attn.wqkv.bias is not None
-                                                                       else (layer.attn.wqkv,)):
-                w = lin.weight
-                weights -= w.numel() * w.element_size() - (w.numel() + 4 * w.shape[0])
+            for name, lin in (("qkv", layer.attn.wqkv), ("o", layer.attn.wo), ("gate_up", layer.mlp.w13),
+                              ("down", layer.mlp.w2)):
+                if lin.bias is None:
+                    n, k = lin.weight.shape
+                    weights += matrix_bytes(name, k, n, 8, 1) - lin.weight.numel() * lin.weight.element_size()
     layers, heads, head_dim = model.cache_spec()
     kv = 2 * layers * heads * head_dim * model.norm.weight.element_size() * (ctx + rows)
     return (weights + kv) / hbm
