@@ -9,8 +9,10 @@
 #      4) and serial_tree (bs 8 w 8 d auto), both models on the one GPU.
 #   bash scripts/gpu_colocated_runs.sh OUTDIR      -> OUTDIR/{runs.log, runs.tar.gz}  (run dirs <pair>_<mode>)
 # MODES_SMALL / MODES_LARGE: the modes of each part (space-separated; empty skips the part). EXTRA: more
-# generate.py overrides for every run (e.g. trace.graph_events=true: each span's device time); TAG: a suffix of the
-# run dir names.
+# generate.py overrides for every run (e.g. trace.graph_events=true: each span's device time; later ones win, e.g.
+# model.draft.dtype=float16); TAG: a suffix of the run dir names. The fp8 draft against the bf16 one (2026-12-02):
+#   for v in bf16: fp8:model.draft.weight_bits=8 "fp8_fp16:model.draft.weight_bits=8 model.draft.dtype=float16"; do
+#     MODES_SMALL= EXTRA="${v#*:}" TAG="_${v%%:*}" bash scripts/gpu_colocated_runs.sh "$OUT/${v%%:*}"; done
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_colocated_runs.sh OUTDIR}
 OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
