@@ -16,6 +16,9 @@ each gets a share of `--budget-s`, unused time rolls over; the trace is rewritte
 |            |                                           | (bench/runtime_kernels.py: cuBLAS, skinny, SwiGLU; `impl`) |
 |            |                                           | (qkv, o, gate_up, down, lm_head) at TP shards 1..8, M in   |
 |            |                                           | {1, 4, 8, 16, 32, 64} (+ 256, 1024 at TP 1-2 for prefill)  |
+| gemm_fp8   | op.gemm with weight_bits 8                | the layer matrices whose `weight_bits=8` copies the runtime|
+|            |                                           | streams (`_fp8` impls: skinny, partials, SwiGLU on fp8     |
+|            |                                           | codes + row scales, fp16 inputs) at TP 1-2, the same M     |
 | attention  | op.attention                              | the runtime's attention backend (triton tree attention if  |
 |            |                                           | it matches the reference here, else the reference; the     |
 |            |                                           | record says which) over ctx {256, 1K, 4K, 16K} x tree size |
@@ -95,7 +98,8 @@ COMPACT_PRESETS = ("llama3-8b", "llama3.2-1b")
 COMPACT_N = (1, 4, 16, 64)
 STEP_WARMUP, STEP_REPS = 3, 10  # host-timed calls: warm-up, then the median of these repetitions
 # The steps section's plan and its worker loops live in bench/profile_steps.py.
-SHARES = {"launch": 2, "gemm": 50, "attention": 35, "compaction": 6, "steps": 75, "step_graphs": 40, "comm": 32}
+SHARES = {"launch": 2, "gemm": 50, "gemm_fp8": 15, "attention": 35, "compaction": 6, "steps": 75, "step_graphs": 40,
+          "comm": 32}
 """Relative share of the time budget per section (unused time rolls over to the later sections). Steps had 45 until
 2026-12-01: at a 160 s budget its ~47 s ended inside the 1B preset, before its expansions at ctx 970 (72bd305
 traces)."""
@@ -310,6 +314,59 @@ def section_gemm(p: Profiler) -> None:
             p.error("gemm", f"{preset} tp{tp} {mat} {k}x{n}", exc)
 
 
+FP8_TP = (1, 2)
+"""TP degrees of the gemm_fp8 section: drafts run at TP 1 (the runtime's fp8 weights are a draft's option)."""
+
+
+def gemm_fp8_plan(p: Profiler) -> list[tuple[str, int, str, int, int, tuple[tuple[int, str], ...]]]:
+    """As `gemm_plan`, for the layer matrices whose fp8 copies the runtime streams at weight_bits 8 (`runtime_gemm`
+    with weight_bits 8: an `_fp8` impl), at TP degrees FP8_TP and the decode row counts (M <= SKINNY_MAX_ROWS)."""
+    seen: set[tuple[int, int, int, str]] = set()
+    plan = []
+    for tp in FP8_TP:
+        for shape in [MODEL_PRESETS[n] for n in p.opt("gemm_presets", GEMM_PRESETS)]:
+            if tp not in _tp_degrees(shape):
+                continue
+            for mat, k, n in layer_matrices(shape, tp)[:4]:  # the LM head stays 16-bit
+                runs = tuple((m, runtime_gemm(mat, tp, m, True, shape.qkv_bias, weight_bits=8))
+                             for m in p.opt("gemm_m", GEMM_M))
+                runs = tuple(r for r in runs if r[1].endswith("_fp8") and (k, n, *r) not in seen)
+                seen.update((k, n, *r) for r in runs)
+                if runs:
+                    plan.append((shape.name, tp, mat, k, n, runs))
+    return plan
+
+
+def section_gemm_fp8(p: Profiler) -> None:
+    """The fp8 weight GEMMs (`weight_bits=8`) by the runtime's Triton kernels, on random bf16 weights quantized per row
+    (`kernels.skinny_linear.quantize_rows_fp8`) and fp16 inputs (the runtime hands these kernels fp16 activations,
+    runtime/model.py); records: op.gemm with weight_bits 8 and the fp8 copy's bytes (`cost_model.fp8_matrix_bytes`).
+    On CPU the kernels run in Triton's interpreter (TRITON_INTERPRET=1)."""
+    from kernels.skinny_linear import quantize_rows_fp8
+    from simulator.cost_model import fp8_matrix_bytes
+
+    gen = torch.Generator(device=p.device).manual_seed(2)
+    for preset, tp, mat, k, n, runs in gemm_fp8_plan(p):
+        if not p.time_left():
+            print(f"  gemm_fp8: budget reached at {preset} tp{tp} {mat}", flush=True)
+            return
+        try:
+            wbytes = fp8_matrix_bytes(k, n)
+            w = torch.randn(n, k, device=p.device, dtype=torch.float32, generator=gen) * k**-0.5
+            q8 = quantize_rows_fp8(w.to(p.dtype))
+            del w
+            ws = [q8] + [(q8[0].clone(), q8[1].clone()) for _ in range(p.copies(wbytes) - 1)]
+            for m, impl in runs:
+                x = torch.randn(m, k, device=p.device, dtype=torch.float32, generator=gen).to(torch.float16)
+                s = p.kernel_s(rotating(gemm_call(impl, x), ws))
+                p.emit("op.gemm", s, shapes=shapes_str((m, k), (n, k)), tp=tp, tokens=m, preset=preset, matrix=mat,
+                       m=m, k=k, n=n, weight_bytes=wbytes, flops=2.0 * m * k * n, weight_bits=8, dtype="float8_e4m3fn",
+                       x_dtype="float16", impl=impl)
+            del q8, ws
+        except Exception as exc:  # one shape failing (e.g. memory) must not end the section
+            p.error("gemm_fp8", f"{preset} tp{tp} {mat} {k}x{n}", exc)
+
+
 def _random_parents(t: int, gen: torch.Generator) -> list[int]:
     return [-1] + [int(torch.randint(0, i, (1,), generator=gen)) for i in range(1, t)]
 
@@ -454,7 +511,7 @@ def section_comm(p: Profiler) -> None:
 
 
 SECTIONS: dict[str, Callable[[Profiler], None]] = {
-    "launch": section_launch, "gemm": section_gemm, "attention": section_attention,
+    "launch": section_launch, "gemm": section_gemm, "gemm_fp8": section_gemm_fp8, "attention": section_attention,
     "compaction": section_compaction, "steps": section_steps, "step_graphs": section_step_graphs,
     "comm": section_comm,
 }

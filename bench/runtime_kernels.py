@@ -31,26 +31,38 @@ def graphs_kernels() -> dict[str, bool]:
     return {key: bool(data.get(key, False)) for key in STEP_SWITCHES}
 
 
-def runtime_gemm(matrix: str, tp: int, m: int, skinny: bool, qkv_bias: bool = False) -> str:
+def runtime_gemm(matrix: str, tp: int, m: int, skinny: bool, qkv_bias: bool = False, weight_bits: int = 16) -> str:
     """The kernel the fused-path runtime runs for one rank's `matrix` at `m` rows (runtime/model.py): swiglu
     (gate_up, the fused SwiGLU), skinny (qkv without a bias), skinny_fp32 (the LM head at TP 1: float32 logits),
     skinny_partials (o and down at TP 1: split-K partials the next norm sums), or cublas (F.linear: prefill-sized
-    m, a biased qkv, and what `kernels.skinny=false` or TP keeps on cuBLAS)."""
+    m, a biased qkv, and what `kernels.skinny=false` or TP keeps on cuBLAS). `weight_bits=8`: the skinny kernels that
+    stream the fp8 copies (`cost_model.streams_fp8`: swiglu, skinny, skinny_partials) take an `_fp8` suffix."""
     if matrix == "gate_up":
-        return "swiglu" if m <= MLP.FUSED_MAX_ROWS else "cublas"
-    if not skinny or m > SKINNY_MAX_ROWS:
-        return "cublas"
-    if matrix == "qkv" and not qkv_bias:
-        return "skinny"
-    if matrix in ("o", "down") and tp == 1:
-        return "skinny_partials"
-    if matrix == "lm_head" and tp == 1:
-        return "skinny_fp32"
-    return "cublas"
+        impl = "swiglu" if m <= MLP.FUSED_MAX_ROWS else "cublas"
+    elif not skinny or m > SKINNY_MAX_ROWS:
+        impl = "cublas"
+    elif matrix == "qkv" and not qkv_bias:
+        impl = "skinny"
+    elif matrix in ("o", "down") and tp == 1:
+        impl = "skinny_partials"
+    elif matrix == "lm_head" and tp == 1:
+        impl = "skinny_fp32"
+    else:
+        impl = "cublas"
+    if weight_bits == 8 and skinny and impl in FP8_IMPLS:
+        return impl + "_fp8"
+    return impl
+
+
+FP8_IMPLS = ("swiglu", "skinny", "skinny_partials")
+"""The kernels that stream a layer matrix's fp8 copy at weight_bits 8 (the LM head and cuBLAS calls stay 16-bit)."""
 
 
 def gemm_call(impl: str, x: torch.Tensor) -> Any:
-    """w -> the `impl` kernel's product with x (runtime_gemm's names), for timing with `rotating`."""
+    """w -> the `impl` kernel's product with x (runtime_gemm's names), for timing with `rotating`. An `_fp8` impl
+    takes w as the (fp8 codes, float32 row scales) pair of `kernels.skinny_linear.quantize_rows_fp8`."""
+    if impl.endswith("_fp8"):
+        return _fp8_call(impl.removesuffix("_fp8"), x)
     if impl == "cublas":
         return lambda w: F.linear(x, w)
     from kernels import skinny_linear, skinny_linear_partials, swiglu
@@ -71,3 +83,19 @@ def gemm_call(impl: str, x: torch.Tensor) -> Any:
     if impl == "skinny_partials":
         return lambda w: skinny_linear_partials(x, w)
     raise ValueError(f"gemm_call: unknown impl {impl!r}")
+
+
+def _fp8_call(impl: str, x: torch.Tensor) -> Any:
+    """(q, scale) -> the fp8 `impl` kernel's product with x, as runtime/model.py calls it."""
+    from kernels import skinny_linear, skinny_linear_partials, swiglu
+
+    if impl == "swiglu":
+        def fused(w: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+            (gate, up), (s_gate, s_up) = w[0].chunk(2, dim=0), w[1].chunk(2)
+            return swiglu(x, gate, up, scale_gate=s_gate, scale_up=s_up)
+        return fused
+    if impl == "skinny":
+        return lambda w: skinny_linear(x, w[0], w_scale=w[1])
+    if impl == "skinny_partials":
+        return lambda w: skinny_linear_partials(x, w[0], w_scale=w[1])
+    raise ValueError(f"gemm_call: unknown impl {impl + '_fp8'!r}")

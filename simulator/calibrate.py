@@ -376,7 +376,7 @@ def calibrate(ts: TraceSet, opts: CalibrationOptions, software: dict[str, Any] |
             report["operators"][op]["by_tp"] = {str(tp): {"coefficients": dict(zip(names, r.coefficients)),
                                                           **r.fit_error()} for tp, r in sorted(by_tp.items())}
 
-    for op in ("gemm", "attention", "message", "message_unix"):
+    for op in ("gemm", "gemm_fp8", "attention", "message", "message_unix"):
         rows = ts.samples.get(op, [])
         if len(rows) < opts.min_samples:
             report["skipped"][op] = f"{len(rows)} samples (< {opts.min_samples}): analytic prior kept"

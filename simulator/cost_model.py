@@ -19,8 +19,10 @@ steps keep the standalone ones.
 Precision: weights of `weight_bits` (16: 2 B/param; 8: 1 B + fp16 scale per group of 128; 4: 0.5 B +
 fp16 scale and int4 zero per group of 128, AWQ g128) in the decoder layers; embedding and LM head stay
 bf16 (SwiftSpec setup); KV cache and activations bf16. Shards round up (zero-padded TP, as the runtime).
-What a decode step streams at 8 bits is the runtime's layout (`matrix_bytes`): fp8 with one float32 scale per output
-row, and a TP shard's o / down projections at 16 bits (the runtime keeps those on cuBLAS under TP).
+At 8 bits the simulator follows the runtime's layout: a decode step of at most SKINNY_MAX_ROWS rows streams fp8
+copies with one float32 scale per output row (`streams_fp8`, `matrix_bytes`) through the skinny kernels, priced by the
+profile's `gemm_fp8` fit where it has one; a biased QKV, a TP shard's o / down projections (cuBLAS under TP) and
+wider steps (prefills) run the 16-bit weights; and a rank holds both copies (`weight_bytes_per_rank`).
 
 Both forms are affine in kv_len for a fixed token count, which `GroupCost` uses to cost a step with two
 multiplies on the hot path. What this model does not do: contention, prefill/decode interference, power
@@ -91,18 +93,41 @@ def lm_head_matrix(shape: ModelShape, tp: int) -> tuple[int, int]:
     return shape.hidden_size, shard(shape.vocab_size, tp)
 
 
-def matrix_bytes(name: str, k: int, n: int, weight_bits: int, tp: int) -> float:
-    """Weight bytes a decode step streams for one layer matrix (`layer_matrices`) of one rank. 8 bits: the runtime's
-    fp8 copies, 1 B per weight + a float32 scale per output row, except a TP shard's row-parallel o / down, which the
-    runtime runs on cuBLAS with the `dtype` weights (runtime/model.py); 4 bits: AWQ g128 (simulator only)."""
+def streams_fp8(name: str, tp: int, tokens: int, qkv_bias: bool = False) -> bool:
+    """Whether a step of `tokens` rows streams the fp8 copy of layer matrix `name` at weight_bits 8 (runtime/model.py):
+    only the skinny kernels read fp8 (steps of at most SKINNY_MAX_ROWS rows); a biased QKV and, under TP, the
+    row-parallel o / down projections stay on cuBLAS with the 16-bit weights."""
+    if tokens > SKINNY_MAX_ROWS:
+        return False
+    if name == "qkv":
+        return not qkv_bias
+    return tp == 1 or name not in ("o", "down")
+
+
+def fp8_matrix_bytes(k: int, n: int) -> float:
+    """Bytes of one fp8 copy of a [n, k] matrix: 1 B per weight + a float32 scale per output row."""
+    return k * n + 4.0 * n
+
+
+def matrix_bytes(name: str, k: int, n: int, weight_bits: int, tp: int, tokens: int = 1,
+                 qkv_bias: bool = False) -> float:
+    """Weight bytes a decode step of `tokens` rows streams for one layer matrix (`layer_matrices`) of one rank. 8 bits:
+    the runtime's fp8 copy where it streams one (`streams_fp8`), else the 16-bit weights; 4 bits: AWQ g128 (simulator
+    only)."""
     if weight_bits == 8:
-        return 2.0 * k * n if tp > 1 and name in ("o", "down") else k * n + 4.0 * n
+        return fp8_matrix_bytes(k, n) if streams_fp8(name, tp, tokens, qkv_bias) else k * n * ACT_BYTES
     return k * n * BYTES_PER_PARAM[weight_bits]
 
 
 def weight_bytes_per_rank(shape: ModelShape, tp: int, weight_bits: int) -> float:
-    """Weight bytes one rank holds: layers at `weight_bits`, embedding and LM head in bf16."""
-    layer = sum(k * n for _, k, n in layer_matrices(shape, tp)) * BYTES_PER_PARAM[weight_bits]
+    """Weight bytes one rank holds: layers at `weight_bits`, embedding and LM head in bf16. At 8 bits the runtime's
+    layout: the 16-bit weights (prefills, cuBLAS calls) and an fp8 copy of every layer matrix but a biased QKV."""
+    mats = layer_matrices(shape, tp)
+    if weight_bits == 8:
+        layer = sum(k * n * ACT_BYTES + (0.0 if name == "qkv" and shape.qkv_bias else fp8_matrix_bytes(k, n))
+                    for name, k, n in mats)
+    else:
+        layer = sum(k * n for _, k, n in mats) * BYTES_PER_PARAM[weight_bits]
     k, n = lm_head_matrix(shape, tp)
     emb = k * n * ACT_BYTES * (1 if shape.tie_embeddings else 2)
     return shape.num_layers * layer + emb
@@ -204,6 +229,7 @@ class Operators:
         self.fits = fits
         self.sources = {op: ("profile" if op in fits else "analytic")
                         for op in ("gemm", "attention", "allreduce", "message", "message_unix", "step_overhead")}
+        self.sources["gemm_fp8"] = "profile" if "gemm_fp8" in fits else "as gemm"
         for op, standalone in GRAPH_OPERATORS.items():
             # without an in-graph fit a captured step takes the standalone operator's price
             self.sources[op] = "profile" if op in fits else f"as {standalone}"
@@ -213,10 +239,11 @@ class Operators:
         """Whether decode steps are priced by in-graph fits (any of GRAPH_OPERATORS; CUDA graphs only)."""
         return any(op in self.fits for op in GRAPH_OPERATORS)
 
-    def gemm_s(self, weight_bytes: float, flops: float, tp: int, graph: bool = False) -> float:
+    def gemm_s(self, weight_bytes: float, flops: float, tp: int, graph: bool = False, fp8: bool = False) -> float:
         """One GEMM call (one weight matrix on one rank); `graph`: inside a captured decode step (`gemm_graph`
-        where fitted)."""
-        fit = (self.fits.get("gemm_graph") if graph else None) or self.fits.get("gemm")
+        where fitted); `fp8`: a skinny kernel streaming fp8 weights (`gemm_fp8` where fitted, else as 16-bit)."""
+        fit = ((self.fits.get("gemm_fp8") if fp8 else None) or (self.fits.get("gemm_graph") if graph else None)
+               or self.fits.get("gemm"))
         if fit is not None:
             return fit.predict(gemm_features(weight_bytes, flops), tp)
         return max(weight_bytes / (self.gpu.hbm_bytes_per_s * GEMM_BW_EFFICIENCY),
@@ -273,14 +300,15 @@ class Operators:
         return fit.predict(step_overhead_graph_features(small, rope, shape.hidden_size), tp)
 
 
-def gemm_calls(shape: ModelShape, weight_bits: int, step: StepDesc) -> list[tuple[float, float, int]]:
-    """(weight bytes, FLOPs, calls per step) of each distinct GEMM of one forward step on one rank: the layers'
-    matrices (num_layers calls each) and the LM head (once, bf16)."""
+def gemm_calls(shape: ModelShape, weight_bits: int, step: StepDesc) -> list[tuple[float, float, int, bool]]:
+    """(weight bytes, FLOPs, calls per step, fp8) of each distinct GEMM of one forward step on one rank: the layers'
+    matrices (num_layers calls each) and the LM head (once, bf16); fp8: the call streams an fp8 copy (`streams_fp8`)."""
     tp, t = step.tp, step.tokens
-    out = [(matrix_bytes(name, k, n, weight_bits, tp), 2.0 * t * k * n, shape.num_layers)
+    out = [(matrix_bytes(name, k, n, weight_bits, tp, t, shape.qkv_bias), 2.0 * t * k * n, shape.num_layers,
+            weight_bits == 8 and streams_fp8(name, tp, t, shape.qkv_bias))
            for name, k, n in layer_matrices(shape, tp)]
     k, n = lm_head_matrix(shape, tp)
-    return out + [(k * n * ACT_BYTES, 2.0 * t * k * n, 1)]
+    return out + [(k * n * ACT_BYTES, 2.0 * t * k * n, 1, False)]
 
 
 def step_operator_features(shape: ModelShape, weight_bits: int, step: StepDesc) -> dict[str, tuple[float, ...]]:
@@ -288,7 +316,7 @@ def step_operator_features(shape: ModelShape, weight_bits: int, step: StepDesc) 
     their coefficients, so a step's GEMM time is dot(coefficients, these sums)): what calibrate fits `gemm_graph`
     and `attention_graph` on, from the exposed time of each kernel class inside a captured step."""
     gemm = [0.0, 0.0, 0.0]
-    for wb, fl, calls in gemm_calls(shape, weight_bits, step):
+    for wb, fl, calls, _ in gemm_calls(shape, weight_bits, step):
         for i, f in enumerate(gemm_features(wb, fl)):
             gemm[i] += calls * f
     kv_bytes, _ = attention_terms(shape, step.tp, step.tokens, step.kv_len)
@@ -303,7 +331,8 @@ def forward_breakdown(ops: Operators, shape: ModelShape, weight_bits: int, step:
     captured decode step, whose GEMMs, attention and small kernels take the in-graph fits where the profile has them
     (the small kernels also need the fused Triton path, whose launches `kernels` counts)."""
     tp, t = step.tp, step.tokens
-    gemm = sum(calls * ops.gemm_s(wb, fl, tp, graph) for wb, fl, calls in gemm_calls(shape, weight_bits, step))
+    gemm = sum(calls * ops.gemm_s(wb, fl, tp, graph, fp8)
+               for wb, fl, calls, fp8 in gemm_calls(shape, weight_bits, step))
     kv_bytes, flops = attention_terms(shape, tp, t, step.kv_len)
     attn = ops.attention_s(kv_bytes, flops, t, step.kv_len, tp, graph)
     ar = 2 * ops.allreduce_s(t * shape.hidden_size * ACT_BYTES, tp)

@@ -35,6 +35,7 @@ non-decreasing in every feature; `predict` = dot(coefficients, features), linear
 |               | host: `parallel.leader_channel` unix / auto)  |                                        |
 | step_overhead | per forward step, beyond the operators above  | a + b * num_kernels                    |
 | gemm_graph    | gemm as a CUDA-graph decode step runs it      | as gemm                                |
+| gemm_fp8      | one layer matrix streamed as fp8 weights      | as gemm (weight_bytes: the fp8 copy's) |
 | attention_graph | attention, likewise                         | as attention                           |
 | step_overhead_graph | the small kernels of one captured decode | a + b * small_kernels + c * rope_kernels |
 |               | step (norms, embedding, head, verdict, ...)   | + d * small_kernels * hidden_size      |
@@ -47,6 +48,11 @@ prefills and eager steps keep `gemm` / `attention`. `step_overhead_graph` (optio
 captured step's other kernels, counted per step as the runtime launches them (`cost_model.GraphKernels`: a
 draft's multi-row expansion launches a RoPE + KV-write kernel per layer that a target's verify fuses into its QKV
 GEMM); where present it prices captured decode steps in place of `step_overhead`.
+
+`gemm_fp8` (optional): the gemm form fitted on the skinny kernels streaming `weight_bits=8` copies (fp8 e4m3 codes +
+a float32 scale per row, `cost_model.matrix_bytes`; profile_ops' gemm_fp8 section); the cost model prices the calls
+that stream fp8 (`cost_model.streams_fp8`) with it, in decode steps captured or not. Without it those calls take
+the 16-bit fits at their fp8 bytes, which the runtime's fp8 GEMMs do not reach (the simulation's cost label says so).
 
 `by_tp` (optional on any operator) holds coefficients per TP degree; a degree without an entry uses the
 operator's top-level coefficients. Operators missing from `operators` fall back to the analytic prior, as do
@@ -80,6 +86,7 @@ OPERATOR_FORMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "gemm": (("a", "b", "c"), ("1", "weight_bytes", "flops")),
     "attention": (("a", "b", "c"), ("1", "kv_bytes", "tokens*kv_len")),
     "gemm_graph": (("a", "b", "c"), ("1", "weight_bytes", "flops")),
+    "gemm_fp8": (("a", "b", "c"), ("1", "weight_bytes", "flops")),
     "attention_graph": (("a", "b", "c"), ("1", "kv_bytes", "tokens*kv_len")),
     "allreduce": (("a", "b"), ("1", "bytes")),
     "message": (("a", "b"), ("1", "bytes")),
@@ -173,7 +180,7 @@ def step_overhead_graph_features(small_kernels: int, rope_kernels: int, hidden_s
 
 
 FEATURES = {"gemm": gemm_features, "attention": attention_features, "gemm_graph": gemm_features,
-            "attention_graph": attention_features, "allreduce": allreduce_features,
+            "gemm_fp8": gemm_features, "attention_graph": attention_features, "allreduce": allreduce_features,
             "message": message_features, "message_unix": message_features, "step_overhead": step_overhead_features,
             "step_overhead_graph": step_overhead_graph_features}
 """Feature function per operator: calibrate builds its design matrix from these."""

@@ -227,11 +227,12 @@ def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Cos
         prior = [op for op, src in ops.sources.items() if src == "analytic" and op not in unused]
         source = (f"profile:{config.sim.profile or profile.path}" + (" + runtime" if host else "")
                   + (f" (analytic: {', '.join(prior)})" if prior else ""))
-        # the profiles are fitted on 16-bit steps: narrower weights are priced by their bytes at that fit's rate, which
-        # the runtime's fp8 draft step did not reach (docs/BENCHMARKS_RUNTIME.md, twenty-eighth section)
+        # narrower weights without a fit of their own (gemm_fp8 for 8 bits; 4 bits never) are priced by their bytes at
+        # the 16-bit fit's rate, which the runtime's fp8 draft step did not reach (BENCHMARKS_RUNTIME, 28th section)
         narrow = [f"{role} {m.weight_bits}" for role, m in (("target", config.model.target),
                                                               ("draft", config.model.draft if draft else None))
-                  if m is not None and m.weight_bits != 16]
+                  if m is not None and m.weight_bits != 16
+                  and not (m.weight_bits == 8 and ops.sources["gemm_fp8"] == "profile")]
         if narrow:
             source += f" [weight bits {', '.join(narrow)}: GEMM bytes at the 16-bit fit's rate, not calibrated]"
     return Costs(target, draft, proposal_s, verified_s, tree_op_s, source, verify_host_s,

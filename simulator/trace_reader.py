@@ -7,6 +7,7 @@ Records used (others, e.g. the runtime's `step.*` spans, are counted and ignored
 | record             | operator      | features (from `extra`, plus record fields)                              |
 |--------------------|---------------|--------------------------------------------------------------------------|
 | op.gemm            | gemm          | weight_bytes, flops                                                      |
+|                    | gemm_fp8      | with `extra.weight_bits` 8: a skinny kernel streaming fp8 weights        |
 | op.attention       | attention     | kv_bytes, tokens (record), kv_len                                        |
 | op.allreduce       | allreduce     | bytes (per rank); fitted per TP degree too (`by_tp`); `mode` eager|graph |
 | op.message         | message       | bytes on the wire (the runtime's leader channel, one way); with an       |
@@ -47,6 +48,7 @@ STEP_KINDS = ("verify", "expand", "forward")
 """op.step_overhead kinds that are whole runtime steps (the others are launch micro-benchmarks)."""
 REQUIRED_EXTRA = {
     "gemm": ("weight_bytes", "flops"),
+    "gemm_fp8": ("weight_bytes", "flops"),
     "attention": ("kv_bytes", "kv_len"),
     "allreduce": ("bytes",),
     "message": ("bytes",),
@@ -149,8 +151,13 @@ def _sample(rec: TraceRecord, extra: dict[str, Any], where: str) -> tuple[str, S
         return None
     if op == "message" and "unix" in str(extra.get("transport", "")).lower():
         op = "message_unix"  # bench/profile_comm.py: the same ping-pong over the Unix socket
+    if op == "gemm" and "weight_bits" in extra:
+        bits = _number(extra, "weight_bits", where)
+        if bits not in (8, 16):
+            raise TraceFileError(f"{where}: op.gemm extra.weight_bits must be 8 or 16, got {bits}")
+        op = "gemm_fp8" if bits == 8 else op  # profile_ops' gemm_fp8 section
     _require(extra, REQUIRED_EXTRA[op], name, where)
-    if op == "gemm":
+    if op in ("gemm", "gemm_fp8"):
         feats = FEATURES[op](_number(extra, "weight_bytes", where), _number(extra, "flops", where))
     elif op == "attention":
         feats = FEATURES[op](_number(extra, "kv_bytes", where), rec.tokens, int(_number(extra, "kv_len", where)))

@@ -104,6 +104,56 @@ def test_gemm_operators_are_the_runtimes_kernels():
         R.gemm_call("tensorcore", x)
 
 
+def test_fp8_gemm_operators_stream_what_the_runtime_and_the_cost_model_stream():
+    """At weight_bits 8 the skinny kernels take `_fp8` impls exactly where simulator.cost_model.streams_fp8 says the
+    runtime streams fp8 copies (the LM head and cuBLAS calls stay 16-bit); each fp8 call computes the product of its
+    fp16 input with the dequantized weights."""
+    from kernels.skinny_linear import quantize_rows_fp8
+    from simulator.cost_model import streams_fp8
+
+    for mat in ("qkv", "o", "gate_up", "down"):
+        for tp in (1, 2):
+            for m in (1, 8, 64, 65):
+                for bias in (False, True):
+                    impl = R.runtime_gemm(mat, tp, m, True, qkv_bias=bias, weight_bits=8)
+                    assert impl.endswith("_fp8") == streams_fp8(mat, tp, m, bias), (mat, tp, m, bias, impl)
+                    if not impl.endswith("_fp8"):
+                        assert impl == R.runtime_gemm(mat, tp, m, True, qkv_bias=bias)
+    assert R.runtime_gemm("lm_head", 1, 8, True, weight_bits=8) == "skinny_fp32"
+    assert R.runtime_gemm("qkv", 1, 8, False, weight_bits=8) == "cublas"  # no skinny: no fp8 path
+    g = torch.Generator().manual_seed(1)
+    x, w = torch.randn(3, 64, generator=g).half(), torch.randn(96, 64, generator=g) / 8
+    q8 = quantize_rows_fp8(w)
+    want = x.float() @ (q8[0].float() * q8[1][:, None]).T
+    torch.testing.assert_close(R.gemm_call("skinny_fp8", x)(q8).float(), want, rtol=2e-3, atol=2e-3)
+    torch.testing.assert_close(R.gemm_call("skinny_partials_fp8", x)(q8).sum(0), want, rtol=2e-3, atol=2e-3)
+    gate, up = want[:, :48], want[:, 48:]
+    torch.testing.assert_close(R.gemm_call("swiglu_fp8", x)(q8).float(), torch.nn.functional.silu(gate) * up,
+                               rtol=5e-3, atol=5e-3)
+    with pytest.raises(ValueError, match="unknown impl 'cublas_fp8'"):
+        R.gemm_call("cublas_fp8", x)
+
+
+def test_quick_cpu_fp8_section_records_the_fp8_copies_and_calibrate_fits_them_apart(tmp_path, monkeypatch):
+    """The gemm_fp8 section (Triton's interpreter on CPU) times the planned matrices at TP 1 and 2 (no o / down at
+    TP 2: those stay on cuBLAS under TP) with the fp8 copy's bytes; calibrate reads them as gemm_fp8 samples, apart
+    from the 16-bit gemm ones."""
+    from simulator.cost_model import fp8_matrix_bytes
+    from simulator.trace_reader import read_traces
+
+    out = tmp_path / "f.jsonl"
+    assert P.main(["--device", "cpu", "--quick", "--only", "gemm,gemm_fp8", "--out", str(out), "--budget-s", "60"]) == 0
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    fp8 = [json.loads(r["extra"]) | {"tp": r["tp"]} for r in recs if '"weight_bits": 8' in r["extra"]]
+    assert fp8 and all(e["impl"].endswith("_fp8") and e["weight_bytes"] == fp8_matrix_bytes(e["k"], e["n"])
+                       for e in fp8)
+    assert {e["matrix"] for e in fp8 if e["tp"] == 1} == {"qkv", "o", "gate_up", "down"}
+    assert {e["matrix"] for e in fp8 if e["tp"] == 2} == {"qkv", "gate_up"}
+    assert json.loads(out.with_suffix(".meta.json").read_text())["errors"] == []
+    samples = read_traces([str(out)]).samples
+    assert len(samples["gemm_fp8"]) == len(fp8) and len(samples["gemm"]) == len(recs) - len(fp8)
+
+
 def test_gemm_plan_keeps_each_kernel_of_a_shape(monkeypatch):
     """Under graph timing a (k, n, M) is timed once per kernel the runtime runs on it (two presets sharing a
     shape with different kernels both keep it); a biased QKV is planned on cuBLAS."""

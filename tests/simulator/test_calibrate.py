@@ -341,6 +341,39 @@ def test_bad_trace_files_name_file_and_line(tmp_path):
         resolve_trace_paths([str(tmp_path / "none_*.jsonl")])
 
 
+def test_fp8_gemm_records_fit_their_own_operator(tmp_path):
+    """op.gemm records with weight_bits 8 (profile_ops' gemm_fp8 section) fit `gemm_fp8` and leave the 16-bit `gemm`
+    fit as it was; a weight_bits other than 8 or 16 names the file, line and field."""
+    rng = np.random.default_rng(5)
+    coef = {16: (3e-6, 2.5e-13, 1e-15), 8: (6e-6, 4.0e-13, 3e-15)}
+    recs = []
+    for bits, (a, b, c) in coef.items():
+        for k, n in ((2048, 3072), (2048, 16384), (8192, 2048), (4096, 6144), (576, 1536)):
+            for m in (1, 4, 16, 64):
+                wb = k * n + 4.0 * n if bits == 8 else 2.0 * k * n
+                fl = 2.0 * m * k * n
+                extra = {"weight_bytes": wb, "flops": fl} | ({"weight_bits": 8} if bits == 8 else {})
+                recs.append(TraceRecord(name="op.gemm", shapes="", tp=1, ctx=0, device="x", start_s=0.0,
+                                        duration_s=(a + b * wb + c * fl) * math.exp(rng.normal(0, 0.01)),
+                                        run_id="t", tokens=m, extra=json.dumps(extra)))
+    path = tmp_path / "fp8.jsonl"
+    write_traces(path, recs)
+    ts = read_traces([str(path)])
+    assert len(ts.samples["gemm"]) == len(ts.samples["gemm_fp8"]) == 20
+    profile, report = calibrate(ts, CalibrationOptions())
+    for op, bits in (("gemm", 16), ("gemm_fp8", 8)):
+        assert report["operators"][op]["mape"] < 0.02
+        got = profile.operators[op]
+        for wb, fl in ((2048 * 3072 * 2.0, 2.0 * 2048 * 3072), (8192 * 2048 * 2.0, 64 * 2.0 * 8192 * 2048)):
+            a, b, c = coef[bits]
+            assert got.predict((1.0, wb, fl), 1) == pytest.approx(a + b * wb + c * fl, rel=0.03)
+    bad = json.loads(_good_line())
+    bad["extra"] = json.dumps({"weight_bytes": 8192, "flops": 1, "weight_bits": 4})
+    p = _write_lines(tmp_path / "bits.jsonl", [json.dumps(bad)])
+    with pytest.raises(TraceFileError, match=r"bits\.jsonl:1: op\.gemm extra\.weight_bits must be 8 or 16, got 4"):
+        read_traces([p])
+
+
 def test_trace_without_operator_records_is_a_clear_error(tmp_path):
     rec = TraceRecord(name="step.verify", shapes="", tp=1, ctx=0, device="x", start_s=0.0, duration_s=1e-3,
                       run_id="r")

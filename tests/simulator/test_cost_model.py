@@ -15,7 +15,12 @@ from simulator.cost_model import (
     StepDesc,
     forward_breakdown,
     forward_time_s,
+    fp8_matrix_bytes,
+    gemm_calls,
     kernels_per_step,
+    layer_matrices,
+    matrix_bytes,
+    streams_fp8,
     weight_bytes_per_rank,
 )
 from simulator.interconnect import allreduce_time_s, message_bytes, message_time_s
@@ -33,6 +38,46 @@ def test_int4_weights_cost_half_a_byte_plus_group_scales():
     shape = model_preset("llama3-70b")
     w16, w4 = weight_bytes_per_rank(shape, 4, 16), weight_bytes_per_rank(shape, 4, 4)
     assert 0.25 < w4 / w16 < 0.3  # layers shrink ~3.85x; the bf16 embedding and LM head do not
+
+
+def test_fp8_weights_follow_the_runtimes_layout():
+    """weight_bits 8 as the runtime runs it: decode steps of <= 64 rows stream fp8 copies (1 B per weight + a float32
+    scale per row) except a biased QKV and, under TP, o / down; prefills stream the 16-bit weights; a rank holds both
+    copies."""
+    assert [streams_fp8(m, 1, 1) for m in ("qkv", "o", "gate_up", "down")] == [True] * 4
+    assert [streams_fp8(m, 2, 8) for m in ("qkv", "o", "gate_up", "down")] == [True, False, True, False]
+    assert not streams_fp8("qkv", 1, 1, qkv_bias=True) and not streams_fp8("gate_up", 1, 65)
+    assert matrix_bytes("o", 2048, 512, 8, 1) == fp8_matrix_bytes(2048, 512) == 2048 * 512 + 4 * 512
+    assert matrix_bytes("o", 2048, 512, 8, 2) == matrix_bytes("qkv", 2048, 512, 8, 1, tokens=256) == 2 * 2048 * 512
+    one_b, qwen = model_preset("llama3.2-1b"), model_preset("qwen2-72b")
+    calls = gemm_calls(one_b, 8, StepDesc(4, 1024, 1))
+    assert [c[3] for c in calls] == [True] * 4 + [False]  # the LM head stays bf16
+    assert not any(c[3] for c in gemm_calls(one_b, 8, StepDesc(1024, 1024, 1)))  # a prefill
+    assert gemm_calls(qwen, 8, StepDesc(1, 1, 8))[0][3] is False  # Qwen2's biased QKV
+    extra = one_b.num_layers * sum(fp8_matrix_bytes(k, n) for _, k, n in layer_matrices(one_b, 1))
+    assert weight_bytes_per_rank(one_b, 1, 8) == pytest.approx(weight_bytes_per_rank(one_b, 1, 16) + extra)
+
+
+def test_fp8_calls_take_the_gemm_fp8_fit_and_the_rest_the_16_bit_one():
+    """A profile's gemm_fp8 prices exactly the calls that stream fp8; without it they take the 16-bit fit at their
+    fp8 bytes (the source says `as gemm`)."""
+    from simulator.profile import OperatorFit, Profile
+
+    def profile(*ops):
+        fits = {"gemm": OperatorFit("gemm", (2e-6, 3e-13, 0.0), {"mape": 0.1}),
+                "gemm_fp8": OperatorFit("gemm_fp8", (5e-6, 4e-13, 0.0), {"mape": 0.1})}
+        return Profile("p", {"gpu": "h200"}, {}, {op: fits[op] for op in ops})
+
+    shape, step = model_preset("llama3.2-1b"), StepDesc(1, 1024, 1)
+    with_fp8 = Operators(H200, NVLINK, "oneshot", NVLINK, 0.0, 0.0, True, profile("gemm", "gemm_fp8"))
+    without = Operators(H200, NVLINK, "oneshot", NVLINK, 0.0, 0.0, True, profile("gemm"))
+    assert (with_fp8.sources["gemm_fp8"], without.sources["gemm_fp8"]) == ("profile", "as gemm")
+    want = sum(calls * ((5e-6 + 4e-13 * wb) if fp8 else (2e-6 + 3e-13 * wb))
+               for wb, _, calls, fp8 in gemm_calls(shape, 8, step))
+    assert forward_breakdown(with_fp8, shape, 8, step)["gemm"] == pytest.approx(want)
+    assert forward_breakdown(without, shape, 8, step)["gemm"] == pytest.approx(
+        sum(calls * (2e-6 + 3e-13 * wb) for wb, _, calls, _ in gemm_calls(shape, 8, step)))
+    assert forward_breakdown(with_fp8, shape, 16, step) == forward_breakdown(without, shape, 16, step)
 
 
 def test_llama3_8b_single_token_gemms_match_the_measured_weight_stream():
