@@ -227,6 +227,8 @@ PATCHES: dict[str, tuple[str, object]] = {
                            (2048, 2048, 16): _skinny_tile(16, split_k=2, block_k=512),
                            (2048, 8192, 16): _skinny_tile(32, split_k=4, block_k=256)}),
     "w8_swiglu_k256": ("swiglu_k", 256),
+    # with w8: the fp8 GEMMs on the bf16 tables' tiles (kernels.skinny_linear.FP8_CONFIGS, fused_mlp.FP8_TILES emptied)
+    "w8_bf16tiles": ("fp8_tables", None),
 }
 """Tile / placement experiments appended to a variant as `variant+patch+...`: they set the module-level tile
 choices while that variant's graphs are captured (what a capture records is what its replays run)."""
@@ -263,6 +265,7 @@ skinny_linear.CONFIGS entries)."""
 def patched(names: list[str]):
     """Apply PATCHES `names` to the kernel modules inside the block, restoring every value after it."""
     configs = dict(skinny_linear.CONFIGS)
+    fp8_tables = (dict(skinny_linear.FP8_CONFIGS), dict(fused_mlp.FP8_TILES))
     saved = {kind: getattr(module, attr) for kind, (module, attr) in KNOBS.items()}
     try:
         for name in names:
@@ -273,6 +276,9 @@ def patched(names: list[str]):
                         skinny_linear.CONFIGS.pop(key, None)
                     else:
                         skinny_linear.CONFIGS[key] = tile
+            elif kind == "fp8_tables":
+                skinny_linear.FP8_CONFIGS.clear()
+                fused_mlp.FP8_TILES.clear()
             elif kind in KNOBS:
                 setattr(*KNOBS[kind], value)
             elif kind != "weight_bits":  # that one is a use_fused_kernels argument (run_preset)
@@ -281,6 +287,9 @@ def patched(names: list[str]):
     finally:
         skinny_linear.CONFIGS.clear()
         skinny_linear.CONFIGS.update(configs)
+        for table, before in zip((skinny_linear.FP8_CONFIGS, fused_mlp.FP8_TILES), fp8_tables):
+            table.clear()
+            table.update(before)
         for kind, (module, attr) in KNOBS.items():
             setattr(module, attr, saved[kind])
 

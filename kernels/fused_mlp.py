@@ -31,6 +31,13 @@ BLOCK_I = 64
 I = 14336, 128 for the 1B's 8192."""
 BLOCK_K = 128
 """K elements per step (at most next_pow2(K); `block_k` overrides it per call)."""
+FP8_TILES: dict[tuple[int, int, int], dict[str, int]] = {
+    (8192, 2048, 16): {"block_i": 64, "block_k": 256},
+    (14336, 4096, 16): {"block_i": 64, "block_k": 128},
+}
+"""(I, K, m_bucket) -> {block_i, block_k} of fp8 weights (`scale_gate` / `scale_up`), in place of BLOCK_I / BLOCK_K:
+bench/bench_fp8_tiles.py on the H200 (bench/results/fp8_tiles_2026-12-02_f2eff415.json): the 1B's K step 256 (15.1 ->
+14.2 us per call at M 1); the 8B's is the default tile."""
 
 
 @triton.jit
@@ -117,8 +124,9 @@ def swiglu(
         return out
     upcast = x.device.type == "cpu"
     bm = block_m or min(64, max(16, triton.next_power_of_2(m)))
-    bi = block_i or BLOCK_I
-    bk = block_k or min(BLOCK_K, max(16, triton.next_power_of_2(k)))
+    tile = FP8_TILES.get((i, k, bm), {}) if scaled else {}
+    bi = block_i or tile.get("block_i", BLOCK_I)
+    bk = block_k or tile.get("block_k", min(BLOCK_K, max(16, triton.next_power_of_2(k))))
     grid = (triton.cdiv(i, bi), triton.cdiv(m, bm))
     _swiglu_kernel[grid](
         x, w_gate, w_up, w_gate if scale_gate is None else scale_gate, w_up if scale_up is None else scale_up,

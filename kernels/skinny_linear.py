@@ -91,6 +91,19 @@ CONFIGS: dict[tuple[int, int, int], dict[str, int]] = {
     (6144, 4096, 16): {"block_k": 256, "block_n": 64, "num_stages": 4, "num_warps": 4, "split_k": 1},
     (128256, 4096, 16): {"block_k": 128, "block_n": 64, "num_stages": 3, "num_warps": 4, "split_k": 1},
 }
+# (N, K, m_bucket) -> tile of the fp8-weight GEMMs (`w_scale`: half the bytes per tile of the bf16 ones, so other
+# tiles win): bench/bench_fp8_tiles.py on the H200 (bench/results/fp8_tiles_2026-12-02_f2eff415.json, M 1 / 8 / 16,
+# fp16 inputs, the least summed time): the 1B o / down and the 8B projections stream best as split-K 8 (4 for the 8B
+# QKV) of 64-column tiles with 128-wide K steps (1B o 7.8 -> 6.6 us, down 11.1 -> 9.9 us, 8B QKV 16.0 -> 13.9 us per
+# call at M 1; the 1B QKV keeps its bf16 tile). Shapes not here take CONFIGS, then the heuristic.
+FP8_CONFIGS: dict[tuple[int, int, int], dict[str, int]] = {
+    (2048, 2048, 16): {"block_k": 128, "block_n": 64, "num_stages": 3, "num_warps": 4, "split_k": 8},
+    (2048, 8192, 16): {"block_k": 128, "block_n": 64, "num_stages": 4, "num_warps": 4, "split_k": 8},
+    (3072, 2048, 16): {"block_k": 256, "block_n": 32, "num_stages": 4, "num_warps": 4, "split_k": 1},
+    (4096, 4096, 16): {"block_k": 128, "block_n": 64, "num_stages": 3, "num_warps": 4, "split_k": 8},
+    (4096, 14336, 16): {"block_k": 128, "block_n": 64, "num_stages": 3, "num_warps": 4, "split_k": 8},
+    (6144, 4096, 16): {"block_k": 128, "block_n": 64, "num_stages": 4, "num_warps": 4, "split_k": 4},
+}
 _sm_counts: dict[int, int] = {}
 
 
@@ -215,8 +228,10 @@ def sm_count(device: torch.device) -> int:
     return _sm_counts[idx]
 
 
-def pick_config(m: int, n: int, k: int, *, sms: int = DEFAULT_SM_COUNT, elem_bytes: int = 2) -> dict[str, int]:
-    """``CONFIGS[(n, k, m_bucket(m))]`` if tuned, else the heuristic below (a copy: safe to modify).
+def pick_config(m: int, n: int, k: int, *, sms: int = DEFAULT_SM_COUNT, elem_bytes: int = 2,
+                fp8: bool = False) -> dict[str, int]:
+    """``CONFIGS[(n, k, m_bucket(m))]`` if tuned (with ``fp8``, fp8 weights: ``FP8_CONFIGS`` first), else the
+    heuristic below (a copy: safe to modify).
 
     Heuristic: (block_n, split_k) from {64, 32, 16} x {1, 2, 4, 8} such that cdiv(N, block_n) * split_k
     >= 2 * sms (5% slack: 256 programs count on 132 SMs); among those, K % (split_k * block_k) == 0 first
@@ -226,7 +241,7 @@ def pick_config(m: int, n: int, k: int, *, sms: int = DEFAULT_SM_COUNT, elem_byt
     x and w tiles exceed ``SMEM_BUDGET``; num_warps 4. ``sms``: the GPU's SM count; ``elem_bytes``: of x.
     """
     bm = m_bucket(m)
-    tuned = CONFIGS.get((n, k, bm))
+    tuned = (FP8_CONFIGS.get((n, k, bm)) if fp8 else None) or CONFIGS.get((n, k, bm))
     if tuned is not None:
         return dict(tuned)
     num_stages = 4
@@ -274,8 +289,9 @@ def _check_operands(x: torch.Tensor, w: torch.Tensor, fn: str,
     return m, w.shape[0], k
 
 
-def _resolve(x: torch.Tensor, m: int, n: int, k: int, fn: str, **overrides: int | None) -> dict[str, int]:
-    cfg = pick_config(m, n, k, sms=sm_count(x.device), elem_bytes=x.element_size())
+def _resolve(x: torch.Tensor, m: int, n: int, k: int, fn: str, fp8: bool = False,
+             **overrides: int | None) -> dict[str, int]:
+    cfg = pick_config(m, n, k, sms=sm_count(x.device), elem_bytes=x.element_size(), fp8=fp8)
     cfg.update({key: v for key, v in overrides.items() if v is not None})
     for key in CONFIG_KEYS:
         v = cfg[key]
@@ -342,8 +358,8 @@ def skinny_linear_partials(
     """
     fn = "skinny_linear_partials"
     m, n, k = _check_operands(x, w, fn, w_scale)
-    cfg = _resolve(x, m, n, k, fn, split_k=split_k, block_n=block_n, block_k=block_k, num_warps=num_warps,
-                   num_stages=num_stages)
+    cfg = _resolve(x, m, n, k, fn, w_scale is not None, split_k=split_k, block_n=block_n, block_k=block_k,
+                   num_warps=num_warps, num_stages=num_stages)
     split_k = cfg["split_k"]
     if out is None:
         out = torch.empty(split_k, m, n, dtype=torch.float32, device=x.device)
@@ -380,8 +396,8 @@ def skinny_linear(
     """
     fn = "skinny_linear"
     m, n, k = _check_operands(x, w, fn, w_scale)
-    cfg = _resolve(x, m, n, k, fn, split_k=split_k, block_n=block_n, block_k=block_k, num_warps=num_warps,
-                   num_stages=num_stages)
+    cfg = _resolve(x, m, n, k, fn, w_scale is not None, split_k=split_k, block_n=block_n, block_k=block_k,
+                   num_warps=num_warps, num_stages=num_stages)
     if out is None:
         out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     else:

@@ -83,7 +83,15 @@ def test_patches_parse_apply_and_restore():
     assert state() == before
     assert skinny.pick_config(8, 4096, 4096)["split_k"] == 2
     assert skinny.pick_config(32, 2048, 8192)["split_k"] == 4
-    assert {kind for kind, _ in PATCHES.values()} <= {"skinny", "weight_bits", *KNOBS}
+    assert {kind for kind, _ in PATCHES.values()} <= {"skinny", "weight_bits", "fp8_tables", *KNOBS}
+    from kernels import fused_mlp
+
+    tables = (dict(skinny.FP8_CONFIGS), dict(fused_mlp.FP8_TILES))
+    assert all(tables)
+    with patched(["w8", "w8_bf16tiles"]):  # the fp8 GEMMs on the bf16 tables' tiles
+        assert not skinny.FP8_CONFIGS and not fused_mlp.FP8_TILES
+        assert skinny.pick_config(1, 2048, 2048, fp8=True) == skinny.pick_config(1, 2048, 2048)
+    assert (dict(skinny.FP8_CONFIGS), dict(fused_mlp.FP8_TILES)) == tables
     assert set(PATCHES) >= {"qkv_n32", "o_n16", "o_s1", "down_n32", "dqkv_n16", "do_s2"}
     from bench.bench_step_variants import weight_bits_of
 

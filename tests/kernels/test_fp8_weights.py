@@ -73,6 +73,46 @@ def test_swiglu_fp8_matches_the_dequantized_reference(m, k, i, dtype):
     assert_close(out, swiglu_ref(x.float(), _dequant(qg, sg), _dequant(qu, su)), dtype, f"M,K,I={m, k, i}")
 
 
+def test_fp8_weights_take_their_own_tiles(monkeypatch):
+    """With fp8 weights the skinny GEMMs look their tile up in FP8_CONFIGS before CONFIGS (and the fused SwiGLU in
+    FP8_TILES); bf16 weights of the same shape keep CONFIGS; the products stay right."""
+    import importlib
+
+    fused_mlp, sl = (importlib.import_module(f"kernels.{m}") for m in ("fused_mlp", "skinny_linear"))
+    n, k = 96, 256
+    monkeypatch.setitem(sl.CONFIGS, (n, k, 16), {"block_n": 32, "block_k": 128, "split_k": 1, "num_warps": 4,
+                                                  "num_stages": 2})
+    monkeypatch.setitem(sl.FP8_CONFIGS, (n, k, 16), {"block_n": 64, "block_k": 64, "split_k": 2, "num_warps": 4,
+                                                      "num_stages": 2})
+    assert sl.pick_config(3, n, k)["split_k"] == 1 and sl.pick_config(3, n, k, fp8=True)["split_k"] == 2
+    assert sl.pick_config(3, 80, k, fp8=True) == sl.pick_config(3, 80, k)  # not in FP8_CONFIGS: as bf16
+    w = _weights(n, k, seed=11)
+    q, scale = quantize_rows_fp8(w)
+    x = torch.randn(3, k, generator=torch.Generator().manual_seed(12))
+    parts = skinny_linear_partials(x, q, w_scale=scale)
+    assert parts.shape == (2, 3, n) and skinny_linear_partials(x, w).shape == (1, 3, n)
+    want = skinny_linear_ref(x, _dequant(q, scale))
+    assert_close(parts.sum(0), want, torch.float32, "fp8 partials on their tile")
+    assert_close(skinny_linear(x, q, w_scale=scale), want, torch.float32, "fp8 product on its tile")
+    looked: list = []
+
+    class Spy(dict):
+        def get(self, key, default=None):
+            looked.append(key)
+            return super().get(key, default)
+
+    monkeypatch.setattr(fused_mlp, "FP8_TILES", Spy({(80, 96, 16): {"block_i": 16, "block_k": 32}}))
+    qg, sg = quantize_rows_fp8(_weights(80, 96, seed=13))
+    qu, su = quantize_rows_fp8(_weights(80, 96, seed=14))
+    xs = torch.randn(2, 96, generator=torch.Generator().manual_seed(15))
+    got = swiglu(xs, qg, qu, scale_gate=sg, scale_up=su)
+    assert looked == [(80, 96, 16)]
+    assert_close(got, swiglu_ref(xs, _dequant(qg, sg), _dequant(qu, su)), torch.float32, "fp8 swiglu on its tile")
+    wg, wu = _weights(80, 96, seed=13), _weights(80, 96, seed=14)
+    swiglu(xs, wg, wu)
+    assert looked == [(80, 96, 16)]  # bf16 / fp32 weights never read the fp8 table
+
+
 def test_fp8_weights_without_their_scales_are_refused():
     q, scale = quantize_rows_fp8(_weights(32, 64, seed=0))
     x = torch.randn(1, 64)
