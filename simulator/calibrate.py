@@ -367,11 +367,14 @@ def calibrate(ts: TraceSet, opts: CalibrationOptions, software: dict[str, Any] |
     report: dict[str, Any] = {"operators": {}, "skipped": {}, "ignored_records": dict(ts.ignored),
                               "files": list(ts.files), "devices": sorted(ts.devices)}
 
-    def keep(op: str, res: FitResult, by_tp: dict[int, FitResult] | None = None, **info: Any) -> None:
+    def keep(op: str, res: FitResult, by_tp: dict[int, FitResult] | None = None,
+             measured: dict[tuple[int, int], tuple[tuple[int, float], ...]] | None = None, **info: Any) -> None:
         fits[op] = OperatorFit(op, res.coefficients, res.fit_error(),
-                               {tp: r.coefficients for tp, r in (by_tp or {}).items()})
+                               {tp: r.coefficients for tp, r in (by_tp or {}).items()}, measured or {})
         names = OPERATOR_FORMS[op][0]
         report["operators"][op] = {"coefficients": dict(zip(names, res.coefficients)), **res.fit_error(), **info}
+        if measured:
+            report["operators"][op]["measured_shapes"] = len(measured)
         if by_tp:
             report["operators"][op]["by_tp"] = {str(tp): {"coefficients": dict(zip(names, r.coefficients)),
                                                           **r.fit_error()} for tp, r in sorted(by_tp.items())}
@@ -381,7 +384,9 @@ def calibrate(ts: TraceSet, opts: CalibrationOptions, software: dict[str, Any] |
         if len(rows) < opts.min_samples:
             report["skipped"][op] = f"{len(rows)} samples (< {opts.min_samples}): analytic prior kept"
             continue
-        keep(op, fit_operator(rows, opts.holdout_fraction, opts.seed))
+        # the fp8 kernels' times vary by tile more than an affine form follows: their measured shapes go along
+        keep(op, fit_operator(rows, opts.holdout_fraction, opts.seed),
+             measured=measured_shapes(rows) if op == "gemm_fp8" else None)
 
     ar = [s for s in ts.samples.get("allreduce", []) if str(s.extra.get("mode", "eager")) == opts.allreduce_mode]
     if len(ar) < opts.min_samples:
@@ -422,6 +427,17 @@ def calibrate(ts: TraceSet, opts: CalibrationOptions, software: dict[str, Any] |
     sw = dict(software or {})
     profile = Profile(path="<calibrate>", hardware=hardware, software=sw, operators=fits)
     return profile, report
+
+
+def measured_shapes(rows: Sequence[Sample]) -> dict[tuple[int, int], tuple[tuple[int, float], ...]]:
+    """Per weight shape (extra k, n) the median seconds at each row count (extra m) of GEMM samples (profile_ops'
+    records; samples without k, n, m are left out): a profile's `measured` (simulator/profile.py)."""
+    by: dict[tuple[int, int], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for s in rows:
+        e = s.extra
+        if all(isinstance(e.get(key), int) and not isinstance(e.get(key), bool) and e[key] >= 1 for key in "knm"):
+            by[(e["k"], e["n"])][e["m"]].append(s.seconds)
+    return {shape: tuple((m, float(np.median(ts))) for m, ts in sorted(per_m.items())) for shape, per_m in by.items()}
 
 
 def summary_table(report: dict[str, Any]) -> str:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from conf.presets import LINK_PRESETS, GpuSpec, LinkSpec, ModelShape
 from simulator.interconnect import allreduce_time_s, message_time_s
@@ -239,13 +240,16 @@ class Operators:
         """Whether decode steps are priced by in-graph fits (any of GRAPH_OPERATORS; CUDA graphs only)."""
         return any(op in self.fits for op in GRAPH_OPERATORS)
 
-    def gemm_s(self, weight_bytes: float, flops: float, tp: int, graph: bool = False, fp8: bool = False) -> float:
+    def gemm_s(self, weight_bytes: float, flops: float, tp: int, graph: bool = False, fp8: bool = False,
+               shape: tuple[int, int, int] | None = None) -> float:
         """One GEMM call (one weight matrix on one rank); `graph`: inside a captured decode step (`gemm_graph`
-        where fitted); `fp8`: a skinny kernel streaming fp8 weights (`gemm_fp8` where fitted, else as 16-bit)."""
+        where fitted); `fp8`: a skinny kernel streaming fp8 weights (`gemm_fp8` where fitted, else as 16-bit);
+        `shape` (k, n, M): the fit's measured time of that shape where the profile has one (`OperatorFit.at_shape`)."""
         fit = ((self.fits.get("gemm_fp8") if fp8 else None) or (self.fits.get("gemm_graph") if graph else None)
                or self.fits.get("gemm"))
         if fit is not None:
-            return fit.predict(gemm_features(weight_bytes, flops), tp)
+            measured = fit.at_shape(*shape) if shape is not None and fit.measured else None
+            return fit.predict(gemm_features(weight_bytes, flops), tp) if measured is None else measured
         return max(weight_bytes / (self.gpu.hbm_bytes_per_s * GEMM_BW_EFFICIENCY),
                    flops / self.gpu.bf16_flops_per_s)
 
@@ -300,15 +304,28 @@ class Operators:
         return fit.predict(step_overhead_graph_features(small, rope, shape.hidden_size), tp)
 
 
-def gemm_calls(shape: ModelShape, weight_bits: int, step: StepDesc) -> list[tuple[float, float, int, bool]]:
-    """(weight bytes, FLOPs, calls per step, fp8) of each distinct GEMM of one forward step on one rank: the layers'
-    matrices (num_layers calls each) and the LM head (once, bf16); fp8: the call streams an fp8 copy (`streams_fp8`)."""
+class GemmCall(NamedTuple):
+    """One distinct GEMM of a forward step on one rank (`gemm_calls`)."""
+
+    weight_bytes: float
+    flops: float
+    calls: int
+    """per step: num_layers for a layer matrix, 1 for the LM head"""
+    fp8: bool
+    """the call streams an fp8 copy (`streams_fp8`)"""
+    k: int
+    n: int
+
+
+def gemm_calls(shape: ModelShape, weight_bits: int, step: StepDesc) -> list[GemmCall]:
+    """Each distinct GEMM of one forward step on one rank: the layers' matrices (num_layers calls each) and the LM head
+    (once, bf16)."""
     tp, t = step.tp, step.tokens
-    out = [(matrix_bytes(name, k, n, weight_bits, tp, t, shape.qkv_bias), 2.0 * t * k * n, shape.num_layers,
-            weight_bits == 8 and streams_fp8(name, tp, t, shape.qkv_bias))
+    out = [GemmCall(matrix_bytes(name, k, n, weight_bits, tp, t, shape.qkv_bias), 2.0 * t * k * n, shape.num_layers,
+                    weight_bits == 8 and streams_fp8(name, tp, t, shape.qkv_bias), k, n)
            for name, k, n in layer_matrices(shape, tp)]
     k, n = lm_head_matrix(shape, tp)
-    return out + [(k * n * ACT_BYTES, 2.0 * t * k * n, 1, False)]
+    return out + [GemmCall(k * n * ACT_BYTES, 2.0 * t * k * n, 1, False, k, n)]
 
 
 def step_operator_features(shape: ModelShape, weight_bits: int, step: StepDesc) -> dict[str, tuple[float, ...]]:
@@ -316,9 +333,9 @@ def step_operator_features(shape: ModelShape, weight_bits: int, step: StepDesc) 
     their coefficients, so a step's GEMM time is dot(coefficients, these sums)): what calibrate fits `gemm_graph`
     and `attention_graph` on, from the exposed time of each kernel class inside a captured step."""
     gemm = [0.0, 0.0, 0.0]
-    for wb, fl, calls, _ in gemm_calls(shape, weight_bits, step):
-        for i, f in enumerate(gemm_features(wb, fl)):
-            gemm[i] += calls * f
+    for c in gemm_calls(shape, weight_bits, step):
+        for i, f in enumerate(gemm_features(c.weight_bytes, c.flops)):
+            gemm[i] += c.calls * f
     kv_bytes, _ = attention_terms(shape, step.tp, step.tokens, step.kv_len)
     attn = tuple(shape.num_layers * f for f in attention_features(kv_bytes, step.tokens, step.kv_len))
     return {"gemm_graph": tuple(gemm), "attention_graph": attn}
@@ -331,8 +348,8 @@ def forward_breakdown(ops: Operators, shape: ModelShape, weight_bits: int, step:
     captured decode step, whose GEMMs, attention and small kernels take the in-graph fits where the profile has them
     (the small kernels also need the fused Triton path, whose launches `kernels` counts)."""
     tp, t = step.tp, step.tokens
-    gemm = sum(calls * ops.gemm_s(wb, fl, tp, graph, fp8)
-               for wb, fl, calls, fp8 in gemm_calls(shape, weight_bits, step))
+    gemm = sum(c.calls * ops.gemm_s(c.weight_bytes, c.flops, tp, graph, c.fp8, (c.k, c.n, t))
+               for c in gemm_calls(shape, weight_bits, step))
     kv_bytes, flops = attention_terms(shape, tp, t, step.kv_len)
     attn = ops.attention_s(kv_bytes, flops, t, step.kv_len, tp, graph)
     ar = 2 * ops.allreduce_s(t * shape.hidden_size * ACT_BYTES, tp)

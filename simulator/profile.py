@@ -53,6 +53,10 @@ GEMM); where present it prices captured decode steps in place of `step_overhead`
 a float32 scale per row, `cost_model.matrix_bytes`; profile_ops' gemm_fp8 section); the cost model prices the calls
 that stream fp8 (`cost_model.streams_fp8`) with it, in decode steps captured or not. Without it those calls take
 the 16-bit fits at their fp8 bytes, which the runtime's fp8 GEMMs do not reach (the simulation's cost label says so).
+Its affine form misprices these kernels by shape (held-out MAPE 25% on the 2026-12-02 traces: a fixed cost and a
+bandwidth that vary with the tile), so calibrate also stores every profiled shape's measured times (`measured`,
+`{"<k>x<n>": [[M, seconds], ...]}`, a rank's weight shape), which the cost model takes for those shapes, linear in M
+between the measured row counts (`OperatorFit.at_shape`); other shapes take the fit.
 
 `by_tp` (optional on any operator) holds coefficients per TP degree; a degree without an entry uses the
 operator's top-level coefficients. Operators missing from `operators` fall back to the analytic prior, as do
@@ -186,14 +190,21 @@ FEATURES = {"gemm": gemm_features, "attention": attention_features, "gemm_graph"
 """Feature function per operator: calibrate builds its design matrix from these."""
 
 
+MEASURED_OPERATORS = ("gemm", "gemm_fp8")
+"""Operators that may carry `measured`: per weight-matrix shape (k, n of one rank) the measured seconds per call at
+each row count M profiled, which the cost model takes in place of the fit for those shapes (`OperatorFit.at_shape`)."""
+
+
 @dataclass(frozen=True)
 class OperatorFit:
-    """Fitted coefficients of one operator (plus optional per-TP overrides) and its fit error."""
+    """Fitted coefficients of one operator (plus optional per-TP overrides and measured shapes) and its fit error."""
 
     name: str
     coefficients: tuple[float, ...]
     fit_error: dict[str, float]
     by_tp: dict[int, tuple[float, ...]] = field(default_factory=dict)
+    measured: dict[tuple[int, int], tuple[tuple[int, float], ...]] = field(default_factory=dict)
+    """(k, n) -> ((M, seconds), ...) ascending in M (MEASURED_OPERATORS only)."""
 
     def coefficients_for(self, tp: int) -> tuple[float, ...]:
         """Coefficients for TP degree `tp` (its `by_tp` entry, else the top-level ones)."""
@@ -202,6 +213,22 @@ class OperatorFit:
     def predict(self, features: tuple[float, ...], tp: int = 1) -> float:
         """Seconds for one call with these features (see OPERATOR_FORMS)."""
         return sum(c * f for c, f in zip(self.coefficients_for(tp), features))
+
+    def at_shape(self, k: int, n: int, m: int) -> float | None:
+        """Seconds of one [m, k] x [k, n] call from `measured` (None: shape not measured): linear in M between the
+        measured row counts; below the smallest, its time; above the largest, its time plus the fit's growth from
+        there (a gemm form: features 1, weight_bytes = 0, flops)."""
+        pts = self.measured.get((k, n))
+        if not pts:
+            return None
+        if m <= pts[0][0]:
+            return pts[0][1]
+        for (m0, t0), (m1, t1) in zip(pts, pts[1:]):
+            if m <= m1:
+                return t0 + (t1 - t0) * (m - m0) / (m1 - m0)
+        m_last, t_last = pts[-1]
+        grow = self.predict((0.0, 0.0, 2.0 * m * k * n)) - self.predict((0.0, 0.0, 2.0 * m_last * k * n))
+        return t_last + grow
 
 
 @dataclass(frozen=True)
@@ -261,9 +288,11 @@ def _operator(where: str, op: str, entry: Any) -> OperatorFit:
     fp = f"operators.{op}"
     if not isinstance(entry, dict):
         raise _fail(where, fp, f"must be an object, got {type(entry).__name__}")
-    unknown = set(entry) - {"coefficients", "fit_error", "by_tp"}
+    unknown = set(entry) - {"coefficients", "fit_error", "by_tp", "measured"}
     if unknown:
-        raise _fail(where, fp, f"unknown keys {sorted(unknown)}; allowed: coefficients, fit_error, by_tp")
+        raise _fail(where, fp, f"unknown keys {sorted(unknown)}; allowed: coefficients, fit_error, by_tp, measured")
+    if "measured" in entry and op not in MEASURED_OPERATORS:
+        raise _fail(where, f"{fp}.measured", f"only {list(MEASURED_OPERATORS)} may carry measured shapes")
     for key in ("coefficients", "fit_error"):
         if key not in entry:
             raise _fail(where, f"{fp}.{key}", "is missing")
@@ -281,7 +310,27 @@ def _operator(where: str, op: str, entry: Any) -> OperatorFit:
         by_tp[int(k)] = _coefficients(where, f"{fp}.by_tp.{k}.coefficients", op, sub["coefficients"])
         if "fit_error" in sub:
             _fit_error(where, f"{fp}.by_tp.{k}.fit_error", sub["fit_error"])
-    return OperatorFit(op, coefs, err, by_tp)
+    return OperatorFit(op, coefs, err, by_tp, _measured(where, f"{fp}.measured", entry.get("measured", {})))
+
+
+def _measured(where: str, fp: str, raw: Any) -> dict[tuple[int, int], tuple[tuple[int, float], ...]]:
+    """`measured`: {"<k>x<n>": [[M, seconds], ...]} with M ascending integers >= 1 and seconds > 0."""
+    if not isinstance(raw, dict):
+        raise _fail(where, fp, 'must be an object {"<k>x<n>": [[M, seconds], ...]}')
+    out = {}
+    for key, pts in raw.items():
+        dims = str(key).split("x")
+        if len(dims) != 2 or not all(d.isdigit() and int(d) > 0 for d in dims):
+            raise _fail(where, f"{fp}.{key}", 'keys must be "<k>x<n>" with positive integers')
+        ok = isinstance(pts, list) and pts and all(
+            isinstance(p, list) and len(p) == 2 and isinstance(p[0], int) and not isinstance(p[0], bool)
+            and p[0] >= 1 and isinstance(p[1], (int, float)) and not isinstance(p[1], bool)
+            and math.isfinite(p[1]) and p[1] > 0 for p in pts)
+        if not ok or any(a[0] >= b[0] for a, b in zip(pts, pts[1:])):
+            raise _fail(where, f"{fp}.{key}", f"must be a non-empty list of [M, seconds] (M integers >= 1, "
+                        f"ascending; seconds > 0), got {pts!r}")
+        out[(int(dims[0]), int(dims[1]))] = tuple((int(m), float(t)) for m, t in pts)
+    return out
 
 
 def parse_profile(data: Any, where: str = "profile") -> Profile:
@@ -364,6 +413,8 @@ def profile_to_dict(profile: Profile) -> dict[str, Any]:
         entry: dict[str, Any] = {"coefficients": dict(zip(names, fit.coefficients)), "fit_error": fit.fit_error}
         if fit.by_tp:
             entry["by_tp"] = {str(tp): {"coefficients": dict(zip(names, c))} for tp, c in sorted(fit.by_tp.items())}
+        if fit.measured:
+            entry["measured"] = {f"{k}x{n}": [list(p) for p in pts] for (k, n), pts in sorted(fit.measured.items())}
         ops[name] = entry
     out = {"version": PROFILE_VERSION, "hardware": profile.hardware, "software": profile.software, "operators": ops}
     if profile.runtime or profile.runtime_loops:

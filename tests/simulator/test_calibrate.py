@@ -352,7 +352,8 @@ def test_fp8_gemm_records_fit_their_own_operator(tmp_path):
             for m in (1, 4, 16, 64):
                 wb = k * n + 4.0 * n if bits == 8 else 2.0 * k * n
                 fl = 2.0 * m * k * n
-                extra = {"weight_bytes": wb, "flops": fl} | ({"weight_bits": 8} if bits == 8 else {})
+                extra = {"weight_bytes": wb, "flops": fl, "k": k, "n": n, "m": m} | (
+                    {"weight_bits": 8} if bits == 8 else {})
                 recs.append(TraceRecord(name="op.gemm", shapes="", tp=1, ctx=0, device="x", start_s=0.0,
                                         duration_s=(a + b * wb + c * fl) * math.exp(rng.normal(0, 0.01)),
                                         run_id="t", tokens=m, extra=json.dumps(extra)))
@@ -367,6 +368,16 @@ def test_fp8_gemm_records_fit_their_own_operator(tmp_path):
         for wb, fl in ((2048 * 3072 * 2.0, 2.0 * 2048 * 3072), (8192 * 2048 * 2.0, 64 * 2.0 * 8192 * 2048)):
             a, b, c = coef[bits]
             assert got.predict((1.0, wb, fl), 1) == pytest.approx(a + b * wb + c * fl, rel=0.03)
+    # the fp8 shapes' measured times go along (one M per record here: the measured times are the records')
+    assert profile.operators["gemm"].measured == {}
+    fp8 = profile.operators["gemm_fp8"].measured
+    assert set(fp8) == {(2048, 3072), (2048, 16384), (8192, 2048), (4096, 6144), (576, 1536)}
+    assert [m for m, _ in fp8[(2048, 3072)]] == [1, 4, 16, 64]
+    first = next(r for r in recs if '"weight_bits": 8' in r.extra)
+    assert fp8[(2048, 3072)][0][1] == first.duration_s
+    assert report["operators"]["gemm_fp8"]["measured_shapes"] == 5
+    write_profile(tmp_path / "p.json", profile)
+    assert load_profile(tmp_path / "p.json").operators["gemm_fp8"] == profile.operators["gemm_fp8"]
     bad = json.loads(_good_line())
     bad["extra"] = json.dumps({"weight_bytes": 8192, "flops": 1, "weight_bits": 4})
     p = _write_lines(tmp_path / "bits.jsonl", [json.dumps(bad)])

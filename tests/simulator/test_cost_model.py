@@ -51,9 +51,9 @@ def test_fp8_weights_follow_the_runtimes_layout():
     assert matrix_bytes("o", 2048, 512, 8, 2) == matrix_bytes("qkv", 2048, 512, 8, 1, tokens=256) == 2 * 2048 * 512
     one_b, qwen = model_preset("llama3.2-1b"), model_preset("qwen2-72b")
     calls = gemm_calls(one_b, 8, StepDesc(4, 1024, 1))
-    assert [c[3] for c in calls] == [True] * 4 + [False]  # the LM head stays bf16
-    assert not any(c[3] for c in gemm_calls(one_b, 8, StepDesc(1024, 1024, 1)))  # a prefill
-    assert gemm_calls(qwen, 8, StepDesc(1, 1, 8))[0][3] is False  # Qwen2's biased QKV
+    assert [c.fp8 for c in calls] == [True] * 4 + [False]  # the LM head stays bf16
+    assert not any(c.fp8 for c in gemm_calls(one_b, 8, StepDesc(1024, 1024, 1)))  # a prefill
+    assert gemm_calls(qwen, 8, StepDesc(1, 1, 8))[0].fp8 is False  # Qwen2's biased QKV
     extra = one_b.num_layers * sum(fp8_matrix_bytes(k, n) for _, k, n in layer_matrices(one_b, 1))
     assert weight_bytes_per_rank(one_b, 1, 8) == pytest.approx(weight_bytes_per_rank(one_b, 1, 16) + extra)
 
@@ -72,12 +72,21 @@ def test_fp8_calls_take_the_gemm_fp8_fit_and_the_rest_the_16_bit_one():
     with_fp8 = Operators(H200, NVLINK, "oneshot", NVLINK, 0.0, 0.0, True, profile("gemm", "gemm_fp8"))
     without = Operators(H200, NVLINK, "oneshot", NVLINK, 0.0, 0.0, True, profile("gemm"))
     assert (with_fp8.sources["gemm_fp8"], without.sources["gemm_fp8"]) == ("profile", "as gemm")
-    want = sum(calls * ((5e-6 + 4e-13 * wb) if fp8 else (2e-6 + 3e-13 * wb))
-               for wb, _, calls, fp8 in gemm_calls(shape, 8, step))
+    want = sum(c.calls * ((5e-6 + 4e-13 * c.weight_bytes) if c.fp8 else (2e-6 + 3e-13 * c.weight_bytes))
+               for c in gemm_calls(shape, 8, step))
     assert forward_breakdown(with_fp8, shape, 8, step)["gemm"] == pytest.approx(want)
     assert forward_breakdown(without, shape, 8, step)["gemm"] == pytest.approx(
-        sum(calls * (2e-6 + 3e-13 * wb) for wb, _, calls, _ in gemm_calls(shape, 8, step)))
+        sum(c.calls * (2e-6 + 3e-13 * c.weight_bytes) for c in gemm_calls(shape, 8, step)))
     assert forward_breakdown(with_fp8, shape, 16, step) == forward_breakdown(without, shape, 16, step)
+    # measured shapes of gemm_fp8 take the place of its fit for those shapes only
+    calls = gemm_calls(shape, 8, step)
+    qkv = calls[0]
+    fits = dict(with_fp8.fits)
+    fits["gemm_fp8"] = OperatorFit("gemm_fp8", (5e-6, 4e-13, 0.0), {"mape": 0.1},
+                                   measured={(qkv.k, qkv.n): ((1, 9e-6), (8, 1e-5))})
+    measured = Operators(H200, NVLINK, "oneshot", NVLINK, 0.0, 0.0, True, Profile("p", {"gpu": "h200"}, {}, fits))
+    got = forward_breakdown(measured, shape, 8, step)["gemm"] - forward_breakdown(with_fp8, shape, 8, step)["gemm"]
+    assert got == pytest.approx(qkv.calls * (9e-6 - (5e-6 + 4e-13 * qkv.weight_bytes)))
 
 
 def test_llama3_8b_single_token_gemms_match_the_measured_weight_stream():
