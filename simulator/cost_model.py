@@ -16,8 +16,8 @@ FLOP/s) per GEMM and per layer's attention on GPU_PRESETS; alpha-beta links from
 counted per role and rows by `GraphKernels`) price the decode steps of CUDA-graph configs; prefills and eager
 steps keep the standalone ones.
 
-Precision: weights of `weight_bits` (16: 2 B/param; 8: 1 B + fp16 scale per group of 128; 4: 0.5 B +
-fp16 scale and int4 zero per group of 128, AWQ g128) in the decoder layers; embedding and LM head stay
+Precision: weights of `weight_bits` (16: 2 B/param; 8: the runtime's fp8 layout, below; 4: 0.5 B + fp16 scale and
+int4 zero per group of 128, AWQ g128, simulator only) in the decoder layers; embedding and LM head stay
 bf16 (SwiftSpec setup); KV cache and activations bf16. Shards round up (zero-padded TP, as the runtime).
 At 8 bits the simulator follows the runtime's layout: a decode step of at most SKINNY_MAX_ROWS rows streams fp8
 copies with one float32 scale per output row (`streams_fp8`, `matrix_bytes`) through the skinny kernels, priced by the
@@ -48,8 +48,9 @@ from simulator.profile import (
 )
 
 GROUP_SIZE = 128
-"""Quantisation group (AWQ g128): one fp16 scale (+ int4 zero for 4-bit) per 128 weights."""
-BYTES_PER_PARAM = {16: 2.0, 8: 1.0 + 2.0 / GROUP_SIZE, 4: 0.5 + 2.5 / GROUP_SIZE}
+"""Quantisation group of 4-bit weights (AWQ g128): one fp16 scale + int4 zero per 128 weights."""
+BYTES_PER_PARAM = {16: 2.0, 4: 0.5 + 2.5 / GROUP_SIZE}
+"""Bytes per weight at 16 and 4 bits (8 bits: `fp8_matrix_bytes`, the runtime's layout)."""
 ACT_BYTES = 2
 """bf16 activations and KV cache."""
 GEMM_BW_EFFICIENCY = 0.85
