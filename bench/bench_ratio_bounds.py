@@ -3,7 +3,7 @@ autoregressive tokens/s, each mode at its best configuration, and async_tree's i
 acceptance tables, draft host costs and draft kernel speeds.
 
     python bench/bench_ratio_bounds.py [--profile profiles/h200.json] [--top1 0.75,0.85] [--host 1,0.5,0]
-                                       [--device 1,0.8,0.6] [--quick] [--out DIR]
+                                       [--device 1,0.8,0.6] [--draft-bits 16,8] [--quick] [--out DIR]
 
 Workload a's shapes (Llama-3-8B target + Llama-3.2-1B draft, 1 + 1 GPUs, 1K prompt, 512 new tokens, one request).
 Per acceptance table and draft host scale:
@@ -18,7 +18,9 @@ table's first row rescaled so the same share of the rest is caught by ranks 1..7
 `sim.draft_host_scale`, the profile's fitted draft host costs (runtime block: `expand_extra_s`,
 `expand_extra_per_row_s` or `expand_extra_per_real_row_s`, `draft_round_s`) times the scale, for both tree modes
 alike (a what-if on the draft's Python and launches, not on its kernels). Device scale: `sim.draft_device_scale`,
-the draft's kernel time times the scale (0.6: the Llama-3.2-1B one-row step at about its byte floor).
+the draft's kernel time times the scale (0.6: the Llama-3.2-1B one-row step at about its byte floor). Draft bits:
+`model.draft.weight_bits` (8: the runtime's fp8 draft weights, priced by the profile's `gemm_fp8` and its measured
+shapes where it has them).
 
 Writes `<out>/ratio_bounds_<date>.json` (git SHA, date, config, every cell's best configurations) and prints a
 table. Simulated, not measured: the profile's validation (docs/VALIDATION.md) says how far to trust it.
@@ -79,11 +81,11 @@ def _async_run(ov: list[str], bs: int, w: int, d: str) -> dict:
 
 
 def cell(acceptance: list[str], profile: str, host_scale: float, grid: tuple[int, ...],
-         serial_d: tuple[str, ...], async_d: tuple[str, ...], device_scale: float = 1.0) -> dict:
+         serial_d: tuple[str, ...], async_d: tuple[str, ...], device_scale: float = 1.0, draft_bits: int = 16) -> dict:
     """Best autoregressive, serial_tree and async_tree runs, and the pick's async_tree run, under one acceptance
-    table, profile, draft host scale and draft device scale."""
+    table, profile, draft host scale, draft device scale and draft weight width."""
     ov = [*BASE, *acceptance, f"sim.profile={profile}", f"sim.draft_host_scale={host_scale}",
-          f"sim.draft_device_scale={device_scale}"]
+          f"sim.draft_device_scale={device_scale}", f"model.draft.weight_bits={draft_bits}"]
     ar = simulate(compose_config("simulate", [*ov, "spec=autoregressive"]), record_events=False)
     serial = []
     for bs in grid:
@@ -111,6 +113,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--top1", default="0.75,0.85,0.9", help="one-row tables' top-1 acceptances (comma-separated)")
     ap.add_argument("--host", default="1,0.5,0", help="draft host cost scales (comma-separated, >= 0)")
     ap.add_argument("--device", default="1", help="draft kernel time scales (comma-separated, > 0)")
+    ap.add_argument("--draft-bits", default="16", help="draft weight widths, 16 and / or 8 (comma-separated)")
     ap.add_argument("--quick", action="store_true", help="bs, w in {8}, d in {auto, 3} (tests)")
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results", help="results folder")
     args = ap.parse_args(argv)
@@ -136,26 +139,29 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(f"--host: scales must be >= 0 (at least one), got {args.host}")
     if not device or not all(0 < v < float("inf") for v in device):
         raise SystemExit(f"--device: scales must be finite and > 0 (at least one), got {args.device}")
+    bits = [b.strip() for b in args.draft_bits.split(",") if b.strip()]
+    if not bits or any(b not in ("16", "8") for b in bits):
+        raise SystemExit(f"--draft-bits: 16 and / or 8 (the widths the runtime runs), got {args.draft_bits!r}")
     measured = json.loads((REPO_ROOT / "profiles" / "acceptance" / "smollm2.json").read_text())["positional"]
     tables = [("smollm2 (measured)", ["acceptance=smollm2"])]
     tables += [(f"top-1 {p:g}", [f"acceptance.positional={json.dumps(one_row_table(p, measured[0]))}",
                                  "acceptance.file=null"]) for p in top1]
     grid, serial_d, async_d = ((8,), ("auto", "3"), ("auto", "3")) if args.quick else (GRID, SERIAL_D, ASYNC_D)
-    cells = [{"acceptance": label, "overrides": acc, "host_scale": scale, "device_scale": dev,
-              **cell(acc, args.profile, scale, grid, serial_d, async_d, dev)}
-             for dev in device for scale in host for label, acc in tables]
+    cells = [{"acceptance": label, "overrides": acc, "host_scale": scale, "device_scale": dev, "draft_bits": int(b),
+              **cell(acc, args.profile, scale, grid, serial_d, async_d, dev, int(b))}
+             for b in bits for dev in device for scale in host for label, acc in tables]
     record = {"benchmark": "ratio_bounds", "git_sha": git_sha(), "date": datetime.date.today().isoformat(),
               "device": "simulated (no GPU)",
               "config": {"profile": args.profile, "base": BASE, "host_keys": DRAFT_HOST_KEYS, "grid": grid,
                          "serial_d": serial_d, "async_d": async_d, "pick": PICK}, "cells": cells}
     out = args.out / f"ratio_bounds_{record['date']}.json"
     atomic_write_json(out, record)
-    print("| acceptance | draft host | draft kernels | AR tok/s | best serial (bs w d: tok/s, accept) | best async "
-          "(bs w d: tok/s, accept, iteration / verify) | the pick (tok/s, iteration / verify) | async / serial | "
-          "async / AR |\n|---|---|---|---|---|---|---|---|---|")
+    print("| acceptance | draft host | draft kernels | draft bits | AR tok/s | best serial (bs w d: tok/s, accept) | "
+          "best async (bs w d: tok/s, accept, iteration / verify) | the pick (tok/s, iteration / verify) | "
+          "async / serial | async / AR |\n|---|---|---|---|---|---|---|---|---|---|")
     for c in cells:
         s, a, p = c["serial_best"], c["async_best"], c["async_pick"]
-        print(f"| {c['acceptance']} | x{c['host_scale']:g} | x{c['device_scale']:g} | "
+        print(f"| {c['acceptance']} | x{c['host_scale']:g} | x{c['device_scale']:g} | {c['draft_bits']} | "
               f"{c['autoregressive_tokens_per_s']:.1f} | "
               f"{s['bs']} {s['w']} {s['d']}={s['d_used']}: {s['tokens_per_s']:.1f}, {s['accept_len']:.2f} | "
               f"{a['bs']} {a['w']} {a['d']}={a['d_used']}: {a['tokens_per_s']:.1f}, {a['accept_len']:.2f}, "

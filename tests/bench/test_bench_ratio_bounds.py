@@ -54,6 +54,8 @@ def test_ratio_bounds_refuse_bad_arguments(tmp_path):
     for bad in ("0", "-0.5", "inf"):
         with pytest.raises(SystemExit, match="--device: scales must be finite and > 0"):
             bench_ratio_bounds.main(["--device", bad, "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match=r"--draft-bits: 16 and / or 8 .*got '4'"):
+        bench_ratio_bounds.main(["--draft-bits", "4", "--out", str(tmp_path)])
 
 
 def test_faster_draft_kernels_shorten_the_picks_iteration(tmp_path):
@@ -68,3 +70,14 @@ def test_faster_draft_kernels_shorten_the_picks_iteration(tmp_path):
     assert fast["iteration_over_verify"] < slow["iteration_over_verify"]
     assert fast["tokens_per_s"] >= slow["tokens_per_s"]
     assert by_scale[0.6]["autoregressive_tokens_per_s"] == by_scale[1.0]["autoregressive_tokens_per_s"]
+
+
+def test_an_fp8_draft_shortens_the_picks_iteration(tmp_path):
+    """--draft-bits 8: the draft's layer GEMMs stream fp8 copies (cheaper in the shipped profile's pricing); the pick's
+    iteration over the verify falls; autoregressive decoding (the target alone) is unchanged."""
+    record = bench_ratio_bounds.main(["--quick", "--top1", "", "--host", "1", "--draft-bits", "16,8",
+                                      "--out", str(tmp_path)])
+    by_bits = {c["draft_bits"]: c for c in record["cells"]}
+    assert set(by_bits) == {16, 8}
+    assert by_bits[8]["async_pick"]["iteration_over_verify"] < by_bits[16]["async_pick"]["iteration_over_verify"]
+    assert by_bits[8]["autoregressive_tokens_per_s"] == by_bits[16]["autoregressive_tokens_per_s"]
