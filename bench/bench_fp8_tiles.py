@@ -30,7 +30,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from bench.bench_skinny import max_err, sensible, time_us  # noqa: E402
+from bench.bench_skinny import least_total_configs, max_err, sensible, time_us  # noqa: E402
 from conf.presets import GPU_PRESETS  # noqa: E402
 from conf.rundir import atomic_write_json, git_sha  # noqa: E402
 
@@ -55,21 +55,7 @@ def table_literal(best: list[dict]) -> str:
 
 def best_tiles(rows: list[dict], kernels: tuple[str, ...]) -> list[dict]:
     """Per (N, K, m_bucket) of `kernels`' rows: the swept tile with the least time summed over that bucket's M's."""
-    from kernels.skinny_linear import m_bucket
-
-    out = []
-    keys = sorted({(r["n"], r["k"], m_bucket(r["m"])) for r in rows if r["kernel"] in kernels})
-    for n, k, bucket in keys:
-        mine = [r for r in rows if r["kernel"] in kernels and r["tile"] != "default"
-                and (r["n"], r["k"], m_bucket(r["m"])) == (n, k, bucket)]
-        ms = {r["m"] for r in mine}
-        totals: dict[str, list[float]] = {}
-        for r in mine:
-            totals.setdefault(json.dumps(r["config"], sort_keys=True), []).append(r["us"])
-        full = {c: sum(t) for c, t in totals.items() if len(t) == len(ms)}
-        if full:
-            out.append(dict(n=n, k=k, m_bucket=bucket, config=json.loads(min(full, key=full.get))))
-    return out
+    return least_total_configs([r for r in rows if r["kernel"] in kernels and r["tile"] != "default"])
 
 
 def bench_shape(torch, name: str, ms: tuple[int, ...], sms: int, rows: list, errors: list, deadline: float) -> None:

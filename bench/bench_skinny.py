@@ -143,11 +143,17 @@ def bench_m(torch, name: str, m: int, weights: list, g, sms: int, rows: list, er
 
 def best_configs(rows: list) -> list[dict]:
     """Per shape: the config with the least time summed over the M's (all in one m_bucket when M <= 16)."""
+    return least_total_configs([r for r in rows if r["provider"] == "skinny"])
+
+
+def least_total_configs(rows: list) -> list[dict]:
+    """Per (n, k, m_bucket) of `rows` (each with n, k, m, config, us): the config with the least time summed over the
+    bucket's M's, among the configs timed at all of them."""
     from kernels.skinny_linear import m_bucket
 
     out = []
     for (n, k, bucket) in sorted({(r["n"], r["k"], m_bucket(r["m"])) for r in rows}):
-        mine = [r for r in rows if (r["n"], r["k"], m_bucket(r["m"])) == (n, k, bucket) and r["provider"] == "skinny"]
+        mine = [r for r in rows if (r["n"], r["k"], m_bucket(r["m"])) == (n, k, bucket)]
         ms = {r["m"] for r in mine}
         totals: dict[str, list] = {}
         for r in mine:
