@@ -227,8 +227,16 @@ PATCHES: dict[str, tuple[str, object]] = {
                            (2048, 2048, 16): _skinny_tile(16, split_k=2, block_k=512),
                            (2048, 8192, 16): _skinny_tile(32, split_k=4, block_k=256)}),
     "w8_swiglu_k256": ("swiglu_k", 256),
-    # with w8: the fp8 GEMMs on the bf16 tables' tiles (kernels.skinny_linear.FP8_CONFIGS, fused_mlp.FP8_TILES emptied)
-    "w8_bf16tiles": ("fp8_tables", None),
+    # with w8: the fp8 tiles of bench/bench_fp8_tiles.py's sweep (fp8_tiles_2026-12-02_f2eff415.json) set in
+    # kernels.skinny_linear.FP8_CONFIGS / fused_mlp.FP8_TILES (empty otherwise: the bf16 tables' tiles)
+    "w8_swept": ("fp8_tables", (
+        {(2048, 2048, 16): _skinny_tile(64, split_k=8, block_k=128) | {"num_stages": 3},
+         (2048, 8192, 16): _skinny_tile(64, split_k=8, block_k=128),
+         (3072, 2048, 16): _skinny_tile(32),
+         (4096, 4096, 16): _skinny_tile(64, split_k=8, block_k=128) | {"num_stages": 3},
+         (4096, 14336, 16): _skinny_tile(64, split_k=8, block_k=128) | {"num_stages": 3},
+         (6144, 4096, 16): _skinny_tile(64, split_k=4, block_k=128)},
+        {(8192, 2048, 16): {"block_i": 64, "block_k": 256}, (14336, 4096, 16): {"block_i": 64, "block_k": 128}})),
 }
 """Tile / placement experiments appended to a variant as `variant+patch+...`: they set the module-level tile
 choices while that variant's graphs are captured (what a capture records is what its replays run)."""
@@ -277,8 +285,8 @@ def patched(names: list[str]):
                     else:
                         skinny_linear.CONFIGS[key] = tile
             elif kind == "fp8_tables":
-                skinny_linear.FP8_CONFIGS.clear()
-                fused_mlp.FP8_TILES.clear()
+                skinny_linear.FP8_CONFIGS.update(value[0])
+                fused_mlp.FP8_TILES.update(value[1])
             elif kind in KNOBS:
                 setattr(*KNOBS[kind], value)
             elif kind != "weight_bits":  # that one is a use_fused_kernels argument (run_preset)
@@ -305,8 +313,16 @@ def _variant_config(spec: str) -> dict:
     return {"skinny": VARIANTS[base][0], "pdl": VARIANTS[base][1], "qkv_rope": base in QKV_ROPE_VARIANTS,
             "rope_attention": ("all rows" if base in ROPE_ATTENTION_VARIANTS else
                                "single-token steps" if base in RUNTIME_VARIANTS else False),
-            "patches": {name: (PATCHES[name][0], {str(k): v for k, v in PATCHES[name][1].items()}
-                               if isinstance(PATCHES[name][1], dict) else PATCHES[name][1]) for name in patches}}
+            "patches": {name: (PATCHES[name][0], _jsonable(PATCHES[name][1])) for name in patches}}
+
+
+def _jsonable(value: object) -> object:
+    """A patch value for the results file: tuple-keyed tile tables with string keys."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return [_jsonable(v) for v in value]
+    return value
 
 
 def prefill_random(model: torch.nn.Module, cache: KVCache, attn: object, ctx: int, gen: torch.Generator) -> None:
