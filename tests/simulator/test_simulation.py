@@ -252,13 +252,18 @@ def test_a_pending_token_adds_one_row_to_its_refill(mode, refill_graph, monkeypa
 
 
 def test_narrow_weights_say_their_gemms_are_extrapolated():
-    """A profile fitted on 16-bit steps prices 8-bit GEMMs by their bytes at the 16-bit rate: the cost source says so
-    (the metrics' cost_model), and the draft's step is then cheaper than at 16 bits."""
+    """A profile without a fit of the narrow weights' own (`gemm_fp8` for 8 bits; 4 bits never) prices their GEMMs by
+    their bytes at the 16-bit rate: the cost source says so (the metrics' cost_model). The shipped profile has
+    gemm_fp8: an fp8 draft is priced by it, unlabelled; either way its step is cheaper than at 16 bits."""
     base = ("model=llama3-8b_llama3.2-1b", "parallel=1x1", "kernels=graphs")
-    sixteen, eight = (build_costs(cfg(*base, *extra)) for extra in ((), ("model.draft.weight_bits=8",)))
-    assert "not calibrated" not in sixteen.source
-    assert eight.source.endswith("[weight bits draft 8: GEMM bytes at the 16-bit fit's rate, not calibrated]")
-    assert eight.draft.forward_s(1, 1024, 1.0) < sixteen.draft.forward_s(1, 1024, 1.0)
+    label = "[weight bits draft {}: GEMM bytes at the 16-bit fit's rate, not calibrated]"
+    sixteen, eight, four = (build_costs(cfg(*base, f"model.draft.weight_bits={bits}")) for bits in (16, 8, 4))
+    assert "not calibrated" not in sixteen.source and "not calibrated" not in eight.source
+    assert four.source.endswith(label.format(4))
+    older = build_costs(cfg(*base, "model.draft.weight_bits=8", "sim.profile=profiles/h200_954a1bf.json"))
+    assert older.source.endswith(label.format(8))
+    for narrow in (eight, four, older):
+        assert narrow.draft.forward_s(1, 1024, 1.0) < sixteen.draft.forward_s(1, 1024, 1.0)
 
 
 @pytest.mark.parametrize("mode", ["async_tree", "serial_tree", "chain", "autoregressive"])
