@@ -227,16 +227,9 @@ PATCHES: dict[str, tuple[str, object]] = {
                            (2048, 2048, 16): _skinny_tile(16, split_k=2, block_k=512),
                            (2048, 8192, 16): _skinny_tile(32, split_k=4, block_k=256)}),
     "w8_swiglu_k256": ("swiglu_k", 256),
-    # with w8: the fp8 tiles of bench/bench_fp8_tiles.py's sweep (fp8_tiles_2026-12-02_f2eff415.json) set in
-    # kernels.skinny_linear.FP8_CONFIGS / fused_mlp.FP8_TILES (empty otherwise: the bf16 tables' tiles)
-    "w8_swept": ("fp8_tables", (
-        {(2048, 2048, 16): _skinny_tile(64, split_k=8, block_k=128) | {"num_stages": 3},
-         (2048, 8192, 16): _skinny_tile(64, split_k=8, block_k=128),
-         (3072, 2048, 16): _skinny_tile(32),
-         (4096, 4096, 16): _skinny_tile(64, split_k=8, block_k=128) | {"num_stages": 3},
-         (4096, 14336, 16): _skinny_tile(64, split_k=8, block_k=128) | {"num_stages": 3},
-         (6144, 4096, 16): _skinny_tile(64, split_k=4, block_k=128)},
-        {(8192, 2048, 16): {"block_i": 64, "block_k": 256}, (14336, 4096, 16): {"block_i": 64, "block_k": 128}})),
+    # with w8: the fp8 GEMMs on the bf16 tables' tiles (kernels.skinny_linear.FP8_CONFIGS, fused_mlp.FP8_TILES
+    # emptied; the f44444eb results' `w8_swept` set those tables, the defaults since)
+    "w8_bf16tiles": ("fp8_tables", None),
 }
 """Tile / placement experiments appended to a variant as `variant+patch+...`: they set the module-level tile
 choices while that variant's graphs are captured (what a capture records is what its replays run)."""
@@ -284,9 +277,9 @@ def patched(names: list[str]):
                         skinny_linear.CONFIGS.pop(key, None)
                     else:
                         skinny_linear.CONFIGS[key] = tile
-            elif kind == "fp8_tables":
-                skinny_linear.FP8_CONFIGS.update(value[0])
-                fused_mlp.FP8_TILES.update(value[1])
+            elif kind == "fp8_tables":  # None: empty
+                skinny_linear.FP8_CONFIGS.clear()
+                fused_mlp.FP8_TILES.clear()
             elif kind in KNOBS:
                 setattr(*KNOBS[kind], value)
             elif kind != "weight_bits":  # that one is a use_fused_kernels argument (run_preset)

@@ -31,10 +31,14 @@ BLOCK_I = 64
 I = 14336, 128 for the 1B's 8192."""
 BLOCK_K = 128
 """K elements per step (at most next_pow2(K); `block_k` overrides it per call)."""
-FP8_TILES: dict[tuple[int, int, int], dict[str, int]] = {}
-"""(I, K, m_bucket) -> {block_i, block_k} of fp8 weights (`scale_gate` / `scale_up`), in place of BLOCK_I / BLOCK_K.
-Empty until a step replay says otherwise (kernels.skinny_linear.FP8_CONFIGS: the sweep's 1B K step 256, 15.1 -> 14.2
-us per call at M 1, is bench_step_variants.py patch `w8_swept`)."""
+FP8_TILES: dict[tuple[int, int, int], dict[str, int]] = {
+    (8192, 2048, 16): {"block_i": 64, "block_k": 256},
+    (14336, 4096, 16): {"block_i": 64, "block_k": 128},
+}
+"""(I, K, m_bucket) -> {block_i, block_k} of fp8 weights (`scale_gate` / `scale_up`), in place of BLOCK_I / BLOCK_K:
+bench/bench_fp8_tiles.py on the H200 (bench/results/fp8_tiles_2026-12-02_f2eff415.json): the 1B's K step 256 (15.1 ->
+14.2 us per call at M 1); the 8B's is the default tile. Measured in the step with kernels.skinny_linear.FP8_CONFIGS
+(its comment)."""
 
 
 @triton.jit

@@ -91,12 +91,22 @@ CONFIGS: dict[tuple[int, int, int], dict[str, int]] = {
     (6144, 4096, 16): {"block_k": 256, "block_n": 64, "num_stages": 4, "num_warps": 4, "split_k": 1},
     (128256, 4096, 16): {"block_k": 128, "block_n": 64, "num_stages": 3, "num_warps": 4, "split_k": 1},
 }
-# (N, K, m_bucket) -> tile of the fp8-weight GEMMs (`w_scale`), looked up before CONFIGS. Empty: the sweep of
-# bench/bench_fp8_tiles.py (bench/results/fp8_tiles_2026-12-02_f2eff415.json) found split-K 8 of 64-column tiles
-# faster per call for the 1B o / down and the 8B projections (1B o 7.8 -> 6.6 us, down 11.1 -> 9.9 us at M 1), but
-# its tiles are not measured inside the decode step yet (bench_step_variants.py patch `w8_swept`; split 8 doubles the
-# partials the next norm sums), so the fp8 GEMMs keep the bf16 tables' tiles until that replay says otherwise.
-FP8_CONFIGS: dict[tuple[int, int, int], dict[str, int]] = {}
+# (N, K, m_bucket) -> tile of the fp8-weight GEMMs (`w_scale`: half the bytes per tile of the bf16 ones, so other
+# tiles win), looked up before CONFIGS: bench/bench_fp8_tiles.py on the H200 (bench/results/
+# fp8_tiles_2026-12-02_f2eff415.json, M 1 / 8 / 16, fp16 inputs, the least summed time per call): the 1B o / down and
+# the 8B projections stream best as split-K 8 (4 for the 8B QKV) of 64-column tiles with 128-wide K steps (1B o 7.8 ->
+# 6.6 us, down 11.1 -> 9.9 us per call at M 1; the 1B QKV keeps its bf16 tile). In the 1B's CUDA-graph step (with
+# fused_mlp.FP8_TILES; bench/results/step_variants_2026-12-02_f44444eb_1b_w8_swept.json, patch w8_swept there):
+# rows 1 / 4 / 8 / 16 0.833 / 0.867 / 0.896 / 0.934 -> 0.797 / 0.832 / 0.861 / 0.901 ms; 32 rows (bucket 32, not
+# swept) unchanged. Shapes not here take CONFIGS, then the heuristic.
+FP8_CONFIGS: dict[tuple[int, int, int], dict[str, int]] = {
+    (2048, 2048, 16): {"block_k": 128, "block_n": 64, "num_stages": 3, "num_warps": 4, "split_k": 8},
+    (2048, 8192, 16): {"block_k": 128, "block_n": 64, "num_stages": 4, "num_warps": 4, "split_k": 8},
+    (3072, 2048, 16): {"block_k": 256, "block_n": 32, "num_stages": 4, "num_warps": 4, "split_k": 1},
+    (4096, 4096, 16): {"block_k": 128, "block_n": 64, "num_stages": 3, "num_warps": 4, "split_k": 8},
+    (4096, 14336, 16): {"block_k": 128, "block_n": 64, "num_stages": 3, "num_warps": 4, "split_k": 8},
+    (6144, 4096, 16): {"block_k": 128, "block_n": 64, "num_stages": 4, "num_warps": 4, "split_k": 4},
+}
 _sm_counts: dict[int, int] = {}
 
 

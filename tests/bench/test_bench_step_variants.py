@@ -92,15 +92,18 @@ def test_patches_parse_apply_and_restore():
     fused_mlp = importlib.import_module("kernels.fused_mlp")
     tables = (dict(skinny.FP8_CONFIGS), dict(fused_mlp.FP8_TILES))
     sweep = json.loads(Path("bench/results/fp8_tiles_2026-12-02_f2eff415.json").read_text())
-    with patched(["w8", "w8_swept"]):  # the sweep's fp8 tiles, as its results file has them
-        assert {(c["n"], c["k"], c["m_bucket"]): c["config"] for c in sweep["fp8_configs"]} == skinny.FP8_CONFIGS
-        assert {(c["n"], c["k"], c["m_bucket"]): c["config"] for c in sweep["swiglu_fp8_tiles"]} == fused_mlp.FP8_TILES
-        assert skinny.pick_config(1, 2048, 2048, fp8=True)["split_k"] == 8 != skinny.pick_config(1, 2048, 2048)[
-            "split_k"]
+    # the kernels' fp8 tables are the sweep's picks, as its results file has them
+    assert {(c["n"], c["k"], c["m_bucket"]): c["config"] for c in sweep["fp8_configs"]} == skinny.FP8_CONFIGS
+    assert {(c["n"], c["k"], c["m_bucket"]): c["config"] for c in sweep["swiglu_fp8_tiles"]} == fused_mlp.FP8_TILES
+    assert skinny.pick_config(1, 2048, 2048, fp8=True)["split_k"] == 8 != skinny.pick_config(1, 2048, 2048)["split_k"]
+    with patched(["w8", "w8_bf16tiles"]):  # the fp8 GEMMs on the bf16 tables' tiles
+        assert not skinny.FP8_CONFIGS and not fused_mlp.FP8_TILES
+        assert skinny.pick_config(1, 2048, 2048, fp8=True) == skinny.pick_config(1, 2048, 2048)
     assert (dict(skinny.FP8_CONFIGS), dict(fused_mlp.FP8_TILES)) == tables
     from bench.bench_step_variants import _variant_config
 
-    assert json.loads(json.dumps(_variant_config("runtime+w8+w8_swept")))["patches"]["w8_swept"][0] == "fp8_tables"
+    assert json.loads(json.dumps(_variant_config("runtime+w8+w8_bf16tiles")))["patches"]["w8_bf16tiles"] == [
+        "fp8_tables", None]
     assert set(PATCHES) >= {"qkv_n32", "o_n16", "o_s1", "down_n32", "dqkv_n16", "do_s2"}
     from bench.bench_step_variants import weight_bits_of
 
