@@ -52,7 +52,7 @@ from simulator.cost_model import (
     kernels_per_step,
     step_operator_features,
 )
-from simulator.profile import OPERATOR_FORMS, OperatorFit, Profile, step_overhead_graph_features
+from simulator.profile import MATRIX_NAMES, OPERATOR_FORMS, OperatorFit, Profile, step_overhead_graph_features
 from simulator.trace_reader import Sample, TraceSet
 
 WEIGHT_BITS = 16
@@ -368,7 +368,7 @@ def calibrate(ts: TraceSet, opts: CalibrationOptions, software: dict[str, Any] |
                               "files": list(ts.files), "devices": sorted(ts.devices)}
 
     def keep(op: str, res: FitResult, by_tp: dict[int, FitResult] | None = None,
-             measured: dict[tuple[int, int], tuple[tuple[int, float], ...]] | None = None, **info: Any) -> None:
+             measured: dict[tuple[str, int, int], tuple[tuple[int, float], ...]] | None = None, **info: Any) -> None:
         fits[op] = OperatorFit(op, res.coefficients, res.fit_error(),
                                {tp: r.coefficients for tp, r in (by_tp or {}).items()}, measured or {})
         names = OPERATOR_FORMS[op][0]
@@ -429,14 +429,15 @@ def calibrate(ts: TraceSet, opts: CalibrationOptions, software: dict[str, Any] |
     return profile, report
 
 
-def measured_shapes(rows: Sequence[Sample]) -> dict[tuple[int, int], tuple[tuple[int, float], ...]]:
-    """Per weight shape (extra k, n) the median seconds at each row count (extra m) of GEMM samples (profile_ops'
-    records; samples without k, n, m are left out): a profile's `measured` (simulator/profile.py)."""
-    by: dict[tuple[int, int], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+def measured_shapes(rows: Sequence[Sample]) -> dict[tuple[str, int, int], tuple[tuple[int, float], ...]]:
+    """Per weight matrix (extra matrix, k, n) the median seconds at each row count (extra m) of GEMM samples
+    (profile_ops' records; samples without them are left out): a profile's `measured` (simulator/profile.py)."""
+    by: dict[tuple[str, int, int], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for s in rows:
         e = s.extra
-        if all(isinstance(e.get(key), int) and not isinstance(e.get(key), bool) and e[key] >= 1 for key in "knm"):
-            by[(e["k"], e["n"])][e["m"]].append(s.seconds)
+        if e.get("matrix") in MATRIX_NAMES and all(
+                isinstance(e.get(key), int) and not isinstance(e.get(key), bool) and e[key] >= 1 for key in "knm"):
+            by[(e["matrix"], e["k"], e["n"])][e["m"]].append(s.seconds)
     return {shape: tuple((m, float(np.median(ts))) for m, ts in sorted(per_m.items())) for shape, per_m in by.items()}
 
 

@@ -242,10 +242,11 @@ class Operators:
         return any(op in self.fits for op in GRAPH_OPERATORS)
 
     def gemm_s(self, weight_bytes: float, flops: float, tp: int, graph: bool = False, fp8: bool = False,
-               shape: tuple[int, int, int] | None = None) -> float:
+               shape: tuple[str, int, int, int] | None = None) -> float:
         """One GEMM call (one weight matrix on one rank); `graph`: inside a captured decode step (`gemm_graph`
         where fitted); `fp8`: a skinny kernel streaming fp8 weights (`gemm_fp8` where fitted, else as 16-bit);
-        `shape` (k, n, M): the fit's measured time of that shape where the profile has one (`OperatorFit.at_shape`)."""
+        `shape` (matrix, k, n, M): the fit's measured time of that matrix where the profile has one
+        (`OperatorFit.at_shape`)."""
         fit = ((self.fits.get("gemm_fp8") if fp8 else None) or (self.fits.get("gemm_graph") if graph else None)
                or self.fits.get("gemm"))
         if fit is not None:
@@ -314,6 +315,8 @@ class GemmCall(NamedTuple):
     """per step: num_layers for a layer matrix, 1 for the LM head"""
     fp8: bool
     """the call streams an fp8 copy (`streams_fp8`)"""
+    name: str
+    """qkv, o, gate_up, down (`layer_matrices`) or lm_head"""
     k: int
     n: int
 
@@ -323,10 +326,10 @@ def gemm_calls(shape: ModelShape, weight_bits: int, step: StepDesc) -> list[Gemm
     (once, bf16)."""
     tp, t = step.tp, step.tokens
     out = [GemmCall(matrix_bytes(name, k, n, weight_bits, tp, t, shape.qkv_bias), 2.0 * t * k * n, shape.num_layers,
-                    weight_bits == 8 and streams_fp8(name, tp, t, shape.qkv_bias), k, n)
+                    weight_bits == 8 and streams_fp8(name, tp, t, shape.qkv_bias), name, k, n)
            for name, k, n in layer_matrices(shape, tp)]
     k, n = lm_head_matrix(shape, tp)
-    return out + [GemmCall(k * n * ACT_BYTES, 2.0 * t * k * n, 1, False, k, n)]
+    return out + [GemmCall(k * n * ACT_BYTES, 2.0 * t * k * n, 1, False, "lm_head", k, n)]
 
 
 def step_operator_features(shape: ModelShape, weight_bits: int, step: StepDesc) -> dict[str, tuple[float, ...]]:
@@ -349,7 +352,7 @@ def forward_breakdown(ops: Operators, shape: ModelShape, weight_bits: int, step:
     captured decode step, whose GEMMs, attention and small kernels take the in-graph fits where the profile has them
     (the small kernels also need the fused Triton path, whose launches `kernels` counts)."""
     tp, t = step.tp, step.tokens
-    gemm = sum(c.calls * ops.gemm_s(c.weight_bytes, c.flops, tp, graph, c.fp8, (c.k, c.n, t))
+    gemm = sum(c.calls * ops.gemm_s(c.weight_bytes, c.flops, tp, graph, c.fp8, (c.name, c.k, c.n, t))
                for c in gemm_calls(shape, weight_bits, step))
     kv_bytes, flops = attention_terms(shape, tp, t, step.kv_len)
     attn = ops.attention_s(kv_bytes, flops, t, step.kv_len, tp, graph)

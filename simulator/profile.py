@@ -55,8 +55,9 @@ that stream fp8 (`cost_model.streams_fp8`) with it, in decode steps captured or 
 the 16-bit fits at their fp8 bytes, which the runtime's fp8 GEMMs do not reach (the simulation's cost label says so).
 Its affine form misprices these kernels by shape (held-out MAPE 25% on the 2026-12-02 traces: a fixed cost and a
 bandwidth that vary with the tile), so calibrate also stores every profiled shape's measured times (`measured`,
-`{"<k>x<n>": [[M, seconds], ...]}`, a rank's weight shape), which the cost model takes for those shapes, linear in M
-between the measured row counts (`OperatorFit.at_shape`); other shapes take the fit.
+`{"<matrix>:<k>x<n>": [[M, seconds], ...]}`, a rank's weight matrix by name and shape: the name picks the kernel),
+which the cost model takes for those shapes, linear in M between the measured row counts (`OperatorFit.at_shape`);
+other shapes take the fit.
 
 `by_tp` (optional on any operator) holds coefficients per TP degree; a degree without an entry uses the
 operator's top-level coefficients. Operators missing from `operators` fall back to the analytic prior, as do
@@ -191,8 +192,10 @@ FEATURES = {"gemm": gemm_features, "attention": attention_features, "gemm_graph"
 
 
 MEASURED_OPERATORS = ("gemm", "gemm_fp8")
-"""Operators that may carry `measured`: per weight-matrix shape (k, n of one rank) the measured seconds per call at
-each row count M profiled, which the cost model takes in place of the fit for those shapes (`OperatorFit.at_shape`)."""
+"""Operators that may carry `measured`: per weight matrix of one rank (name, k, n) the measured seconds per call at
+each row count M profiled, which the cost model takes in place of the fit for those matrices (`OperatorFit.at_shape`).
+The name (qkv, o, gate_up, down, lm_head) tells the kernels apart where two matrices share a shape."""
+MATRIX_NAMES = ("qkv", "o", "gate_up", "down", "lm_head")
 
 
 @dataclass(frozen=True)
@@ -203,8 +206,8 @@ class OperatorFit:
     coefficients: tuple[float, ...]
     fit_error: dict[str, float]
     by_tp: dict[int, tuple[float, ...]] = field(default_factory=dict)
-    measured: dict[tuple[int, int], tuple[tuple[int, float], ...]] = field(default_factory=dict)
-    """(k, n) -> ((M, seconds), ...) ascending in M (MEASURED_OPERATORS only)."""
+    measured: dict[tuple[str, int, int], tuple[tuple[int, float], ...]] = field(default_factory=dict)
+    """(matrix, k, n) -> ((M, seconds), ...) ascending in M (MEASURED_OPERATORS only)."""
 
     def coefficients_for(self, tp: int) -> tuple[float, ...]:
         """Coefficients for TP degree `tp` (its `by_tp` entry, else the top-level ones)."""
@@ -214,11 +217,11 @@ class OperatorFit:
         """Seconds for one call with these features (see OPERATOR_FORMS)."""
         return sum(c * f for c, f in zip(self.coefficients_for(tp), features))
 
-    def at_shape(self, k: int, n: int, m: int) -> float | None:
-        """Seconds of one [m, k] x [k, n] call from `measured` (None: shape not measured): linear in M between the
-        measured row counts; below the smallest, its time; above the largest, its time plus the fit's growth from
+    def at_shape(self, matrix: str, k: int, n: int, m: int) -> float | None:
+        """Seconds of one [m, k] x [k, n] call of `matrix` from `measured` (None: not measured): linear in M between
+        the measured row counts; below the smallest, its time; above the largest, its time plus the fit's growth from
         there (a gemm form: features 1, weight_bytes = 0, flops)."""
-        pts = self.measured.get((k, n))
+        pts = self.measured.get((matrix, k, n))
         if not pts:
             return None
         if m <= pts[0][0]:
@@ -313,15 +316,17 @@ def _operator(where: str, op: str, entry: Any) -> OperatorFit:
     return OperatorFit(op, coefs, err, by_tp, _measured(where, f"{fp}.measured", entry.get("measured", {})))
 
 
-def _measured(where: str, fp: str, raw: Any) -> dict[tuple[int, int], tuple[tuple[int, float], ...]]:
-    """`measured`: {"<k>x<n>": [[M, seconds], ...]} with M ascending integers >= 1 and seconds > 0."""
+def _measured(where: str, fp: str, raw: Any) -> dict[tuple[str, int, int], tuple[tuple[int, float], ...]]:
+    """`measured`: {"<matrix>:<k>x<n>": [[M, seconds], ...]} with M ascending integers >= 1 and seconds > 0."""
     if not isinstance(raw, dict):
-        raise _fail(where, fp, 'must be an object {"<k>x<n>": [[M, seconds], ...]}')
+        raise _fail(where, fp, 'must be an object {"<matrix>:<k>x<n>": [[M, seconds], ...]}')
     out = {}
     for key, pts in raw.items():
-        dims = str(key).split("x")
-        if len(dims) != 2 or not all(d.isdigit() and int(d) > 0 for d in dims):
-            raise _fail(where, f"{fp}.{key}", 'keys must be "<k>x<n>" with positive integers')
+        matrix, _, shape = str(key).partition(":")
+        dims = shape.split("x")
+        if matrix not in MATRIX_NAMES or len(dims) != 2 or not all(d.isdigit() and int(d) > 0 for d in dims):
+            raise _fail(where, f"{fp}.{key}", f'keys must be "<matrix>:<k>x<n>" with a matrix of {list(MATRIX_NAMES)} '
+                        f"and positive integers")
         ok = isinstance(pts, list) and pts and all(
             isinstance(p, list) and len(p) == 2 and isinstance(p[0], int) and not isinstance(p[0], bool)
             and p[0] >= 1 and isinstance(p[1], (int, float)) and not isinstance(p[1], bool)
@@ -329,7 +334,7 @@ def _measured(where: str, fp: str, raw: Any) -> dict[tuple[int, int], tuple[tupl
         if not ok or any(a[0] >= b[0] for a, b in zip(pts, pts[1:])):
             raise _fail(where, f"{fp}.{key}", f"must be a non-empty list of [M, seconds] (M integers >= 1, "
                         f"ascending; seconds > 0), got {pts!r}")
-        out[(int(dims[0]), int(dims[1]))] = tuple((int(m), float(t)) for m, t in pts)
+        out[(matrix, int(dims[0]), int(dims[1]))] = tuple((int(m), float(t)) for m, t in pts)
     return out
 
 
@@ -414,7 +419,8 @@ def profile_to_dict(profile: Profile) -> dict[str, Any]:
         if fit.by_tp:
             entry["by_tp"] = {str(tp): {"coefficients": dict(zip(names, c))} for tp, c in sorted(fit.by_tp.items())}
         if fit.measured:
-            entry["measured"] = {f"{k}x{n}": [list(p) for p in pts] for (k, n), pts in sorted(fit.measured.items())}
+            entry["measured"] = {f"{name}:{k}x{n}": [list(p) for p in pts]
+                                 for (name, k, n), pts in sorted(fit.measured.items())}
         ops[name] = entry
     out = {"version": PROFILE_VERSION, "hardware": profile.hardware, "software": profile.software, "operators": ops}
     if profile.runtime or profile.runtime_loops:

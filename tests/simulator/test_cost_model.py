@@ -83,7 +83,7 @@ def test_fp8_calls_take_the_gemm_fp8_fit_and_the_rest_the_16_bit_one():
     qkv = calls[0]
     fits = dict(with_fp8.fits)
     fits["gemm_fp8"] = OperatorFit("gemm_fp8", (5e-6, 4e-13, 0.0), {"mape": 0.1},
-                                   measured={(qkv.k, qkv.n): ((1, 9e-6), (8, 1e-5))})
+                                   measured={("qkv", qkv.k, qkv.n): ((1, 9e-6), (8, 1e-5))})
     measured = Operators(H200, NVLINK, "oneshot", NVLINK, 0.0, 0.0, True, Profile("p", {"gpu": "h200"}, {}, fits))
     got = forward_breakdown(measured, shape, 8, step)["gemm"] - forward_breakdown(with_fp8, shape, 8, step)["gemm"]
     assert got == pytest.approx(qkv.calls * (9e-6 - (5e-6 + 4e-13 * qkv.weight_bytes)))

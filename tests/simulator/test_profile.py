@@ -64,15 +64,16 @@ def test_measured_shapes_round_trip_and_interpolate_in_m(tmp_path):
     the last plus the fit's FLOP growth above; other shapes have none."""
     data = copy.deepcopy(VALID)
     data["operators"]["gemm"]["coefficients"]["c"] = 1e-15
-    data["operators"]["gemm"]["measured"] = {"2048x3072": [[1, 6e-6], [8, 7e-6], [16, 9e-6]]}
+    data["operators"]["gemm"]["measured"] = {"qkv:2048x3072": [[1, 6e-6], [8, 7e-6], [16, 9e-6]]}
     prof = load_profile(_write(tmp_path, data))
     fit = prof.operators["gemm"]
-    assert fit.measured == {(2048, 3072): ((1, 6e-6), (8, 7e-6), (16, 9e-6))}
-    assert fit.at_shape(2048, 3072, 1) == fit.at_shape(2048, 3072, 0) == 6e-6
-    assert fit.at_shape(2048, 3072, 4) == pytest.approx(6e-6 + 1e-6 * 3 / 7)
-    assert fit.at_shape(2048, 3072, 12) == pytest.approx(8e-6)
-    assert fit.at_shape(2048, 3072, 32) == pytest.approx(9e-6 + 1e-15 * 2 * 16 * 2048 * 3072)
-    assert fit.at_shape(3072, 2048, 1) is None
+    assert fit.measured == {("qkv", 2048, 3072): ((1, 6e-6), (8, 7e-6), (16, 9e-6))}
+    assert fit.at_shape("qkv", 2048, 3072, 1) == fit.at_shape("qkv", 2048, 3072, 0) == 6e-6
+    assert fit.at_shape("qkv", 2048, 3072, 4) == pytest.approx(6e-6 + 1e-6 * 3 / 7)
+    assert fit.at_shape("qkv", 2048, 3072, 12) == pytest.approx(8e-6)
+    assert fit.at_shape("qkv", 2048, 3072, 32) == pytest.approx(9e-6 + 1e-15 * 2 * 16 * 2048 * 3072)
+    assert fit.at_shape("qkv", 3072, 2048, 1) is None
+    assert fit.at_shape("o", 2048, 3072, 1) is None  # another matrix of that shape: another kernel
     out = tmp_path / "again.json"
     write_profile(out, prof)
     assert load_profile(out).operators == prof.operators
@@ -102,10 +103,11 @@ def _mutate(path: list, value):
     (["operators", "message", "fit_error"], {"rmse": 1.0}, r"operators\.message\.fit_error: .*'mape'"),
     (["operators", "allreduce", "by_tp", "x"], {"coefficients": {"a": 1, "b": 1}}, r"by_tp\.x: keys must be"),
     (["operators"], {}, r"operators: must be a non-empty object"),
-    (["operators", "gemm", "measured"], {"2048": [[1, 1e-6]]}, r"gemm\.measured\.2048: keys must be"),
-    (["operators", "gemm", "measured"], {"8x16": [[4, 1e-6], [1, 2e-6]]}, r"measured\.8x16: must be a non-empty"),
-    (["operators", "gemm", "measured"], {"8x16": [[1, 0.0]]}, r"measured\.8x16: must be a non-empty list"),
-    (["operators", "message", "measured"], {"8x16": [[1, 1e-6]]}, r"message\.measured: only \['gemm', 'gemm_fp8'\]"),
+    (["operators", "gemm", "measured"], {"qkv:2048": [[1, 1e-6]]}, r"gemm\.measured\.qkv:2048: keys must be"),
+    (["operators", "gemm", "measured"], {"8x16": [[1, 1e-6]]}, r"measured\.8x16: keys must be \"<matrix>:<k>x<n>\""),
+    (["operators", "gemm", "measured"], {"o:8x16": [[4, 1e-6], [1, 2e-6]]}, r"measured\.o:8x16: must be a non-empty"),
+    (["operators", "gemm", "measured"], {"o:8x16": [[1, 0.0]]}, r"measured\.o:8x16: must be a non-empty list"),
+    (["operators", "message", "measured"], {"o:8x16": [[1, 1e-6]]}, r"message\.measured: only \['gemm', 'gemm_fp8'\]"),
 ], ids=lambda v: str(v)[:40])
 def test_bad_profiles_name_the_file_and_field(tmp_path, path, value, match):
     f = _write(tmp_path, _mutate(path, value))
