@@ -269,102 +269,79 @@ def section_launch(p: Profiler) -> None:
         p.emit("op.step_overhead", p.host_s(graph.replay, warmup=3, reps=20), kind="graph_replay", launches=1)
 
 
-def gemm_plan(p: Profiler) -> list[tuple[str, int, str, int, int, tuple[tuple[int, str], ...]]]:
-    """(preset, tp, matrix, k, n, ((M, impl), ...)) in sweep order: degree by degree over all presets; impl is the
-    runtime's kernel under graph timing (`runtime_gemm`), else cublas; (k, n, M, impl) deduplicated."""
-    skinny = graphs_kernels()["skinny"] if p.graph_timing else False
-    seen: set[tuple[int, int, int, str]] = set()
-    plan = []
-    presets = [MODEL_PRESETS[n] for n in p.opt("gemm_presets", GEMM_PRESETS)]
-    for tp in TP_ORDER:
-        for shape in presets:
-            if tp not in _tp_degrees(shape):
-                continue
-            for mat, k, n in layer_matrices(shape, tp):
-                ms = tuple(p.opt("gemm_m", GEMM_M)) + (tuple(p.opt("prefill_m", PREFILL_M)) if tp <= 2 else ())
-                runs = tuple((m, runtime_gemm(mat, tp, m, skinny, shape.qkv_bias) if p.graph_timing else "cublas")
-                             for m in ms)
-                runs = tuple(r for r in runs if (k, n, *r) not in seen)
-                seen.update((k, n, *r) for r in runs)
-                if runs:
-                    plan.append((shape.name, tp, mat, k, n, runs))
-    return plan
-
-
-def section_gemm(p: Profiler) -> None:
-    """One rank's weight GEMMs (y = x W^T) per preset, TP shard and M, by the kernel the runtime runs: under graph
-    timing (the kernels=graphs runtime) `runtime_gemm`'s choice, else F.linear as nn.Linear runs it."""
-    gen = torch.Generator(device=p.device).manual_seed(1)
-    elt = torch.tensor([], dtype=p.dtype).element_size()
-    for preset, tp, mat, k, n, runs in gemm_plan(p):
-        if not p.time_left():
-            print(f"  gemm: budget reached at {preset} tp{tp} {mat}", flush=True)
-            return
-        try:
-            w = torch.randn(n, k, device=p.device, dtype=p.dtype, generator=gen) * k**-0.5
-            ws = [w] + [w.clone() for _ in range(p.copies(k * n * elt) - 1)]
-            for m, impl in runs:
-                x = torch.randn(m, k, device=p.device, dtype=p.dtype, generator=gen)
-                s = p.kernel_s(rotating(gemm_call(impl, x), ws))
-                p.emit("op.gemm", s, shapes=shapes_str((m, k), (n, k)), tp=tp, tokens=m, preset=preset, matrix=mat,
-                       m=m, k=k, n=n, weight_bytes=float(k * n * elt), flops=2.0 * m * k * n,
-                       dtype=str(p.dtype).removeprefix("torch."), impl=impl)
-            del w, ws
-        except Exception as exc:  # one shape failing (e.g. memory) must not end the section
-            p.error("gemm", f"{preset} tp{tp} {mat} {k}x{n}", exc)
-
-
 FP8_TP = (1, 2)
 """TP degrees of the gemm_fp8 section: drafts run at TP 1 (the runtime's fp8 weights are a draft's option)."""
 
 
-def gemm_fp8_plan(p: Profiler) -> list[tuple[str, int, str, int, int, tuple[tuple[int, str], ...]]]:
-    """As `gemm_plan`, for the layer matrices whose fp8 copies the runtime streams at weight_bits 8 (`runtime_gemm`
-    with weight_bits 8: an `_fp8` impl), at TP degrees FP8_TP and the decode row counts (M <= SKINNY_MAX_ROWS)."""
+def gemm_plan(p: Profiler, weight_bits: int = 16) -> list[tuple[str, int, str, int, int, tuple[tuple[int, str], ...]]]:
+    """(preset, tp, matrix, k, n, ((M, impl), ...)) in sweep order: degree by degree over all presets; impl is the
+    runtime's kernel under graph timing (`runtime_gemm`), else cublas; (k, n, M, impl) deduplicated. `weight_bits` 8
+    (the gemm_fp8 section): only the layer matrices whose fp8 copies the runtime streams (`runtime_gemm` with
+    weight_bits 8: an `_fp8` impl, whatever the timing), at TP degrees FP8_TP and the decode row counts."""
+    fp8 = weight_bits == 8
+    skinny = fp8 or (graphs_kernels()["skinny"] if p.graph_timing else False)
     seen: set[tuple[int, int, int, str]] = set()
     plan = []
-    for tp in FP8_TP:
-        for shape in [MODEL_PRESETS[n] for n in p.opt("gemm_presets", GEMM_PRESETS)]:
+    presets = [MODEL_PRESETS[n] for n in p.opt("gemm_presets", GEMM_PRESETS)]
+    for tp in FP8_TP if fp8 else TP_ORDER:
+        for shape in presets:
             if tp not in _tp_degrees(shape):
                 continue
-            for mat, k, n in layer_matrices(shape, tp)[:4]:  # the LM head stays 16-bit
-                runs = tuple((m, runtime_gemm(mat, tp, m, True, shape.qkv_bias, weight_bits=8))
-                             for m in p.opt("gemm_m", GEMM_M))
-                runs = tuple(r for r in runs if r[1].endswith("_fp8") and (k, n, *r) not in seen)
+            for mat, k, n in layer_matrices(shape, tp):
+                prefill = tp <= 2 and not fp8
+                ms = tuple(p.opt("gemm_m", GEMM_M)) + (tuple(p.opt("prefill_m", PREFILL_M)) if prefill else ())
+                runs = tuple((m, runtime_gemm(mat, tp, m, skinny, shape.qkv_bias, weight_bits)
+                              if p.graph_timing or fp8 else "cublas") for m in ms)
+                runs = tuple(r for r in runs if (not fp8 or r[1].endswith("_fp8")) and (k, n, *r) not in seen)
                 seen.update((k, n, *r) for r in runs)
                 if runs:
                     plan.append((shape.name, tp, mat, k, n, runs))
     return plan
 
 
-def section_gemm_fp8(p: Profiler) -> None:
-    """The fp8 weight GEMMs (`weight_bits=8`) by the runtime's Triton kernels, on random bf16 weights quantized per row
-    (`kernels.skinny_linear.quantize_rows_fp8`) and fp16 inputs (the runtime hands these kernels fp16 activations,
-    runtime/model.py); records: op.gemm with weight_bits 8 and the fp8 copy's bytes (`cost_model.fp8_matrix_bytes`).
-    On CPU the kernels run in Triton's interpreter (TRITON_INTERPRET=1)."""
+def section_gemm(p: Profiler, weight_bits: int = 16) -> None:
+    """One rank's weight GEMMs (y = x W^T) per preset, TP shard and M, by the kernel the runtime runs: under graph
+    timing (the kernels=graphs runtime) `runtime_gemm`'s choice, else F.linear as nn.Linear runs it. `weight_bits` 8
+    (the gemm_fp8 section): the runtime's fp8 kernels on random weights quantized per row
+    (`kernels.skinny_linear.quantize_rows_fp8`) and fp16 inputs (what the runtime hands them, runtime/model.py);
+    records: op.gemm with weight_bits 8 and the fp8 copy's bytes (`cost_model.fp8_matrix_bytes`); on CPU the kernels
+    run in Triton's interpreter (TRITON_INTERPRET=1)."""
     from kernels.skinny_linear import quantize_rows_fp8
     from simulator.cost_model import fp8_matrix_bytes
 
-    gen = torch.Generator(device=p.device).manual_seed(2)
-    for preset, tp, mat, k, n, runs in gemm_fp8_plan(p):
+    fp8 = weight_bits == 8
+    section = "gemm_fp8" if fp8 else "gemm"
+    gen = torch.Generator(device=p.device).manual_seed(2 if fp8 else 1)
+    elt = torch.tensor([], dtype=p.dtype).element_size()
+    for preset, tp, mat, k, n, runs in gemm_plan(p, weight_bits):
         if not p.time_left():
-            print(f"  gemm_fp8: budget reached at {preset} tp{tp} {mat}", flush=True)
+            print(f"  {section}: budget reached at {preset} tp{tp} {mat}", flush=True)
             return
         try:
-            wbytes = fp8_matrix_bytes(k, n)
-            w = torch.randn(n, k, device=p.device, dtype=torch.float32, generator=gen) * k**-0.5
-            q8 = quantize_rows_fp8(w.to(p.dtype))
-            del w
-            ws = [q8] + [(q8[0].clone(), q8[1].clone()) for _ in range(p.copies(wbytes) - 1)]
+            if fp8:
+                wbytes = fp8_matrix_bytes(k, n)
+                w = quantize_rows_fp8((torch.randn(n, k, device=p.device, generator=gen) * k**-0.5).to(p.dtype))
+                ws = [w] + [tuple(t.clone() for t in w) for _ in range(p.copies(wbytes) - 1)]
+                labels = {"weight_bits": 8, "dtype": "float8_e4m3fn", "x_dtype": "float16"}
+            else:
+                wbytes = float(k * n * elt)
+                w = torch.randn(n, k, device=p.device, dtype=p.dtype, generator=gen) * k**-0.5
+                ws = [w] + [w.clone() for _ in range(p.copies(wbytes) - 1)]
+                labels = {"dtype": str(p.dtype).removeprefix("torch.")}
             for m, impl in runs:
-                x = torch.randn(m, k, device=p.device, dtype=torch.float32, generator=gen).to(torch.float16)
+                x = (torch.randn(m, k, device=p.device, generator=gen).to(torch.float16) if fp8 else
+                     torch.randn(m, k, device=p.device, dtype=p.dtype, generator=gen))
                 s = p.kernel_s(rotating(gemm_call(impl, x), ws))
                 p.emit("op.gemm", s, shapes=shapes_str((m, k), (n, k)), tp=tp, tokens=m, preset=preset, matrix=mat,
-                       m=m, k=k, n=n, weight_bytes=wbytes, flops=2.0 * m * k * n, weight_bits=8, dtype="float8_e4m3fn",
-                       x_dtype="float16", impl=impl)
-            del q8, ws
+                       m=m, k=k, n=n, weight_bytes=wbytes, flops=2.0 * m * k * n, **labels, impl=impl)
+            del w, ws
         except Exception as exc:  # one shape failing (e.g. memory) must not end the section
-            p.error("gemm_fp8", f"{preset} tp{tp} {mat} {k}x{n}", exc)
+            p.error(section, f"{preset} tp{tp} {mat} {k}x{n}", exc)
+
+
+def section_gemm_fp8(p: Profiler) -> None:
+    """The fp8 weight GEMMs (`weight_bits=8`): `section_gemm`'s fp8 sweep."""
+    section_gemm(p, weight_bits=8)
 
 
 def _random_parents(t: int, gen: torch.Generator) -> list[int]:

@@ -31,6 +31,10 @@ def graphs_kernels() -> dict[str, bool]:
     return {key: bool(data.get(key, False)) for key in STEP_SWITCHES}
 
 
+FP8_IMPLS = ("swiglu", "skinny", "skinny_partials")
+"""The kernels that stream a layer matrix's fp8 copy at weight_bits 8 (the LM head and cuBLAS calls stay 16-bit)."""
+
+
 def runtime_gemm(matrix: str, tp: int, m: int, skinny: bool, qkv_bias: bool = False, weight_bits: int = 16) -> str:
     """The kernel the fused-path runtime runs for one rank's `matrix` at `m` rows (runtime/model.py): swiglu
     (gate_up, the fused SwiGLU), skinny (qkv without a bias), skinny_fp32 (the LM head at TP 1: float32 logits),
@@ -52,10 +56,6 @@ def runtime_gemm(matrix: str, tp: int, m: int, skinny: bool, qkv_bias: bool = Fa
     if weight_bits == 8 and skinny and impl in FP8_IMPLS:
         return impl + "_fp8"
     return impl
-
-
-FP8_IMPLS = ("swiglu", "skinny", "skinny_partials")
-"""The kernels that stream a layer matrix's fp8 copy at weight_bits 8 (the LM head and cuBLAS calls stay 16-bit)."""
 
 
 def gemm_call(impl: str, x: torch.Tensor) -> Any:
