@@ -109,6 +109,14 @@ class ParallelConfig(_Frozen):
     runs +0.1% / -1.9% (rounds 1 / 2, within the call's host drift). Collections of generation 2, and any of 1 ms
     or more, are recorded as `host.gc` spans either way."""
 
+    share_gpus: bool = False
+    """Let the two groups share GPUs when the host has fewer than target_gpus + draft_gpus: rank r runs on GPU
+    r mod (GPUs on the host), so each group still has one GPU per rank (at most as many ranks per group as GPUs) and
+    only the cross-group bookkeeping (the world and leader groups) goes over gloo instead of NCCL. For correctness
+    runs of the two-group modes (async_tree) on a one-GPU machine: the groups' processes then take turns on the GPU,
+    so such a run's timings measure that contention, not the design. Needs the unix leader channel (auto or unix:
+    NCCL leaders on one GPU cannot share a communicator)."""
+
     @property
     def world_size(self) -> int:
         """Ranks the split needs."""
@@ -135,6 +143,10 @@ class ParallelConfig(_Frozen):
                  and self.host_threads >= 0, "parallel.host_threads",
                  f"expected an integer >= 0 (0 = auto), got {self.host_threads!r}")
         _require(self.gc in GC_MODES, "parallel.gc", f"{self.gc!r} is not one of {', '.join(GC_MODES)}")
+        _require(isinstance(self.share_gpus, bool), "parallel.share_gpus",
+                 f"expected true or false, got {self.share_gpus!r}")
+        _require(not (self.share_gpus and self.leader_channel == "dist"), "parallel.share_gpus",
+                 "needs parallel.leader_channel auto or unix, got dist (NCCL leaders cannot share one GPU)")
 
     def check_world(self, world_size: int) -> None:
         """Raise unless the split fits in `world_size` ranks (GPUs)."""

@@ -47,7 +47,15 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from conf.schema import ExperimentConfig, ParallelConfig
-from runtime.parallel import ParallelContext, check_world_size, close_parallel, init_parallel, resolve_device, role_of
+from runtime.parallel import (
+    ParallelContext,
+    check_world_size,
+    close_parallel,
+    group_size_bound,
+    init_parallel,
+    resolve_device,
+    role_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +102,7 @@ def launch(fn: RankFn, cfg: ExperimentConfig, world_size: int | None = None) -> 
         return _run_under_launcher(fn, cfg)
     n = cfg.parallel.world_size if world_size is None else world_size
     check_world_size(cfg.parallel, n)
-    resolve_device(cfg.parallel.device, n)  # fails here, before spawning, when GPUs are missing
+    resolve_device(cfg.parallel.device, n, share=group_size_bound(cfg.parallel))  # before spawning: GPUs missing
     if n == 1:
         return _run_in_process(fn, cfg)
     return _spawn(fn, cfg, n)

@@ -75,6 +75,8 @@ class ParallelContext:
     """Bound on every wait (parallel.timeout_s)."""
     num_target: int = 1
     num_draft: int = 0
+    shared_gpu: bool = False
+    """`parallel.share_gpus` took effect: ranks of both groups share a GPU, the world and leader groups are gloo."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     """Launcher facts for logs and run metadata (launcher name, local rank); never read for control flow."""
 
@@ -104,17 +106,35 @@ def check_world_size(cfg: ParallelConfig, world_size: int) -> None:
         )
 
 
-def resolve_device(device: str, num_ranks: int, local_rank: int = 0) -> torch.device:
+def resolve_device(device: str, num_ranks: int, local_rank: int = 0, *, share: int = 0) -> torch.device:
     """Map `parallel.device` (auto | cuda | cpu) to this rank's device.
 
-    `num_ranks` ranks share this host's GPUs, one each; raises ValueError when there are too few.
+    `num_ranks` ranks share this host's GPUs, one each; raises ValueError when there are too few. `share` > 0
+    (`parallel.share_gpus`, the size of the larger group): fewer GPUs do, rank r on GPU r mod (GPUs found), as long
+    as the larger group still has a GPU per rank.
     """
     if device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if share and found >= 1:
+        if share > found:
+            raise ValueError(f"parallel.share_gpus: a group of {share} ranks needs {share} GPUs (one per TP rank), "
+                             f"found {found}")
+        return torch.device("cuda", local_rank % found)
     if found < num_ranks or local_rank >= found:
-        raise ValueError(f"parallel: {num_ranks} ranks need {num_ranks} GPUs, found {found}")
+        raise ValueError(f"parallel: {num_ranks} ranks need {num_ranks} GPUs, found {found}"
+                         + (" (parallel.share_gpus=true lets the two groups share them)" if found else ""))
     return torch.device("cuda", local_rank)
+
+
+def shares_gpus(cfg: ParallelConfig, device: torch.device, ranks_on_host: int) -> bool:
+    """Whether this run puts ranks of both groups on one GPU (`parallel.share_gpus` with fewer GPUs than ranks)."""
+    return cfg.share_gpus and device.type == "cuda" and torch.cuda.device_count() < ranks_on_host
+
+
+def group_size_bound(cfg: ParallelConfig) -> int:
+    """`resolve_device`'s `share`: the larger group's size under `parallel.share_gpus`, else 0."""
+    return max(cfg.target_gpus, cfg.draft_gpus) if cfg.share_gpus else 0
 
 
 def init_parallel(
@@ -147,7 +167,9 @@ def init_parallel(
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is outside [0, {world_size})")
     local_rank = rank if local_rank is None else local_rank
-    device = resolve_device(cfg.device, world_size if local_world_size is None else local_world_size, local_rank)
+    on_host = world_size if local_world_size is None else local_world_size
+    device = resolve_device(cfg.device, on_host, local_rank, share=group_size_bound(cfg))
+    shared = shares_gpus(cfg, device, on_host)
     timeout = datetime.timedelta(seconds=cfg.timeout_s)
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -155,13 +177,16 @@ def init_parallel(
         backend, pg_backend = "nccl", "cpu:gloo,cuda:nccl"
     else:
         backend, pg_backend = "gloo", "gloo"
+    # Groups that span both groups' ranks (the world, the two leaders): with GPUs shared, two of their ranks sit on
+    # one GPU, where NCCL refuses a communicator, so they carry only host bookkeeping over gloo.
+    cross_backend = "gloo" if shared else pg_backend
     if not dist.is_initialized():
         kw: dict[str, Any] = {"store": store} if store is not None else {"init_method": init_method}
-        if device.type == "cuda":
+        if device.type == "cuda" and not shared:
             # Eager NCCL init: communicators are made with the groups, and point-to-point messages on the
             # two-rank leader group reuse its communicator instead of creating another one lazily.
             kw["device_id"] = device
-        dist.init_process_group(pg_backend, rank=rank, world_size=world_size, timeout=timeout, **kw)
+        dist.init_process_group(cross_backend, rank=rank, world_size=world_size, timeout=timeout, **kw)
 
     t, d = cfg.target_gpus, cfg.draft_gpus
     target_ranks, draft_ranks = tuple(range(t)), tuple(range(t, t + d))
@@ -173,7 +198,7 @@ def init_parallel(
             groups[name] = dist.new_group(list(ranks), timeout=timeout, backend=pg_backend)
     leader_group, leaders = None, leader_ranks(t, d)
     if len(leaders) == 2:
-        pair = dist.new_group(list(leaders), timeout=timeout, backend=pg_backend)
+        pair = dist.new_group(list(leaders), timeout=timeout, backend=cross_backend)
         leader_group = pair if rank in leaders else None
 
     role = role_of(cfg, rank)
@@ -184,7 +209,7 @@ def init_parallel(
         rank=rank, world_size=world_size, role=role, group_rank=rank - leader, group_size=len(ranks),
         tp_group=groups.get(role), is_leader=rank == leader, leader_rank=leader, peer_leader_rank=peer,
         device=device, backend=backend, group_ranks=ranks, leader_group=leader_group,
-        world_group=dist.group.WORLD, timeout_s=cfg.timeout_s, num_target=t, num_draft=d,
+        world_group=dist.group.WORLD, timeout_s=cfg.timeout_s, num_target=t, num_draft=d, shared_gpu=shared,
         extra={"local_rank": local_rank, **(extra or {})},
     )
     log.debug("%s: group %s, device %s, backend %s", ctx.label, list(ranks), device, backend)
@@ -231,7 +256,7 @@ def barrier(ctx: ParallelContext, what: str = "barrier") -> None:
         return
     work = dist.barrier(group=ctx.world_group, async_op=True)
     wait_bounded(work, ctx.timeout_s, f"{ctx.label}: {what} over all {ctx.world_size} ranks",
-                 poll=ctx.backend == "nccl")
+                 poll=ctx.backend == "nccl" and not ctx.shared_gpu)
 
 
 def close_parallel(ctx: ParallelContext | None) -> None:

@@ -321,6 +321,9 @@ def make_channel(ctx: ParallelContext, kind: str, max_nodes: int, timeline: Time
             hosts: list[Any] = [None, None]
             dist.all_gather_object(hosts, socket.gethostname(), group=ctx.leader_group)
             kind = "unix" if hosts[0] == hosts[1] else "dist"
+            if ctx.shared_gpu and kind == "dist":
+                raise ValueError(f"parallel.share_gpus: the two leaders run on different hosts ({hosts[0]}, "
+                                 f"{hosts[1]}); shared GPUs need both on one host (the unix leader channel)")
     if kind == "unix":
         return UnixLeaderChannel(ctx, max_nodes, timeline=timeline, spin_s=spin_s, wake=wake)
     if kind == "dist":

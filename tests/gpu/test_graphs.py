@@ -261,13 +261,20 @@ def test_step_graph_refuses_other_shapes_and_backends():
 
 
 # ---- every mode, colocated on one GPU ----------------------------------------------------------------------
-COLOCATED = ["autoregressive", "chain", "serial_tree"]  # async_tree needs its own draft GPU (below)
+COLOCATED = ["autoregressive", "chain", "serial_tree"]  # async_tree needs a draft group of its own (below)
 TWO_GPUS = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+SHARED = torch.cuda.device_count() < 2
+"""One GPU: the 1 + 1 splits (async_tree, the two-group tests) run with `parallel.share_gpus`, both groups' processes
+on that GPU over the unix leader channel; the TP-2 tests still need 2 GPUs."""
+ONE_PLUS_ONE = dict(target_gpus=1, draft_gpus=1, share_gpus=SHARED)
+"""A 1 + 1 split, its two groups on one GPU where only one is there (the test names the leader channel)."""
 
 
 def split_of(mode: str) -> dict:
-    """async_tree on 1 + 1 GPUs, every other mode colocated on one."""
-    return dict(draft_gpus=1) if mode == "async_tree" else {}
+    """async_tree on 1 + 1 GPUs (both groups on one GPU if only one is there), every other mode colocated on one."""
+    if mode != "async_tree":
+        return {}
+    return dict(draft_gpus=1, share_gpus=True, leader_channel="unix") if SHARED else dict(draft_gpus=1)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -286,7 +293,7 @@ def test_modes_lossless_without_skinny_gemms_or_pdl(mode):
 
 
 @pytest.mark.parametrize("mode", ["chain", "serial_tree",
-                                  pytest.param("async_tree", marks=[pytest.mark.multi_gpu, TWO_GPUS])])
+                                  "async_tree"])
 def test_modes_lossless_with_the_verdict_in_the_graph(mode):
     """kernels.verdict_graph: the verify graph computes the greedy verdict itself; self-speculation (long accepted
     paths) and a small random draft (misses)."""
@@ -296,7 +303,7 @@ def test_modes_lossless_with_the_verdict_in_the_graph(mode):
 
 
 @pytest.mark.parametrize("mode", ["autoregressive", "chain", "serial_tree",
-                                  pytest.param("async_tree", marks=[pytest.mark.multi_gpu, TWO_GPUS])])
+                                  "async_tree"])
 def test_modes_lossless_with_pageable_staging_and_sync_readback(mode):
     """kernels.input_staging=pageable kernels.readback=sync (the defaults before 2026-12-01; the other tests run
     kernels=graphs' in-graph staging and spin read-backs): every input copy and read-back a call of its own;
@@ -323,7 +330,7 @@ def test_modes_lossless_with_graphs_small_draft(mode):
     assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama-draft", "bfloat16", draft_seed=2))
 
 
-@pytest.mark.parametrize("mode", ["serial_tree", pytest.param("async_tree", marks=[pytest.mark.multi_gpu, TWO_GPUS])])
+@pytest.mark.parametrize("mode", ["serial_tree", "async_tree"])
 def test_many_row_expansions_lossless_with_graphs(mode):
     """w 63 expansions on tiny-llama (GQA 2: 126 query rows, the wide attention tile under
     kernels.tree_attention.WIDE_MAX_ROWS 256, as the 1B draft's w 32 at GQA 4), self-speculation and a small draft."""
@@ -333,7 +340,7 @@ def test_many_row_expansions_lossless_with_graphs(mode):
 
 
 @pytest.mark.parametrize("mode", ["chain", "serial_tree",
-                                  pytest.param("async_tree", marks=[pytest.mark.multi_gpu, TWO_GPUS])])
+                                  "async_tree"])
 def test_modes_lossless_with_an_fp8_draft(mode):
     """model.draft.weight_bits=8: the draft's captured steps stream fp8 copies of its projections (the H200's fp8 ->
     bf16 converts in the skinny GEMMs and the SwiGLU); self-speculation with the fp8 target as draft (near-hits) and a
@@ -359,7 +366,7 @@ def test_target_qkv_rope_lossless_at_the_real_pairs_shapes(mode):
 
 
 @pytest.mark.skipif(not GGUF_PATH.exists(), reason=f"{GGUF_PATH} not present (python -m runtime.fetch_smollm2)")
-@pytest.mark.parametrize("mode", [*COLOCATED, pytest.param("async_tree", marks=[pytest.mark.multi_gpu, TWO_GPUS])])
+@pytest.mark.parametrize("mode", [*COLOCATED, "async_tree"])
 def test_real_smollm2_lossless_bf16(mode):
     """SmolLM2-135M-Instruct weights (real logit margins), self-speculation, bf16."""
     cfg = cfg_for(mode, "smollm2-135m", "smollm2-135m", "bfloat16", checkpoint=str(GGUF_PATH), **split_of(mode))
@@ -369,38 +376,37 @@ def test_real_smollm2_lossless_bf16(mode):
 
 
 # ---- 2 GPUs: a draft group, and a TP-2 target with NCCL all-reduces inside the graph -------------------
-@pytest.mark.multi_gpu
-@TWO_GPUS
+TP2 = [pytest.mark.multi_gpu, TWO_GPUS]
+
+
 @pytest.mark.parametrize("mode,split,draft", [("async_tree", (1, 1), "tiny-llama"),
                                               ("async_tree", (1, 1), "tiny-llama-draft"),
                                               ("serial_tree", (1, 1), "tiny-llama"),
-                                              ("autoregressive", (2, 0), "tiny-llama"),
-                                              ("chain", (2, 0), "tiny-llama")])
+                                              pytest.param("autoregressive", (2, 0), "tiny-llama", marks=TP2),
+                                              pytest.param("chain", (2, 0), "tiny-llama", marks=TP2)])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_split_lossless_with_graphs(mode, split, draft, dtype):
+    """1 + 1 (a draft group of its own; on one GPU both groups share it) and a TP-2 target (2 GPUs)."""
+    shared = dict(share_gpus=True, leader_channel="unix") if SHARED and split == (1, 1) else {}
     assert_lossless(cfg_for(mode, "tiny-llama", draft, dtype, target_gpus=split[0], draft_gpus=split[1],
-                            draft_seed=1 if draft == "tiny-llama" else 2))
+                            draft_seed=1 if draft == "tiny-llama" else 2, **shared))
 
 
-@pytest.mark.multi_gpu
-@TWO_GPUS
 @pytest.mark.parametrize("mode", ["async_tree", "serial_tree", "chain"])
 def test_unix_leader_channel_lossless_on_gpus(mode):
     """parallel.leader_channel=unix on 1 + 1 GPUs (the leaders talk over a Unix-domain socket, no NCCL hop); the
     async run also stages every graph's inputs in pinned buffers (kernels.input_staging=pinned)."""
     staging = "pinned" if mode == "async_tree" else "pageable"
-    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", target_gpus=1, draft_gpus=1,
+    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", **ONE_PLUS_ONE,
                             draft_seed=1, leader_channel="unix", input_staging=staging))
 
 
-@pytest.mark.multi_gpu
-@TWO_GPUS
 @pytest.mark.parametrize("mode", ["async_tree", "serial_tree"])
 def test_prefetched_reroots_and_shared_counter_wake_lossless_on_gpus(mode):
     """The next GPU session's two experiment switches on 1 + 1 GPUs with graphs: the draft leader prepares likely
     re-roots while it waits (spec.reroot_prefetch=4) and the leaders' receives spin on the shared send counters
     (parallel.recv_wake=shm); outputs stay the target's greedy ones."""
-    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", target_gpus=1, draft_gpus=1,
+    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", **ONE_PLUS_ONE,
                             draft_seed=1, leader_channel="unix", recv_wake="shm", reroot_prefetch=4))
 
 
@@ -491,12 +497,10 @@ def test_topk_logprobs_on_the_draft_vocabulary(rows):
     torch.testing.assert_close(g_values, ref_values, rtol=0, atol=5e-6)
 
 
-@pytest.mark.multi_gpu
-@TWO_GPUS
 def test_presend_lossless_on_gpus():
     """spec.presend on 1 + 1 GPUs with graphs (self-speculation, a draft wider than the verify, so the prepared hits'
     subtrees need no refill): the target takes the draft's conditional proposals; outputs stay its greedy ones."""
-    assert_lossless(cfg_for("async_tree", "tiny-llama", "tiny-llama", "bfloat16", target_gpus=1, draft_gpus=1,
+    assert_lossless(cfg_for("async_tree", "tiny-llama", "tiny-llama", "bfloat16", **ONE_PLUS_ONE,
                             draft_seed=1, leader_channel="unix", reroot_prefetch=4, presend=True, bs=3, w=4, topk=2,
                             d="2"))
 

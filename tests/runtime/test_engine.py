@@ -47,16 +47,17 @@ def make_cfg(mode: str, target: str = "tiny-llama", draft: str = "tiny-llama-dra
              timeout_s: float = 60, leader_channel: str = "dist", skinny: bool = False, pdl: bool = False,
              input_staging: str = "pageable", rope_attention: bool = False, recv_wake: str = "socket",
              refill_graph: bool = False, target_qkv_rope: bool = False, verdict_graph: bool = False,
-             readback: str = "sync", prefill_graph: bool = False, **spec) -> ExperimentConfig:
+             readback: str = "sync", prefill_graph: bool = False, share_gpus: bool = False,
+             **spec) -> ExperimentConfig:
     """A validated config of tiny fp32 models on CPU (tests/gpu: other dtypes, CUDA graphs, a checkpoint,
-    which the draft shares when it is the target's preset)."""
+    which the draft shares when it is the target's preset; `share_gpus`: both groups on fewer GPUs)."""
     return build_config(ExperimentConfig(
         model=ModelPairConfig(name=f"{target}+{draft}", target=ModelConfig(target, seed=1, dtype=dtype,
                                                                            checkpoint=checkpoint),
                               draft=ModelConfig(draft, seed=draft_seed, dtype=dtype,
                                                 checkpoint=checkpoint if draft == target else None)),
         parallel=ParallelConfig(target_gpus=target_gpus, draft_gpus=draft_gpus, device=device, timeout_s=timeout_s,
-                                leader_channel=leader_channel, recv_wake=recv_wake),
+                                leader_channel=leader_channel, recv_wake=recv_wake, share_gpus=share_gpus),
         spec=SpecConfig(mode=mode, max_tree_nodes=64, **spec),
         acceptance=acceptance or AcceptanceConfig(),
         kernels=KernelsConfig(backend=backend, cuda_graphs=cuda_graphs, skinny=skinny, pdl=pdl,
