@@ -266,15 +266,15 @@ TWO_GPUS = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPU
 SHARED = torch.cuda.device_count() < 2
 """One GPU: the 1 + 1 splits (async_tree, the two-group tests) run with `parallel.share_gpus`, both groups' processes
 on that GPU over the unix leader channel; the TP-2 tests still need 2 GPUs."""
+SHARE = dict(share_gpus=True, leader_channel="unix") if SHARED else {}
+"""The overrides of a 1 + 1 split that names no leader channel: both groups on the GPU where only one is there."""
 ONE_PLUS_ONE = dict(target_gpus=1, draft_gpus=1, share_gpus=SHARED)
 """A 1 + 1 split, its two groups on one GPU where only one is there (the test names the leader channel)."""
 
 
 def split_of(mode: str) -> dict:
     """async_tree on 1 + 1 GPUs (both groups on one GPU if only one is there), every other mode colocated on one."""
-    if mode != "async_tree":
-        return {}
-    return dict(draft_gpus=1, share_gpus=True, leader_channel="unix") if SHARED else dict(draft_gpus=1)
+    return dict(draft_gpus=1, **SHARE) if mode == "async_tree" else {}
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -292,8 +292,7 @@ def test_modes_lossless_without_skinny_gemms_or_pdl(mode):
                             rope_attention=False))
 
 
-@pytest.mark.parametrize("mode", ["chain", "serial_tree",
-                                  "async_tree"])
+@pytest.mark.parametrize("mode", ["chain", "serial_tree", "async_tree"])
 def test_modes_lossless_with_the_verdict_in_the_graph(mode):
     """kernels.verdict_graph: the verify graph computes the greedy verdict itself; self-speculation (long accepted
     paths) and a small random draft (misses)."""
@@ -302,8 +301,7 @@ def test_modes_lossless_with_the_verdict_in_the_graph(mode):
                             **split_of(mode)))
 
 
-@pytest.mark.parametrize("mode", ["autoregressive", "chain", "serial_tree",
-                                  "async_tree"])
+@pytest.mark.parametrize("mode", ["autoregressive", "chain", "serial_tree", "async_tree"])
 def test_modes_lossless_with_pageable_staging_and_sync_readback(mode):
     """kernels.input_staging=pageable kernels.readback=sync (the defaults before 2026-12-01; the other tests run
     kernels=graphs' in-graph staging and spin read-backs): every input copy and read-back a call of its own;
@@ -339,8 +337,7 @@ def test_many_row_expansions_lossless_with_graphs(mode):
                                     **split_of(mode)))
 
 
-@pytest.mark.parametrize("mode", ["chain", "serial_tree",
-                                  "async_tree"])
+@pytest.mark.parametrize("mode", ["chain", "serial_tree", "async_tree"])
 def test_modes_lossless_with_an_fp8_draft(mode):
     """model.draft.weight_bits=8: the draft's captured steps stream fp8 copies of its projections (the H200's fp8 ->
     bf16 converts in the skinny GEMMs and the SwiGLU); self-speculation with the fp8 target as draft (near-hits) and a
@@ -387,9 +384,8 @@ TP2 = [pytest.mark.multi_gpu, TWO_GPUS]
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_split_lossless_with_graphs(mode, split, draft, dtype):
     """1 + 1 (a draft group of its own; on one GPU both groups share it) and a TP-2 target (2 GPUs)."""
-    shared = dict(share_gpus=True, leader_channel="unix") if SHARED and split == (1, 1) else {}
     assert_lossless(cfg_for(mode, "tiny-llama", draft, dtype, target_gpus=split[0], draft_gpus=split[1],
-                            draft_seed=1 if draft == "tiny-llama" else 2, **shared))
+                            draft_seed=1 if draft == "tiny-llama" else 2, **(SHARE if split == (1, 1) else {})))
 
 
 @pytest.mark.parametrize("mode", ["async_tree", "serial_tree", "chain"])
