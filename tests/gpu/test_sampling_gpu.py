@@ -3,8 +3,8 @@
 Every mode runs with `kernels=graphs` (Triton kernels, CUDA graphs) at temperature 0.25 on n requests of one prompt
 (request ids differ, so their generators differ), with two drafts: the target itself (self-speculation: drafted tokens
 are mostly accepted, so the accept branch of the lossless rejection-sampling rule decides the law) and a small random
-draft (tiny-llama-draft, seed 2: drafted tokens are mostly rejected, so the residual resampling decides it). The first two emitted tokens
-must follow the target's laws, computed exactly from the same seeded weights on the GPU in float32:
+draft (tiny-llama-draft, seed 2: drafted tokens are mostly rejected, so the residual resampling decides it). The
+first two emitted tokens must follow the target's laws, computed exactly from the seeded weights on the GPU (float32):
 E[TV] <= 0.5 * sum_k sqrt(p_k (1 - p_k) / n) and TV moves by <= 1/n per sample, so
 P(TV > E + 0.1) <= exp(-2 n 0.1^2) = 3.4e-4 at n = 400 (McDiarmid), per token and mode.
 async_tree runs on a 1 + 1 split (both groups on the one GPU through `parallel.share_gpus` where only one exists).
