@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> dict:
     record = {"benchmark": "step_replay", "git_sha": git_sha(), "device": torch.cuda.get_device_name(),
               "date": datetime.date.today().isoformat(), "torch": torch.__version__, "triton": triton.__version__,
               "config": {"cases": a.cases, "ctx": a.ctx, "cap": a.cap, "rounds": a.rounds, "inner": a.inner,
-                         "dtype": a.dtype, "kernels": "conf/kernels/graphs.yaml, per role (runtime.model.role_kernels)"},
+                         "dtype": a.dtype, "kernels": "conf/kernels/graphs.yaml per role (runtime.model.role_kernels)"},
               "results": results}
     if a.out is not None:
         a.out.parent.mkdir(parents=True, exist_ok=True)
