@@ -84,7 +84,7 @@ modes=[autoregressive,chain,serial_tree] presets.shape_realistic.peers=[]}"
       tree=${TREE[$side]}
       sha=$(awk '{print $2}' "$tree/SOURCE" 2>/dev/null)
       stage "round $r, $side: step replays" | tee -a "$out/ab.log"
-      (cd "$tree" && export PYTHONPATH=/tmp/site:$tree ${sha:+SWIFTSPEC_GIT_SHA=$sha} && timeout 240 python3 \
+      (cd "$tree" && export PYTHONPATH=/tmp/site:$tree ${sha:+SWIFTSPEC_GIT_SHA=$sha} && timeout 180 python3 \
         bench/step_replay.py ${AB_CASES:+--cases "$AB_CASES"} --out "$work/results/${side}_r${r}_steps.json") \
         2>&1 | grep -v USDT >> "$out/ab.log"
       stage "round $r, $side: workload a, draft colocated" | tee -a "$out/ab.log"
