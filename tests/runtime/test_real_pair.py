@@ -2,7 +2,7 @@
 
 Fast tests run the report's draft-tree code on tiny random models (no download). Tests of the shipped draft
 skip with a reason when models/smollm2-draft has no checkpoint yet (it is trained on a GPU by
-scripts/gpu_train_draft.sh); the reproduction of its recorded acceptance also needs the target's GGUF and
+scripts/gpu.sh train_draft); the reproduction of its recorded acceptance also needs the target's GGUF and
 is `slow`.
 """
 
@@ -27,7 +27,7 @@ REPORT = REPO / "profiles" / "acceptance" / "smollm2.json"
 
 needs_draft = pytest.mark.skipif(
     not (DRAFT / "model.safetensors").exists(),
-    reason="models/smollm2-draft has no checkpoint yet (train it: scripts/gpu_train_draft.sh)")
+    reason="models/smollm2-draft has no checkpoint yet (train it: scripts/gpu.sh train_draft)")
 needs_gguf = pytest.mark.skipif(not GGUF.exists(), reason="no target GGUF (python -m runtime.fetch_smollm2)")
 
 

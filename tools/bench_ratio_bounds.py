@@ -2,7 +2,7 @@
 autoregressive tokens/s, each mode at its best configuration, and async_tree's iteration / verify time, across
 acceptance tables, draft host costs and draft kernel speeds.
 
-    python bench/bench_ratio_bounds.py [--profile profiles/h200.json] [--top1 0.75,0.85] [--host 1,0.5,0]
+    python tools/bench_ratio_bounds.py [--profile profiles/h200.json] [--top1 0.75,0.85] [--host 1,0.5,0]
                                        [--device 1,0.8,0.6] [--draft-bits 16,8] [--quick] [--out DIR]
 
 Workload a's shapes (Llama-3-8B target + Llama-3.2-1B draft, 1 + 1 GPUs, 1K prompt, 512 new tokens, one request).

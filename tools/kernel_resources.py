@@ -1,6 +1,6 @@
 """Registers, spills and shared memory of the decode step's kernels per launch configuration, compiled offline.
 
-    python bench/kernel_resources.py [--arch 90] [--out bench/results] [--quick] [--gemms | --attention-variants]
+    python tools/kernel_resources.py [--arch 90] [--out bench/results] [--quick] [--gemms | --attention-variants]
 
 No GPU needed: `triton.compile` lowers the kernel for a target (sm_90a by default) and the ptxas that ships with
 Triton assembles it with `-v`, whose report gives registers per thread, the stack frame and spill bytes. Each case
@@ -14,7 +14,7 @@ pointers and integer arguments divisible by 16 get `tt.divisibility = 16`, integ
 Without that (this tool before 2026-11-30's eighth session) the loads are not vectorised and the wide attention tile
 compiled to 32 registers and ~10 KB of spill code, which the GPU never ran: Nsight Compute read 242 registers on the
 H200 (bench/results/ncu_2026-11-30_2eb4f15/), and this specialised compile gives 240-242 and no spills. The device's
-Triton (3.6) and this machine's (3.7) still differ; the GPU decides (bench/bench_step_variants.py, scripts/gpu_ncu.sh).
+Triton (3.6) and this machine's (3.7) still differ; the GPU decides (Nsight Compute).
 Writes `<out>/kernel_resources[_gemms]_<date>.json` (git SHA, date, Triton and ptxas versions, target) and a table.
 """
 
@@ -174,7 +174,7 @@ GEMM_TILES = {
     "swiglu_normed": ("swiglu_normed", "SwiGLU, normed prologue (S 2)", 14336, 4096, 2, 64, 128, 4),
 }
 """The weight-streaming GEMM tiles of the decode step (`--gemms`): the tuned ones and the half-size K steps measured
-against them in the step (bench/bench_step_variants.py qkv_k128 / o_k128 / swiglu_k64: none faster; specialised as
+against them in the step (step replays with qkv_k128 / o_k128 / swiglu_k64 tiles: none faster; specialised as
 the JIT does, none of them spills more than 16 B); and the norm-prologue experiment's two kernels."""
 
 
