@@ -3,7 +3,9 @@
 Input: run dirs of one node (the paper's 8 GPUs), typically a simulator sweep such as
 `python simulate.py --multirun parallel=4x4,6x2,7x1 model=...`. One line per model pair (and per mode or
 source when the inputs mix them); x is the split "T:D" ordered by draft GPUs; repeats of one point are
-averaged. The best split of each line is starred. Reads metrics.json only.
+averaged. The best split of each line is starred. When the runs mix drafts of different strength (e.g. the
+measured pair's table and `acceptance=strong`), each line also names its draft's top-1 acceptance (metrics key
+`acceptance_top1`). Reads metrics.json only.
 
 Usage: python analysis/fig01_gpu_split.py RUN_DIR_OR_GLOB... --out docs/figures/fig01_gpu_split
 """
@@ -26,8 +28,11 @@ def split_label(run: Run) -> str:
     return f"{int(run.number('target_gpus'))}:{int(run.number('draft_gpus'))}"
 
 
-def _series_name(run: Run, with_mode: bool, with_source: bool) -> str:
+def _series_name(run: Run, with_mode: bool, with_source: bool, with_draft: bool = False) -> str:
     name = style.model_label(str(run.metric("model")))
+    if with_draft:
+        top1 = run.metrics.get("acceptance_top1")
+        name += f", draft top-1 {top1:.2f}" if isinstance(top1, (int, float)) else ", draft: replay"
     if with_mode:
         name += f", {style.mode_label(str(run.metric('mode')))}"
     if with_source:
@@ -43,13 +48,14 @@ def make_figure(runs: Sequence[Run]) -> tuple[Figure, FigureData]:
     require(runs, KEYS)
     with_mode = len({r.metric("mode") for r in runs}) > 1
     with_source = len({r.metric("source") for r in runs}) > 1
+    with_draft = len({r.metrics.get("acceptance_top1") for r in runs}) > 1
     totals = sorted({int(r.number("target_gpus") + r.number("draft_gpus")) for r in runs})
     sources = sorted({style.source_label(str(r.metric("source"))) for r in runs})
 
     # Categorical x: every split present, fewest draft GPUs first.
     splits = sorted({(int(r.number("draft_gpus")), int(r.number("target_gpus"))) for r in runs})
     order = [f"{t}:{d}" for d, t in splits]
-    points = mean_by(runs, lambda r: (_series_name(r, with_mode, with_source), split_label(r)),
+    points = mean_by(runs, lambda r: (_series_name(r, with_mode, with_source, with_draft), split_label(r)),
                      lambda r: r.number("tokens_per_s"))
 
     panel = Panel(xlabel="GPU split (target GPUs : draft GPUs)", ylabel="throughput (tokens/s)")

@@ -1,7 +1,9 @@
-"""Figure 2: throughput and speedup over autoregressive decoding (AR) as draft acceptance varies.
+"""Figure 2: throughput and speedup over autoregressive decoding (AR) as the draft gets stronger.
 
-Input: run dirs of an acceptance sweep (`acceptance.scale=...`, metrics key `acceptance_scale`) for several
-modes, plus AR runs of the same model. Left: tokens/s per mode against the acceptance scale. Right: speedup
+Input: simulator run dirs of an acceptance sweep for several modes (presets `acceptance=weak,default,paper_qwen2,
+strong`, a family parameter such as `acceptance.top1=...`, or `acceptance.scale=...`), plus AR runs of the same
+model. x is the draft's top-1 acceptance at depth 0 (metrics key `acceptance_top1`, scale included: the acceptance
+family's `top1`, docs/ACCEPTANCE.md). Left: tokens/s per mode against it. Right: speedup
 = tokens/s / AR tokens/s, where the AR baseline of a run is the fastest AR run with the same model, source,
 GPU type and interconnect (AR does not depend on acceptance, so the strongest AR configuration is the
 fair baseline). Without AR runs the right panel says so. Repeats of one point are averaged.
@@ -19,7 +21,7 @@ from analysis import cli, style
 from analysis.figdata import FigureData, Panel
 from analysis.runs import Run, RunDirError, mean_by, require
 
-KEYS = ("mode", "model", "source", "gpu", "interconnect", "acceptance_scale", "tokens_per_s")
+KEYS = ("mode", "model", "source", "gpu", "interconnect", "acceptance_top1", "tokens_per_s")
 AR = "autoregressive"
 
 
@@ -41,18 +43,19 @@ def ar_baselines(runs: Sequence[Run]) -> dict[Hashable, float]:
 
 @style.styled
 def make_figure(runs: Sequence[Run]) -> tuple[Figure, FigureData]:
-    """Tokens/s and speedup over AR against acceptance_scale, one series per mode."""
+    """Tokens/s and speedup over AR against acceptance_top1, one series per mode."""
     if not runs:
         raise RunDirError("fig02: no runs given")
     require(runs, KEYS)
     name = style.mode_series_namer(runs)
 
     runs = sorted(runs, key=lambda r: (style.mode_sort_key(str(r.metric("mode"))), str(r.metric("model"))))
-    tput = Panel(xlabel="acceptance scale (x default acceptance probabilities)", ylabel="throughput (tokens/s)",
+    tput = Panel(xlabel="draft top-1 acceptance at depth 0", ylabel="throughput (tokens/s)",
                  title="throughput")
     speed = Panel(xlabel=tput.xlabel, ylabel="speedup over AR (x)", title="speedup over AR")
     baselines = ar_baselines(runs)
-    points = mean_by(runs, lambda r: (name(r), r.number("acceptance_scale")), lambda r: r.number("tokens_per_s"))
+    points = mean_by(runs, lambda r: (name(r), round(r.number("acceptance_top1"), 4)),
+                     lambda r: r.number("tokens_per_s"))
     modes: dict[str, str] = {}
     for (series, scale), (mean, group) in points.items():  # runs are in mode order, so series are too
         modes[series] = str(group[0].metric("mode"))

@@ -16,24 +16,33 @@ OUT=${1:-examples/runs}
 # Small workload, no Chrome traces, no Hydra bookkeeping; readable sub-folder names.
 COMMON=(workload=default workload.num_requests=1 workload.max_new_tokens=64 workload.prompt_tokens=128
         trace.chrome=false trace.enabled=false hydra.output_subdir=null hydra/job_logging=disabled
-        hydra/hydra_logging=disabled
-        'hydra.sweep.subdir=${model.name}_${spec.mode}_${parallel.target_gpus}x${parallel.draft_gpus}_${interconnect.name}_s${acceptance.scale}_${kernels.backend}')
+        hydra/hydra_logging=disabled)
+RUN='${model.name}_${spec.mode}_${parallel.target_gpus}x${parallel.draft_gpus}_${interconnect.name}'
+SUBDIR="${RUN}_s\${acceptance.scale}_\${kernels.backend}"
+# fig01 / fig02 mix drafts: their folders name the acceptance preset (and, in a top1 sweep, the top1)
+DRAFT_SUBDIR="${RUN}_\${hydra:runtime.choices.acceptance}_\${kernels.backend}"
+TOP1_SUBDIR="${RUN}_\${hydra:runtime.choices.acceptance}-top1-\${acceptance.top1}_\${kernels.backend}"
 
-sweep() {  # sweep NAME OVERRIDES...: one multirun into $OUT/NAME (appends to it)
+sweep() {  # sweep NAME OVERRIDES...: one multirun into $OUT/NAME (appends to it); sub-folders named by $SUBDIR
   local name=$1
   shift
-  "$PY" simulate.py --multirun "${COMMON[@]}" "hydra.sweep.dir=$OUT/$name" "$@" >/dev/null
+  "$PY" simulate.py --multirun "${COMMON[@]}" "hydra.sweep.subdir=$SUBDIR" "hydra.sweep.dir=$OUT/$name" "$@" >/dev/null
 }
 
 rm -rf "${OUT:?}"/fig0{1,2,3,5,6}_*
-# fig01: throughput vs GPU split on 8 GPUs, async tree, three model pairs.
-sweep fig01_gpu_split spec=async_tree parallel=7x1,6x2,4x4 \
+# fig01: throughput vs GPU split on 8 GPUs, async tree, three model pairs at the default table, and the first pair
+# with an EAGLE-class draft (acceptance=strong).
+SUBDIR=$DRAFT_SUBDIR sweep fig01_gpu_split spec=async_tree parallel=7x1,6x2,4x4 \
   model=llama3-70b_llama3.2-1b,llama3-70b_llama3.2-3b,qwen2-72b_qwen2-0.5b
-sweep fig01_gpu_split spec=async_tree parallel.target_gpus=5 parallel.draft_gpus=3 \
+SUBDIR=$DRAFT_SUBDIR sweep fig01_gpu_split spec=async_tree parallel.target_gpus=5 parallel.draft_gpus=3 \
   model=llama3-70b_llama3.2-1b,llama3-70b_llama3.2-3b,qwen2-72b_qwen2-0.5b
-# fig02: acceptance sweep per mode, AR baseline on all 8 GPUs.
-sweep fig02_acceptance spec=chain,serial_tree,async_tree acceptance.scale=0.4,0.6,0.8,1.0,1.1
-sweep fig02_acceptance spec=autoregressive parallel=8x0 acceptance.scale=1.0
+SUBDIR=$DRAFT_SUBDIR sweep fig01_gpu_split spec=async_tree parallel=7x1,6x2,4x4 acceptance=strong
+SUBDIR=$DRAFT_SUBDIR sweep fig01_gpu_split spec=async_tree parallel.target_gpus=5 parallel.draft_gpus=3 acceptance=strong
+# fig02: draft strength per mode (the acceptance family's presets around the default table, and a top1 sweep of the
+# strong preset's shape), AR baseline on all 8 GPUs.
+SUBDIR=$DRAFT_SUBDIR sweep fig02_acceptance spec=chain,serial_tree,async_tree acceptance=weak,default,paper_qwen2,strong
+SUBDIR=$TOP1_SUBDIR sweep fig02_acceptance spec=chain,serial_tree,async_tree acceptance=strong acceptance.top1=0.8,0.95
+SUBDIR=$DRAFT_SUBDIR sweep fig02_acceptance spec=autoregressive parallel=8x0
 # fig03: interconnect scenarios, serial vs async tree. Inside one node the leaders talk over the Unix socket
 # (parallel.leader_channel auto, as the runtime): the link changes the all-reduces; the cross-node scenario sends the
 # leader messages over the cross-group link (leader_channel dist: the 6 + 2 ranks still fill node 0 first).

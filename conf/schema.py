@@ -157,6 +157,12 @@ class ParallelConfig(_Frozen):
         )
 
 
+ACCEPTANCE_KINDS = ("positional", "family", "replay")
+"""`acceptance.kind` values."""
+FAMILY_RANGES = {"top1": (0.0, 1.0), "decay": (0.0, 10.0), "depth_gain": (0.0, 1.0)}
+"""The acceptance family's parameters (kind=family) and their closed valid ranges (simulator/acceptance_family.py)."""
+
+
 @dataclass
 class AcceptanceConfig(_Frozen):
     """Acceptance model shared by the simulator and the runtime's oracle (group `acceptance`).
@@ -164,10 +170,20 @@ class AcceptanceConfig(_Frozen):
     Positional acceptance: `positional[depth][rank]` is the probability that the rank-th most likely draft
     child of a correct node at that depth is the target's next token. Depths beyond the table reuse its
     last row. `file` (a JSON written by the acceptance report) takes precedence over the inline table.
+    The acceptance family (kind=family) builds such a table from `top1`, `decay` and `depth_gain`
+    (docs/ACCEPTANCE.md); the defaults are the member fitted to the SmolLM2 pair's pooled table.
     """
 
     kind: str = "positional"
-    """positional | replay (a recorded runtime run's verify outcomes, from `file`)."""
+    """positional | family (the table of `top1`, `decay`, `depth_gain`) | replay (a recorded runtime run's
+    verify outcomes, from `file`)."""
+    top1: float = 0.653
+    """kind=family: the draft's top-ranked child's acceptance at depth 0, in [0, 1]."""
+    decay: float = 0.419
+    """kind=family: how fast the top-1's miss mass falls off with rank (the top r children leave
+    (1 - top1) r^-decay of it), in [0, 10]."""
+    depth_gain: float = 0.076
+    """kind=family: per-depth growth of the log miss survival (deeper nodes easier), in [0, 1]."""
     positional: list[list[float]] = field(
         default_factory=lambda: [[0.62, 0.12, 0.05, 0.03, 0.02, 0.01, 0.01, 0.01]]
     )
@@ -177,7 +193,8 @@ class AcceptanceConfig(_Frozen):
     """With `file` an acceptance report: the table of one prompt domain (its `by_domain` entry, e.g. instruction
     or code) instead of the pooled one; None = pooled."""
     scale: float = 1.0
-    """Multiplies every probability (for acceptance sweeps); rows are renormalised if they exceed 1."""
+    """Multiplies every probability (for acceptance sweeps); a scale that takes a row's sum above 1 is an error
+    naming the largest valid scale (the family's parameters reach stronger drafts)."""
     replay_belief: str = "geometric"
     """kind=replay: the draft log-probability proxy the simulated tree grows by (the replay has no table):
     geometric (rank r weighs 2^-(r+1), a trained draft) | uniform (every rank alike: a random-weight draft,
@@ -186,8 +203,14 @@ class AcceptanceConfig(_Frozen):
 
     def validate(self) -> None:
         """Check the kind and that every row is a sub-probability vector."""
-        _require(self.kind in ("positional", "replay"), "acceptance.kind",
-                 f"{self.kind!r} is not one of positional, replay")
+        _require(self.kind in ACCEPTANCE_KINDS, "acceptance.kind",
+                 f"{self.kind!r} is not one of {', '.join(ACCEPTANCE_KINDS)}")
+        for name, (low, high) in FAMILY_RANGES.items():
+            value = getattr(self, name)
+            _require(not isinstance(value, bool) and isinstance(value, (int, float)) and low <= value <= high,
+                     f"acceptance.{name}", f"{value!r} is outside the acceptance family's range [{low:g}, {high:g}]")
+        _require(self.kind != "family" or self.file is None, "acceptance.file",
+                 "kind=family builds its table from top1, decay and depth_gain; a file is for positional or replay")
         _require(self.kind != "replay" or self.file is not None, "acceptance.file",
                  "kind=replay needs a recorded run file")
         _require(self.domain is None or (self.kind == "positional" and self.file is not None), "acceptance.domain",

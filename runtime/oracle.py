@@ -7,9 +7,10 @@ still runs for real. Off by default (`spec.oracle`); a run that used it is label
 and outputs, and its tokens are not a model's output.
 
 Models:
-- positional: at an accepted node of depth `k` (root = 0), the target's next token is the draft's
-  rank-r child with probability `positional[k][r]` (depths beyond the table reuse its last row; rows are
-  scaled by `scale` and renormalised if they then exceed 1), and none of them otherwise.
+- positional (and family: the acceptance family's table, simulator/acceptance_family.py): at an accepted node
+  of depth `k` (root = 0), the target's next token is the draft's rank-r child with probability
+  `positional[k][r]` (depths beyond the table reuse its last row; entries are multiplied by `scale`), and none
+  of them otherwise.
 - replay: iteration i replays record i (cyclically) of a recorded run: accept `accepted` tokens along the
   rank-0 chain (fewer if the proposal is shallower), then bonus rank 0 if the record was a hit, else none.
 
@@ -62,9 +63,9 @@ class OracleOutcome:
 
 
 def load_positional(cfg: AcceptanceConfig) -> list[list[float]]:
-    """The positional table (from `cfg.file` if given: {"positional": rows} or the rows), scaled by `cfg.scale`,
-    rows renormalised to <= 1 after the scale: the simulator's reading of it (simulator/acceptance.py, torch-free),
-    so both validate it alike (a file's own rows must each sum to <= 1, as the config's inline table)."""
+    """The positional table (from `cfg.file` if given: {"positional": rows} or the rows; kind=family: the family
+    member's), scaled by `cfg.scale`: the simulator's reading of it (simulator/acceptance.py, torch-free), so both
+    validate it alike (every row must sum to <= 1, before and after the scale)."""
     from simulator.acceptance import PositionalAcceptance, load_acceptance
 
     acc = load_acceptance(cfg, topk=1)
@@ -113,7 +114,7 @@ class AcceptanceOracle:
         self.kind = cfg.kind
         self.generator = generator
         self.draws = draws
-        self.table = load_positional(cfg) if cfg.kind == "positional" else []
+        self.table = load_positional(cfg) if cfg.kind != "replay" else []
         # per depth row: the cumulative probabilities of its ranks; a uniform at or past the last is "none"
         self._cdf = [list(accumulate(row)) for row in self.table]
         self._uniforms: list[float] = []
@@ -165,8 +166,8 @@ def reconstruct_ranks(cfg: AcceptanceConfig, seed: int, request: int, verifies: 
     """
     from runtime.controller import request_generator
 
-    if cfg.kind != "positional":
-        raise ValueError(f"acceptance.kind={cfg.kind}: only a positional oracle's draws can be reconstructed")
+    if cfg.kind == "replay":
+        raise ValueError(f"acceptance.kind={cfg.kind}: only a positional or family oracle's draws can be reconstructed")
     oracle = AcceptanceOracle(cfg, request_generator(seed, request, "oracle", "cpu"), draws)
     out = []
     for i, (accepted, hit) in enumerate(verifies):

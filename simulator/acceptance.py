@@ -3,8 +3,11 @@
 **Positional** (`acceptance.kind=positional`, Sequoia-style): `p[depth][rank]` is the probability that the
 rank-th most likely draft child of a *correct* node at `depth` below the verify root is the target's next
 token; with probability 1 - sum(p[depth]) it is none of them. Depths beyond the table reuse its last row.
-The table is `acceptance.positional`, or `{"positional": [[...]]}` from `acceptance.file`; every entry is
-multiplied by `acceptance.scale`, and a row whose sum then exceeds 1 is renormalised to sum 1.
+The table is `acceptance.positional`, or `{"positional": [[...]]}` from `acceptance.file`, or (kind=family) the
+member of the acceptance family that `acceptance.top1 / decay / depth_gain` name (acceptance_family.py,
+docs/ACCEPTANCE.md: weak to strong drafts; the measured tables are fitted members). Every entry is multiplied by
+`acceptance.scale`; a scale that takes a row's sum above 1 is an error naming the largest valid one (renormalising
+such rows only moved mass between ranks, so scales past it changed nothing).
 
 The simulator draws the truth node by node along the verified path only: at a correct node at depth k, the
 true child's rank r is the inverse CDF of row k at a uniform u[position] (`true_rank`). Uniforms are drawn
@@ -44,6 +47,7 @@ from typing import Any
 
 from conf.rundir import REPO_ROOT
 from conf.schema import AcceptanceConfig
+from simulator.acceptance_family import family_table
 
 BELIEF_FLOOR = 1.0e-6
 """Smallest probability the draft's belief assigns to a ranked child (keeps log finite)."""
@@ -60,6 +64,12 @@ def chain_accept_length(a: float, gamma: int) -> float:
     if a >= 1.0:
         return float(gamma + 1)
     return (1.0 - a ** (gamma + 1)) / (1.0 - a)
+
+
+def max_scale(table: list[list[float]]) -> float:
+    """The largest `acceptance.scale` that keeps every row of `table` a sub-probability vector (sum <= 1)."""
+    top = max(sum(row) for row in table)
+    return math.inf if top <= 0.0 else 1.0 / top
 
 
 def resolve_path(path: str) -> Path:
@@ -100,11 +110,11 @@ class PositionalAcceptance:
     def __init__(self, table: list[list[float]], scale: float = 1.0) -> None:
         table = _check_table(table, "acceptance.positional")
         self.raw = table
-        self.table = []
-        for row in table:
-            scaled = [p * scale for p in row]
-            s = sum(scaled)
-            self.table.append([p / s for p in scaled] if s > 1.0 else scaled)
+        top = max(range(len(table)), key=lambda d: sum(table[d]))
+        if scale * sum(table[top]) > 1.0 + 1e-9:
+            raise ValueError(f"acceptance.scale: {scale:g} takes depth row {top}'s sum {sum(table[top]):.4f} above 1; "
+                             f"the largest valid scale is {max_scale(table):.4f} (stronger drafts: kind=family)")
+        self.table = [[p * scale for p in row] for row in table]
         self.cum = []
         for row in self.table:
             acc, cum = 0.0, []
@@ -373,6 +383,8 @@ def load_acceptance(cfg: AcceptanceConfig, topk: int) -> PositionalAcceptance | 
         verifies, ranks = read_replay(cfg.file)
         return ReplayAcceptance(verifies, beyond=topk, belief=cfg.replay_belief,
                                 table=[list(row) for row in cfg.positional], ranks=ranks, scale=cfg.scale)
+    if cfg.kind == "family":
+        return PositionalAcceptance(family_table(cfg.top1, cfg.decay, cfg.depth_gain), cfg.scale)
     table: Any = cfg.positional
     if cfg.file is not None:
         data = _read_json(cfg.file, "acceptance.file")

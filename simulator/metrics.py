@@ -24,7 +24,9 @@ Contract (metrics.json; `metrics_of`):
 | hit_rate                  | re-root hits / re-roots (null for autoregressive and chain)                 |
 | busy_fraction             | {"target": busy / wall, "draft": busy / wall} (draft null without a draft)  |
 
-Extra keys (not in the contract): seed, prefill_s, cost_model, acceptance_kind, d_rule.
+Extra keys (not in the contract): seed, prefill_s, cost_model, acceptance_kind, d_rule, acceptance_top1 (the
+draft's top-1 acceptance at depth 0 of the acceptance model drawn from, scale included; null for a replay: the
+draft strength figures plot against, analysis/fig01_gpu_split.py and fig02_acceptance.py).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 from conf.schema import ExperimentConfig
+from simulator.acceptance import load_acceptance
 from simulator.records import Tally
 
 
@@ -83,6 +86,8 @@ def metrics_of(config: ExperimentConfig, tally: Tally, d: int, cost_source: str)
         "cost_model": cost_source,
         "acceptance_kind": config.acceptance.kind,
         "d_rule": "poll" if spec.d_poll else config.sim.d_rule if spec.d_fixed is None else "fixed",
+        "acceptance_top1": None if config.acceptance.kind == "replay" else
+        load_acceptance(config.acceptance, 1).table[0][0],
     }
 
 

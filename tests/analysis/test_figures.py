@@ -36,7 +36,8 @@ def metrics(**kw: Any) -> dict[str, Any]:
     """A complete metrics.json (the contract's keys) with overrides."""
     base: dict[str, Any] = dict(
         source="sim", mode="async_tree", model="llama3-70b_llama3.2-1b", target_gpus=6, draft_gpus=2, bs=8,
-        w=8, d="auto", gamma=4, interconnect="nvlink", gpu="h200", acceptance_scale=1.0, oracle=True,
+        w=8, d="auto", gamma=4, interconnect="nvlink", gpu="h200", acceptance_scale=1.0, acceptance_top1=0.62,
+        oracle=True,
         num_requests=1, generated_tokens=64, wall_s=1.0, tokens_per_s=64.0, time_per_output_token_s=1 / 64,
         iterations=20, iteration_time_s=0.05, verify_time_s=0.03, expand_time_s=0.01, mean_accept_len=3.2,
         accept_len_hist={"1": 2, "2": 3, "3": 5}, hit_rate=0.5, busy_fraction={"target": 0.9, "draft": 0.7},
@@ -93,24 +94,34 @@ def test_fig01_series_per_model_ordered_by_split(tmp_path):
     assert [t.get_text() for t in ax.get_xticklabels()] == ["7:1", "6:2", "4:4"]
 
 
+def test_fig01_names_the_draft_when_runs_mix_drafts(tmp_path):
+    for top1, tputs in [(0.62, (100.0, 120.0)), (0.9, (130.0, 170.0))]:  # the default table and the strong preset
+        for (t, d), v in zip([(7, 1), (6, 2)], tputs):
+            make_run(tmp_path, f"{top1}-{t}x{d}", target_gpus=t, draft_gpus=d, acceptance_top1=top1, tokens_per_s=v)
+    _, data = fig01_gpu_split.make_figure(load_runs([tmp_path]))
+    p = data.panels["split"]
+    assert set(p.series) == {"llama3-70b / llama3.2-1b, draft top-1 0.62", "llama3-70b / llama3.2-1b, draft top-1 0.90"}
+    assert p.series["llama3-70b / llama3.2-1b, draft top-1 0.90"].y == [130.0, 170.0]
+
+
 def test_fig02_speedup_uses_fastest_matching_ar(tmp_path):
     make_run(tmp_path, "ar8", mode="autoregressive", target_gpus=8, draft_gpus=0, tokens_per_s=50.0,
              acceptance_scale=1.0, hit_rate=None)
     make_run(tmp_path, "ar4", mode="autoregressive", target_gpus=4, draft_gpus=0, tokens_per_s=40.0,
              acceptance_scale=1.0, hit_rate=None)
     make_run(tmp_path, "ar-pcie", mode="autoregressive", interconnect="pcie4", tokens_per_s=500.0)  # not matching
-    for scale, v_async, v_serial in [(0.5, 75.0, 60.0), (1.0, 150.0, 100.0)]:
-        make_run(tmp_path, f"async{scale}", acceptance_scale=scale, tokens_per_s=v_async)
-        make_run(tmp_path, f"serial{scale}", mode="serial_tree", acceptance_scale=scale, tokens_per_s=v_serial)
+    for top1, v_async, v_serial in [(0.5, 75.0, 60.0), (0.9, 150.0, 100.0)]:  # e.g. a weak and the strong preset
+        make_run(tmp_path, f"async{top1}", acceptance_top1=top1, tokens_per_s=v_async)
+        make_run(tmp_path, f"serial{top1}", mode="serial_tree", acceptance_top1=top1, tokens_per_s=v_serial)
     _, data = fig02_acceptance.make_figure(load_runs([tmp_path / "ar8", tmp_path / "ar4", str(tmp_path / "*0.5"),
-                                                      str(tmp_path / "*1.0")]))
+                                                      str(tmp_path / "*0.9")]))
     tput, speed = data.panels["tokens_per_s"], data.panels["speedup"]
     assert list(tput.series) == ["AR", "serial tree", "async tree"]
-    assert tput.series["async tree"].x == [0.5, 1.0] and tput.series["async tree"].y == [75.0, 150.0]
+    assert tput.series["async tree"].x == [0.5, 0.9] and tput.series["async tree"].y == [75.0, 150.0]
     assert speed.series["async tree"].y == pytest.approx([1.5, 3.0])  # over the 8-GPU AR run (50 tokens/s)
     assert speed.series["serial tree"].y == pytest.approx([1.2, 2.0])
     assert "AR" not in speed.series
-    assert "acceptance scale" in tput.xlabel and "speedup" in speed.ylabel
+    assert "top-1 acceptance" in tput.xlabel and "speedup" in speed.ylabel
 
 
 def test_fig02_without_ar_says_so(tmp_path):
