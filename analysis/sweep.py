@@ -268,7 +268,6 @@ class Summary:
     keys: list[str]
     columns: list[str]
     rows: list[dict[str, Any]]
-    jobs: list[Job]
 
 
 def summarize(sweep_dir: str | Path) -> Summary:
@@ -288,7 +287,7 @@ def summarize(sweep_dir: str | Path) -> Summary:
         row["error"] = j.error
         row["run_dir"] = j.path.relative_to(root).as_posix()
         rows.append(row)
-    return Summary(keys, columns, rows, jobs)
+    return Summary(keys, columns, rows)
 
 
 def _fmt(v: Any) -> str:
@@ -489,6 +488,7 @@ class SweepSummary(Callback):
                 job_return.return_value  # raises the job's exception  # noqa: B018
             except Exception as e:  # noqa: BLE001 - any job failure becomes its row's error
                 error = e
+        (run_dir / ERROR_FILE).unlink(missing_ok=True)  # a job dir reused by a later sweep
         if error is not None:
             text = "".join(traceback.format_exception_only(type(error), error)).strip().replace("\n", " ")
             tb = "".join(traceback.format_exception(type(error), error, error.__traceback__))
