@@ -1,7 +1,9 @@
 """Simulate SwiftSpec-style decoding (SimPy) on the configured GPU split: `python simulate.py [overrides]`.
 
 Thin Hydra entry point: compose -> validate/freeze once -> simulator.main.run(cfg, run_dir).
-Sweeps: `python simulate.py --multirun parallel=4x4,6x2,7x1 acceptance.scale=0.6,0.8,1.0`.
+Sweeps: `python simulate.py --multirun parallel=4x4,6x2,7x1 acceptance.scale=0.6,0.8,1.0`. In a multirun each job
+prints one line (the callback of analysis/sweep.py, naming its swept values) instead of its table, and the sweep
+ends with summary.csv / .md / .png in its sweep dir.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from conf import build_config
@@ -25,8 +28,9 @@ def main(cfg: DictConfig) -> float:
     from simulator.main import run
 
     config = build_config(cfg)
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    metrics = run(config, run_dir, command=" ".join(sys.argv))
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    metrics = run(config, run_dir, command=" ".join(sys.argv), verbose=hydra_cfg.mode != RunMode.MULTIRUN)
     return float(metrics["tokens_per_s"])
 
 
