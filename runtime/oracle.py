@@ -9,7 +9,7 @@ and outputs, and its tokens are not a model's output.
 Models:
 - positional: at an accepted node of depth `k` (root = 0), the target's next token is the draft's
   rank-r child with probability `positional[k][r]` (depths beyond the table reuse its last row; rows are
-  scaled by `scale` and renormalised if they then exceed 1), and none of them otherwise.
+  scaled by `scale`, which may not push a row's sum above 1), and none of them otherwise.
 - replay: iteration i replays record i (cyclically) of a recorded run: accept `accepted` tokens along the
   rank-0 chain (fewer if the proposal is shallower), then bonus rank 0 if the record was a hit, else none.
 
@@ -62,8 +62,8 @@ class OracleOutcome:
 
 
 def load_positional(cfg: AcceptanceConfig) -> list[list[float]]:
-    """The positional table (from `cfg.file` if given: {"positional": rows} or the rows), scaled by `cfg.scale`,
-    rows renormalised to <= 1 after the scale: the simulator's reading of it (simulator/acceptance.py, torch-free),
+    """The positional table (from `cfg.file` if given: {"positional": rows} or the rows), scaled by `cfg.scale` (a
+    scale that pushes a row's sum above 1 is an error): the simulator's reading of it (simulator/acceptance.py, torch-free),
     so both validate it alike (a file's own rows must each sum to <= 1, as the config's inline table)."""
     from simulator.acceptance import PositionalAcceptance, load_acceptance
 

@@ -4,7 +4,7 @@
 rank-th most likely draft child of a *correct* node at `depth` below the verify root is the target's next
 token; with probability 1 - sum(p[depth]) it is none of them. Depths beyond the table reuse its last row.
 The table is `acceptance.positional`, or `{"positional": [[...]]}` from `acceptance.file`; every entry is
-multiplied by `acceptance.scale`, and a row whose sum then exceeds 1 is renormalised to sum 1.
+multiplied by `acceptance.scale`; a scale that pushes a row's sum above 1 is an error naming the largest valid one.
 
 The simulator draws the truth node by node along the verified path only: at a correct node at depth k, the
 true child's rank r is the inverse CDF of row k at a uniform u[position] (`true_rank`). Uniforms are drawn
@@ -42,8 +42,8 @@ from bisect import bisect_right
 from pathlib import Path
 from typing import Any
 
-from conf.rundir import REPO_ROOT
-from conf.schema import AcceptanceConfig
+from conf.paths import resolve_path  # noqa: F401 (re-exported: the one rule for data paths)
+from conf.schema import AcceptanceConfig, check_scale
 
 BELIEF_FLOOR = 1.0e-6
 """Smallest probability the draft's belief assigns to a ranked child (keeps log finite)."""
@@ -60,12 +60,6 @@ def chain_accept_length(a: float, gamma: int) -> float:
     if a >= 1.0:
         return float(gamma + 1)
     return (1.0 - a ** (gamma + 1)) / (1.0 - a)
-
-
-def resolve_path(path: str) -> Path:
-    """A data path as given, or relative to the repository root when it does not exist as given."""
-    p = Path(path)
-    return p if p.is_absolute() or p.exists() else REPO_ROOT / p
 
 
 def _check_table(table: Any, where: str) -> list[list[float]]:
@@ -99,12 +93,13 @@ class PositionalAcceptance:
 
     def __init__(self, table: list[list[float]], scale: float = 1.0) -> None:
         table = _check_table(table, "acceptance.positional")
+        check_scale(table, scale, "the acceptance table")
         self.raw = table
         self.table = []
         for row in table:
             scaled = [p * scale for p in row]
             s = sum(scaled)
-            self.table.append([p / s for p in scaled] if s > 1.0 else scaled)
+            self.table.append([p / s for p in scaled] if s > 1.0 else scaled)  # s <= 1 + 1e-9: rounding only
         self.cum = []
         for row in self.table:
             acc, cum = 0.0, []

@@ -76,8 +76,10 @@ def test_equal_seeds_give_equal_outcomes():
     assert [a.walk(CHAIN) for _ in range(50)] == [b.walk(CHAIN) for _ in range(50)]
 
 
-def test_scale_renormalises_rows_above_one(tmp_path):
-    assert load_positional(AcceptanceConfig(positional=[[0.6, 0.3]], scale=2.0))[0] == pytest.approx([2 / 3, 1 / 3])
+def test_scale_multiplies_rows_and_refuses_a_sum_above_one(tmp_path):
+    assert load_positional(AcceptanceConfig(positional=[[0.6, 0.3]], scale=1.1))[0] == pytest.approx([0.66, 0.33])
+    with pytest.raises(ValueError, match="acceptance.scale: 2.0 pushes"):
+        load_positional(AcceptanceConfig(positional=[[0.6, 0.3]], scale=2.0))
     assert load_positional(AcceptanceConfig(positional=[[0.2, 0.1]], scale=0.5))[0] == pytest.approx([0.1, 0.05])
     f = tmp_path / "acc.json"
     f.write_text(json.dumps({"positional": [[0.7], [0.4]]}))
