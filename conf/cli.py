@@ -61,7 +61,7 @@ def check_known_keys(node: Any, prefix: str = "") -> None:
     if schema is None or not is_dataclass(schema):
         return
     names = [f.name for f in fields(schema) if not f.name.startswith("_")]
-    for key in node.keys():
+    for key in list(node):
         key = str(key)
         if key not in names:
             close = nearest(key, names)

@@ -91,7 +91,7 @@ def workload_texts(cfg: ExperimentConfig) -> tuple[list[str], str]:
             from conf.frozen import ConfigError
 
             raise ConfigError(f"workload.num_requests: {wl.num_requests} requests, but workload.{source} holds "
-                              f"{len(texts)} prompt(s)")
+                              f"{len(texts)} prompt(s); ask for at most {len(texts)}, or null for all of them")
         texts = texts[:wl.num_requests]
     return texts, source
 

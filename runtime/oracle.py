@@ -63,8 +63,8 @@ class OracleOutcome:
 
 def load_positional(cfg: AcceptanceConfig) -> list[list[float]]:
     """The positional table (from `cfg.file` if given: {"positional": rows} or the rows), scaled by `cfg.scale` (a
-    scale that pushes a row's sum above 1 is an error): the simulator's reading of it (simulator/acceptance.py, torch-free),
-    so both validate it alike (a file's own rows must each sum to <= 1, as the config's inline table)."""
+    scale that pushes a row's sum above 1 is an error): the simulator's reading of it (simulator/acceptance.py,
+    torch-free), so both validate it alike (a file's own rows must each sum to <= 1, as the config's inline table)."""
     from simulator.acceptance import PositionalAcceptance, load_acceptance
 
     acc = load_acceptance(cfg, topk=1)

@@ -39,7 +39,6 @@ import csv
 import json
 import math
 from bisect import bisect_right
-from pathlib import Path
 from typing import Any
 
 from conf.paths import resolve_path  # noqa: F401 (re-exported: the one rule for data paths)

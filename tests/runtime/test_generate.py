@@ -34,7 +34,7 @@ def test_generate_end_to_end(tmp_path):
     assert set(METRIC_KEYS) <= set(metrics)
     assert metrics["source"] == "runtime" and metrics["mode"] == "async_tree" and metrics["generated_tokens"] == 8
     assert (metrics["target_gpus"], metrics["draft_gpus"]) == (1, 1)
-    assert "--- request 0: 32 prompt tokens -> 8 generated (token ids) ---" in proc.stdout
+    assert "--- request 0: 32 prompt tokens -> 8 generated (token ids; stopped: max_new_tokens) ---" in proc.stdout
 
     run = read_run(run_dir)
     assert run["metrics"] == metrics
