@@ -135,6 +135,20 @@ def report(cfg: ExperimentConfig, result: dict[str, Any], run_dir: Path, command
     return metrics
 
 
+def save_interrupted(cfg: ExperimentConfig, partial: list[dict[str, Any]], run_dir: Path, command: str) -> None:
+    """Ctrl-C: write what had finished into the run dir: outputs.jsonl (one {"request", "prompt", "output"} per
+    finished request), and config.json / metrics.json marked `interrupted` with the counts so far."""
+    from conf.rundir import atomic_write_text, run_meta, write_run
+
+    if not partial:
+        return
+    atomic_write_text(run_dir / "outputs.jsonl", "".join(json.dumps(item) + "\n" for item in partial))
+    metrics = {"source": "runtime", "interrupted": True, "mode": cfg.spec.mode, "num_requests_done": len(partial),
+               "generated_tokens": sum(len(item["output"] or []) for item in partial)}
+    write_run(run_dir, cfg, run_meta(cfg.seed, command, "unknown", interrupted=True), metrics)
+    print(f"--- interrupted: {len(partial)} finished request(s) saved in {run_dir / 'outputs.jsonl'}", flush=True)
+
+
 CHECKS = (check_prompt_source, check_checkpoints)
 """What generate.py checks beyond the schema before any rank starts (`conf.cli.entry_config`)."""
 
@@ -143,14 +157,19 @@ CHECKS = (check_prompt_source, check_checkpoints)
 def main(cfg: DictConfig) -> float | None:
     """Generate on every rank; rank 0 prints, writes the run dir and returns tokens/s."""
     from runtime.engine import run_rank
-    from runtime.launch import launch
+    from runtime.launch import Interrupted, launch
 
     config, run_dir = prepare(cfg, *CHECKS)
-    result = launch(run_rank, config)
+    command = " ".join(["generate.py", *sys.argv[1:]])
+    try:
+        result = launch(run_rank, config)
+    except Interrupted as e:
+        save_interrupted(config, e.partial, run_dir, command)
+        raise
     if result is None:  # not world rank 0 under torchrun / deepspeed: rank 0 writes the run dir
         discard_rank_dir(run_dir)
         return None
-    metrics = report(config, result, run_dir, " ".join(["generate.py", *sys.argv[1:]]))
+    metrics = report(config, result, run_dir, command)
     print(json.dumps(metrics), flush=True)
     tps = metrics.get("tokens_per_s")
     return float(tps) if tps is not None else None

@@ -317,7 +317,7 @@ def run_entry(main: Callable[[], Any], argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         if debug:
             raise
-        print("interrupted (Ctrl-C): stopped; what had finished is saved in the run dir", file=sys.stderr)
+        print("interrupted (Ctrl-C): every rank stopped", file=sys.stderr)
         sys.exit(INTERRUPTED_EXIT)
     except Exception as e:  # noqa: BLE001 - classified below; anything not a user error is re-raised
         line = error_line(e)

@@ -212,9 +212,9 @@ def check_scale(table: list[list[float]], scale: float, where: str) -> None:
     """Raise ConfigError naming `acceptance.scale` and the largest valid scale when the scaled table has a row whose
     sum exceeds 1 (probabilities cannot be scaled past certainty)."""
     top = max((sum(row) for row in table), default=0.0)
-    _require(top <= 0 or scale * top <= 1.0 + 1e-9, "acceptance.scale",
-             f"{scale} pushes a row of {where} to sum {scale * top:.4f} > 1; the largest valid scale for this table "
-             f"is {math.floor(1e4 / top) / 1e4:g}")
+    if scale * top > 1.0 + 1e-9:
+        _require(False, "acceptance.scale", f"{scale} pushes a row of {where} to sum {scale * top:.4f} > 1; the "
+                 f"largest valid scale for this table is {math.floor(1e4 / top) / 1e4:g}")
 
 
 @dataclass

@@ -47,6 +47,7 @@ from runtime.attention import make_attention_backend
 from runtime.controller import DepthTuner, Emitter, load_workload, prompt_source, request_generator
 from runtime.draft_worker import DraftWorker
 from runtime.gc_policy import gc_policy
+from runtime.launch import report_partial
 from runtime.loader import build_model
 from runtime.metrics import Progress, Timeline, device_name, summarize
 from runtime.model import WEIGHT_BITS, role_kernels
@@ -499,6 +500,8 @@ def run_rank(ctx: ParallelContext, cfg: ExperimentConfig, prompts: list[list[int
             profiler.enable()
         for rid, prompt in enumerate(prompts):
             outputs.append(engine.generate(rid, prompt))
+            if ctx.rank == 0:  # kept by the launching process should the run be interrupted
+                report_partial({"request": rid, "prompt": list(prompt), "output": outputs[-1]})
             engine.tokens_done += len(outputs[-1] or [])
             if rid + 1 < len(prompts):
                 between_requests()
