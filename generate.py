@@ -35,10 +35,11 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from conf import build_config
+from conf.cli import discard_rank_dir, prepare, run_entry
+from conf.frozen import ConfigError
+from conf.paths import resolve_path
 from conf.schema import ExperimentConfig, register_configs
 
 log = logging.getLogger("generate")
@@ -61,22 +62,11 @@ def strip_launcher_args(argv: list[str]) -> list[str]:
 
 
 def check_prompt_source(cfg: ExperimentConfig) -> None:
-    """Fail before starting any rank when the prompt file is missing or not JSONL with a "prompt" key."""
-    wl = cfg.workload
-    if wl.prompts or wl.prompt_file is None:
-        return
-    path = Path(wl.prompt_file)
-    if not path.is_file():
-        raise FileNotFoundError(f"workload.prompt_file: {path} does not exist")
-    for i, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"workload.prompt_file: {path}:{i} is not JSON ({e})") from e
-        if not isinstance(record, dict) or not isinstance(record.get("prompt"), str):
-            raise ValueError(f'workload.prompt_file: {path}:{i} needs a string "prompt" field')
+    """Fail before starting any rank when the prompt file is missing or not JSONL with a "prompt" key, or the text
+    prompts are fewer than `workload.num_requests` (runtime.controller.workload_texts: the one precedence)."""
+    from runtime.controller import workload_texts
+
+    workload_texts(cfg)
 
 
 _HOW_TO_GET = {
@@ -90,14 +80,17 @@ def check_checkpoints(cfg: ExperimentConfig) -> None:
     for name, model in (("model.target", cfg.model.target), ("model.draft", cfg.model.draft)):
         if model is None or model.checkpoint is None:
             continue
-        path = Path(model.checkpoint)
+        path = resolve_path(model.checkpoint)
         has_weights = path.is_file() or (path / "model.safetensors").is_file() or (
             path / "model.safetensors.index.json").is_file()
         if not has_weights:
             hint = next((h for key, h in _HOW_TO_GET.items() if key in str(path)), "")
-            raise FileNotFoundError(
+            raise ConfigError(
                 f"{name}.checkpoint: {path} has no weights (a .gguf file or a folder with model.safetensors)"
                 + (f"; {hint}" if hint else "") + "; or run a random-weight pair: python generate.py model=tiny")
+    if cfg.model.tokenizer is not None and not resolve_path(cfg.model.tokenizer).exists():
+        raise ConfigError(f"model.tokenizer: {cfg.model.tokenizer} does not exist (an HF folder, tokenizer.json or "
+                          ".gguf file; relative paths: the working directory, then the repository root)")
 
 
 def output_texts(cfg: ExperimentConfig, outputs: list[list[int]]) -> tuple[list[str], str]:
@@ -125,9 +118,10 @@ def report(cfg: ExperimentConfig, result: dict[str, Any], run_dir: Path, command
 
     metrics = result["metrics"]
     texts, decoder = output_texts(cfg, result["outputs"])
+    stops = metrics.get("stop_reasons") or [None] * len(texts)
     for rid, (prompt, text) in enumerate(zip(result["prompts"], texts)):
         print(f"--- request {rid}: {len(prompt)} prompt tokens -> {len(result['outputs'][rid])} generated "
-              f"({decoder}) ---")
+              f"({decoder}; stopped: {stops[rid]}) ---")
         print(text)
     meta = run_meta(cfg.seed, command, metrics["gpu"], workload_seed=cfg.workload.seed,
                     oracle=bool(result.get("oracle", False)), source="runtime")
@@ -141,20 +135,41 @@ def report(cfg: ExperimentConfig, result: dict[str, Any], run_dir: Path, command
     return metrics
 
 
+def save_interrupted(cfg: ExperimentConfig, partial: list[dict[str, Any]], run_dir: Path, command: str) -> None:
+    """Ctrl-C: write what had finished into the run dir: outputs.jsonl (one {"request", "prompt", "output"} per
+    finished request), and config.json / metrics.json marked `interrupted` with the counts so far."""
+    from conf.rundir import atomic_write_text, run_meta, write_run
+
+    if not partial:
+        return
+    atomic_write_text(run_dir / "outputs.jsonl", "".join(json.dumps(item) + "\n" for item in partial))
+    metrics = {"source": "runtime", "interrupted": True, "mode": cfg.spec.mode, "num_requests_done": len(partial),
+               "generated_tokens": sum(len(item["output"] or []) for item in partial)}
+    write_run(run_dir, cfg, run_meta(cfg.seed, command, "unknown", interrupted=True), metrics)
+    print(f"--- interrupted: {len(partial)} finished request(s) saved in {run_dir / 'outputs.jsonl'}", flush=True)
+
+
+CHECKS = (check_prompt_source, check_checkpoints)
+"""What generate.py checks beyond the schema before any rank starts (`conf.cli.entry_config`)."""
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="generate")
 def main(cfg: DictConfig) -> float | None:
     """Generate on every rank; rank 0 prints, writes the run dir and returns tokens/s."""
     from runtime.engine import run_rank
-    from runtime.launch import launch
+    from runtime.launch import Interrupted, launch
 
-    config = build_config(cfg)
-    check_prompt_source(config)
-    check_checkpoints(config)
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    result = launch(run_rank, config)
-    if result is None:  # not world rank 0 under torchrun / deepspeed
+    config, run_dir = prepare(cfg, *CHECKS)
+    command = " ".join(["generate.py", *sys.argv[1:]])
+    try:
+        result = launch(run_rank, config)
+    except Interrupted as e:
+        save_interrupted(config, e.partial, run_dir, command)
+        raise
+    if result is None:  # not world rank 0 under torchrun / deepspeed: rank 0 writes the run dir
+        discard_rank_dir(run_dir)
         return None
-    metrics = report(config, result, run_dir, " ".join(["generate.py", *sys.argv[1:]]))
+    metrics = report(config, result, run_dir, command)
     print(json.dumps(metrics), flush=True)
     tps = metrics.get("tokens_per_s")
     return float(tps) if tps is not None else None
@@ -162,4 +177,4 @@ def main(cfg: DictConfig) -> float | None:
 
 if __name__ == "__main__":
     sys.argv = strip_launcher_args(sys.argv)
-    main()
+    run_entry(main)

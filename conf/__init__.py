@@ -4,6 +4,8 @@
 - `presets`: model shapes, GPU and link presets;
 - `trace`: the trace-record schema (one record per operator or step) and Chrome-trace export;
 - `messages`: the draft <-> target message dataclasses and their wire format;
+- `cli`: the entry points' one-line errors (exit code 2) and unique run directories;
+- `paths`: how a path in a config resolves;
 - `rundir`: run directories (resolved config, git SHA, seed, metrics, traces), written atomically.
 """
 
@@ -17,11 +19,15 @@ from conf.schema import ExperimentConfig, freeze
 def build_config(cfg: Any) -> ExperimentConfig:
     """Convert a composed Hydra config (DictConfig) into a validated, immutable ExperimentConfig.
 
-    Call once, at an entry point. Raises ValueError naming the offending field.
+    Call once, at an entry point. Raises ConfigError (a ValueError) naming the offending field; a key the schema
+    does not have (Hydra's `+key=value` adds it, and the conversion would drop it) is one too.
     """
     from omegaconf import DictConfig, OmegaConf
 
     if isinstance(cfg, DictConfig):
+        from conf.cli import check_known_keys
+
+        check_known_keys(cfg)
         obj = OmegaConf.to_object(cfg)
     else:
         obj = cfg

@@ -28,6 +28,11 @@ def freeze(obj: Any) -> Any:
     return obj
 
 
+class ConfigError(ValueError):
+    """A bad configuration value or file, a user error: its message is `<field>: <what was expected>` on one line.
+    The entry points print it as such, without a traceback, and exit with code 2 (conf/cli.py)."""
+
+
 def _require(cond: bool, field_name: str, msg: str) -> None:
     if not cond:
-        raise ValueError(f"{field_name}: {msg}")
+        raise ConfigError(f"{field_name}: {msg}")

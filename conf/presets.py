@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from conf.frozen import ConfigError
+
 
 @dataclass(frozen=True)
 class RopeScaling:
@@ -124,7 +126,7 @@ MODEL_PRESETS: dict[str, ModelShape] = {
 def model_preset(name: str, field: str = "preset") -> ModelShape:
     """The shape preset called `name`; a ValueError names `field` and the allowed names otherwise."""
     if name not in MODEL_PRESETS:
-        raise ValueError(f"{field}: unknown model preset {name!r}; allowed: {sorted(MODEL_PRESETS)}")
+        raise ConfigError(f"{field}: unknown model preset {name!r}; allowed: {sorted(MODEL_PRESETS)}")
     return MODEL_PRESETS[name]
 
 
@@ -135,7 +137,7 @@ def check_tp(shape: ModelShape, tp: int, field: str) -> None:
     with zero heads / zero columns (the paper's auto-pad), which is exact.
     """
     if tp < 1 or tp > shape.num_heads:
-        raise ValueError(
+        raise ConfigError(
             f"{field}: TP degree {tp} cannot shard {shape.name} ({shape.num_heads} query heads); "
             f"allowed: 1..{shape.num_heads}"
         )
@@ -151,19 +153,20 @@ class GpuSpec:
     memory_bytes: float
     nvlink_bytes_per_s: float  # one direction, per GPU
     kernel_launch_s: float  # per kernel in a CUDA graph replay
+    link: str = "nvlink4"  # its GPU-to-GPU link preset (LINK_PRESETS): what interconnect.*_group=gpu selects
 
 
 GPU_PRESETS: dict[str, GpuSpec] = {
     g.name: g
     for g in [
         # H200: 4.29 TB/s copy and ~790 TFLOP/s measured on our machines (reference/device-h200.md).
-        GpuSpec("h200", 4.29e12, 7.9e14, 141e9, 4.5e11 * 0.62, 2.0e-6),
+        GpuSpec("h200", 4.29e12, 7.9e14, 141e9, 4.5e11 * 0.62, 2.0e-6, link="nvlink4"),
         # H100 SXM / H800: 3.35 TB/s datasheet x 0.88 (our H200 copy efficiency); 989 TFLOP/s x 0.8.
         # H800 NVLink is cut to 400 GB/s bidirectional (200 GB/s per direction).
-        GpuSpec("h100", 3.35e12 * 0.88, 989e12 * 0.8, 80e9, 4.5e11 * 0.62, 2.0e-6),
-        GpuSpec("h800", 3.35e12 * 0.88, 989e12 * 0.8, 80e9, 2.0e11 * 0.62, 2.0e-6),
+        GpuSpec("h100", 3.35e12 * 0.88, 989e12 * 0.8, 80e9, 4.5e11 * 0.62, 2.0e-6, link="nvlink4"),
+        GpuSpec("h800", 3.35e12 * 0.88, 989e12 * 0.8, 80e9, 2.0e11 * 0.62, 2.0e-6, link="nvlink4-h800"),
         # A100 SXM 80GB: 2.04 TB/s x 0.88, 312 TFLOP/s x 0.8, NVLink 3 600 GB/s bidirectional.
-        GpuSpec("a100", 2.04e12 * 0.88, 312e12 * 0.8, 80e9, 3.0e11 * 0.62, 2.5e-6),
+        GpuSpec("a100", 2.04e12 * 0.88, 312e12 * 0.8, 80e9, 3.0e11 * 0.62, 2.5e-6, link="nvlink3"),
     ]
 }
 
@@ -203,5 +206,5 @@ LINK_PRESETS: dict[str, LinkSpec] = {
 def preset_of(table: dict, name: str, field: str):
     """Look `name` up in a preset table; a ValueError names `field` and the allowed keys otherwise."""
     if name not in table:
-        raise ValueError(f"{field}: unknown preset {name!r}; allowed: {sorted(table)}")
+        raise ConfigError(f"{field}: unknown preset {name!r}; allowed: {sorted(table)}")
     return table[name]

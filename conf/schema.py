@@ -222,9 +222,28 @@ class AcceptanceConfig(_Frozen):
                 _require(0.0 <= p <= 1.0, f"acceptance.positional[{d}][{r}]", f"{p} is outside [0, 1]")
             _require(sum(row) <= 1.0 + 1e-9, f"acceptance.positional[{d}]",
                      f"probabilities sum to {sum(row):.4f} > 1")
-        _require(self.scale >= 0.0, "acceptance.scale", f"must be >= 0, got {self.scale}")
+        _require(math.isfinite(self.scale) and self.scale >= 0.0, "acceptance.scale",
+                 f"must be a finite number >= 0, got {self.scale}")
+        if self.kind == "positional" and self.file is None:  # a table from a file is checked as it is read
+            check_scale(self.positional, self.scale, "acceptance.positional")
         _require(self.replay_belief in ("geometric", "uniform", "table"), "acceptance.replay_belief",
                  f"{self.replay_belief!r} is not one of geometric, uniform, table")
+
+
+def max_scale(table: list[list[float]]) -> float:
+    """The largest `acceptance.scale` that keeps every row of `table` a sub-probability vector (sum <= 1)."""
+    top = max((sum(row) for row in table), default=0.0)
+    return math.inf if top <= 0.0 else 1.0 / top
+
+
+def check_scale(table: list[list[float]], scale: float, where: str) -> None:
+    """Raise ConfigError naming `acceptance.scale` and the largest valid scale when the scaled table has a row whose
+    sum exceeds 1 (probabilities cannot be scaled past certainty; stronger drafts: kind=family)."""
+    top = max((sum(row) for row in table), default=0.0)
+    if scale * top > 1.0 + 1e-9:
+        _require(False, "acceptance.scale", f"{scale} pushes a row of {where} to sum {scale * top:.4f} > 1; the "
+                 f"largest valid scale for this table is {math.floor(1e4 * max_scale(table)) / 1e4:g} "
+                 f"(stronger drafts: acceptance.kind=family)")
 
 
 @dataclass
@@ -327,13 +346,17 @@ class WorkloadConfig(_Frozen):
     """What to generate (group `workload`)."""
 
     prompts: list[str] = field(default_factory=list)
-    """Prompts as text; empty = `prompt_file`, else random token prompts of `prompt_tokens`."""
+    """Prompts as text (runtime; the simulator refuses text prompts); empty: random token prompts of
+    `prompt_tokens`, unless `prompt_file` is set."""
     prompt_file: str | None = None
-    """JSONL file with one {"prompt": ...} per line."""
+    """JSONL file with one {"prompt": ...} per line (runtime; relative: the working directory, then the repository
+    root). When set it is the prompt source and replaces `prompts` (the demo workload's included); a file that is
+    missing or malformed fails the run before it starts."""
     prompt_tokens: int = 32
     """Length of random prompts and the simulator's prompt length."""
-    num_requests: int = 1
-    """Requests decoded one after another (batch = 1 request, as in the paper)."""
+    num_requests: int | None = 1
+    """Requests decoded one after another (batch = 1 request, as in the paper). Text prompts: the first
+    num_requests of them, null = all (more than there are is an error); random prompts: this many (>= 1)."""
     max_new_tokens: int = 64
     """Tokens to generate per request (stops earlier at EOS)."""
     max_seq_len_tokens: int = 2048
@@ -341,11 +364,18 @@ class WorkloadConfig(_Frozen):
     seed: int = 0
     """Seed of random prompts, sampling and the acceptance oracle."""
     eos_token_id: int | None = None
-    """End-of-sequence token; None = the tokenizer's (real checkpoints) or none (random weights)."""
+    """End-of-sequence token (runtime): a request stops after emitting it; None = the tokenizer's (real
+    checkpoints) or none (random weights). Not in oracle runs, whose tokens are not the model's."""
 
     def validate(self) -> None:
         """Check counts and that prompt + generation fits in the cache."""
-        _require(self.num_requests >= 1, "workload.num_requests", f"must be >= 1, got {self.num_requests}")
+        _require(self.num_requests is not None or bool(self.prompts or self.prompt_file), "workload.num_requests",
+                 "null (all text prompts) needs workload.prompts or workload.prompt_file; random prompts need a "
+                 "count >= 1")
+        _require(self.num_requests is None or self.num_requests >= 1, "workload.num_requests",
+                 f"must be >= 1 or null (all text prompts), got {self.num_requests}")
+        _require(self.eos_token_id is None or self.eos_token_id >= 0, "workload.eos_token_id",
+                 f"must be a token id >= 0 or null, got {self.eos_token_id}")
         _require(self.max_new_tokens >= 1, "workload.max_new_tokens", f"must be >= 1, got {self.max_new_tokens}")
         _require(self.prompt_tokens >= 1, "workload.prompt_tokens", f"must be >= 1, got {self.prompt_tokens}")
         _require(
@@ -378,19 +408,28 @@ class InterconnectConfig(_Frozen):
 
     name: str = "nvlink"
     """Scenario name for tables and figures."""
-    intra_group: str = "nvlink4"
-    """Link preset between the GPUs of one group (LINK_PRESETS)."""
-    cross_group: str = "nvlink4"
-    """Link preset between the draft and target leaders (e.g. ib-ndr when on different nodes)."""
+    intra_group: str = "gpu"
+    """Link preset between the GPUs of one group (LINK_PRESETS), or gpu: the GPU preset's own link
+    (conf/presets.py GpuSpec.link, e.g. nvlink4-h800 for hardware=h800)."""
+    cross_group: str = "gpu"
+    """Link preset between the draft and target leaders (e.g. ib-ndr when on different nodes), or gpu."""
     allreduce: str = "oneshot"
     """oneshot | ring | tree."""
     host_overhead_s: float = 2.0e-5
     """Per-message software overhead (framework, launch) on top of the link latency."""
 
+    def links(self, gpu: str) -> tuple[str, str]:
+        """(intra_group, cross_group) link presets on GPU preset `gpu`, "gpu" resolved to the GPU's own link."""
+        own = preset_of(GPU_PRESETS, gpu, "hardware.gpu").link
+        return (own if self.intra_group == "gpu" else self.intra_group,
+                own if self.cross_group == "gpu" else self.cross_group)
+
     def validate(self) -> None:
         """Check the presets and the all-reduce algorithm."""
-        preset_of(LINK_PRESETS, self.intra_group, "interconnect.intra_group")
-        preset_of(LINK_PRESETS, self.cross_group, "interconnect.cross_group")
+        for name in ("intra_group", "cross_group"):
+            value = getattr(self, name)
+            if value != "gpu":
+                preset_of(LINK_PRESETS, value, f"interconnect.{name}")
         _require(self.allreduce in ("oneshot", "ring", "tree"), "interconnect.allreduce",
                  f"{self.allreduce!r} is not one of oneshot, ring, tree")
         _require(self.host_overhead_s >= 0, "interconnect.host_overhead_s", "must be >= 0")
@@ -542,6 +581,9 @@ class ExperimentConfig(_Frozen):
             _require(draft.token_count == target.token_count, "model.draft.preset",
                      f"draft vocabulary ({draft.token_count} tokens) differs from the target's "
                      f"({target.token_count} tokens)")
+        _require(self.workload.eos_token_id is None or self.workload.eos_token_id < target.token_count,
+                 "workload.eos_token_id", f"{self.workload.eos_token_id} is not a token of {target.name} "
+                 f"(0..{target.token_count - 1})")
         cache_tokens = self.workload.max_seq_len_tokens + self.spec.max_tree_nodes
         _require(cache_tokens <= target.max_position, "workload.max_seq_len_tokens",
                  f"cache of {cache_tokens} tokens exceeds {target.name}'s {target.max_position} positions")
@@ -556,6 +598,9 @@ def register_configs() -> None:
     """Register the schema in Hydra's ConfigStore so every YAML group is type-checked."""
     from hydra.core.config_store import ConfigStore
 
+    from conf.cli import register_resolvers
+
+    register_resolvers()
     cs = ConfigStore.instance()
     cs.store(name="experiment_schema", node=ExperimentConfig)
     for group, node in [

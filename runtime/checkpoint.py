@@ -370,7 +370,9 @@ class GGUFCheckpoint(Checkpoint):
 
 def open_checkpoint(path: str | Path) -> Checkpoint:
     """A safetensors folder or a .gguf file; CheckpointError if it is missing or of another kind."""
-    p = Path(path)
+    from conf.paths import resolve_path
+
+    p = resolve_path(path)
     if not p.exists():
         raise CheckpointError(f"checkpoint {p}: does not exist (a Hugging Face folder or a .gguf file)")
     if p.is_dir():

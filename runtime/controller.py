@@ -45,21 +45,70 @@ def check_prompt(prompt: list[int], vocab: int, capacity: int, index: int = 0) -
         raise ValueError(f"prompt {index} holds unknown token ids {bad[:5]} (vocabulary: 0..{vocab - 1})")
 
 
+def read_prompt_file(path: str | Path) -> list[str]:
+    """The prompts of a JSONL file, one {"prompt": "..."} per line (blank lines skipped); ConfigError naming
+    `workload.prompt_file`, the file and the line otherwise."""
+    from conf.frozen import ConfigError
+    from conf.paths import resolve_path
+
+    p = resolve_path(path)
+    try:
+        lines = p.read_text().splitlines()
+    except OSError as e:
+        raise ConfigError(f"workload.prompt_file: {path}: cannot be read ({e.strerror or e})") from e
+    texts = []
+    for i, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"workload.prompt_file: {path}:{i} is not JSON ({e})") from e
+        if not isinstance(record, dict) or not isinstance(record.get("prompt"), str):
+            raise ConfigError(f'workload.prompt_file: {path}:{i} needs a string "prompt" field')
+        texts.append(record["prompt"])
+    if not texts:
+        raise ConfigError(f"workload.prompt_file: {path} holds no prompt")
+    return texts
+
+
+def prompt_source(cfg: ExperimentConfig) -> str:
+    """Where the run's prompts come from: prompt_file (when set) > prompts > random (the run records it)."""
+    return "prompt_file" if cfg.workload.prompt_file is not None else "prompts" if cfg.workload.prompts else "random"
+
+
+def workload_texts(cfg: ExperimentConfig) -> tuple[list[str], str]:
+    """The run's text prompts and where they come from, by the one precedence of docs/ERRORS.md: the prompt file when
+    `workload.prompt_file` is set (it replaces `workload.prompts`, e.g. the demo's), else `workload.prompts`, else
+    none (random prompts); the first `workload.num_requests` of them (None: all)."""
+    wl = cfg.workload
+    source = prompt_source(cfg)
+    if source == "random":
+        return [], source
+    texts = read_prompt_file(wl.prompt_file) if source == "prompt_file" else list(wl.prompts)
+    if wl.num_requests is not None:
+        if wl.num_requests > len(texts):
+            from conf.frozen import ConfigError
+
+            raise ConfigError(f"workload.num_requests: {wl.num_requests} requests, but workload.{source} holds "
+                              f"{len(texts)} prompt(s); ask for at most {len(texts)}, or null for all of them")
+        texts = texts[:wl.num_requests]
+    return texts, source
+
+
 def load_workload(cfg: ExperimentConfig, prompts: list[list[int]] | None = None,
                   eos_token_id: int | None = None) -> tuple[list[list[int]], int | None]:
     """The run's prompts as token ids, and the EOS id.
 
-    Given `prompts` win; else `workload.prompts` (all of them) or `workload.prompt_file` (JSONL, key
-    "prompt") through the tokenizer; else `workload.num_requests` random prompts of `prompt_tokens` tokens
-    from `workload.seed`. EOS: `eos_token_id` if given, else the tokenizer's (none for random weights
-    without a tokenizer).
+    Given `prompts` win; else the text prompts of `workload_texts` (the prompt file, else `workload.prompts`)
+    through the tokenizer; else `workload.num_requests` (None: 1) random prompts of `prompt_tokens` tokens from
+    `workload.seed`. EOS: `eos_token_id` if given, else `workload.eos_token_id`, else the tokenizer's (none for
+    random weights without a tokenizer).
     """
     wl = cfg.workload
     vocab = model_preset(cfg.model.target.preset).token_count
     source = cfg.model.tokenizer or cfg.model.target.checkpoint
-    texts = list(wl.prompts)
-    if not texts and wl.prompt_file is not None and prompts is None:
-        texts = [json.loads(line)["prompt"] for line in Path(wl.prompt_file).read_text().splitlines() if line.strip()]
+    texts = workload_texts(cfg)[0] if prompts is None else []
     tokenizer = None
     if prompts is None and (texts or source is not None):
         from runtime.tokenizer import load_tokenizer
@@ -71,7 +120,9 @@ def load_workload(cfg: ExperimentConfig, prompts: list[list[int]] | None = None,
         else:
             gen = torch.Generator().manual_seed(wl.seed)
             prompts = [torch.randint(0, vocab, (wl.prompt_tokens,), generator=gen).tolist()
-                       for _ in range(wl.num_requests)]
+                       for _ in range(wl.num_requests or 1)]
+    if eos_token_id is None:
+        eos_token_id = wl.eos_token_id
     if eos_token_id is None and tokenizer is not None:
         eos_token_id = tokenizer.eos_id
     for i, prompt in enumerate(prompts):
@@ -97,6 +148,19 @@ class Emitter:
                 self.done = True
                 break
         return self.done
+
+    @staticmethod
+    def stop_reason(prompt_len: int, tokens: list[int], max_new_tokens: int, capacity: int,
+                    eos_token_id: int | None) -> str:
+        """Why a request's output ended, by the stop rule: `eos`, `max_new_tokens`, or `kv_cache_full` (prompt +
+        output reached workload.max_seq_len_tokens before max_new_tokens)."""
+        if len(tokens) >= max_new_tokens:
+            return "max_new_tokens"
+        if tokens and eos_token_id is not None and tokens[-1] == eos_token_id:
+            return "eos"
+        if prompt_len + len(tokens) >= capacity:
+            return "kv_cache_full"
+        return "interrupted"
 
     def replace_last(self, token: int) -> None:
         """Oracle runs: the draft resolved the last (placeholder) bonus token to `token`."""

@@ -44,9 +44,10 @@ from conf.presets import model_preset
 from conf.schema import ExperimentConfig, SpecConfig
 from conf.trace import TraceRecord
 from runtime.attention import make_attention_backend
-from runtime.controller import DepthTuner, Emitter, load_workload, request_generator
+from runtime.controller import DepthTuner, Emitter, load_workload, prompt_source, request_generator
 from runtime.draft_worker import DraftWorker
 from runtime.gc_policy import gc_policy
+from runtime.launch import report_partial
 from runtime.loader import build_model
 from runtime.metrics import Progress, Timeline, device_name, summarize
 from runtime.model import WEIGHT_BITS, role_kernels
@@ -483,6 +484,7 @@ def run_rank(ctx: ParallelContext, cfg: ExperimentConfig, prompts: list[list[int
     tokenizer. `engine_cls` substitutes an Engine subclass (benchmarks cache models across runs).
     The timed region starts and ends with the device synchronised.
     """
+    prompts_given = prompts is not None
     prompts, eos = load_workload(cfg, prompts, eos_token_id)
     timeline = Timeline.start(ctx, run_id=cfg.run_name)
     engine = (engine_cls or Engine)(ctx, cfg, timeline, eos)
@@ -498,6 +500,8 @@ def run_rank(ctx: ParallelContext, cfg: ExperimentConfig, prompts: list[list[int
             profiler.enable()
         for rid, prompt in enumerate(prompts):
             outputs.append(engine.generate(rid, prompt))
+            if ctx.rank == 0:  # kept by the launching process should the run be interrupted
+                report_partial({"request": rid, "prompt": list(prompt), "output": outputs[-1]})
             engine.tokens_done += len(outputs[-1] or [])
             if rid + 1 < len(prompts):
                 between_requests()
@@ -520,6 +524,11 @@ def run_rank(ctx: ParallelContext, cfg: ExperimentConfig, prompts: list[list[int
                         **({"oracle_belief": cfg.spec.oracle_belief, "oracle_draws": cfg.spec.oracle_draws}
                            if engine.oracle_on else {}),
                         **({"leader_channel": engine.channel.kind} if ctx.peer_leader_rank is not None else {}))
+    eos_used = None if engine.oracle_on else eos
+    metrics["prompt_source"] = "argument" if prompts_given else prompt_source(cfg)
+    metrics["stop_reasons"] = [  # why each request ended (docs/CONTRACTS.md): a run that stops early says so
+        Emitter.stop_reason(len(p), o or [], cfg.workload.max_new_tokens, cfg.workload.max_seq_len_tokens, eos_used)
+        for p, o in zip(prompts, outputs)]
     return {"metrics": metrics, "iterations": rows, "traces": records, "outputs": outputs, "prompts": prompts,
             "oracle": engine.oracle_on}
 

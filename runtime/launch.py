@@ -80,6 +80,27 @@ _PEER_FAILURE_TEXTS = ("connection closed", "connection reset", "pair closure", 
                        "timed out", "failed after", "socket", "nccl communicator was aborted")
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during `launch`: every rank is stopped; `partial` holds what rank 0 reported so far (`report_partial`),
+    in order."""
+
+    def __init__(self, partial: list[Any]) -> None:
+        super().__init__("interrupted")
+        self.partial = partial
+
+
+_PARTIAL: dict[str, Any] = {"queue": None, "local": []}
+
+
+def report_partial(item: Any) -> None:
+    """On rank 0: hand `item` (e.g. a finished request's output) to the launching process at once, so a Ctrl-C
+    later still has it (`Interrupted.partial`). Other ranks: nothing."""
+    if _PARTIAL["queue"] is not None:
+        _PARTIAL["queue"].put(("partial", 0, pickle.dumps(item)))
+    else:
+        _PARTIAL["local"].append(item)
+
+
 def launch(fn: RankFn, cfg: ExperimentConfig, world_size: int | None = None) -> Any:
     """Run `fn(ctx, cfg)` on every rank of the split `cfg.parallel`; return world rank 0's result.
 
@@ -103,9 +124,13 @@ def launch(fn: RankFn, cfg: ExperimentConfig, world_size: int | None = None) -> 
     n = cfg.parallel.world_size if world_size is None else world_size
     check_world_size(cfg.parallel, n)
     resolve_device(cfg.parallel.device, n, share=group_size_bound(cfg.parallel))  # before spawning: GPUs missing
-    if n == 1:
-        return _run_in_process(fn, cfg)
-    return _spawn(fn, cfg, n)
+    _PARTIAL["local"] = []
+    try:
+        if n == 1:
+            return _run_in_process(fn, cfg)
+        return _spawn(fn, cfg, n)
+    except KeyboardInterrupt as e:
+        raise Interrupted(getattr(e, "partial", _PARTIAL["local"])) from None
 
 
 # -- launcher mode ------------------------------------------------------------------------------------------
@@ -190,10 +215,14 @@ def _spawn(fn: RankFn, cfg: ExperimentConfig, world_size: int) -> Any:
                     args=(fn, cfg, r, world_size, store.port, results, os.getpid(), level))
         for r in range(world_size)
     ]
+    partial: list[Any] = []
     try:
         for p in procs:
             p.start()
-        payload = _monitor(procs, results, cfg)
+        payload = _monitor(procs, results, cfg, partial)
+    except KeyboardInterrupt:
+        _collect(_drain(results), {}, {}, cfg, partial)
+        raise Interrupted(partial) from None
     finally:
         _stop(procs)
         results.close()
@@ -202,14 +231,14 @@ def _spawn(fn: RankFn, cfg: ExperimentConfig, world_size: int) -> Any:
     return pickle.loads(payload)
 
 
-def _monitor(procs: list[Any], results: Any, cfg: ExperimentConfig) -> bytes:
+def _monitor(procs: list[Any], results: Any, cfg: ExperimentConfig, partial: list[Any]) -> bytes:
     """Wait for every child; return rank 0's pickled result or raise naming the failing rank."""
     done: dict[int, bytes] = {}
     failures: dict[int, _Failure] = {}
     exited_at: dict[int, float] = {}  # when the parent first saw a rank gone without a report
     first_failure_at: float | None = None
     while True:
-        _collect(_drain(results), done, failures, cfg)
+        _collect(_drain(results), done, failures, cfg, partial)
         now = time.monotonic()
         for rank, p in enumerate(procs):
             if p.exitcode is None or rank in done or rank in failures:
@@ -221,7 +250,7 @@ def _monitor(procs: list[Any], results: Any, cfg: ExperimentConfig) -> bytes:
             first_failure_at = first_failure_at or now
             if all(p.exitcode is not None for p in procs) or now - first_failure_at > _GRACE_S:
                 _stop(procs)
-                _collect(_drain(results), done, failures, cfg)
+                _collect(_drain(results), done, failures, cfg, partial)
                 for rank, p in enumerate(procs):  # every rank has exited now: the silent ones are known
                     if rank not in done and rank not in failures:
                         failures[rank] = _silent_failure(rank, p.exitcode, len(failures), cfg)
@@ -233,10 +262,13 @@ def _monitor(procs: list[Any], results: Any, cfg: ExperimentConfig) -> bytes:
 
 
 def _collect(items: list[tuple[Any, ...]], done: dict[int, bytes], failures: dict[int, _Failure],
-             cfg: ExperimentConfig) -> None:
+             cfg: ExperimentConfig, partial: list[Any] | None = None) -> None:
     for item in items:
         kind, rank = item[0], item[1]
-        if kind == "ok":
+        if kind == "partial":
+            if partial is not None:
+                partial.append(pickle.loads(item[2]))
+        elif kind == "ok":
             done[rank] = item[2]
         elif rank not in failures:
             failures[rank] = _Failure(rank, role_of(cfg.parallel, rank), item[2], item[3],
@@ -304,6 +336,9 @@ def _child_main(fn: RankFn, cfg: ExperimentConfig, rank: int, world_size: int, p
                 parent_pid: int, log_level: int) -> None:
     """Body of a spawned rank: join, run `fn`, report ("ok", rank, pickled result) or the error, then exit."""
     _watch_parent(parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it stops every rank (Interrupted)
+    if rank == 0:
+        _PARTIAL["queue"] = results
     role = role_of(cfg.parallel, rank)
     configure_logging(rank, role, is_leader=rank in (0, cfg.parallel.target_gpus), level=log_level)
     _limit_cpu_threads(cfg.parallel, world_size)
@@ -318,7 +353,7 @@ def _child_main(fn: RankFn, cfg: ExperimentConfig, rank: int, world_size: int, p
         results.put(("ok", rank, pickle.dumps(result if rank == 0 else None)))
     except BaseException as e:  # noqa: BLE001 - report any failure, then leave at once
         summary = f"{type(e).__name__}: {e}"
-        log.error("rank %d (%s) failed: %s\n%s", rank, role, summary, traceback.format_exc())
+        log.debug("rank %d (%s) failed: %s\n%s", rank, role, summary, traceback.format_exc())  # the parent reports it
         secondary = any(t in summary.lower() for t in _PEER_FAILURE_TEXTS)
         results.put(("error", rank, summary, traceback.format_exc(), secondary))
         code = 1

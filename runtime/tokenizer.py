@@ -163,9 +163,11 @@ def load_tokenizer(source: str | Path | None) -> Tokenizer:
     """The tokenizer of `source`: HF folder / tokenizer.json / .gguf file; None = ByteTokenizer."""
     if source is None:
         return ByteTokenizer()
-    path = Path(source)
+    from conf.paths import resolve_path
+
+    path = resolve_path(source)
     if not path.exists():
-        raise FileNotFoundError(f"tokenizer: {path} does not exist (an HF folder, tokenizer.json or .gguf file)")
+        raise FileNotFoundError(f"tokenizer: {source} does not exist (an HF folder, tokenizer.json or .gguf file)")
     if path.suffix == ".gguf":
         return gguf_tokenizer(path)
     return _hf_folder_tokenizer(path)

@@ -42,11 +42,10 @@ import csv
 import json
 import math
 from bisect import bisect_right
-from pathlib import Path
 from typing import Any
 
-from conf.rundir import REPO_ROOT
-from conf.schema import AcceptanceConfig
+from conf.paths import resolve_path  # noqa: F401 (re-exported: the one rule for data paths)
+from conf.schema import AcceptanceConfig, check_scale, max_scale  # noqa: F401 (max_scale re-exported)
 from simulator.acceptance_family import family_table
 
 BELIEF_FLOOR = 1.0e-6
@@ -64,18 +63,6 @@ def chain_accept_length(a: float, gamma: int) -> float:
     if a >= 1.0:
         return float(gamma + 1)
     return (1.0 - a ** (gamma + 1)) / (1.0 - a)
-
-
-def max_scale(table: list[list[float]]) -> float:
-    """The largest `acceptance.scale` that keeps every row of `table` a sub-probability vector (sum <= 1)."""
-    top = max(sum(row) for row in table)
-    return math.inf if top <= 0.0 else 1.0 / top
-
-
-def resolve_path(path: str) -> Path:
-    """A data path as given, or relative to the repository root when it does not exist as given."""
-    p = Path(path)
-    return p if p.is_absolute() or p.exists() else REPO_ROOT / p
 
 
 def _check_table(table: Any, where: str) -> list[list[float]]:
@@ -109,11 +96,8 @@ class PositionalAcceptance:
 
     def __init__(self, table: list[list[float]], scale: float = 1.0) -> None:
         table = _check_table(table, "acceptance.positional")
+        check_scale(table, scale, "the acceptance table")
         self.raw = table
-        top = max(range(len(table)), key=lambda d: sum(table[d]))
-        if scale * sum(table[top]) > 1.0 + 1e-9:
-            raise ValueError(f"acceptance.scale: {scale:g} takes depth row {top}'s sum {sum(table[top]):.4f} above 1; "
-                             f"the largest valid scale is {max_scale(table):.4f} (stronger drafts: kind=family)")
         self.table = [[p * scale for p in row] for row in table]
         self.cum = []
         for row in self.table:

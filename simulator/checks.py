@@ -68,7 +68,7 @@ def check_topology(config: ExperimentConfig) -> None:
                 f"inside one node"
             )
     if "draft" in layout and layout["draft"][0] != layout["target"][0]:
-        link = config.interconnect.cross_group
+        link = config.interconnect.links(config.hardware.gpu)[1]
         if link not in INTER_NODE_LINKS:
             raise ValueError(
                 f"interconnect.cross_group: the draft and target leaders sit on different nodes "

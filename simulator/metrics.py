@@ -102,16 +102,16 @@ def _fmt(v: Any) -> str:
 
 
 def summary_table(metrics: dict[str, Any]) -> str:
-    """A human-readable table of the headline metrics."""
+    """A human-readable table of the headline metrics; every time in it is simulated time."""
     keys = [
         ("scenario", f"{metrics['mode']} {metrics['model']} {metrics['target_gpus']}x{metrics['draft_gpus']} "
                      f"{metrics['gpu']} {metrics['interconnect']}"),
         ("bs / w / d / gamma", f"{metrics['bs']} / {metrics['w']} / {metrics['d']} / {metrics['gamma']}"),
         ("cost model", metrics["cost_model"]),
-        ("tokens/s", metrics["tokens_per_s"]),
+        ("tokens/s (simulated time)", metrics["tokens_per_s"]),
         ("time per output token (ms)", (metrics["time_per_output_token_s"] or 0.0) * 1e3),
         ("generated tokens", metrics["generated_tokens"]),
-        ("wall (s)", metrics["wall_s"]),
+        ("simulated time (s)", metrics["wall_s"]),
         ("iterations", metrics["iterations"]),
         ("iteration time (ms)", (metrics["iteration_time_s"] or 0.0) * 1e3),
         ("verify time (ms)", (metrics["verify_time_s"] or 0.0) * 1e3),

@@ -162,9 +162,10 @@ def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Cos
     if profile is not None and profile.gpu != config.hardware.gpu:
         raise ProfileError(f"{profile.path}: hardware.gpu: profile measured on {profile.gpu!r} but "
                            f"hardware.gpu={config.hardware.gpu!r}")
-    ops = Operators(gpu, LINK_PRESETS[ic.intra_group], ic.allreduce, LINK_PRESETS[ic.cross_group],
+    intra, cross = ic.links(config.hardware.gpu)  # "gpu": the GPU preset's own link
+    ops = Operators(gpu, LINK_PRESETS[intra], ic.allreduce, LINK_PRESETS[cross],
                     ic.host_overhead_s, config.sim.step_overhead_s, config.kernels.cuda_graphs, profile,
-                    intra_name=ic.intra_group, cross_name=ic.cross_group)
+                    intra_name=intra, cross_name=cross)
     fused = config.kernels.backend == "triton"
     par = config.parallel
     host = runtime_costs_for(profile, config) if profile is not None else {}

@@ -34,7 +34,7 @@ def test_generate_end_to_end(tmp_path):
     assert set(METRIC_KEYS) <= set(metrics)
     assert metrics["source"] == "runtime" and metrics["mode"] == "async_tree" and metrics["generated_tokens"] == 8
     assert (metrics["target_gpus"], metrics["draft_gpus"]) == (1, 1)
-    assert "--- request 0: 32 prompt tokens -> 8 generated (token ids) ---" in proc.stdout
+    assert "--- request 0: 32 prompt tokens -> 8 generated (token ids; stopped: max_new_tokens) ---" in proc.stdout
 
     run = read_run(run_dir)
     assert run["metrics"] == metrics
@@ -87,7 +87,7 @@ def test_default_workload_is_two_real_text_prompts():
 
 def test_prompt_file_is_checked_before_launch(tmp_path):
     missing = freeze(ExperimentConfig(workload=WorkloadConfig(prompt_file=str(tmp_path / "none.jsonl"))))
-    with pytest.raises(FileNotFoundError, match="workload.prompt_file: .*none.jsonl does not exist"):
+    with pytest.raises(ValueError, match="workload.prompt_file: .*none.jsonl: cannot be read"):
         check_prompt_source(missing)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "ok"}\n\n{"text": "no prompt key"}\n')
@@ -187,8 +187,8 @@ def test_missing_checkpoints_fail_before_launch_with_a_hint(tmp_path):
     gguf = tmp_path / "smollm2-135m-instruct.gguf"
     cfg = build("generate", [f"model.target.checkpoint={gguf}", f"model.draft.checkpoint={tmp_path / 'smollm2-draft'}"])
     target_missing = r"model\.target\.checkpoint: .* has no weights.*runtime\.fetch_smollm2"
-    with pytest.raises(FileNotFoundError, match=target_missing):
+    with pytest.raises(ValueError, match=target_missing):
         generate.check_checkpoints(cfg)
     gguf.write_bytes(b"GGUF")
-    with pytest.raises(FileNotFoundError, match=r"model\.draft\.checkpoint: .*smollm2-draft has no weights.*train"):
+    with pytest.raises(ValueError, match=r"model\.draft\.checkpoint: .*smollm2-draft has no weights.*train"):
         generate.check_checkpoints(cfg)

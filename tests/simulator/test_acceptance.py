@@ -27,10 +27,13 @@ def test_closed_form_chain_length():
     assert chain_accept_length(0.0, 4) == 1.0
 
 
-def test_scale_multiplies_every_row():
-    acc = PositionalAcceptance([[0.5, 0.3], [0.2]], scale=1.2)
-    assert acc.table[0] == pytest.approx([0.6, 0.36]) and acc.table[1] == pytest.approx([0.24])
-    # past 1 / 0.8 = 1.25 a row would sum above 1: an error (tests/simulator/test_acceptance_family.py)
+def test_scale_multiplies_rows_and_refuses_a_sum_above_one():
+    acc = PositionalAcceptance([[0.5, 0.3], [0.2]], scale=1.25)  # the largest valid scale: 1 / 0.8
+    assert acc.table[0] == pytest.approx([0.625, 0.375])
+    assert acc.table[1] == pytest.approx([0.25])
+    with pytest.raises(ValueError, match=r"acceptance\.scale: 1\.5 pushes .* sum 1\.2000 > 1; the largest valid "
+                                         r"scale for this table is 1\.25"):
+        PositionalAcceptance([[0.5, 0.3], [0.2]], scale=1.5)
 
 
 def test_belief_is_non_increasing_in_rank_and_floored():
