@@ -6,7 +6,7 @@ Thin Hydra entry point (conf/calibrate.yaml, conf/calibrate_schema.py): compose 
 line. The traces come from `bench/profile_ops.py` on the GPU; a `<trace>.meta.json` next to a trace file
 (device, versions, git SHA) is copied into the profile's `software` block.
 
-    python calibrate.py 'traces=[bench/results/profile_traces_2026-11-29.jsonl]' output=profiles/h200.json
+    python calibrate.py 'traces=[data/measured/profile_traces_2026-12-01_954a1bf.jsonl]' output=profiles/h200.json
     python simulate.py sim.profile=profiles/h200.json      # simulate with it
 
 `runs=[dir, ...]` (measured runtime run dirs) also fits the profile's `runtime` block: the host costs of the

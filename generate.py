@@ -23,7 +23,8 @@ appends is dropped here (the rank comes from the environment).
 Output: the generated text per request on stdout (decoded with the model's tokenizer, or the byte tokenizer
 for text prompts on random-weight models; token ids when there is no tokenizer), a short summary, and
 finally one JSON line with the metrics of docs/CONTRACTS.md. The run dir (Hydra's output dir) holds
-config.json (with git SHA and seed), metrics.json/.csv, iterations.csv, traces.jsonl and chrome_trace.json.
+config.json (with git SHA and seed), metrics.json/.csv, iterations.csv, outputs.jsonl (per request: prompt size,
+generated ids, text, stop rule), traces.jsonl and chrome_trace.json; log lines go to the console only.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ def output_texts(cfg: ExperimentConfig, outputs: list[list[int]]) -> tuple[list[
 def report(cfg: ExperimentConfig, result: dict[str, Any], run_dir: Path, command: str) -> dict[str, Any]:
     """Print outputs and summary, write the run dir; returns the metrics."""
     from conf.rundir import run_meta
-    from runtime.metrics import write_run_dir
+    from runtime.metrics import output_records, write_run_dir
 
     metrics = result["metrics"]
     texts, decoder = output_texts(cfg, result["outputs"])
@@ -124,8 +125,9 @@ def report(cfg: ExperimentConfig, result: dict[str, Any], run_dir: Path, command
               f"({decoder}; stopped: {stops[rid]}) ---")
         print(text)
     meta = run_meta(cfg.seed, command, metrics["gpu"], workload_seed=cfg.workload.seed,
-                    oracle=bool(result.get("oracle", False)), source="runtime")
-    write_run_dir(run_dir, cfg, meta, metrics, result["iterations"], result["traces"])
+                    oracle=bool(result.get("oracle", False)), source="runtime", decoded_by=decoder)
+    write_run_dir(run_dir, cfg, meta, metrics, result["iterations"], result["traces"],
+                  outputs=output_records(cfg, result, texts if decoder != "token ids" else None))
     oracle = " [acceptance ORACLE: outputs are not the model's]" if result.get("oracle") else ""
     tps = metrics["tokens_per_s"]
     print(f"--- {metrics['mode']} on {metrics['gpu']} ({cfg.parallel.target_gpus} target + "

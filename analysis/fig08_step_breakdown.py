@@ -1,6 +1,6 @@
 """Figure 8: where one CUDA-graph decode step's time goes, kernel by kernel, per variant, against its byte floor.
 
-Input: results files of `bench/bench_step_variants.py --profile-kernels N` (bench/results/step_variants_*.json), not
+Input: results files of `bench/bench_step_variants.py --profile-kernels N` (data/measured/step_variants_*.json), not
 run dirs: each case (model preset, rows) of a file is one panel; each variant one horizontal bar, stacked by the
 kernels' exposed time in a replay (bench/graph_profile.py: how far each kernel moves the replay's end; these sum to
 the replay's span). A kernel is named as the profile names it, "name [grid]", so the skinny GEMM's roles (QKV, o,
@@ -8,7 +8,7 @@ down, LM head) stay apart; the panel's largest kernels get their own segment, th
 marks the byte floor (weights + the context's K/V over 4.29 TB/s), and each bar is labelled with its replay time
 (medians of the timed rounds) and its ratio to that floor.
 
-Usage: python analysis/fig08_step_breakdown.py bench/results/step_variants_*.json [--case llama3-8b:1 ...]
+Usage: python analysis/fig08_step_breakdown.py data/measured/step_variants_*.json [--case llama3-8b:1 ...]
            [--top 7] --out docs/figures/fig08_step_breakdown
 """
 

@@ -6,7 +6,7 @@ simulator's recommended configuration on 8 GPUs (`simulator.autoconfig.search`).
 parallel=TxD spec=MODE workload.num_requests=2 workload.prompt_tokens=512 workload.max_new_tokens=512`, the
 4-GPU rows with `hardware.gpus_per_node=4`). Nothing here is measured.
 
-    python -m analysis.splits_doc --profile profiles/h200.json --out bench/results/splits_<date>.json
+    python -m analysis.splits_doc --profile profiles/h200.json --out runs/bench/splits_<date>.json
         -> the JSON (git SHA, date, profile, overrides, rows, pick) and the markdown table on stdout
 """
 

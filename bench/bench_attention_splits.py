@@ -2,7 +2,7 @@
 device tensor; sweep of the key tile and the keys per split (kernels/tree_attention.py: `block_n`,
 MIN_BLOCKS_PER_SPLIT, `num_stages`, `num_warps`), TILES below; the first entry is the kernel's own heuristic.
 
-    python bench/bench_attention_splits.py [--device cuda|cpu] [--out bench/results]
+    python bench/bench_attention_splits.py [--device cuda|cpu] [--out runs/bench]
 
 Shape: one layer of Llama-3-8B (Hq 32, Hkv 8, D 128, bf16; the target's verify: a T x T tree mask) or
 Llama-3.2-1B (Hq 32, Hkv 8, D 64; the draft's expansion: T rows over the whole 256-slot tree region), over
@@ -29,7 +29,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from conf.presets import GPU_PRESETS  # noqa: E402
-from conf.rundir import atomic_write_json, git_sha  # noqa: E402
+from conf.rundir import BENCH_DIR, atomic_write_json, git_sha  # noqa: E402
 
 TILES = ({}, *({"block_n": 64, "min_blocks": mb, "num_stages": 3} for mb in (1, 2, 4, 8)),
          {"block_n": 128, "min_blocks": 1, "num_stages": 2}, {"block_n": 128, "min_blocks": 2, "num_stages": 2},
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> dict:
     """Command line: see the module docstring."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results")
+    ap.add_argument("--out", type=Path, default=BENCH_DIR)
     a = ap.parse_args(argv)
     import torch
 

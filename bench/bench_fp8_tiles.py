@@ -1,6 +1,6 @@
 """Tile sweep of the fp8-weight kernels (`weight_bits=8`) on the H200: the tiles the bf16 tables pick vs the best.
 
-    python bench/bench_fp8_tiles.py [--out bench/results/fp8_tiles_<date>.json] [--shapes 1b_qkv,1b_gate_up]
+    python bench/bench_fp8_tiles.py [--out runs/bench/fp8_tiles_<date>.json] [--shapes 1b_qkv,1b_gate_up]
                                     [--ms 1,8,16] [--budget-s 240]
 
 The runtime's fp8 decode GEMMs (runtime/model.py) stream float8 e4m3 codes + a float32 scale per row, half the bytes
@@ -32,7 +32,7 @@ if str(REPO_ROOT) not in sys.path:
 
 from bench.bench_skinny import least_total_configs, max_err, sensible, time_us  # noqa: E402
 from conf.presets import GPU_PRESETS  # noqa: E402
-from conf.rundir import atomic_write_json, git_sha  # noqa: E402
+from conf.rundir import BENCH_DIR, atomic_write_json, git_sha  # noqa: E402
 
 SHAPES = {  # name -> (kernel, N or I, K)
     "1b_qkv": ("skinny", 3072, 2048), "1b_o": ("partials", 2048, 2048), "1b_gate_up": ("swiglu", 8192, 2048),
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> dict:
     """Command line: see the module docstring."""
     today = datetime.date.today().isoformat()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / f"fp8_tiles_{today}.json")
+    ap.add_argument("--out", type=Path, default=BENCH_DIR / f"fp8_tiles_{today}.json")
     ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated subset of: " + ", ".join(SHAPES))
     ap.add_argument("--ms", default=",".join(map(str, MS)), help="comma-separated row counts M (<= 64)")
     ap.add_argument("--budget-s", type=float, default=240.0, help="wall-clock budget of the sweep")

@@ -1,6 +1,6 @@
 """Kernel benchmarks for the H200 (bf16): correctness vs the references first, then timings.
 
-    python bench/bench_kernels.py --out bench/results/kernels_<date>.json [--only tree_attention,swiglu]
+    python bench/bench_kernels.py --out runs/bench/kernels_<date>.json [--only tree_attention,swiglu]
 
 Sections (each runs inside its own try/except: one failure is reported and the rest still run):
   correctness     every kernel vs kernels.reference on GPU (fp32 and bf16; max abs err printed), plus
@@ -59,7 +59,7 @@ from bench.kernel_bench_common import (  # noqa: E402
     record,
     run_providers,
 )
-from conf.rundir import atomic_write_json, git_sha  # noqa: E402
+from conf.rundir import BENCH_DIR, atomic_write_json, git_sha  # noqa: E402
 
 
 def random_tree(n: int, gen: torch.Generator) -> list[int]:
@@ -383,7 +383,7 @@ def _markdown() -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     today = datetime.date.today().isoformat()
-    parser.add_argument("--out", default=str(REPO / "bench" / "results" / f"kernels_{today}.json"))
+    parser.add_argument("--out", default=str(BENCH_DIR / f"kernels_{today}.json"))
     parser.add_argument("--only", default="", help="comma-separated sections: " + ",".join([*SECTIONS, *TUNE_SECTIONS]))
     parser.add_argument("--quick", action="store_true", help="smaller sweeps")
     args = parser.parse_args()

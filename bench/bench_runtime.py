@@ -20,7 +20,7 @@ Phases, in one process; a phase or system that fails becomes a row with its erro
 Every system decodes the same token-id prompts with the same stop rule (EOS of the tokenizer, or none for
 random weights, and `max_new_tokens`).
 
-Results: bench/results/runtime_<preset>_<date>.json (git SHA, device, date, config, one row per system and
+Results: runs/bench/runtime_<preset>_<date>_<sha>.json (git SHA, device, date, config, one row per system and
 mode: medians over repeats and the byte floor per target forward), written after every phase; a dated
 section appended to docs/BENCHMARKS_RUNTIME.md; the run dir (Hydra's) keeps the per-repeat raw results.
 The last lines printed are one JSON summary line, then the markdown table.
@@ -185,7 +185,7 @@ def run_modes(ctx: Any, cfg: Any, *, jobs: list[ModeJob], prompts: list[list[int
     repeats' metrics and outputs) and a run dir per repeat into `out_dir` as each mode finishes."""
     from bench.validate import _agree
     from conf.rundir import run_meta
-    from runtime.metrics import write_run_dir
+    from runtime.metrics import output_records, write_run_dir
 
     done = []
     for job in jobs:
@@ -200,7 +200,7 @@ def run_modes(ctx: Any, cfg: Any, *, jobs: list[ModeJob], prompts: list[list[int
                 meta = run_meta(cfg_k.seed, f"bench/bench_runtime.py ({job.name} repeat {k})", rep["metrics"]["gpu"],
                                 source="runtime", oracle=bool(cfg_k.spec.oracle))
                 write_run_dir(Path(out_dir) / f"{job.name}__r{k}", cfg_k, meta, rep["metrics"], rep["iterations"],
-                              rep["traces"])
+                              rep["traces"], outputs=output_records(cfg_k, rep))
             atomic_write_json(Path(out_dir) / f"{job.name}.json",
                               {"repeats": [{**r["metrics"], "outputs": r["outputs"]} for r in reps]})
             tps = [round(r["metrics"]["tokens_per_s"] or 0.0, 1) for r in reps]
@@ -386,7 +386,7 @@ def run_bench(bc: BenchRuntimeConfig, run_dir: Path, command: str) -> dict[str, 
     base = base_overrides(bc, wl, device.type)
     probe = compose_experiment([*base, "spec=autoregressive", "run_name=bench_probe"])
     today = datetime.date.today().isoformat()
-    json_path = Path(bc.out_dir) / f"runtime_{bc.preset}_{today}.json"
+    json_path = Path(bc.out_dir) / f"runtime_{bc.preset}_{today}_{git_sha()[:7]}.json"
     result: dict[str, Any] = {
         "benchmark": "runtime", "workload": bc.preset, "date": today, "git_sha": git_sha(),
         "device": device_label(device), "command": command, "run_dir": str(run_dir), "json": str(json_path),

@@ -6,7 +6,7 @@ Runs the default scenario (conf/simulate.yaml: Llama-3-70B / Llama-3.2-1B, 6x2 H
 with more requests, pinned to one core, event log off and on; reports the best and the median of
 `REPEATS` timed runs after one warm-up (the machine may be shared: the best run is the least disturbed).
 Also times one default `python simulate.py` end to end (process start, Hydra, simulation, run dir).
-Writes bench/results/simulator_<date>.json (git SHA, date, machine, config, results) and ends with one
+Writes runs/bench/simulator_<date>.json (git SHA, date, machine, config, results) and ends with one
 JSON line.
 """
 
@@ -68,7 +68,7 @@ def _simulate_py_wall_s() -> float:
 
 def main(overrides: list[str]) -> dict:
     """Run the benchmark, write the results file, return the results."""
-    from conf.rundir import atomic_write_json, git_sha
+    from conf.rundir import BENCH_DIR, atomic_write_json, git_sha
 
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
@@ -91,7 +91,7 @@ def main(overrides: list[str]) -> dict:
                    "bs": config.spec.bs, "w": config.spec.w, "d": config.spec.d, "repeats": REPEATS},
         "results": results,
     }
-    path = REPO / "bench" / "results" / f"simulator_{now:%Y-%m-%d}.json"
+    path = BENCH_DIR / f"simulator_{now:%Y-%m-%d}.json"
     atomic_write_json(path, out)
     off, on = results["async_iterations_per_s_events_off"], results["async_iterations_per_s_events_on"]
     print(f"async_tree iterations per wall-second, 1 core: {off['best']:.0f} best / {off['median']:.0f} median "

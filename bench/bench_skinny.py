@@ -1,6 +1,6 @@
 """Decode-time projections on the H200 (bf16, M 1/8/16): cuBLAS vs a config sweep of kernels.skinny_linear.
 
-    python bench/bench_skinny.py [--out bench/results/skinny_<date>.json] [--shapes 8b_o,1b_down] [--ms 1,16]
+    python bench/bench_skinny.py [--out runs/bench/skinny_<date>.json] [--shapes 8b_o,1b_down] [--ms 1,16]
 
 Shapes (N, K): Llama-3-8B qkv 6144x4096, o 4096x4096, down 4096x14336, lm_head 128256x4096 (gate_up is
 fused in kernels/fused_mlp.py); Llama-3.2-1B qkv 3072x2048, o 2048x2048, down 2048x8192. Weights are random
@@ -32,7 +32,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from conf.presets import GPU_PRESETS  # noqa: E402
-from conf.rundir import atomic_write_json, git_sha  # noqa: E402
+from conf.rundir import BENCH_DIR, atomic_write_json, git_sha  # noqa: E402
 
 SHAPES = {  # name -> (N, K)
     "8b_qkv": (6144, 4096), "8b_o": (4096, 4096), "8b_down": (4096, 14336), "8b_lm_head": (128256, 4096),
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> dict:
     """Command line: see the module docstring."""
     today = datetime.date.today().isoformat()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / f"skinny_{today}.json")
+    ap.add_argument("--out", type=Path, default=BENCH_DIR / f"skinny_{today}.json")
     ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated subset of: " + ", ".join(SHAPES))
     ap.add_argument("--ms", default=",".join(map(str, MS)), help="comma-separated row counts M (<= 64)")
     a = ap.parse_args(argv)

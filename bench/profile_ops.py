@@ -1,6 +1,6 @@
 """Operator profiler for the simulator's calibration: time operator shapes on the GPU, write traces.
 
-    python bench/profile_ops.py --out bench/results/profile_traces_<date>.jsonl [--budget-s 170]
+    python bench/profile_ops.py --out runs/bench/profile_traces_<date>.jsonl [--budget-s 170]
     python bench/profile_ops.py --device cpu --quick --out /tmp/t.jsonl      # smoke test of every code path
 
 A plain argparse script (no Hydra), so it runs on a bare GPU machine. Output: the trace file (JSON Lines of
@@ -82,6 +82,7 @@ import torch  # noqa: E402
 
 from bench.runtime_kernels import gemm_call, graphs_kernels, runtime_gemm  # noqa: E402
 from conf.presets import MODEL_PRESETS, ModelShape, check_tp  # noqa: E402
+from conf.rundir import BENCH_DIR  # noqa: E402
 from conf.trace import TraceRecord, shapes_str, write_traces  # noqa: E402
 from runtime.tree import ancestor_mask  # noqa: E402
 
@@ -534,7 +535,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the chosen sections within the budget; write traces + meta; 0 if any record was written."""
     today = datetime.date.today().isoformat()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=str(REPO / "bench" / "results" / f"profile_traces_{today}.jsonl"))
+    ap.add_argument("--out", default=str(BENCH_DIR / f"profile_traces_{today}.jsonl"))
     ap.add_argument("--budget-s", type=float, default=170.0, help="wall-clock budget of all sections")
     ap.add_argument("--only", default="", help="comma-separated sections: " + ",".join(SECTIONS))
     ap.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))

@@ -1,7 +1,7 @@
 """The simulator against a runtime benchmark (CPU): simulate every row of our runtime in a `bench/bench_runtime.py`
 results file with a profile, and compare tokens/s, iteration and verify time, accepted length.
 
-    python bench/sim_vs_bench.py bench/results/runtime_shape_realistic_<date>_<sha>.json [more files ...]
+    python bench/sim_vs_bench.py data/measured/runtime_shape_realistic_<date>_<sha>.json [more files ...]
         [--profile profiles/h200.json] [--requests 4] [--seeds 3] [--acceptance smollm2] [--max-new-tokens N]
         [--out FILE]
 
@@ -36,7 +36,7 @@ if str(REPO_ROOT) not in sys.path:
 from bench.validate import error_summary, relative_error  # noqa: E402
 from bench.validation_doc import fmt, pct  # noqa: E402
 from conf import compose_config  # noqa: E402
-from conf.rundir import atomic_write_json, git_sha  # noqa: E402
+from conf.rundir import BENCH_DIR, atomic_write_json, git_sha  # noqa: E402
 
 OURS = "swiftspec"
 METRICS = ("tokens_per_s", "iteration_time_s", "verify_time_s", "mean_accept_len")
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     help="conf/acceptance table for draft rows run without the oracle (e.g. smollm2 for the real "
                          "pair); without it those rows are skipped")
     ap.add_argument("--out", type=Path, default=None,
-                    help="JSON (default bench/results/sim_vs_bench_<date>_<first file's stem>.json)")
+                    help="JSON (default runs/bench/sim_vs_bench_<date>_<first file's stem>.json)")
     args = ap.parse_args(argv)
     if args.requests < 1 or args.seeds < 1:
         raise SystemExit(f"--requests and --seeds must be >= 1, got {args.requests} and {args.seeds}")
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows, skipped = compare(args.results, args.profile, args.requests, args.seeds, args.max_new_tokens,
                             args.acceptance)
     today = datetime.date.today().isoformat()
-    out = args.out or REPO_ROOT / "bench" / "results" / f"sim_vs_bench_{today}_{args.results[0].stem}.json"
+    out = args.out or BENCH_DIR / f"sim_vs_bench_{today}_{args.results[0].stem}.json"
     result = {"benchmark": "sim_vs_bench", "date": today, "git_sha": sha, "profile": args.profile,
               "config": {"requests": args.requests, "seeds": args.seeds, "max_new_tokens": args.max_new_tokens,
                          "acceptance": args.acceptance,

@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from conf.rundir import atomic_write_json, git_sha  # noqa: E402
+from conf.rundir import BENCH_DIR, atomic_write_json, git_sha  # noqa: E402
 from simulator.profile import Profile, load_profile  # noqa: E402
 from simulator.runtime_fit import draft_span_group, traced_run  # noqa: E402
 
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", help="run dirs recorded with trace.graph_events=true")
     ap.add_argument("--profile", default="profiles/h200.json", help="profile whose operators price the steps")
-    ap.add_argument("--out", default=None, help="JSON (default: bench/results/span_split_<date>_<sha>.json)")
+    ap.add_argument("--out", default=None, help="JSON (default: runs/bench/span_split_<date>_<sha>.json)")
     args = ap.parse_args(argv)
     profile = load_profile(args.profile)
     rows, skipped = [], {}
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         rows += run_rows
         skipped[str(d)] = n
     date, sha = datetime.date.today().isoformat(), git_sha()
-    out = Path(args.out or f"bench/results/span_split_{date}_{sha[:7]}.json")
+    out = Path(args.out or BENCH_DIR / f"span_split_{date}_{sha[:7]}.json")
     atomic_write_json(out, {"benchmark": "span_split", "date": date, "git_sha": sha, "profile": args.profile,
                             "runs": args.runs, "skipped_spans": skipped, "rows": rows})
     print("| run | span | rows | n | span us | price us | replay us | device error us | host us |")

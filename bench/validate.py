@@ -15,7 +15,7 @@ configuration (the runtime's own `write_run_dir`: config.json, metrics.json, ite
 acceptance replayed from that run's iterations.csv (`acceptance.kind=replay`); a fixed d is the run's, an async
 d = auto runs the runtime's DepthTuner (`sim.d_rule=runtime`: its trial rounds included); writes the simulated run
 dirs, a validation table
-(docs/VALIDATION.md + bench/results/validation_<date>.json: measured vs simulated tokens/s, iteration,
+(docs/VALIDATION.md + runs/validate/validation_<date>.json: measured vs simulated tokens/s, iteration,
 verify and draft-step time, per-config error, median / max |error|), the parity plot
 (analysis/fig04_parity.py) and the autoconfig comparison: the simulator's ranking of the measured async
 configurations (with the oracle's acceptance table, not the replay) against the measured ranking, and the
@@ -48,7 +48,15 @@ if str(REPO) not in sys.path:
 
 from bench.validation_doc import fmt, pct, write_doc  # noqa: E402
 from bench.validation_replay import replay_belief_of, sim_config, with_oracle_ranks  # noqa: E402
-from conf.rundir import REPO_ROOT, atomic_write_json, atomic_write_text, config_from_dict, git_sha, read_run  # noqa: E402
+from conf.rundir import (  # noqa: E402
+    MEASURED_DIR,
+    REPO_ROOT,
+    atomic_write_json,
+    atomic_write_text,
+    config_from_dict,
+    git_sha,
+    read_run,
+)
 
 PAIR = "llama3-8b_llama3.2-1b"
 BASE = ["workload=default", "model=llama3-8b_llama3.2-1b", "kernels=graphs",
@@ -172,7 +180,7 @@ def run_configs(ctx: Any, cfg: Any, jobs: list[tuple[str, Any]] = (), out_dir: s
     import torch
 
     from conf.rundir import run_meta
-    from runtime.metrics import write_run_dir
+    from runtime.metrics import output_records, write_run_dir
 
     done: list[str] = []
     last_s = 0.0
@@ -193,7 +201,8 @@ def run_configs(ctx: Any, cfg: Any, jobs: list[tuple[str, Any]] = (), out_dir: s
                                 oracle=bool(job.spec.oracle and job.spec.mode != "autoregressive"),
                                 validation={"name": name, "repeat": rep, "warmup_run": warmup,
                                             "prompt_tokens": [len(p) for p in result["prompts"]]})
-                write_run_dir(Path(out_dir) / run_name, job, meta, m, result["iterations"], result["traces"])
+                write_run_dir(Path(out_dir) / run_name, job, meta, m, result["iterations"], result["traces"],
+                              outputs=output_records(job, result))
                 print(f"[validate] {run_name}: {m['generated_tokens']} tokens, {m['tokens_per_s']:.1f} tok/s, "
                       f"accept {m['mean_accept_len']:.2f}, d {m.get('d_used')}", flush=True)
         done.append(name)
@@ -482,6 +491,14 @@ def autoconfig_check(run_dirs: list[Path], profile: str | None, settings: dict[s
     return out
 
 
+def default_sim_root(runs_dir: Path) -> Path:
+    """Where compare writes the simulated run dirs: next to the measured ones (RUNS/../sim), except for curated
+    runs under data/measured/, which is only written by bench/promote.py: runs/validate/<RUNS name>/sim."""
+    if runs_dir.resolve().is_relative_to(MEASURED_DIR.resolve()):
+        return REPO_ROOT / "runs" / "validate" / runs_dir.resolve().name / "sim"
+    return runs_dir.parent / "sim"
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     """Simulate every measured run dir, write the table, the doc, the parity plot."""
     sha = git_sha()  # before this command writes its own (possibly tracked) outputs, which would mark it dirty
@@ -498,7 +515,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
               "table", file=sys.stderr)
         return 2
     if args.keep_fitted:  # another call's runs of the fit configurations are unseen by the fit
-        same = sorted(r for r in fit_runs if Path(r).resolve().parent == runs_dir.resolve())
+        # by the call's folder name (date and commit): the fit runs' recorded paths may predate a move
+        same = sorted(r for r in fit_runs if Path(r).parent.name == runs_dir.resolve().name)
         if same:
             print(f"compare: --keep-fitted: the profile's runtime costs were fitted on runs in {runs_dir} "
                   f"({', '.join(Path(r).name for r in same)}); it is for another call's runs", file=sys.stderr)
@@ -506,7 +524,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         fitted = set()
     fitted |= {c for c in (args.exclude or "").split(",") if c}
     held_out_dirs = [rd for rd in run_dirs if rd.name.split(REPEAT_SEP)[0] not in fitted]
-    sim_root = Path(args.sim_out) if args.sim_out else runs_dir.parent / "sim"
+    sim_root = Path(args.sim_out) if args.sim_out else default_sim_root(runs_dir)
     rows = []
     for rd in held_out_dirs:
         try:
@@ -524,7 +542,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     except Exception as exc:
         ac = {"note": f"autoconfig check failed: {exc!r}"}
     today = datetime.date.today().isoformat()
-    json_path = Path(args.results or REPO_ROOT / "bench" / "results" / f"validation_{today}.json")
+    json_path = Path(args.results or REPO_ROOT / "runs" / "validate" / f"validation_{today}.json")
     result = {
         "date": today, "git_sha": sha, "profile": args.profile, "sim_settings": settings,
         "gpu": good[0]["gpu"] if good else None, "runs": str(runs_dir), "sim_runs": str(sim_root),
@@ -582,8 +600,9 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--keep-fitted", action="store_true",
                    help="keep the configurations the profile's runtime costs were fitted on: for another call's runs "
                         "(refused when the fit runs sit in RUNS)")
-    c.add_argument("--sim-out", default=None, help="simulated run dirs (default: RUNS/../sim)")
-    c.add_argument("--results", default=None, help="JSON (default: bench/results/validation_<date>.json)")
+    c.add_argument("--sim-out", default=None, help="simulated run dirs (default: RUNS/../sim; for runs under "
+                   "data/measured/, runs/validate/<RUNS name>/sim)")
+    c.add_argument("--results", default=None, help="JSON (default: runs/validate/validation_<date>.json)")
     c.add_argument("--doc", default=None, help="write this markdown table (e.g. docs/VALIDATION.md)")
     c.add_argument("--figure", default=None, help="parity plot stem (e.g. docs/figures/fig04_parity_h200)")
     c.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)

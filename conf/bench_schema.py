@@ -104,8 +104,9 @@ class BenchRuntimeConfig(_Frozen):
     """Bound on every wait across ranks (parallel.timeout_s of the launches)."""
     budget_s: float = 450.0
     """Wall-clock budget: phases and modes not started by then are reported as skipped (budget)."""
-    out_dir: str = "bench/results"
-    """Results JSON goes to <out_dir>/runtime_<workload>_<date>.json."""
+    out_dir: str = "runs/bench"
+    """Results JSON goes to <out_dir>/runtime_<workload>_<date>_<sha>.json (runs/ is ignored by git; `python -m
+    bench.promote` copies one into data/measured/)."""
     doc: str | None = "docs/BENCHMARKS_RUNTIME.md"
     """Markdown file a dated results section is appended to; None = none."""
     seed: int = 0

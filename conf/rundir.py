@@ -5,8 +5,14 @@ Layout of a run dir:
     metrics.json      summary metrics (one flat-ish JSON object)
     metrics.csv       the same summary as a one-row CSV
     iterations.csv    per-iteration breakdown (optional)
+    outputs.jsonl     runtime runs: one line per request (OUTPUTS_FILE: prompt size, generated ids, text, stop)
     traces.jsonl      trace records (conf/trace.py), chrome_trace.json
-Every file is written atomically (temporary file + rename), so a crash never leaves a torn result.
+Every file is written atomically (temporary file + rename), so a crash never leaves a torn result, and readable by
+everyone (0644). The entry points log to the console only: no log file (what a run produced is in the files above).
+
+Where results go: entry points and benchmarks write under `runs/` (ignored by git; BENCH_DIR for benchmarks).
+What figures, tests and validation read is a curated copy under `data/measured/` (MEASURED_DIR), each entry listed
+in its MANIFEST.json; `python -m bench.promote` is the one way in.
 """
 
 from __future__ import annotations
@@ -24,6 +30,17 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+BENCH_DIR = REPO_ROOT / "runs" / "bench"
+"""Default output folder of the benchmarks and probes (bench/): ignored by git, like every run."""
+MEASURED_DIR = REPO_ROOT / "data" / "measured"
+"""Curated measured results that figures, tests and validation read (tracked; bench/promote.py adds to it)."""
+FILE_MODE = 0o644
+"""Mode of every result file (mkstemp's 0600 would survive the rename)."""
+
+OUTPUTS_FILE = "outputs.jsonl"
+"""A runtime run dir's generated outputs, one JSON object per request, in request order:
+{"request": i, "prompt_tokens": n, "tokens": [generated ids], "text": decoded text or null (no tokenizer),
+"stop": "eos" | "max_new_tokens" | "max_seq_len"} (runtime/controller.py `stop_reason`)."""
 
 ITERATIONS_FILE = "iterations.csv"
 ITERATION_COLUMNS = (
@@ -41,14 +58,21 @@ request's last verify. Run dirs before 2026-11-30's fourteenth session have no s
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same folder and an atomic rename."""
+    """Write `text` to `path` through a temporary file in the same folder and an atomic rename (mode FILE_MODE)."""
+    atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `data` to `path` through a temporary file in the same folder and an atomic rename (mode FILE_MODE)."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

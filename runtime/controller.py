@@ -149,22 +149,24 @@ class Emitter:
                 break
         return self.done
 
-    @staticmethod
-    def stop_reason(prompt_len: int, tokens: list[int], max_new_tokens: int, capacity: int,
-                    eos_token_id: int | None) -> str:
-        """Why a request's output ended, by the stop rule: `eos`, `max_new_tokens`, or `kv_cache_full` (prompt +
-        output reached workload.max_seq_len_tokens before max_new_tokens)."""
-        if len(tokens) >= max_new_tokens:
-            return "max_new_tokens"
-        if tokens and eos_token_id is not None and tokens[-1] == eos_token_id:
-            return "eos"
-        if prompt_len + len(tokens) >= capacity:
-            return "kv_cache_full"
-        return "interrupted"
-
     def replace_last(self, token: int) -> None:
         """Oracle runs: the draft resolved the last (placeholder) bonus token to `token`."""
         self.tokens[-1] = token
+
+
+def stop_reason(tokens: list[int], prompt_len: int, max_new_tokens: int, capacity: int,
+                eos_token_id: int | None) -> str:
+    """Which of Emitter's stop rules ended a request's `tokens`: "eos", "max_new_tokens" or "max_seq_len" (prompt +
+    output reached `capacity`, workload.max_seq_len_tokens: the KV cache's end, before max_new_tokens). Several can hold
+    at once; the first in that order is named."""
+    if tokens and eos_token_id is not None and tokens[-1] == eos_token_id:
+        return "eos"
+    if len(tokens) >= max_new_tokens:
+        return "max_new_tokens"
+    if prompt_len + len(tokens) >= capacity:
+        return "max_seq_len"
+    raise ValueError(f"stop_reason: {len(tokens)} tokens after a {prompt_len}-token prompt meet no stop rule "
+                     f"(max_new_tokens {max_new_tokens}, capacity {capacity}, eos {eos_token_id})")
 
 
 def broadcast_d(ctx: ParallelContext) -> Callable[[int], int]:

@@ -44,7 +44,7 @@ from conf.presets import model_preset
 from conf.schema import ExperimentConfig, SpecConfig
 from conf.trace import TraceRecord
 from runtime.attention import make_attention_backend
-from runtime.controller import DepthTuner, Emitter, load_workload, prompt_source, request_generator
+from runtime.controller import DepthTuner, Emitter, load_workload, prompt_source, request_generator, stop_reason
 from runtime.draft_worker import DraftWorker
 from runtime.gc_policy import gc_policy
 from runtime.launch import report_partial
@@ -527,10 +527,10 @@ def run_rank(ctx: ParallelContext, cfg: ExperimentConfig, prompts: list[list[int
     eos_used = None if engine.oracle_on else eos
     metrics["prompt_source"] = "argument" if prompts_given else prompt_source(cfg)
     metrics["stop_reasons"] = [  # why each request ended (docs/CONTRACTS.md): a run that stops early says so
-        Emitter.stop_reason(len(p), o or [], cfg.workload.max_new_tokens, cfg.workload.max_seq_len_tokens, eos_used)
+        stop_reason(o or [], len(p), cfg.workload.max_new_tokens, cfg.workload.max_seq_len_tokens, eos_used)
         for p, o in zip(prompts, outputs)]
     return {"metrics": metrics, "iterations": rows, "traces": records, "outputs": outputs, "prompts": prompts,
-            "oracle": engine.oracle_on}
+            "oracle": engine.oracle_on, "eos_token_id": None if engine.oracle_on else eos}
 
 
 CPROFILE_ENV = "SWIFTSPEC_CPROFILE"

@@ -13,8 +13,8 @@
   analysis readers; the cost is one object gather at the end, outside the timed region.
 - `summarize(...)`: the metrics dict of the "Metrics contract" (docs/CONTRACTS.md) from the per-iteration
   rows (`ITERATION_COLUMNS`, the columns of iterations.csv), generated token counts and wall time.
-- `write_run_dir(...)`: config.json (+ git SHA, seed), metrics.json/.csv, iterations.csv, traces.jsonl,
-  chrome_trace.json, each written atomically (conf/rundir.py).
+- `write_run_dir(...)`: config.json (+ git SHA, seed), metrics.json/.csv, iterations.csv, outputs.jsonl
+  (`output_records`), traces.jsonl, chrome_trace.json, each written atomically (conf/rundir.py).
 - `Progress`: a throttled "tokens generated, tok/s" line on stderr for long runs; the engine enables it on
   rank 0 only.
 
@@ -37,7 +37,14 @@ from typing import Any, TextIO
 import torch
 import torch.distributed as dist
 
-from conf.rundir import ITERATION_COLUMNS, ITERATIONS_FILE, atomic_write_json, atomic_write_text, write_run
+from conf.rundir import (
+    ITERATION_COLUMNS,
+    ITERATIONS_FILE,
+    OUTPUTS_FILE,
+    atomic_write_json,
+    atomic_write_text,
+    write_run,
+)
 from conf.schema import ExperimentConfig
 from conf.trace import CHROME_FILE, TRACE_FILE, TraceRecord, to_chrome_trace, write_traces
 
@@ -259,21 +266,36 @@ def summarize(cfg: ExperimentConfig, iterations: Sequence[Mapping[str, Any]], ge
 
 def write_run_dir(run_dir: str | Path, cfg: ExperimentConfig, meta: Mapping[str, Any], metrics: Mapping[str, Any],
                   iterations: Iterable[Mapping[str, Any]] = (),
-                  timeline: Timeline | Iterable[TraceRecord] | None = None) -> Path:
+                  timeline: Timeline | Iterable[TraceRecord] | None = None,
+                  outputs: Iterable[Mapping[str, Any]] | None = None) -> Path:
     """Write a complete run dir atomically, file by file; returns its path.
 
     config.json (config + meta: git SHA, seed, ...), metrics.json, metrics.csv, iterations.csv (header only when
-    there are no rows), and, per `cfg.trace`, traces.jsonl and chrome_trace.json.
+    there are no rows), outputs.jsonl when `outputs` is given (conf/rundir.py OUTPUTS_FILE: one record per request),
+    and, per `cfg.trace`, traces.jsonl and chrome_trace.json.
     """
     run_dir = Path(run_dir)
     write_run(run_dir, cfg, dict(meta), dict(metrics))
     atomic_write_text(run_dir / ITERATIONS_FILE, iterations_csv(iterations))
+    if outputs is not None:
+        atomic_write_text(run_dir / OUTPUTS_FILE, "".join(json.dumps(dict(o)) + "\n" for o in outputs))
     records = timeline.records() if isinstance(timeline, Timeline) else list(timeline or [])
     if cfg.trace.enabled:
         write_traces(run_dir / TRACE_FILE, records)
         if cfg.trace.chrome:
             atomic_write_json(run_dir / CHROME_FILE, to_chrome_trace(records))
     return run_dir
+
+
+def output_records(cfg: ExperimentConfig, result: Mapping[str, Any],
+                   texts: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """outputs.jsonl's records (conf/rundir.py OUTPUTS_FILE) from `runtime.engine.run_rank`'s result: per request its
+    prompt size, generated ids, decoded text (`texts`; None without a tokenizer) and the stop rule that ended it
+    (metrics `stop_reasons`, runtime.controller.stop_reason)."""
+    stops = result["metrics"]["stop_reasons"]
+    return [{"request": rid, "prompt_tokens": len(prompt), "tokens": [int(t) for t in ids],
+             "text": None if texts is None else texts[rid], "stop": stops[rid]}
+            for rid, (prompt, ids) in enumerate(zip(result["prompts"], result["outputs"]))]
 
 
 def iterations_csv(iterations: Iterable[Mapping[str, Any]]) -> str:

@@ -2,7 +2,7 @@
 # Shrink what the device tool copies (tracked + untracked-not-ignored files, 64 MiB with the carried paths)
 # so that half of the 98 MB SmolLM2 GGUF and the wheels fit next to the working tree:
 #
-#   bash scripts/device_slim.sh on     # branch device-slim: the shipped draft and the committed run dirs
+#   bash scripts/device_slim.sh on     # branch device-slim: the shipped draft and data/measured/
 #                                      # untracked and ignored (still on disk); prints the tracked size
 #   ... device calls (carry .whl and .cache/models/smollm2-135m-instruct.gguf.part-0N) ...
 #   bash scripts/device_slim.sh off    # back to the branch you were on; the exclude file restored
@@ -12,7 +12,7 @@
 # `off`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIG=(models/smollm2-draft bench/results/runtime_runs_* bench/results/validation_sim_*)
+BIG=(models/smollm2-draft data/measured)
 STATE=.git/device-slim.state
 case "${1:-}" in
   on)

@@ -39,7 +39,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from conf import compose_config  # noqa: E402
-from conf.rundir import atomic_write_json, git_sha  # noqa: E402
+from conf.rundir import BENCH_DIR, atomic_write_json, git_sha  # noqa: E402
 from simulator.autoconfig import search  # noqa: E402
 from simulator.simulation import DRAFT_HOST_KEYS, simulate  # noqa: E402
 
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--device", default="1", help="draft kernel time scales (comma-separated, > 0)")
     ap.add_argument("--draft-bits", default="16", help="draft weight widths, 16 and / or 8 (comma-separated)")
     ap.add_argument("--quick", action="store_true", help="bs, w in {8}, d in {auto, 3} (tests)")
-    ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results", help="results folder")
+    ap.add_argument("--out", type=Path, default=BENCH_DIR, help="results folder")
     args = ap.parse_args(argv)
     path = Path(args.profile)
     if not path.is_file():

@@ -86,6 +86,8 @@ def test_every_system_runs_and_our_tokens_equal_transformers_greedy(tiny_result)
     for mode in MODES:
         raw = json.loads((tiny_result.tmp / "run" / "runtime" / f"{mode}.json").read_text())
         assert [rep["outputs"] for rep in raw["repeats"]] == [reference, reference], mode
+        lines = (tiny_result.tmp / "run" / "runtime" / f"{mode}__r1" / "outputs.jsonl").read_text().splitlines()
+        assert [json.loads(line)["tokens"] for line in lines] == reference, mode  # the run dir keeps them too
 
 
 def test_results_json_has_every_key_and_the_floor_from_the_shapes(tiny_result):

@@ -6,9 +6,10 @@ from pathlib import Path
 import pytest
 
 from bench.sim_vs_bench import main, parse_shape
+from conf.rundir import MEASURED_DIR
 
 REPO = Path(__file__).resolve().parents[2]
-RESULTS = REPO / "bench" / "results" / "runtime_shape_realistic_2026-12-01_954a1bf.json"
+RESULTS = MEASURED_DIR / "runtime_shape_realistic_2026-12-01_954a1bf.json"
 
 
 def test_shape_labels_become_spec_overrides():
@@ -61,7 +62,7 @@ def test_bad_inputs_name_the_file_or_flag(tmp_path):
 def test_draft_rows_without_an_oracle_need_an_acceptance_table(tmp_path):
     """The real pair's draft modes ran on real weights (no oracle): skipped with the reason unless --acceptance
     names a table; the autoregressive row needs none. The prompt length is the measured prompts' mean."""
-    real = REPO / "bench" / "results" / "runtime_real_pair_2026-12-01_954a1bf_modes.json"
+    real = MEASURED_DIR / "runtime_real_pair_2026-12-01_954a1bf_modes.json"
     common = [str(real), "--requests", "1", "--seeds", "1", "--max-new-tokens", "32"]
     plain = main([*common, "--out", str(tmp_path / "a.json")])
     assert [r["mode"] for r in plain["rows"]] == ["autoregressive"]

@@ -6,13 +6,14 @@ from pathlib import Path
 import pytest
 
 from bench.span_split import main, split_run
+from conf.rundir import MEASURED_DIR
 from conf.trace import TRACE_FILE, TraceRecord, write_traces
 from simulator.profile import Profile, load_profile
 from simulator.simulation import build_costs
 from tests.simulator.conftest import cfg, span_record
 
 REPO = Path(__file__).resolve().parents[2]
-EVENTS = REPO / "bench" / "results" / "runtime_runs_2026-12-01_82f9825_colocated_events"
+EVENTS = MEASURED_DIR / "runtime_runs_2026-12-01_82f9825_colocated_events"
 
 
 def _span(name: str, it: int, dur: float, tokens: int, ctx: int, **extra) -> TraceRecord:
@@ -52,7 +53,6 @@ def test_split_recovers_known_device_error_and_host_time(tmp_path):
     assert by[("step.verify", 8)]["split"] == "1x0" and by[("step.verify", 8)]["n"] == 20
 
 
-@pytest.mark.skipif(not EVENTS.is_dir(), reason="no recorded graph-event runs")
 def test_recorded_graph_event_runs_split(tmp_path):
     """The 82f9825 colocated runs: every chain step's host part is 60-100 us at both model sizes (measured: 75-88),
     and the 8B verify's device time is priced short (measured +83 to +91 us)."""

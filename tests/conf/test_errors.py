@@ -259,11 +259,11 @@ def test_acceptance_scale_beyond_the_table_is_an_error_naming_the_largest(scale)
 # ---- case 6: a run that stops early says why, per request -----------------------------------------------------------
 
 def test_stop_reason_names_the_cache_end_eos_and_the_limit():
-    from runtime.controller import Emitter
+    from runtime.controller import stop_reason
 
-    assert Emitter.stop_reason(114, [1] * 1934, 2000, 2048, None) == "kv_cache_full"
-    assert Emitter.stop_reason(10, [1, 2, 7], 64, 2048, 7) == "eos"
-    assert Emitter.stop_reason(10, [1] * 64, 64, 2048, 7) == "max_new_tokens"
+    assert stop_reason([1] * 1934, 114, 2000, 2048, None) == "max_seq_len"
+    assert stop_reason([1, 2, 7], 10, 64, 2048, 7) == "eos"
+    assert stop_reason([1] * 64, 10, 64, 2048, 7) == "max_new_tokens"
 
 
 # ---- case 8: hardware=h800 takes its own link -----------------------------------------------------------------------

@@ -52,6 +52,14 @@ def test_generate_end_to_end(tmp_path):
         rows = list(csv.DictReader(f))
     assert tuple(rows[0].keys()) == ITERATION_COLUMNS and len(rows) == metrics["iterations"]
     assert sum(int(r["emitted"]) for r in rows) >= 8
+    # outputs.jsonl: the ids printed (no tokenizer: no text), the stop rule; every file readable by others; no log
+    outputs = [json.loads(line) for line in (run_dir / "outputs.jsonl").read_text().splitlines()]
+    printed = proc.stdout.split("--- request 0: 32 prompt tokens -> 8 generated (token ids) ---\n")[1].splitlines()[0]
+    assert [o["request"] for o in outputs] == list(range(metrics["num_requests"])) and outputs[0]["prompt_tokens"] == 32
+    assert " ".join(map(str, outputs[0]["tokens"])) == printed and len(outputs[0]["tokens"]) == 8
+    assert outputs[0]["text"] is None and outputs[0]["stop"] == "max_new_tokens"
+    assert all((p.stat().st_mode & 0o777) == 0o644 for p in run_dir.iterdir() if p.is_file())
+    assert not list(run_dir.glob("*.log"))
 
     # runtime.rebuild_iterations: a run dir from before a column (here `refills`) gains it from its traces; a file
     # whose other cells the traces do not give back is left as it was, the error naming the row and column
@@ -68,6 +76,40 @@ def test_generate_end_to_end(tmp_path):
     with pytest.raises(RebuildError, match=r"iterations.csv:2: column 'accepted' is '99'"):
         rebuild(run_dir)
     assert (run_dir / "iterations.csv").read_text() == "\n".join(bad) + "\n"
+
+
+def test_generate_tiny_keeps_the_printed_text_and_tokens(tmp_path):
+    """`python generate.py model=tiny` (the demo's text prompts, byte tokenizer): outputs.jsonl holds per request the
+    prompt size, the generated ids and the text it printed, and why it stopped."""
+    from runtime.tokenizer import ByteTokenizer
+
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "generate.py", "model=tiny", "workload.max_new_tokens=6", f"hydra.run.dir={run_dir}"]
+    proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
+                          text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    outputs = [json.loads(line) for line in (run_dir / "outputs.jsonl").read_text().splitlines()]
+    assert len(outputs) == 2
+    for o in outputs:
+        header = (f"--- request {o['request']}: {o['prompt_tokens']} prompt tokens -> {len(o['tokens'])} generated "
+                  "(bytes) ---")
+        assert f"{header}\n{o['text']}\n" in proc.stdout
+        assert o["text"] == ByteTokenizer().decode(o["tokens"]) and o["stop"] in ("eos", "max_new_tokens")
+        assert len(o["tokens"]) == 6 or o["stop"] == "eos"
+    assert not list(run_dir.glob("*.log"))
+
+
+def test_stop_reason_names_the_rule_that_ended_a_request():
+    from runtime.controller import Emitter, stop_reason
+
+    for prompt, new, cap, eos, stream, want in (([1] * 4, 5, 64, 9, [3, 9, 7], "eos"),
+                                                ([1] * 4, 3, 64, 9, [3, 4, 5, 6], "max_new_tokens"),
+                                                ([1] * 4, 8, 6, None, [3, 4, 5, 6], "max_seq_len")):
+        em = Emitter(prompt, new, cap, eos)
+        assert em.emit(stream)
+        assert stop_reason(em.tokens, len(prompt), new, cap, eos) == want
+    with pytest.raises(ValueError, match="meet no stop rule"):
+        stop_reason([3], 4, 8, 64, None)
 
 
 def test_strip_launcher_args():

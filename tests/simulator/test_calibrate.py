@@ -4,7 +4,7 @@ The round-trip tests use a SYNTHETIC trace: every operator time is the simulator
 (cost_model.Operators without a profile) times seeded log-normal noise (sigma 3%), over the shapes
 bench/profile_ops.py sweeps; whole-step records add a known step overhead. It checks the fitting machinery
 (NNLS in relative error, held-out split, step residual), not the hardware. The recorded-trace test
-(`test_recorded_trace_round_trip`) runs the same check on bench/results/profile_traces_*.jsonl from the
+(`test_recorded_trace_round_trip`) runs the same check on data/measured/profile_traces_*.jsonl from the
 GPU profiler when such a file exists, and is skipped otherwise.
 """
 
@@ -20,6 +20,7 @@ import pytest
 
 from conf.calibrate_schema import CalibrateConfig, build_calibrate_config
 from conf.presets import GPU_PRESETS, LINK_PRESETS, model_preset
+from conf.rundir import MEASURED_DIR
 from conf.schema import HardwareConfig
 from conf.trace import TraceRecord, write_traces
 from simulator.calibrate import GRAPH_ROLES, CalibrationOptions, calibrate, nnls
@@ -434,7 +435,7 @@ def _record_counts(path: str) -> dict:
     return json.loads(meta.read_text()).get("record_counts", {}) if meta.is_file() else {}
 
 
-_TRACES = sorted(glob.glob(str(REPO / "bench" / "results" / "profile_traces_*.jsonl")), key=_recorded_date)
+_TRACES = sorted(glob.glob(str(MEASURED_DIR / "profile_traces_*.jsonl")), key=_recorded_date)
 RECORDED = [t for t in _TRACES if {"op.gemm", "op.attention"} <= set(_record_counts(t)) or not _record_counts(t)]
 """Whole calibration traces (a steps-only trace of `profile_ops.py --only steps,step_graphs` is not one, nor a
 GEMM-only one of `--only gemm` / `--only gemm_fp8`; the oldest traces' meta files have no record counts)."""
@@ -443,7 +444,6 @@ RECORDED_FP8 = [t for t in _TRACES if Path(t).stem.endswith(("gemm_fp8", "gemm_f
 RECORDED_GRAPHS = [t for t in _TRACES if "op.step_graph" in _record_counts(t)]
 
 
-@pytest.mark.skipif(not RECORDED, reason="no recorded GPU trace (bench/results/profile_traces_*.jsonl) yet")
 def test_recorded_trace_round_trip(tmp_path):
     """Fit on half of the latest recorded H200 trace, predict the other half within RECORDED_MAPE_BOUND."""
     ts = read_traces([RECORDED[-1]])
@@ -455,7 +455,6 @@ def test_recorded_trace_round_trip(tmp_path):
     assert load_profile(tmp_path / "p.json").operators.keys() == profile.operators.keys()
 
 
-@pytest.mark.skipif(not RECORDED_FP8, reason="no recorded gemm_fp8 trace yet")
 def test_recorded_fp8_trace_keeps_every_profiled_matrix(tmp_path):
     """The latest recorded fp8 GEMM trace: gemm_fp8 fitted (held-out MAPE within its bound, 2026-12-02: 23.7-24.9%),
     and every record's matrix kept among the measured shapes, which reproduce each (matrix, k, n, M)'s median."""
@@ -473,7 +472,6 @@ def test_recorded_fp8_trace_keeps_every_profiled_matrix(tmp_path):
         assert fit.at_shape(name, k, n, m) == pytest.approx(float(np.median(seconds)))
 
 
-@pytest.mark.skipif(not RECORDED_GRAPHS, reason="no recorded trace with op.step_graph records yet")
 def test_recorded_step_graphs_fit_the_captured_steps(tmp_path):
     """The in-graph operators and the device-side step overhead, fitted on half of the latest recorded step_graphs
     trace (with the latest whole trace's standalone operators), predict the other half within the stated bounds,

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 
 from conf.presets import GPU_PRESETS, LINK_PRESETS, model_preset
+from conf.rundir import MEASURED_DIR
 from simulator.cost_model import (
     BYTES_PER_PARAM,
     GroupCost,
@@ -251,7 +251,7 @@ def test_captured_decode_steps_take_the_in_graph_fits_and_prefills_the_standalon
         sum(forward_breakdown(eager, shape, 16, step).values()), rel=1e-9)
 
 
-STEPS_TRACE = Path(__file__).resolve().parents[2] / "bench/results/profile_traces_2026-12-01_f7aec85_steps.jsonl"
+STEPS_TRACE = MEASURED_DIR / "profile_traces_2026-12-01_f7aec85_steps.jsonl"
 
 
 def test_graph_kernel_counts_equal_the_recorded_captured_steps():

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from conf.rundir import MEASURED_DIR
 from conf.trace import TRACE_FILE, TraceRecord, write_traces
 from simulator.profile import Profile, ProfileError, load_profile, parse_profile, write_profile
 from simulator.runtime_fit import fit_runtime_costs
@@ -325,7 +326,7 @@ def test_measured_h200_runs_get_their_oracle_ranks_back(tmp_path):
     from conf.rundir import config_from_dict, read_run
     from simulator.simulation import Simulation, build_costs
 
-    run_dir = REPO / "bench/results/runtime_runs_2026-11-30_e92dbf1/async_bs8_w8_dauto"
+    run_dir = MEASURED_DIR / "runtime_runs_2026-11-30_e92dbf1/async_bs8_w8_dauto"
     run = read_run(run_dir)
     config = config_from_dict(run["config"])
     path = with_oracle_ranks(run_dir, config, run["metrics"], tmp_path)
@@ -350,14 +351,13 @@ def test_measured_h200_runs_get_their_oracle_ranks_back(tmp_path):
 def test_a_replay_keeps_the_runs_acceptance_table_from_its_file():
     """A run composed with `acceptance=smollm2` (a positional table in a file): its replay takes the file field,
     so sim_config keeps the run's table inline, the one replay_belief=table grows by and draws from."""
-    from bench.validate import REPO
     from bench.validation_replay import sim_config
     from simulator.acceptance import load_acceptance
 
     config = cfg(*BASE, "spec=async_tree", "acceptance=smollm2", "spec.oracle=true")
     table = load_acceptance(config.acceptance, 8).raw
     assert len(table) > 1  # the measured SmolLM2 table, not the one-row inline default
-    replay = REPO / "bench/results/runtime_runs_2026-11-30_e92dbf1/async_bs8_w8_dauto/iterations.csv"
+    replay = MEASURED_DIR / "runtime_runs_2026-11-30_e92dbf1/async_bs8_w8_dauto/iterations.csv"
     out = sim_config(config, None, {}, acceptance_file=str(replay), replay_belief="table")
     assert out.acceptance.kind == "replay" and [list(r) for r in out.acceptance.positional] == table
     # a run of one prompt domain's table (acceptance.domain): that table inline, and no domain left on the replay

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from conf.rundir import MEASURED_DIR
 from conf.trace import TRACE_FILE, write_traces
 from simulator.profile import Profile, ProfileError, load_profile, parse_profile, write_profile
 from simulator.runtime_fit import fit_runtime_costs
@@ -154,11 +155,9 @@ def test_the_shipped_profile_prices_held_out_colocated_runs(folder, name, tmp_pa
     from bench.validate import load_settings, simulate_run
 
     repo = Path(__file__).resolve().parents[2]
-    run_dir = repo / "bench" / "results" / folder / name
-    if not run_dir.is_dir():
-        pytest.skip(f"{run_dir} is not in this checkout")
+    run_dir = MEASURED_DIR / folder / name
     profile = str(repo / "profiles" / "h200.json")
     fitted = json.loads((repo / "profiles" / "h200.report.json").read_text())["runtime"]["runs"]
-    assert f"bench/results/{folder}/{name}" not in fitted  # held out: no fit run
+    assert (folder, name) not in {(Path(r).parent.name, Path(r).name) for r in fitted}  # held out: no fit run
     row = simulate_run(run_dir, profile, load_settings(profile, None), tmp_path / "sim")
     assert abs(row["tokens_per_s"]["error"]) <= 0.10, row["tokens_per_s"]
