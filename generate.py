@@ -39,6 +39,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from conf import build_config
+from conf.retired import refuse_retired_overrides
 from conf.schema import ExperimentConfig, register_configs
 
 log = logging.getLogger("generate")
@@ -162,4 +163,5 @@ def main(cfg: DictConfig) -> float | None:
 
 if __name__ == "__main__":
     sys.argv = strip_launcher_args(sys.argv)
+    refuse_retired_overrides(sys.argv[1:])
     main()

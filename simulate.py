@@ -14,6 +14,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from conf import build_config
+from conf.retired import refuse_retired_overrides
 from conf.schema import register_configs
 
 register_configs()
@@ -31,4 +32,5 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
+    refuse_retired_overrides(sys.argv[1:])
     main()

@@ -131,7 +131,7 @@ def measure(reps: int) -> dict[str, float]:
         tree.grow_topk(tree.plan_expansion(W, PREFIX, MAX_LEN)[0], lp, tok)
 
     out["draft.plan_expansion+grow_topk"] = _time(expansion, reps)
-    def select() -> list[int]:  # a fresh walk each time: the tree memoises its last select (spec.reroot_prefetch)
+    def select() -> list[int]:  # a fresh walk each time: the tree memoises its last select
         base._selected = None
         return base.select(BS)
 

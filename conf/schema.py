@@ -229,16 +229,6 @@ class SpecConfig(_Frozen):
     """0 = greedy; > 0 = lossless tree rejection sampling."""
     oracle: bool = False
     """Draw verify outcomes from the acceptance model (shape-realistic runs); outputs are labelled oracle."""
-    reroot_prefetch: int = 0
-    """Experiment switch (runtime, unix leader channel): while the draft leader waits for the verified path with
-    nothing left to expand, it prepares the re-roots of up to this many likely hits (the best unproposed children
-    of the proposed nodes: the subtree copy and its next selection), checking the socket between them, so a hit
-    takes a prepared tree. 0: off. The simulator does not model it (its draft round is fitted on runs)."""
-    presend: bool = False
-    """Experiment switch (runtime, needs reroot_prefetch > 0; async_tree: the other modes build their next proposal
-    after the verdict and ignore it): the draft leader also sends each prepared hit's next proposal to the target
-    while it verifies (a ConditionalProposal); the target takes the one its verdict matches and starts the next
-    verify at once, instead of a round trip to the draft. The simulator does not model it."""
     oracle_belief: str = "model"
     """With the oracle: what the draft grows its tree by. model: the draft model's own top-k log-probs (a
     random-weight draft's are flat, so its tree grows breadth-first and rarely goes deeper than 1-2);
@@ -283,12 +273,6 @@ class SpecConfig(_Frozen):
         _require(self.max_tree_nodes >= max(self.bs, self.w + 1), "spec.max_tree_nodes",
                  f"{self.max_tree_nodes} < max(bs, w + 1) = {max(self.bs, self.w + 1)}")
         _require(self.temperature >= 0.0, "spec.temperature", f"must be >= 0, got {self.temperature}")
-        _require(isinstance(self.reroot_prefetch, int) and not isinstance(self.reroot_prefetch, bool)
-                 and self.reroot_prefetch >= 0, "spec.reroot_prefetch",
-                 f"expected an integer >= 0 (0 = off), got {self.reroot_prefetch!r}")
-        _require(isinstance(self.presend, bool), "spec.presend", f"expected true or false, got {self.presend!r}")
-        _require(not self.presend or self.reroot_prefetch > 0, "spec.presend",
-                 "sends the prepared re-roots' proposals: needs spec.reroot_prefetch > 0")
         _require(self.oracle_belief in ("model", "table"), "spec.oracle_belief",
                  f"{self.oracle_belief!r} is not one of model, table")
         _require(self.oracle_draws in ORACLE_DRAWS, "spec.oracle_draws",

@@ -20,11 +20,9 @@ It knows nothing of messages' transport, timing or stop rules (runtime/engine.py
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
-from conf.messages import ConditionalProposal, DraftProposal
+from conf.messages import DraftProposal
 from runtime.attention import AttentionBackend
 from runtime.graphs import PrefillGraphs, ReplayTimer, StepGraph
 from runtime.kv_cache import KVCache
@@ -206,30 +204,6 @@ class DraftWorker:
         self.selection = self.tree.select(bs)
         tokens, parents = self.tree.proposal(self.selection)
         return DraftProposal(request_id, iteration, tuple(tokens), tuple(parents))
-
-    def prepare_reroots(self, limit: int, bs: int, stop: Callable[[], bool],
-                        on_ready: Callable[[], None] | None = None) -> int:
-        """While waiting for the verified path: prepare the re-roots of up to `limit` likely hits of the last
-        proposal (`DraftTree.prepare_landings`), asking `stop()` before each and calling `on_ready()` after each;
-        returns how many are prepared."""
-        return self.tree.prepare_landings(self.selection, limit, bs, stop, on_ready)
-
-    def conditional_proposals(self, request_id: int, iteration: int, bs: int,
-                              sent: set[int]) -> list[ConditionalProposal]:
-        """spec.presend: the next proposal (`iteration`) of each prepared landing not in `sent` (landing ids, updated)
-        whose subtree holds >= `bs` nodes, i.e. needs no refill: exactly what `advance` to that hit then `propose`
-        return. Each names the proposal node it follows (`after_node`) and the landing's rank under it."""
-        tree, out = self.tree, []
-        index = {node: k for k, node in enumerate(self.selection)}
-        for landing, sub in tree.prepared_landings():
-            if landing in sent or len(sub) < bs:
-                continue
-            sent.add(landing)
-            parent = tree.parents[landing]
-            tokens, parents = sub.proposal(sub.select(bs))
-            out.append(ConditionalProposal(DraftProposal(request_id, iteration, tuple(tokens), tuple(parents)),
-                                           after_node=index[parent], bonus_rank=landing - tree.first_child[parent]))
-        return out
 
     def expected_tokens(self) -> float:
         """The last proposal's expected yield under the tree's weights (`DraftTree.expected_tokens`)."""

@@ -65,7 +65,6 @@ class UnixLeaderChannel(LeaderChannel):
             raise ValueError(f"parallel.recv_wake: {wake!r} is not one of {', '.join(RECV_WAKES)}")
         self.spin_s, self.wake = spin_s, wake
         self._sock: socket.socket | None = None
-        self._ready_poller: Any = None  # select.poll of `ready`, made on first use
         # wake=shm: two int64 send counters in a shared page ([0] target -> draft, [1] draft -> target); a receive
         # spins on its peer's counter (plain loads, no system calls) before it reads the socket
         self._shm: mmap.mmap | None = None
@@ -100,25 +99,8 @@ class UnixLeaderChannel(LeaderChannel):
         assert msg is not None
         return msg
 
-    def recv_from_peer(self) -> Message:
-        """Leader only: the next message from the peer leader, not broadcast in the group (spec.presend: the target
-        leader drains conditional proposals, then hands its group the one proposal it runs with
-        `broadcast_in_group`); recorded as `recv` records it."""
-        return self._recv_peer()[0]
-
     def flush(self) -> None:
         """Nothing to wait for: a send returned once the kernel held the message."""
-
-    def ready(self) -> bool:
-        """Leader only: whether a message from the peer leader is waiting (a zero-timeout poll; nothing is read).
-        A closed peer counts as ready: the next `recv` reports it."""
-        self._require_peer("poll")
-        if self._counters is not None and self._counters[1 - self._out] > self._seen:
-            return True
-        if self._ready_poller is None:
-            self._ready_poller = select.poll()
-            self._ready_poller.register(self._socket(), select.POLLIN | select.POLLHUP | select.POLLERR)
-        return bool(self._ready_poller.poll(0))
 
     def close(self) -> None:
         """Close the socket and unmap the counters (leaders; no-op elsewhere)."""

@@ -4,8 +4,7 @@
 # slower; docs/LOG.md, tenth session).
 #
 #   SWIFTSPEC_GIT_SHA=<sha> bash scripts/gpu_override_ab.sh OUTDIR "kernels.draft_head=false" "kernels.draft_head=true"
-#   SWIFTSPEC_GIT_SHA=<sha> bash scripts/gpu_override_ab.sh OUTDIR "spec.reroot_prefetch=0" \
-#       "spec.reroot_prefetch=4" "parallel.recv_wake=shm" "spec.reroot_prefetch=4 parallel.recv_wake=shm"
+#   SWIFTSPEC_GIT_SHA=<sha> bash scripts/gpu_override_ab.sh OUTDIR "spec.d=3" "spec.d=4" "spec.d=3 spec.w=32"
 # A variant is one or more space-separated overrides (each passed as its own --override); 2 to 6 variants.
 # AB_BUDGET_S=35 (each variant's validate.py budget) overrides the default; AB_REPEATS=2 the rounds.
 # OUTDIR gets ab.tar.gz (per variant and round, e.g. a_1: the run dirs), ab.log and ab.json (tokens/s per run and

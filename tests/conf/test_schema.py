@@ -98,8 +98,6 @@ def test_config_is_immutable_after_validation():
         (["parallel.recv_wake=futex"], r"parallel\.recv_wake: 'futex' is not one of socket, shm"),
         (["parallel.recv_spin_ms=-0.5"],
          r"parallel\.recv_spin_ms: expected a number of milliseconds >= 0 or null \(auto\), got -0\.5"),
-        (["spec.presend=true"],
-         r"spec\.presend: sends the prepared re-roots' proposals: needs spec\.reroot_prefetch > 0"),
         (["spec.oracle_draws=cdf"], r"spec\.oracle_draws: 'cdf' is not one of uniform, multinomial"),
         (["model.draft.preset=qwen2-0.5b"], r"model\.draft\.preset: draft vocabulary \(151646 tokens\) differs"),
     ],

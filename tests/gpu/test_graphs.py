@@ -397,15 +397,6 @@ def test_unix_leader_channel_lossless_on_gpus(mode):
                             draft_seed=1, leader_channel="unix", input_staging=staging))
 
 
-@pytest.mark.parametrize("mode", ["async_tree", "serial_tree"])
-def test_prefetched_reroots_and_shared_counter_wake_lossless_on_gpus(mode):
-    """The next GPU session's two experiment switches on 1 + 1 GPUs with graphs: the draft leader prepares likely
-    re-roots while it waits (spec.reroot_prefetch=4) and the leaders' receives spin on the shared send counters
-    (parallel.recv_wake=shm); outputs stay the target's greedy ones."""
-    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", **ONE_PLUS_ONE,
-                            draft_seed=1, leader_channel="unix", recv_wake="shm", reroot_prefetch=4))
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_kv_cache_keep_on_cuda_matches_the_indexing_path(dtype):
     """KVCache.keep on CUDA runs kernels.kv_compact (one launch); it must move exactly what the advanced-indexing
@@ -491,14 +482,6 @@ def test_topk_logprobs_on_the_draft_vocabulary(rows):
     ref_values, ref_ids = topk_logprobs_ref(x, 8)
     assert torch.equal(g_ids, ref_ids)
     torch.testing.assert_close(g_values, ref_values, rtol=0, atol=5e-6)
-
-
-def test_presend_lossless_on_gpus():
-    """spec.presend on 1 + 1 GPUs with graphs (self-speculation, a draft wider than the verify, so the prepared hits'
-    subtrees need no refill): the target takes the draft's conditional proposals; outputs stay its greedy ones."""
-    assert_lossless(cfg_for("async_tree", "tiny-llama", "tiny-llama", "bfloat16", **ONE_PLUS_ONE,
-                            draft_seed=1, leader_channel="unix", reroot_prefetch=4, presend=True, bs=3, w=4, topk=2,
-                            d="2"))
 
 
 @pytest.mark.parametrize("rows", [4, 8])
