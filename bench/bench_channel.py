@@ -1,5 +1,4 @@
-"""Leader-to-leader message round trips: `parallel.leader_channel` dist vs unix (its receives spinning on the
-socket or on shared send counters: `parallel.recv_wake`), side by side in one launch.
+"""Leader-to-leader message round trips: `parallel.leader_channel` dist vs unix, side by side in one launch.
 
     python bench/bench_channel.py [--device cpu|cuda] [--rounds 400] [--nodes 8,64] [--out bench/results]
 
@@ -27,8 +26,7 @@ if str(REPO_ROOT) not in sys.path:
 from conf.messages import DraftProposal  # noqa: E402
 from conf.rundir import atomic_write_json, git_sha  # noqa: E402
 
-KINDS = ("dist", "unix", "unix-shm")
-"""unix-shm: the unix channel whose receives spin on the shared send counters (parallel.recv_wake=shm)."""
+KINDS = ("dist", "unix")
 SPIN_S = 50e-3
 """The receive spin of the unix kinds: the GPU ranks' default (`parallel.recv_spin_ms` auto)."""
 WARMUP = 20
@@ -41,8 +39,7 @@ def _rank(ctx, cfg, rounds: int, nodes: list[int]) -> dict | None:
     out: dict[str, dict[str, list[float]]] = {}
     for kind in KINDS:
         for n in nodes:
-            ch = make_channel(ctx, kind.removesuffix("-shm"), max(nodes), spin_s=SPIN_S,
-                              wake="shm" if kind.endswith("-shm") else "socket")
+            ch = make_channel(ctx, kind, max(nodes), spin_s=SPIN_S)
             msg = DraftProposal.make_dummy(n)
             times = []
             for i in range(WARMUP + rounds):

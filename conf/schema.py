@@ -59,8 +59,6 @@ class ModelPairConfig(_Frozen):
     """Tokenizer source (HF folder, tokenizer.json or GGUF); None = the target checkpoint's, or bytes."""
 
 
-RECV_WAKES = ("socket", "shm")
-"""`parallel.recv_wake` values: what a spinning unix-channel receive polls (runtime/unix_channel.py)."""
 GC_MODES = ("freeze", "default")
 """`parallel.gc` values: the cyclic garbage collector's policy on a rank (runtime/gc_policy.py)."""
 
@@ -87,9 +85,6 @@ class ParallelConfig(_Frozen):
     to itself and whose long waits (serial trees, refills after a miss, the peer's prefill) would otherwise pay
     the poll wake-up; 1 ms on CPU ranks, which share cores. H200 2 x, 2026-11-30: 1 vs 50 ms, a message after a
     long wait took 0.06-0.16 vs 0.02-0.05 ms from send to taken (hop 0.03-0.13 vs 0.003-0.007 ms)."""
-    recv_wake: str = "socket"
-    """unix leader channel, experiment switch: what a spinning receive polls. socket: a non-blocking read per try
-    (a system call each); shm: the peer's send counter in a shared page (plain loads), then one read."""
     cpu_affinity: str = "off"
     """off: ranks run where the OS puts them. cores: each rank on the host gets its own block of physical cores (the
     allowed CPUs grouped by hyperthread siblings, split evenly in rank order), so no two ranks' busy threads share a
@@ -135,8 +130,6 @@ class ParallelConfig(_Frozen):
                                                 and not isinstance(self.recv_spin_ms, bool) and self.recv_spin_ms >= 0),
                  "parallel.recv_spin_ms", f"expected a number of milliseconds >= 0 or null (auto), "
                  f"got {self.recv_spin_ms!r}")
-        _require(self.recv_wake in RECV_WAKES, "parallel.recv_wake",
-                 f"{self.recv_wake!r} is not one of {', '.join(RECV_WAKES)}")
         _require(self.cpu_affinity in ("off", "cores"), "parallel.cpu_affinity",
                  f"{self.cpu_affinity!r} is not one of off, cores")
         _require(isinstance(self.host_threads, int) and not isinstance(self.host_threads, bool)

@@ -122,7 +122,7 @@ class Engine:
             self._token_host = [torch.empty(1, dtype=torch.long, pin_memory=True) for _ in range(2)]
             self._token_ready = [torch.cuda.Event() for _ in range(2)]
         self.channel = make_channel(ctx, cfg.parallel.leader_channel, self.shape.rows, timeline,
-                                    spin_s=recv_spin_s(cfg.parallel, ctx.device), wake=cfg.parallel.recv_wake)
+                                    spin_s=recv_spin_s(cfg.parallel, ctx.device))
         # Auto d never exceeds the expansions an empty tree of max_tree_nodes can take.
         self.tuner = DepthTuner(self.shape.d, ctx, d_max=max(1, spec.max_tree_nodes // self.shape.w))
         self.iteration = 0  # global over requests: both sides count proposals the same way

@@ -95,7 +95,6 @@ def test_config_is_immutable_after_validation():
         (["kernels=triton", "kernels.readback=spin"],
          r"kernels\.readback: spin reads what a CUDA graph copied to the host: needs kernels\.cuda_graphs=true"),
         (["parallel.host_threads=-1"], r"parallel\.host_threads: expected an integer >= 0 \(0 = auto\), got -1"),
-        (["parallel.recv_wake=futex"], r"parallel\.recv_wake: 'futex' is not one of socket, shm"),
         (["parallel.recv_spin_ms=-0.5"],
          r"parallel\.recv_spin_ms: expected a number of milliseconds >= 0 or null \(auto\), got -0\.5"),
         (["spec.oracle_draws=cdf"], r"spec\.oracle_draws: 'cdf' is not one of uniform, multinomial"),

@@ -55,7 +55,7 @@ def prompts(vocab: int, n: int = 3, seed: int = 0) -> list[list[int]]:
 
 def cfg_for(mode: str, target: str, draft: str, dtype: str, *, target_gpus: int = 1, draft_gpus: int = 0,
             checkpoint: str | None = None, draft_seed: int = 1, skinny: bool = True, pdl: bool = True,
-            input_staging: str = "graph", rope_attention: bool = True, recv_wake: str = "socket",
+            input_staging: str = "graph", rope_attention: bool = True,
             refill_graph: bool = True, target_qkv_rope: bool = True, verdict_graph: bool = False,
             readback: str = "spin", prefill_graph: bool = True, **spec) -> ExperimentConfig:
     """kernels=graphs on CUDA (skinny GEMMs, PDL, RoPE in the single-token attention, the one-row refill graph, the
@@ -65,7 +65,7 @@ def cfg_for(mode: str, target: str, draft: str, dtype: str, *, target_gpus: int 
     return make_cfg(mode, target, draft, target_gpus=target_gpus, draft_gpus=draft_gpus, draft_seed=draft_seed,
                     max_new=MAX_NEW, capacity=CAPACITY, backend="triton", device="cuda", dtype=dtype,
                     cuda_graphs=True, checkpoint=checkpoint, timeout_s=120, skinny=skinny, pdl=pdl,
-                    input_staging=input_staging, rope_attention=rope_attention, recv_wake=recv_wake,
+                    input_staging=input_staging, rope_attention=rope_attention,
                     refill_graph=refill_graph, target_qkv_rope=target_qkv_rope and skinny,
                     verdict_graph=verdict_graph, readback=readback, prefill_graph=prefill_graph,
                     **{**MODES[mode], **spec})

@@ -45,7 +45,7 @@ def make_cfg(mode: str, target: str = "tiny-llama", draft: str = "tiny-llama-dra
              acceptance: AcceptanceConfig | None = None, backend: str = "reference", device: str = "cpu",
              dtype: str = "float32", cuda_graphs: bool = False, checkpoint: str | None = None,
              timeout_s: float = 60, leader_channel: str = "dist", skinny: bool = False, pdl: bool = False,
-             input_staging: str = "pageable", rope_attention: bool = False, recv_wake: str = "socket",
+             input_staging: str = "pageable", rope_attention: bool = False,
              refill_graph: bool = False, target_qkv_rope: bool = False, verdict_graph: bool = False,
              readback: str = "sync", prefill_graph: bool = False, share_gpus: bool = False,
              **spec) -> ExperimentConfig:
@@ -57,7 +57,7 @@ def make_cfg(mode: str, target: str = "tiny-llama", draft: str = "tiny-llama-dra
                               draft=ModelConfig(draft, seed=draft_seed, dtype=dtype,
                                                 checkpoint=checkpoint if draft == target else None)),
         parallel=ParallelConfig(target_gpus=target_gpus, draft_gpus=draft_gpus, device=device, timeout_s=timeout_s,
-                                leader_channel=leader_channel, recv_wake=recv_wake, share_gpus=share_gpus),
+                                leader_channel=leader_channel, share_gpus=share_gpus),
         spec=SpecConfig(mode=mode, max_tree_nodes=64, **spec),
         acceptance=acceptance or AcceptanceConfig(),
         kernels=KernelsConfig(backend=backend, cuda_graphs=cuda_graphs, skinny=skinny, pdl=pdl,
