@@ -228,13 +228,6 @@ class SpecConfig(_Frozen):
     table: the acceptance model's belief (log of the positional table, non-increasing in rank: a draft whose
     confidence is calibrated to its acceptance, as the simulator's tree grows), token ids still the model's."""
 
-    oracle_draws: str = "uniform"
-    """With the oracle: how each rank is drawn from the request's seeded stream (runtime/oracle.py). uniform: the
-    inverse CDF of the depth's row at a float64 uniform, the uniforms drawn 256 at a time (~4 us of host time per
-    walk); multinomial: a torch.multinomial per rank (~100 us per walk on a 2-core CPU), as every run before
-    2026-12-01 drew. Both leaders walk the oracle on their critical path, so the choice shows in the timings,
-    not in the acceptance model."""
-
     @property
     def d_fixed(self) -> int | None:
         """`d` as an int, or None for auto / poll."""
@@ -268,12 +261,6 @@ class SpecConfig(_Frozen):
         _require(self.temperature >= 0.0, "spec.temperature", f"must be >= 0, got {self.temperature}")
         _require(self.oracle_belief in ("model", "table"), "spec.oracle_belief",
                  f"{self.oracle_belief!r} is not one of model, table")
-        _require(self.oracle_draws in ORACLE_DRAWS, "spec.oracle_draws",
-                 f"{self.oracle_draws!r} is not one of {', '.join(ORACLE_DRAWS)}")
-
-
-ORACLE_DRAWS = ("uniform", "multinomial")
-"""`spec.oracle_draws` values: how the acceptance oracle draws a rank (runtime/oracle.py DRAWS)."""
 
 
 @dataclass

@@ -392,8 +392,8 @@ class Engine:
         gen = request_generator(seed, rid, "sample", self.ctx.device) if self.cfg.spec.temperature > 0 else None
         if not self.oracle_on:
             return gen, None, None
-        oracles = [AcceptanceOracle(self.cfg.acceptance, request_generator(seed, rid, "oracle", "cpu"),
-                                    self.cfg.spec.oracle_draws) for _ in range(2)]
+        oracles = [AcceptanceOracle(self.cfg.acceptance, request_generator(seed, rid, "oracle", "cpu"))
+                   for _ in range(2)]
         return gen, oracles[0], oracles[1]
 
     def close(self) -> None:
@@ -475,8 +475,7 @@ def run_rank(ctx: ParallelContext, cfg: ExperimentConfig, prompts: list[list[int
     d_used = [r.extra_fields()["d"] for r in records if r.name == "step.reroot"]
     metrics = summarize(cfg, rows, generated, wall_s, gpu=device_name(ctx.device), num_requests=len(prompts),
                         d_used=d_used[-1] if d_used else None,
-                        **({"oracle_belief": cfg.spec.oracle_belief, "oracle_draws": cfg.spec.oracle_draws}
-                           if engine.oracle_on else {}),
+                        **({"oracle_belief": cfg.spec.oracle_belief} if engine.oracle_on else {}),
                         **({"leader_channel": engine.channel.kind} if ctx.peer_leader_rank is not None else {}))
     return {"metrics": metrics, "iterations": rows, "traces": records, "outputs": outputs, "prompts": prompts,
             "oracle": engine.oracle_on}
