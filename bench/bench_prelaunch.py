@@ -3,7 +3,7 @@
     python bench/bench_prelaunch.py [--preset llama3-8b] [--rows 8] [--steps 100] [--blocks 5] [--host-us 30]
                                     [--out bench/results]
 
-The runtime's verify loop (`kernels.input_staging=graph`, `kernels.readback=spin`) does, per step: spin until the last
+The runtime's verify loop (CUDA graphs: in-graph input copies, spin read-back) does, per step: spin until the last
 replay's verdict reached pinned memory, the host's own work (`--host-us` of busy time standing in for the verdict,
 the messages and the next proposal's receipt), build and stage the next inputs, `graph.replay()`. The GPU idles from
 the end of a replay until that launch reaches it. A pre-launched loop queues, while the previous replay still runs,
@@ -101,8 +101,7 @@ def build(preset: str, rows: int, ctx: int, cap: int):
     cache = KVCache(layers, cap + rows, heads, head_dim, model.dtype, device)
     attn = make_attention_backend("triton")
     with torch.no_grad():
-        graph = StepGraph(model, cache, attn, rows, rows, staging="graph", keep_rows=rows, verdict="argmax",
-                          readback=True)
+        graph = StepGraph(model, cache, attn, rows, rows, keep_rows=rows, verdict="argmax")
         prefill_random(model, cache, attn, ctx, torch.Generator().manual_seed(0))
     torch.cuda.synchronize()
     return model, graph

@@ -232,8 +232,7 @@ def decode_check(preset: str, device: torch.device, dtype: torch.dtype, steps: i
     prompt = torch.randint(0, model.shape.token_count, (38,), generator=torch.Generator().manual_seed(1)).tolist()
 
     def worker() -> TargetWorker:
-        return TargetWorker(model, attn, rows=1, max_seq_len=1024, temperature=0.0, backend="triton", cuda_graphs=True,
-                            staging=kcfg.input_staging, readback=kcfg.readback)
+        return TargetWorker(model, attn, rows=1, max_seq_len=1024, temperature=0.0, backend="triton", cuda_graphs=True)
 
     windows: list[tuple[float, float]] = []  # host wall clock (time.time) around each timed region: for clock logs
 

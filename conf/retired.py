@@ -35,6 +35,12 @@ RETIRED: dict[str, Retired] = {
     "spec.reroot_prefetch": Retired((0,), "re-roots prepared while the draft waits gained nothing measurable"),
     "parallel.recv_wake": Retired(("socket",), "a receive spinning on shared send counters decoded no faster"),
     "spec.oracle_draws": Retired(("uniform",), "the oracle draws every rank from batched uniforms, 20x faster"),
+    # pageable / sync: the defaults a recorded run took before the graph-staged, spin read-back path replaced them
+    "kernels.input_staging": Retired(("graph", "pageable"), "CUDA graphs always copy their own inputs from pinned "
+                                     "memory"),
+    "kernels.readback": Retired(("spin", "sync"), "CUDA graphs always copy their small outputs to the host, which "
+                                "spins on them"),
+    "kernels.verdict_graph": Retired((False,), "a greedy verify graph always computes its verdict"),
     "sim.runtime_delta.colocated_step_extra_s": Retired(_ZERO, _LOOPS),
     "sim.runtime_delta.colocated_expand_extra_s": Retired(_ZERO, _LOOPS),
     "sim.runtime_delta.colocated_expand_extra_per_real_row_s": Retired(_ZERO, _LOOPS),

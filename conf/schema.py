@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field, fields
 
 from conf.frozen import _Frozen, _require, freeze  # noqa: F401 (freeze: re-exported, as are the kernels group's names)
-from conf.kernels_config import DRAFT_HEAD_MAX_TOPK, INPUT_STAGING, READBACK, KernelsConfig, PdlPolicy  # noqa: F401
+from conf.kernels_config import DRAFT_HEAD_MAX_TOPK, KernelsConfig, PdlPolicy  # noqa: F401
 from conf.presets import GPU_PRESETS, LINK_PRESETS, check_tp, model_preset, preset_of
 
 MODES = ("autoregressive", "chain", "serial_tree", "async_tree")

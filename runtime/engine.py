@@ -104,16 +104,13 @@ class Engine:
             self.target = TargetWorker(self._model(cfg.model.target, target=True), attn, rows=self.shape.rows,
                                        max_seq_len=seq, temperature=spec.temperature, backend=cfg.kernels.backend,
                                        cuda_graphs=graphs, graph_events=cfg.trace.graph_events,
-                                       staging=cfg.kernels.input_staging, verdict_graph=cfg.kernels.verdict_graph,
-                                       oracle=self.oracle_on, readback=cfg.kernels.readback,
-                                       prefill_graph=prefill_graph)
+                                       oracle=self.oracle_on, prefill_graph=prefill_graph)
         if self.mode != "autoregressive" and (ctx.role == "draft" or self.colocated):
             self.draft = DraftWorker(self._model(cfg.model.draft), attn, w=self.shape.w, topk=self.shape.topk,
                                      max_tree_nodes=spec.max_tree_nodes, max_seq_len=seq,
                                      temperature=spec.temperature, cuda_graphs=graphs,
-                                     staging=cfg.kernels.input_staging, graph_events=cfg.trace.graph_events,
-                                     fused_head=cfg.kernels.draft_head, refill_graph=cfg.kernels.refill_graph,
-                                     readback=cfg.kernels.readback, prefill_graph=prefill_graph)
+                                     graph_events=cfg.trace.graph_events, fused_head=cfg.kernels.draft_head,
+                                     refill_graph=cfg.kernels.refill_graph, prefill_graph=prefill_graph)
             if self.oracle_on and spec.oracle_belief == "table":
                 self.draft.belief = oracle_belief(cfg.acceptance, self.shape.topk)
         # Greedy autoregressive decoding on one GPU with graphs: step i + 1 is queued before token i is read.

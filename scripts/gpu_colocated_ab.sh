@@ -4,8 +4,8 @@
 # seed (the oracle's stream: paired acceptance), trace.graph_events on. Per run: tokens/s, iteration, accepted length
 # and the medians of the verify and expansion spans with their device time and host marks (after the 5th of each).
 #
-#   SWIFTSPEC_GIT_SHA=<sha> bash scripts/gpu_colocated_ab.sh OUTDIR "kernels.readback=sync" \
-#       "kernels.readback=spin kernels.input_staging=graph"
+#   SWIFTSPEC_GIT_SHA=<sha> bash scripts/gpu_colocated_ab.sh OUTDIR "kernels.draft_head=false" \
+#       "kernels.draft_head=true"
 # A variant is one or more space-separated overrides. AB_ROUNDS=2 rounds (round r uses workload.seed r - 1),
 # AB_MODES="chain serial_tree", AB_NEW_TOKENS=512, AB_REQUESTS=2; AB_BASE replaces the model / kernels / prompt
 # overrides (default: workload a's, prompts of 1,024 tokens; a CPU run: tests/bench/test_colocated_ab.py).

@@ -45,9 +45,8 @@ def make_cfg(mode: str, target: str = "tiny-llama", draft: str = "tiny-llama-dra
              acceptance: AcceptanceConfig | None = None, backend: str = "reference", device: str = "cpu",
              dtype: str = "float32", cuda_graphs: bool = False, checkpoint: str | None = None,
              timeout_s: float = 60, leader_channel: str = "dist", skinny: bool = False, pdl: bool = False,
-             input_staging: str = "pageable", rope_attention: bool = False,
-             refill_graph: bool = False, target_qkv_rope: bool = False, verdict_graph: bool = False,
-             readback: str = "sync", prefill_graph: bool = False, share_gpus: bool = False,
+             rope_attention: bool = False, refill_graph: bool = False, target_qkv_rope: bool = False,
+             prefill_graph: bool = False, share_gpus: bool = False,
              **spec) -> ExperimentConfig:
     """A validated config of tiny fp32 models on CPU (tests/gpu: other dtypes, CUDA graphs, a checkpoint,
     which the draft shares when it is the target's preset; `share_gpus`: both groups on fewer GPUs)."""
@@ -61,9 +60,8 @@ def make_cfg(mode: str, target: str = "tiny-llama", draft: str = "tiny-llama-dra
         spec=SpecConfig(mode=mode, max_tree_nodes=64, **spec),
         acceptance=acceptance or AcceptanceConfig(),
         kernels=KernelsConfig(backend=backend, cuda_graphs=cuda_graphs, skinny=skinny, pdl=pdl,
-                              input_staging=input_staging, rope_attention=rope_attention,
-                              refill_graph=refill_graph, target_qkv_rope=target_qkv_rope,
-                              verdict_graph=verdict_graph, readback=readback, prefill_graph=prefill_graph),
+                              rope_attention=rope_attention, refill_graph=refill_graph,
+                              target_qkv_rope=target_qkv_rope, prefill_graph=prefill_graph),
         workload=WorkloadConfig(max_new_tokens=max_new, max_seq_len_tokens=capacity, prompt_tokens=4),
     ))
 
