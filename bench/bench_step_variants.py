@@ -63,7 +63,8 @@ from runtime.tree import ancestor_mask  # noqa: E402
 fused_mlp, norm, qkv_rope, skinny_linear, tree_attention = (
     importlib.import_module(f"kernels.{m}")
     for m in ("fused_mlp", "norm", "qkv_rope", "skinny_linear", "tree_attention"))
-runtime_model = importlib.import_module("runtime.model")
+
+
 def _roles(gemm: str, small: str, pre_attention: str, norm: str | None = None) -> dict[str, str]:
     """A PDL policy; the norms take the small kernels' trigger unless given (they were "small" until 2026-12-01)."""
     return {"gemm": gemm, "small": small, "pre_attention": pre_attention, "norm": norm or small}
@@ -218,8 +219,6 @@ PATCHES: dict[str, tuple[str, object]] = {
     "norm_tiny0": ("norm_early_rows_tiny", 0),
     "norm_tiny1": ("norm_early_rows_tiny", 1),
     "norm_tiny16": ("norm_early_rows_tiny", 16),
-    # the norms of the o / down partials in the prologue of the next SwiGLU / QKV GEMM (runtime.model.NORM_PROLOGUE)
-    "norm_prologue": ("norm_prologue", True),
     # weight_bits=8: the layers' projections streamed as fp8 copies (runtime.model; needs a skinny variant); with it,
     # the fp8 tiles of the skinny GEMMs at twice the K step (the same bytes per stage as the bf16 tiles) or split 2
     "w8": ("weight_bits", 8),
@@ -254,7 +253,7 @@ KNOBS: dict[str, tuple[object, str]] = {
     "attention_rows": (tree_attention, "ROW_BLOCK"),
     "attention_wide_rows": (tree_attention, "WIDE_MAX_ROWS"), "attention_hold": (tree_attention, "PREFETCH_HOLD"),
     "attention_tree_prefetch": (TritonAttention, "tree_prefix_ready"),
-    "norm_prologue": (runtime_model, "NORM_PROLOGUE"), "qkv_rope_split": (qkv_rope, "PAIR_SPLIT"),
+    "qkv_rope_split": (qkv_rope, "PAIR_SPLIT"),
     "norm_early_rows": (norm, "EARLY_MAX_ROWS"), "norm_early_rows_narrow": (norm, "EARLY_MAX_ROWS_NARROW"),
     "norm_early_rows_tiny": (norm, "EARLY_MAX_ROWS_TINY"),
 }

@@ -168,37 +168,20 @@ GEMM_TILES = {
     "down_8b": ("skinny", "Llama-3-8B down, tuned", 4096, 14336, 4, 64, 128, 4),
     "swiglu": ("swiglu", "SwiGLU, default (BLOCK_K 128)", 14336, 4096, 1, 64, 128, 4),
     "swiglu_k64": ("swiglu", "SwiGLU, BLOCK_K 64", 14336, 4096, 1, 64, 64, 4),
-    # kernels.norm_gemm (runtime.model.NORM_PROLOGUE): split_k is the partials' S there (down's 4, o's 2); the plain
-    # kernel's tile, which the launch narrows through kernels.norm_gemm.prologue_tile (compiled as launched)
-    "qkv_8b_normed": ("skinny_normed", "Llama-3-8B QKV, normed prologue (S 4)", 6144, 4096, 4, 64, 256, 4),
-    "swiglu_normed": ("swiglu_normed", "SwiGLU, normed prologue (S 2)", 14336, 4096, 2, 64, 128, 4),
 }
 """The weight-streaming GEMM tiles of the decode step (`--gemms`): the tuned ones and the half-size K steps measured
 against them in the step (bench/bench_step_variants.py qkv_k128 / o_k128 / swiglu_k64: none faster; specialised as
-the JIT does, none of them spills more than 16 B); and the norm-prologue experiment's two kernels."""
+the JIT does, none of them spills more than 16 B)."""
 
 
 def compile_gemm_case(name: str, arch: int) -> dict:
     """Compile one GEMM_TILES entry (skinny GEMM or SwiGLU kernel) for a one-row launch and report its resources."""
     from kernels.fused_mlp import _swiglu_kernel
-    from kernels.norm_gemm import _skinny_normed_kernel, _swiglu_normed_kernel, prologue_tile
     from kernels.skinny_linear import _skinny_kernel, split_chunk
 
     kind, what, n, k, split, bn, bk, stages = GEMM_TILES[name]
     common = {"BLOCK_M": 16, "BLOCK_K": bk, "UPCAST": False, "DOT_PRECISION": "tf32", "USE_PDL": 2}
-    if kind.endswith("_normed"):  # S float32 partials [S, 1, K] + a bf16 residual in, the new residual out
-        bk, stages = prologue_tile(split, 16, bn, bk, stages, 2, weights=2 if kind == "swiglu_normed" else 1)
-        common["BLOCK_K"] = bk
-        io = {"P": "*fp32", "R": "*bf16", "G": "*bf16", "Out": "*bf16", "NewRes": "*bf16", "eps": "fp32"}
-        strides = {"M": 1, "K": k, "stride_ps": k, "stride_pm": k, "stride_rm": k, "stride_om": n, "stride_nrm": k}
-        consts = {**common, "SPLITS": split, "EVEN_K": k % bk == 0}
-        if kind == "skinny_normed":
-            kernel = _compile(_skinny_normed_kernel, {**io, "W": "*bf16"}, {**consts, "BLOCK_N": bn},
-                              {**strides, "N": n, "stride_wn": k}, arch, 4, stages)
-        else:
-            kernel = _compile(_swiglu_normed_kernel, {**io, "Wg": "*bf16", "Wu": "*bf16"}, {**consts, "BLOCK_I": bn},
-                              {**strides, "I": n, "stride_wgi": k, "stride_wui": k}, arch, 4, stages)
-    elif kind == "skinny":
+    if kind == "skinny":
         chunk = split_chunk(k, split) if split > 1 else k
         kernel = _compile(_skinny_kernel, {"X": "*bf16", "W": "*bf16", "S": "*bf16", "Out": "*fp32"},
                           {**common, "BLOCK_N": bn, "EVEN_K": k % (split * bk) == 0, "BALANCED": False,

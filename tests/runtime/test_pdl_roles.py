@@ -16,9 +16,8 @@ from tests.runtime import new_cache
 
 pytest.importorskip("kernels")
 
-ENTRY_POINTS = ("add_rmsnorm", "add_rmsnorm_partials", "skinny_linear", "skinny_linear_partials",
-                "skinny_linear_normed", "swiglu", "swiglu_normed", "rope_kv_write", "tree_attention",
-                "rope_tree_attention", "qkv_rope_kv_write")
+ENTRY_POINTS = ("add_rmsnorm", "add_rmsnorm_partials", "skinny_linear", "skinny_linear_partials", "swiglu",
+                "rope_kv_write", "tree_attention", "rope_tree_attention", "qkv_rope_kv_write")
 
 
 def _record(monkeypatch) -> list[tuple[str, str | None, bool]]:
@@ -37,13 +36,10 @@ def _record(monkeypatch) -> list[tuple[str, str | None, bool]]:
     return log
 
 
-@pytest.mark.parametrize("mode", ["default", "norm_prologue", "qkv_rope"])
+@pytest.mark.parametrize("mode", ["default", "qkv_rope"])
 def test_prefix_ready_attention_follows_its_pre_attention_qkv(monkeypatch, mode):
-    """default / norm_prologue: single-token steps (the fused RoPE attention) only; qkv_rope (experiment): every step,
+    """default: single-token steps (the fused RoPE attention) only; qkv_rope (kernels.target_qkv_rope): every step,
     the prefill's too, after the fused QKV + RoPE GEMM."""
-    import runtime.model
-
-    monkeypatch.setattr(runtime.model, "NORM_PROLOGUE", mode == "norm_prologue")
     log = _record(monkeypatch)
     shape = MODEL_PRESETS["tiny-llama"]
     model = build_model(shape, torch.float32, "cpu", seed=0).use_fused_kernels(
@@ -59,7 +55,7 @@ def test_prefix_ready_attention_follows_its_pre_attention_qkv(monkeypatch, mode)
     steps = 4 if mode == "qkv_rope" else 3
     assert len(ready) == steps * shape.num_layers
     want = {"qkv_rope": ("tree_attention", ("qkv_rope_kv_write",))}.get(
-        mode, ("rope_tree_attention", ("skinny_linear", "skinny_linear_normed")))
+        mode, ("rope_tree_attention", ("skinny_linear",)))
     for i in ready:
         assert log[i][0] == want[0]
         name, role, _ = log[i - 1]
