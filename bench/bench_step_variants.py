@@ -53,7 +53,7 @@ from conf.presets import model_preset  # noqa: E402
 from conf.rundir import atomic_write_json, git_sha  # noqa: E402
 from kernels.pdl import DEFAULT_POLICY, pdl  # noqa: E402
 from kernels.tree_attention import ROPE_MAX_TOKENS  # noqa: E402
-from runtime.attention import AttnMeta, TritonAttention, make_attention_backend  # noqa: E402
+from runtime.attention import AttnMeta, make_attention_backend  # noqa: E402
 from runtime.graphs import StepGraph  # noqa: E402
 from runtime.kv_cache import KVCache  # noqa: E402
 from runtime.loader import build_model  # noqa: E402
@@ -97,7 +97,7 @@ VARIANTS: dict[str, tuple[bool, dict[str, str] | None]] = {
 """name -> (kernels.skinny, the PDL trigger per kernel role or None for ordinary launches: kernels/pdl.py). The
 pre_attention role (2026-11-30, ninth session: the QKV GEMM right before the fused RoPE attention of single-token
 steps) takes the trigger of the small kernels in the older variants. runtime_pre_late / runtime_pre_early: the runtime
-with that launch late or early (with `attn_noprefetch`: the attention's prefix load after its wait, as before).
+with that launch late or early.
 In step_variants_2026-11-30_prefetch.json (c23bfd2) the role also covered rope_kv_write and the attention of
 multi-token steps prefetched as well; that measured slower there and is off since. ropeattn_pre_early: the fused RoPE
 attention at every row count with the QKV GEMM released early (its q RoPE angles and first prefix block loaded beside
@@ -159,33 +159,13 @@ PATCHES: dict[str, tuple[str, object]] = {
     # tree attention: prefix keys per split of the wide tile (KEYS_PER_SPLIT, 256)
     "attn_k128": ("attention", 128),
     "attn_k64": ("attention", 64),
-    # a register budget for the attention launch (kernels.tree_attention.MAX_REGISTERS; ptxas alone: ~240 at 8B)
-    "attn_r255": ("attention_regs", 255),
-    "attn_r128": ("attention_regs", 128),
     # warps per row program of the two norm kernels (kernels.norm.NUM_WARPS; 16 at 8B / 1B since 2026-11-30; 8 was
     # the 8B's before, and norm_w16 the name of the measured variant in step_variants_2026-11-30_normwarps*.json)
     "norm_w4": ("norm_warps", 4),
     "norm_w8": ("norm_warps", 8),
-    # the attention's first prefix block loaded after its PDL wait, not before (kernels.tree_attention.PREFETCH_PREFIX)
-    "attn_noprefetch": ("attention_prefetch", False),
-    # 16 warps per wide-tile attention program (kernels.tree_attention.WIDE_WARPS; 8 by default)
-    "attn_w16": ("attention_warps", 16),
-    # at most 16 / 32 / 64 query rows per attention program (kernels.tree_attention.ROW_BLOCK; the default halves
-    # the rows past 16): more programs, no more merges
-    "attn_m16": ("attention_rows", 16),
-    "attn_m32": ("attention_rows", 32),
-    "attn_m64": ("attention_rows", 64),  # the row blocks before 234ced2 (at most 64 rows per program)
     # launches of up to 256 query rows on the wide tile (tree_attention.WIDE_MAX_ROWS: 256 since 800833c, 64 before)
     "attn_wide256": ("attention_wide_rows", 256),
     "attn_wide64": ("attention_wide_rows", 64),
-    # the prefix K/V blocks through TMA tensor descriptors at every head dim, or never (tree_attention.TMA_PREFIX; by
-    # default since 2026-12-01 on one-token launches at head dims <= 64 only: the 1B's refill, not the 8B's steps)
-    "attn_tma": ("attention_tma", True),
-    "attn_pointers": ("attention_tma", False),
-    # the prefetched K/V kept in flight across the PDL wait (kernels.tree_attention.PREFETCH_HOLD)
-    "attn_hold": ("attention_hold", True),
-    # prefix_ready on multi-token steps too, after rope_kv_write (runtime.attention.TritonAttention.tree_prefix_ready)
-    "attn_tree_prefetch": ("attention_tree_prefetch", True),
     # the fused QKV + RoPE GEMM at two programs per head (96 at 8B, the skinny QKV's count; kernels.qkv_rope.PAIR_SPLIT)
     "qkvrope_split2": ("qkv_rope_split", 2),  # the default since fa74a6f (kernels.target_qkv_rope)
     "qkvrope_split1": ("qkv_rope_split", 1),  # one program per head: the default before fa74a6f
@@ -247,13 +227,8 @@ def parse_variant(spec: str) -> tuple[str, list[str]]:
 
 KNOBS: dict[str, tuple[object, str]] = {
     "swiglu": (fused_mlp, "BLOCK_I"), "swiglu_k": (fused_mlp, "BLOCK_K"),
-    "attention": (tree_attention, "KEYS_PER_SPLIT"), "attention_regs": (tree_attention, "MAX_REGISTERS"),
-    "norm_warps": (norm, "NUM_WARPS"), "attention_prefetch": (tree_attention, "PREFETCH_PREFIX"),
-    "attention_warps": (tree_attention, "WIDE_WARPS"), "attention_tma": (tree_attention, "TMA_PREFIX"),
-    "attention_rows": (tree_attention, "ROW_BLOCK"),
-    "attention_wide_rows": (tree_attention, "WIDE_MAX_ROWS"), "attention_hold": (tree_attention, "PREFETCH_HOLD"),
-    "attention_tree_prefetch": (TritonAttention, "tree_prefix_ready"),
-    "qkv_rope_split": (qkv_rope, "PAIR_SPLIT"),
+    "attention": (tree_attention, "KEYS_PER_SPLIT"), "norm_warps": (norm, "NUM_WARPS"),
+    "attention_wide_rows": (tree_attention, "WIDE_MAX_ROWS"), "qkv_rope_split": (qkv_rope, "PAIR_SPLIT"),
     "norm_early_rows": (norm, "EARLY_MAX_ROWS"), "norm_early_rows_narrow": (norm, "EARLY_MAX_ROWS_NARROW"),
     "norm_early_rows_tiny": (norm, "EARLY_MAX_ROWS_TINY"),
 }

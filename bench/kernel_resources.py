@@ -123,7 +123,7 @@ def _compile(fn, types: dict[str, str], consts: dict, values: dict[str, int], ar
 
 
 def compile_case(shape: str, rows: int, rope: bool, tile: dict, arch: int, prefetch: bool = True,
-                 kernel_out: list | None = None, tma: bool = False, hold: bool = False, sass: bool = False) -> dict:
+                 kernel_out: list | None = None, tma: bool = False, sass: bool = False) -> dict:
     """Compile the tree-attention kernel for one launch (the CUDA-graph runtime's: a 2,048-slot cache, the prefix in
     a device tensor, a tree of `rows` nodes, `prefetch` as the runtime's prefix_ready launch) and report its
     resources (`sass`: also its static SASS, `sass_stats`); `kernel_out`: a list the compiled kernel is appended to
@@ -138,7 +138,7 @@ def compile_case(shape: str, rows: int, rope: bool, tile: dict, arch: int, prefe
     constexprs = {"GROUP": group, "BLOCK_M": bm, "BLOCK_N": bn, "HEAD_DIM": d, "SPLIT": True,
                   "PREFIX_IN_TENSOR": True, "UPCAST": False, "DOT_PRECISION": "tf32", "USE_PDL": 2, "ROPE": rope,
                   "BLOCK_T": triton.next_power_of_2(rows) if rope else 1,
-                  "PREFETCH": prefetch, "TMA": tma, "HOLD": hold}
+                  "PREFETCH": prefetch, "TMA": tma}
     cap, m_blocks = 2048, triton.cdiv(rows * group, bm)
     splits = num_splits_for(H200_SMS, m_blocks * hkv, triton.cdiv(cap - rows, bn))
     q_row = (hq + 2 * hkv) * d if rope else hq * d  # rope: q is a view of the QKV projection's rows
@@ -148,7 +148,7 @@ def compile_case(shape: str, rows: int, rope: bool, tile: dict, arch: int, prefe
               "stride_vh": d, "stride_ot": hq * d, "stride_oh": d, "stride_mt": rows,
               "stride_pos": 1 if rope else 0, "stride_slot": 1 if rope else 0}
     types = {**POINTER_TYPES, **{n: "fp32" for n in FLOAT_ARGS}}
-    if tma:  # kernels.tree_attention.TMA_PREFIX: the prefix K/V through [BLOCK_N, D] tensor descriptors
+    if tma:  # kernels.tree_attention.use_tma_prefix: the prefix K/V through [BLOCK_N, D] tensor descriptors
         types.update({n: f"tensordesc<bf16[{bn}, {d}]>" for n in ("KDesc", "VDesc")})
     kernel = _compile(_tree_attention_kernel, types, constexprs, values, arch, warps, stages)
     if kernel_out is not None:
@@ -206,11 +206,9 @@ ATTENTION_VARIANTS = {
     "no_prefetch": {"prefetch": False},
     "tma": {"tma": True},
     "w16": {"tile": {"num_warps": 16}},
-    "hold": {"prefetch": True, "hold": True},
 }
-"""`--attention-variants`: the runtime's launch (prefix_ready on the fused single-token path only) and the experiment
-switches of kernels.tree_attention next to it: PREFETCH_PREFIX off, TMA_PREFIX, WIDE_WARPS 16, PREFETCH_HOLD (with the
-prefetch on, at every row count)."""
+"""`--attention-variants`: the runtime's launch (prefix_ready on the fused single-token path only) and other launches
+of the same kernel next to it: without the prefetch, through TMA descriptors, at 16 warps."""
 SASS_OPCODES = ("IMAD", "LEA", "LDG", "STS", "LDS", "UTMALDG", "HMMA", "HGMMA", "MUFU", "ACQBULK")
 
 
@@ -240,7 +238,7 @@ def run_attention_variants(arch: int, quick: bool) -> list[dict]:
         for name, v in ATTENTION_VARIANTS.items():
             rec = {"variant": name, **compile_case(shape, rows, rope, v.get("tile", {}), arch,
                                                    prefetch=v.get("prefetch", rope), tma=v.get("tma", False),
-                                                   hold=v.get("hold", False), sass=True)}
+                                                   sass=True)}
             out.append(rec)
             print(f"{shape} rows {rows} {name}: {rec['registers']} registers, {rec['spill_store_bytes']} B spill "
                   f"stores, {rec['sass_lines']} SASS lines", flush=True)

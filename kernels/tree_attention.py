@@ -36,7 +36,7 @@ resets the counter to 0. No spinning, no co-residency assumption, one launch, st
 in CUDA graphs. The counters live in a cached buffer per (device, stream) that is zero between launches;
 two launches on *different streams of one device at the same time* each get their own buffer.
 
-Prefetch before the PDL wait (``prefix_ready=True``, PREFETCH_PREFIX). Under programmatic dependent launch the kernel
+Prefetch before the PDL wait (``prefix_ready=True``). Under programmatic dependent launch the kernel
 may start while the launch before it still runs; by default it waits (``griddepcontrol.wait``) before reading
 anything. A caller that knows the launch right before this one writes neither the prefix keys / values nor
 ``prefix_len`` nor the positions (the runtime's single-token step: that launch is the QKV GEMM, which writes q and the
@@ -110,63 +110,23 @@ registers and stack with and without the fused path). Nsight Compute (2026-11-30
 bench/results/ncu_2026-11-30_60a42eb_r8_attention/): 32.5 us against 5.4 + 18.0 us, 45% more instructions (the
 accurate sin / cos per (token, head) row: 4x redundant across the GQA group) from a program twice as long, whose
 top stall is instruction fetch; with the QKV GEMM released early it still loses at 8 / 16 rows."""
-PREFETCH_PREFIX = True
-"""Whether a launch whose caller says `prefix_ready` loads its first prefix K/V block (and q's RoPE angles) before its
-PDL wait, i.e. beside the kernel launched right before it (with a `pre_attention` early release: kernels/pdl.py). An
-experiment switch for side-by-side runs (bench/bench_step_variants.py `attn_noprefetch`)."""
-MAX_REGISTERS: int | None = None
-"""A register budget per thread for the CUDA launch (Triton's `maxnreg`), or None: ptxas' own choice (~240 for the 8B
-wide tile, no spills: Nsight Compute and bench/kernel_resources.py agree). 128 measured slower, 255 the same
-(2026-11-30, bench/results/step_variants_2026-11-30_spills.json): an experiment switch, off."""
-PREFETCH_HOLD = False
-"""Experiment switch (CUDA only; not measured on a GPU yet; bench/bench_step_variants.py patch `attn_hold`): with
-prefix_ready, pass the prefetched K/V tiles through an opaque move after the PDL wait, so their shared-memory staging
-is placed after the wait and the loads stay in flight across it (without it Triton stages them before the wait, and
-q's load, after the wait, runs in series with them: the prefetch's loss behind short launches). Offline (Triton 3.6,
-sm_90a): the same registers and SASS length, no shared-memory store before the wait (32 before it without)."""
-TMA_PREFIX: bool | None = None
-"""Load the prefix K/V blocks as whole [BLOCK_N, D] boxes through tensor descriptors (TMA on Hopper) instead of
-per-element pointers, whose address arithmetic is ~20% of the wide tile's instructions (Nsight Compute source
-counters, 2026-11-30). Keys past prefix_len in the last block are read and masked (scores -inf, V rows zeroed): the
-same result as the masked pointer loads. Caches a descriptor cannot cover (not row-contiguous, boxes over 256) keep the
-pointers. True / False: always / never; None (the default): on CUDA, for launches of at most TMA_AUTO_MAX_TOKENS tokens
-at head dims of at most TMA_AUTO_MAX_HEAD_DIM: the 1B draft's one-row refill, not the 8B target's steps (the CPU
-interpreter keeps the pointers unless the switch says True). CUDA-graph step replays, H200, 2026-12-01, ctx 1024, two
-rounds each with the same medians (bench/bench_step_variants.py patches `attn_tma` / `attn_pointers`,
-bench/results/step_variants_2026-12-01_{0bfafc6,3b27d6c}_*.json): Llama-3.2-1B (D 64) rows 1 0.979 -> 0.962 ms (o
-projection at split 1, first call) and 0.968 -> 0.962 (split 2, second call; another host), rows 4 / 8 / 16 / 32
-1.037 / 1.048 / 1.091 / 1.227 -> 1.036 / 1.050 / 1.092 / 1.230 (second call); Llama-3-8B (D 128, the target's path)
-rows 1 / 8 / 16 4.256 / 4.378 / 4.520 -> 4.301 / 4.452 / 4.586 (first call)."""
-TMA_AUTO_MAX_HEAD_DIM = 64
-"""TMA_PREFIX None: the largest head dim whose launches take the descriptors."""
-TMA_AUTO_MAX_TOKENS = 1
-"""TMA_PREFIX None: the most tokens (query rows before GQA) a launch taking the descriptors has."""
+TMA_MAX_HEAD_DIM = 64
+"""Launches on CUDA of at most TMA_MAX_TOKENS tokens at head dims of at most this load their prefix K/V as whole
+[BLOCK_N, D] boxes through tensor descriptors (TMA on Hopper) instead of per-element pointers, whose address arithmetic
+is ~20% of the wide tile's instructions: the 1B draft's one-row refill gains (0.968-0.979 -> 0.962 ms per step on the
+H200), the 8B target's steps lose (docs/LOG.md). Keys past prefix_len in the last block are read and masked (scores
+-inf, V rows zeroed): the same result as the masked pointer loads. Caches a descriptor cannot cover (not
+row-contiguous, boxes over 256) keep the pointers."""
+TMA_MAX_TOKENS = 1
+"""The most tokens (query rows before GQA) a launch taking the descriptors has (TMA_MAX_HEAD_DIM)."""
 
 
 def use_tma_prefix(head_dim: int, tokens: int, device: torch.device) -> bool:
-    """Whether a launch of `tokens` tokens at `head_dim` on `device` loads its prefix through descriptors (TMA_PREFIX;
-    None: CUDA, at most TMA_AUTO_MAX_TOKENS tokens and a head dim of at most TMA_AUTO_MAX_HEAD_DIM)."""
-    if TMA_PREFIX is None:
-        return device.type == "cuda" and head_dim <= TMA_AUTO_MAX_HEAD_DIM and tokens <= TMA_AUTO_MAX_TOKENS
-    if not isinstance(TMA_PREFIX, bool):
-        raise ValueError(f"kernels.tree_attention.TMA_PREFIX: expected True, False or None, got {TMA_PREFIX!r}")
-    return TMA_PREFIX
+    """Whether a launch of `tokens` tokens at `head_dim` on `device` loads its prefix through descriptors: CUDA, at most
+    TMA_MAX_TOKENS tokens and a head dim of at most TMA_MAX_HEAD_DIM (the interpreter keeps the pointers)."""
+    return device.type == "cuda" and head_dim <= TMA_MAX_HEAD_DIM and tokens <= TMA_MAX_TOKENS
 
 
-WIDE_WARPS: int | None = None
-"""Warps of the wide tile's programs (None: 8). An experiment switch (bench/bench_step_variants.py `attn_w16`): Nsight
-Compute reads the 8-warp program as instruction-latency-bound (2 warps per scheduler, ~10 cycles per instruction);
-16 warps give each scheduler 4 at <= 128 registers a thread (offline sm_90a compile: 8B rows 1 / 8 spill 20 / 4 bytes,
-the 1B's 64-row tile 896). Not measured on a GPU yet."""
-ROW_BLOCK: int | None = None
-"""Query rows (tokens x GQA group) per program of the wide tile when no block_m is given. None: half the rows, rounded
-up to a power of two, once they exceed 16 (two row blocks per kv head and split: twice the programs over the same key
-splits, no extra merge, each a shorter instruction stream; Nsight Compute reads the 64-row program as
-instruction-latency-bound). An int (16, 32, 64, 128): that many at most (bench/bench_step_variants.py patches
-`attn_m16`, `attn_m32`). H200, CUDA-graph step replays at ctx 1024 (bench/results/
-step_variants_2026-11-30_rowblock_61d559d.json), ms for 64 / 16 / 32 rows per program: Llama-3-8B rows 8 (32 rows)
-4.603 / 4.543 / -, rows 16 (64 rows) 4.859 / 4.782 / 4.675; Llama-3.2-1B rows 8 1.079 / 1.059 / -, rows 16
-1.125 / 1.080 / 1.088."""
 WIDE_MAX_ROWS = 256
 """The most query rows (tokens x GQA group) a launch may have and still take the wide tile (CUDA, head dims <= 128, no
 tile override): 64, 128 or 256. Past 64 its row block starts at 64 (then the halving: 32 rows per program, 3-8 row
@@ -196,20 +156,12 @@ def attention_tile(n_rows: int, head_dim: int, elt_size: int, cuda: bool, *, blo
     if block_m is None and wide_ok and 64 < n_rows <= WIDE_MAX_ROWS:
         bm = 64
     wide = wide_ok and bm <= 64
-    if block_m is None and ROW_BLOCK is not None:
-        if type(ROW_BLOCK) is not int or ROW_BLOCK not in (16, 32, 64, 128):
-            raise ValueError(f"kernels.tree_attention.ROW_BLOCK: expected 16, 32, 64, 128 or None, got {ROW_BLOCK!r}")
-        bm = min(bm, ROW_BLOCK)
-    elif block_m is None and wide and bm > 16:
+    if block_m is None and wide and bm > 16:  # two row blocks per kv head and split: more, shorter programs
         bm //= 2
     bn = block_n or (KEYS_PER_SPLIT if wide else 64 if head_dim <= 128 else 32)
     stages = num_stages or (1 if wide else 3)
     if not (block_n or num_stages):  # shrink the pipeline until q + K/V stages fit in shared memory
         bn, stages = _fit_shared_memory(bm, bn, head_dim, elt_size, stages)
-    if num_warps is None and wide and WIDE_WARPS is not None:
-        if isinstance(WIDE_WARPS, bool) or not isinstance(WIDE_WARPS, int) or WIDE_WARPS not in (4, 8, 16):
-            raise ValueError(f"kernels.tree_attention.WIDE_WARPS: expected 4, 8, 16 or None, got {WIDE_WARPS!r}")
-        num_warps = WIDE_WARPS
     return bm, bn, stages, num_warps or (4 if bm < 64 and bn < 256 else 8), wide
 
 
@@ -292,7 +244,7 @@ def tree_attention(
             neither the prefix keys / values [0, prefix_len) nor prefix_len (e.g. a QKV projection or
             rope_kv_write, which write q and tree slots; the runtime passes it on the fused single-token path
             only, where it measured faster). With PDL the kernel then loads its first prefix block before
-            waiting for that launch (PREFETCH_PREFIX).
+            waiting for that launch.
 
     Returns:
         out [T, Hq, D] in q's dtype.
@@ -452,17 +404,15 @@ def _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, rope, *, num
         UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or q.dtype == torch.float32) else "tf32",
         ROPE=rope is not None,
         BLOCK_T=triton.next_power_of_2(t) if rope is not None else 1,
-        PREFETCH=bool(prefix_ready and PREFETCH_PREFIX), TMA=descs is not None,
-        HOLD=bool(prefix_ready and PREFETCH_PREFIX and PREFETCH_HOLD and q.is_cuda),  # inline PTX: not interpreted
+        PREFETCH=prefix_ready, TMA=descs is not None,
         num_warps=warps, num_stages=stages, **pdl_options(q.device),
-        **_register_budget(q.device),
     )
     return out
 
 
 def _prefix_descriptors(k_cache: torch.Tensor, v_cache: torch.Tensor, block_n: int):
-    """TMA_PREFIX: (K, V) tensor descriptors over the caches as [cap, Hkv * D] with [block_n, D] boxes, or None where
-    a cache cannot be one (not row-contiguous, rows not 16-byte multiples: TMA's alignment; a box dimension over
+    """`use_tma_prefix`: (K, V) tensor descriptors over the caches as [cap, Hkv * D] with [block_n, D] boxes, or None
+    where a cache cannot be one (not row-contiguous, rows not 16-byte multiples: TMA's alignment; a box dimension over
     256 elements: TMA's limit)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -475,16 +425,6 @@ def _prefix_descriptors(k_cache: torch.Tensor, v_cache: torch.Tensor, block_n: i
             return None
         out.append(TensorDescriptor.from_tensor(c.view(cap, hkv * d), [block_n, d]))
     return tuple(out)
-
-
-def _register_budget(device: torch.device) -> dict:
-    """The launch keyword for MAX_REGISTERS on CUDA (checked: an int in 24..255), else nothing."""
-    if MAX_REGISTERS is None or device.type != "cuda":
-        return {}
-    if isinstance(MAX_REGISTERS, bool) or not isinstance(MAX_REGISTERS, int) or not 24 <= MAX_REGISTERS <= 255:
-        raise ValueError(f"kernels.tree_attention.MAX_REGISTERS: expected an int in 24..255 or None, "
-                         f"got {MAX_REGISTERS!r}")
-    return {"maxnreg": MAX_REGISTERS}
 
 
 def default_scale(head_dim: int) -> float:

@@ -68,18 +68,13 @@ def test_patches_parse_apply_and_restore():
         return dict(skinny.CONFIGS), {kind: getattr(module, attr) for kind, (module, attr) in KNOBS.items()}
 
     before = state()
-    assert before[1]["attention_prefetch"] is True
-    with patched(["qkv_n32", "o_s1", "swiglu_i32", "swiglu_k64", "attn_k128", "attn_r255", "norm_w8",
-                  "attn_noprefetch", "attn_w16", "attn_tma", "qkvrope_split2",
-                  "attn_hold", "attn_tree_prefetch", "attn_m16", "attn_wide64", "m32_heuristic",
+    with patched(["qkv_n32", "o_s1", "swiglu_i32", "swiglu_k64", "attn_k128", "norm_w8", "qkvrope_split2",
+                  "attn_wide64", "m32_heuristic",
                   "down_bal33s4", "norm_rows16", "norm_narrow4", "norm_tiny1"]):
         assert skinny.pick_config(1, 6144, 4096)["block_n"] == 32
         assert skinny.pick_config(8, 4096, 4096)["split_k"] == 1
-        assert state()[1] == {"swiglu": 32, "swiglu_k": 64, "attention": 128, "attention_regs": 255, "norm_warps": 8,
-                              "attention_prefetch": False, "attention_warps": 16, "attention_tma": True,
-                              "qkv_rope_split": 2, "attention_hold": True,
-                              "attention_tree_prefetch": True, "attention_rows": 16, "attention_wide_rows": 64,
-                              "norm_early_rows": 16,
+        assert state()[1] == {"swiglu": 32, "swiglu_k": 64, "attention": 128, "norm_warps": 8,
+                              "qkv_rope_split": 2, "attention_wide_rows": 64, "norm_early_rows": 16,
                               "norm_early_rows_narrow": 4, "norm_early_rows_tiny": 1}
         assert skinny.pick_config(8, 4096, 14336)["programs"] == 33
         assert (2048, 8192, 32) not in skinny.CONFIGS and skinny.pick_config(32, 2048, 8192)["split_k"] == 2

@@ -92,7 +92,7 @@ def test_jit_specialization_marks_what_a_launch_specialises():
 
 def test_attention_variants_side_by_side_with_static_sass(tmp_path):
     """--attention-variants --quick: the 8B single-token launch as the runtime runs it (prefix_ready), without the
-    prefetch, through TMA descriptors, at 16 warps and with the hold: resources and static SASS per variant."""
+    prefetch, through TMA descriptors, at 16 warps: resources and static SASS per variant."""
     out, saved = run_tool(tmp_path, "--attention-variants", "--quick")
     by = {r["variant"]: r for r in saved["rows"]}
     assert set(by) == set(kernel_resources.ATTENTION_VARIANTS)
@@ -102,7 +102,6 @@ def test_attention_variants_side_by_side_with_static_sass(tmp_path):
     assert by["tma"]["sass_opcodes"]["IMAD"] < by["runtime"]["sass_opcodes"]["IMAD"]
     assert all(r["sass_lines"] > 1000 and r["sass_opcodes"]["HMMA"] > 0 for r in by.values())
     assert "| llama3-8b | 1 | tma | 8 |" in out
-    # the prefetch's loads precede the PDL wait; without the hold their shared-memory staging does too, with it not
+    # the prefetch's loads precede the PDL wait, and so does their shared-memory staging
     assert by["runtime"]["before_pdl_wait"]["LDG"] > 0 and by["runtime"]["before_pdl_wait"]["STS"] > 0
-    assert by["hold"]["before_pdl_wait"]["LDG"] > 0 and by["hold"]["before_pdl_wait"]["STS"] == 0
     assert by["no_prefetch"]["before_pdl_wait"]["LDG"] == 0

@@ -64,22 +64,3 @@ def test_prefix_ready_attention_follows_its_pre_attention_qkv(monkeypatch, mode)
     assert [i + 1 for i in pre] == ready  # the role is taken only right before a prefix_ready attention
     if mode != "qkv_rope":
         assert ready[0] >= prefill  # the prefill's multi-token attention is not prefix_ready
-
-
-def test_tree_prefix_ready_switch_marks_the_multi_token_attention(monkeypatch):
-    """runtime.attention.TritonAttention.tree_prefix_ready (experiment): the attention after rope_kv_write on a
-    multi-token step is launched prefix_ready too (rope_kv_write writes q and tree slots only); off, it is not."""
-    from runtime.attention import TritonAttention
-
-    log = _record(monkeypatch)
-    shape = MODEL_PRESETS["tiny-llama"]
-    model = build_model(shape, torch.float32, "cpu", seed=0).use_fused_kernels(True, skinny=True)
-    ids = torch.randint(0, shape.vocab_size, (4,), generator=torch.Generator().manual_seed(1))
-    for switch in (False, True):
-        monkeypatch.setattr(TritonAttention, "tree_prefix_ready", switch)
-        attn = make_attention_backend("triton")
-        start = len(log)
-        model(ids, AttnMeta.causal(0, 4), new_cache(model, 8), attn)
-        calls = [(i, pr) for i, (name, _, pr) in enumerate(log[start:], start) if name == "tree_attention"]
-        assert len(calls) == shape.num_layers and all(pr == switch for _, pr in calls)
-        assert all(log[i - 1][0] == "rope_kv_write" for i, _ in calls)
