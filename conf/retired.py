@@ -31,7 +31,8 @@ _ZERO = (0, 0.0)
 _LOOPS = "replaced by the calibrated profile's runtime.loops"
 
 RETIRED: dict[str, Retired] = {
-    "spec.presend": Retired((False,), "conditional proposals sent ahead of the verdict measured slower"),
+    "spec.presend": Retired((False,), "conditional proposals sent ahead of the verdict cost the target more time "
+                            "than they saved"),
     "spec.reroot_prefetch": Retired((0,), "re-roots prepared while the draft waits gained nothing measurable"),
     "parallel.recv_wake": Retired(("socket",), "a receive spinning on shared send counters decoded no faster"),
     "spec.oracle_draws": Retired(("uniform",), "the oracle draws every rank from batched uniforms, 20x faster"),

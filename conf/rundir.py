@@ -37,7 +37,7 @@ tree, a miss); empty where it does not apply (autoregressive, simulated runs). T
 (`acceptance.kind=replay`) follows them; the runtime's replay oracle does not read them. `refills`: the draft forwards
 the next proposal of the request waited for after this verify's re-root (the refill to bs nodes: every miss, and a hit
 whose subtree was smaller, e.g. a never-expanded leaf); 0: the subtree was ready; empty for autoregressive runs and a
-request's last verify. Run dirs before 2026-11-30's fourteenth session have no such column."""
+request's last verify. Older run dirs lack it (runtime/rebuild_iterations.py adds it from their traces)."""
 
 
 def atomic_write_text(path: Path, text: str) -> None:

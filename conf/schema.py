@@ -77,14 +77,13 @@ class ParallelConfig(_Frozen):
     """Bound on every wait across ranks; a dead peer ends the run with an error after this long."""
     leader_channel: str = "auto"
     """How the two group leaders exchange messages: auto (unix when both leaders run on one host, else dist),
-    dist (torch.distributed: NCCL on GPUs, gloo on CPU), unix (a Unix-domain socket; both leaders on one host).
-    H200, 2026-11-30: leader round trip 16.5 us unix vs 348 us dist; async_tree 244 vs 218 tok/s (workload a)."""
+    dist (torch.distributed: NCCL on GPUs, gloo on CPU), unix (a Unix-domain socket; both leaders on one host:
+    a round trip of microseconds instead of hundreds, on the critical path of every verify)."""
     recv_spin_ms: float | None = None
     """unix leader channel: how long a leader's receive spins (non-blocking reads) before it sleeps in poll until
     the message or the deadline; 0 sleeps at once. None (auto): 50 ms on a GPU rank, whose leader has a host core
     to itself and whose long waits (serial trees, refills after a miss, the peer's prefill) would otherwise pay
-    the poll wake-up; 1 ms on CPU ranks, which share cores. H200 2 x, 2026-11-30: 1 vs 50 ms, a message after a
-    long wait took 0.06-0.16 vs 0.02-0.05 ms from send to taken (hop 0.03-0.13 vs 0.003-0.007 ms)."""
+    the poll wake-up (several times the hop); 1 ms on CPU ranks, which share cores."""
     cpu_affinity: str = "off"
     """off: ranks run where the OS puts them. cores: each rank on the host gets its own block of physical cores (the
     allowed CPUs grouped by hyperthread siblings, split evenly in rank order), so no two ranks' busy threads share a
@@ -92,17 +91,13 @@ class ParallelConfig(_Frozen):
     host_threads: int = 0
     """torch intra-op CPU threads per rank. 0 (auto): OMP_NUM_THREADS when set; else 1 on a GPU rank, whose host
     work is single-threaded bookkeeping on tiny tensors; else, on CPU ranks, the host's cores shared between its
-    ranks. > 0: that many threads. H200 2 x, 2026-11-30: 1 vs 16 threads per rank measured the same in an A-B-A
-    call (async bs 8 w 8 339-356 vs 346-353 tok/s); a first call's +9% for 1 thread was the call's order."""
+    ranks (1 and 16 threads per GPU rank measured the same). > 0: that many threads."""
     gc: str = "freeze"
     """Python's cyclic garbage collector on every rank (runtime/gc_policy.py). freeze: collect, then freeze every
     object once the engine is built and after each request, so a collection walks only what was made since;
-    default: the collector untouched, whose full collections walk the whole process (~70 ms each, landing inside a
-    step: 2 x H200, 2026-11-30, a 66-92 ms verify in 2 of 30-34 validation runs of a call). A/B in one call
-    (bench/results/override_ab_gc_2026-11-30_5ba2b30.json): under default the two pauses recurred (87 and 71 ms,
-    those runs 6-12% slower), under freeze no generation-2 collection fell in a timed region; tokens/s over all 30
-    runs +0.1% / -1.9% (rounds 1 / 2, within the call's host drift). Collections of generation 2, and any of 1 ms
-    or more, are recorded as `host.gc` spans either way."""
+    default: the collector untouched, whose full collections walk the whole process (tens of milliseconds each,
+    landing inside a step). Collections of generation 2, and any of 1 ms or more, are recorded as `host.gc` spans
+    either way."""
 
     share_gpus: bool = False
     """Let the two groups share GPUs when the host has fewer than target_gpus + draft_gpus: rank r runs on GPU
@@ -402,9 +397,8 @@ class SimConfig(_Frozen):
     """What-if on the runtime's host costs: seconds added to the profile's `runtime` block (`sim.runtime_delta.*`)."""
     eager_prefill_launch_s: float = 9.0e-5
     """Host time per kernel launch of an eager prefill (the Triton backend with kernels.prefill_graph=false): such a
-    prefill costs max(its operators, launches x this). H200 host: 0.07-0.15 ms per launch, median 0.09, over
-    SmolLM2-135M, its draft, Llama-3.2-1B and Llama-3-8B at 37-1024 tokens (bench/prefill_probe.py,
-    bench/results/prefill_probe_2026-12-01_a8dc0fe.json). A captured prefill (kernels=graphs) costs its operators."""
+    prefill costs max(its operators, launches x this). The default is the H200 host's median over four models and
+    37-1024 tokens (bench/prefill_probe.py). A captured prefill (kernels=graphs) costs its operators."""
 
     def validate(self) -> None:
         """Check bounds."""

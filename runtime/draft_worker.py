@@ -41,9 +41,8 @@ class DraftWorker:
 
         `cuda_graphs`: capture the expansion step (w rows over the whole tree region, log-softmax and top-k
         included) as one CUDA graph, and a second one for an expansion that carries one pending verified
-        token in front (w + 1 rows over 1 + the tree region; `with_pending`). Eager, that catch-up step
-        cost 12-18 ms on an H200 against ~1.7 ms replayed: 28-30% of the wall time of chain runs
-        (bench/results/runtime_runs_2026-11-29_graphs). More than one pending token (never produced by
+        token in front (w + 1 rows over 1 + the tree region; `with_pending`): eager, that catch-up step is
+        host-bound, several times the replay. More than one pending token (never produced by
         DraftTree.reroot, which leaves at most the path's last node without KV) runs eagerly. Both graphs
         start with the owed re-root compaction (at most `max_tree_nodes` slots: `runtime.graphs` keep_rows), and
         end by copying their top-k children to pinned host memory, which the host spins on (`StepGraph.host_outputs`).
@@ -83,7 +82,7 @@ class DraftWorker:
                 self.refill_graph = StepGraph(model, self.cache, attn, 1, max_tree_nodes, head=self._top_children,
                                               keep_rows=max_tree_nodes)
                 # its tree region is max_tree_nodes slots, not + 1 as the w + 1-row graph's: the pending token and the
-                # lone root take 2 of them (257 slots cost the 1B's two-row step 43 us more than 256, 2026-12-01)
+                # lone root take 2 of them (a 257-slot region costs the 1B's two-row step more than 256 slots)
                 self.pending_refill_graph = StepGraph(model, self.cache, attn, 2, max_tree_nodes,
                                                       head=self._pending_children, keep_rows=max_tree_nodes)
         # kernels.prefill_graph: prompt prefills replayed per length bucket (runtime/graphs.py PrefillGraphs)

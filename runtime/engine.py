@@ -185,12 +185,11 @@ class Engine:
                 return
 
     def _autoregressive_chained(self, rid: int, prompt: list[int], emitter: Emitter) -> None:
-        """Greedy autoregressive decoding that keeps the GPU busy: step k + 1 (fed on the device with step k's
-        argmax, `TargetWorker.chain_step`) is queued before the host reads token k, so the host's work per token
-        (read-back, stop rule, spans) overlaps the next step instead of idling the GPU (~0.4 ms per 8B step on
-        an H200 host, docs/LOG.md 2026-11-30). Emits what `_colocated_loop` emits; a step past an EOS is
-        computed and dropped (none is queued past `max_new_tokens`). Spans: step k's verify (= iteration) span
-        runs from token k - 1's arrival on the host to token k's, the per-token time the host sees."""
+        """Greedy autoregressive decoding that keeps the GPU busy: step k + 1 (fed on the device with step k's argmax,
+        `TargetWorker.chain_step`) is queued before the host reads token k, so the host's work per token (read-back,
+        stop rule, spans) overlaps the next step instead of idling the GPU. Emits what `_colocated_loop` emits; a step
+        past an EOS is computed and dropped (none is queued past `max_new_tokens`). Spans: step k's verify (= iteration)
+        span runs from token k - 1's arrival on the host to token k's, the per-token time the host sees."""
         self._prefill(prompt)
         host, ready = self._token_host, self._token_ready
 

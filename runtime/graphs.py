@@ -1,7 +1,7 @@
 """CUDA-graph capture of decode steps: one graph per (model, rows, tree_len), persistent input buffers.
 
-The eager runtime is host-bound on an H200: a Llama-3-8B verify forward issues ~1,270 kernel launches and
-costs ~30 ms of host time against ~6 ms of kernel time (bench/profile_step.py, docs/LOG.md 2026-11-29).
+The eager runtime is host-bound on a GPU: a Llama-3-8B verify forward issues ~1,270 kernel launches, whose host time
+is several times the kernels' (bench/profile_step.py).
 A `StepGraph` records one forward (plus an optional `head`, e.g. the draft's log-softmax + top-k) once and
 replays it for every step:
 
@@ -15,16 +15,13 @@ capacity), token ids, RoPE positions, tree slots (write slot = prefix + tree slo
 the [rows, tree_len] tree mask, written into one pinned host buffer from the host lists of `runtime.tree.StepInputs`
 (`load_inputs`: no torch op on the host), which the graph's first node copies to the device. A graph with a head or
 a verdict ends by copying those small outputs into pinned host memory, then the load's ticket; the host spins on
-the ticket (`host_outputs`): after the launch, no CUDA call and no torch op until the outputs are read. Against a
-blocking input copy and a read-back plus stream sync per step this cut a colocated iteration by 0.45-0.6 ms on the
-H200 host (docs/LOG.md).
+the ticket (`host_outputs`): after the launch, no CUDA call and no torch op until the outputs are read (a blocking
+input copy and a read-back plus stream sync cost each step host time on the critical path).
 
 A step may also carry a KV compaction owed by the last re-root or keep (`keep_rows` > 0): its first kernel is
 `kernels.kv_compact` over source slots padded with -1 to `keep_rows`, read from the same buffer. The compaction
-then costs no host time of its own: as a separate launch it cost ~0.2-0.3 ms of host time per re-root (a
-`torch.tensor` on the device and a Triton launch, on the H200 host; bench/results/runtime_runs_2026-11-30_8c7030b,
-`step.compact` and moved `step.keep` spans), on the draft's critical path between the proposal's send and its
-next expansion.
+then costs no host time of its own, where a separate launch (a `torch.tensor` on the device and a Triton launch)
+would sit on the draft's critical path between the proposal's send and its next expansion.
 
 Chained autoregressive steps (`chain=True`, rows = 1, greedy): the captured step ends by writing its argmax
 into the token-id buffer and advancing the prefix length and the position by one, so `replay_chained()` runs
@@ -490,19 +487,17 @@ class PrefillGraphs:
     attention (`Transformer.forward(logits=False)`).
 
     After the first capture one eager prefill runs (`eager_warmup`), and every replay is waited for (`drain`): the
-    decode steps after replayed prefills ran 5-6% slower without either (H200, 2026-12-01).
+    decode steps after replayed prefills ran ~5% slower without either (docs/LOG.md).
 
     `eager=True` (tests, any device): the same padded forward per bucket, run eagerly instead of captured.
     """
 
     WARMUP = 2
     drain = True
-    """Wait for the replay before `run` returns. Measured on the H200 (2026-12-01, `bench/prefill_probe.py
-    --decode-check`): when the host queued the chained autoregressive steps straight behind the prefill's input copy
-    and replay, every step until the stream next drained ran 5% slower (SmolLM2-135M: 0.848 against 0.804 ms, for
-    all 256 timed steps), with the same kernels on the same data; one synchronize after the replay (or any idle gap of
-    >= 2 ms) removes it, and so does an eager prefill. CUPTI tracing hides the effect, so its cause below the runtime
-    is not known. Draining costs about one step launch per request. The probe sets it False to reproduce."""
+    """Wait for the replay before `run` returns: chained autoregressive steps queued straight behind the prefill's
+    replay each ran ~5% slower until the stream next drained (`bench/prefill_probe.py --decode-check`; its cause
+    below the runtime is not known). Draining costs about one step launch per request. The probe sets it False to
+    reproduce."""
     warm_up = True
     """Run `eager_warmup` right after the first capture (the probe sets it False to reproduce what it avoids)."""
 
@@ -553,12 +548,10 @@ class PrefillGraphs:
 
     def eager_warmup(self, tokens: int = PREFILL_MIN_BUCKET) -> None:
         """One eager prefill (`runtime.tree_cache.prefill`) of `tokens` zeros on the current stream (its K/V at slots
-        [0, tokens), overwritten by the next prompt's prefill), run once, after the first capture (`warm_up`).
-        Measured on the H200 (2026-12-01, `bench/prefill_probe.py --decode-check --replay-first`): in a worker whose
-        prefills had only ever been replayed, every later chained autoregressive step ran 5-6% slower (SmolLM2-135M:
-        0.859 against 0.813 ms in the engine's loop, as in the kernels.prefill_graph runs); after one eager prefill
-        they ran at full speed again, replayed prefills or not. Which lazily made state the eager forward sets up is
-        not known."""
+        [0, tokens), overwritten by the next prompt's prefill), run once, after the first capture (`warm_up`): in a
+        worker whose prefills had only ever been replayed, every later chained autoregressive step ran ~5% slower;
+        after one eager prefill they run at full speed (`bench/prefill_probe.py --decode-check --replay-first`; which
+        lazily made state the eager forward sets up is not known)."""
         with torch.no_grad():
             prefill(self.model, self.cache, self.attn, [0] * (tokens + 1), self.device)
         if self.device.type == "cuda":

@@ -81,8 +81,7 @@ def oracle_belief(cfg: AcceptanceConfig, topk: int) -> list[list[float]]:
 def load_replay(path: str | Path) -> list[tuple[int, bool]]:
     """(accepted, hit) per iteration of a recorded run (its iterations.csv, or JSON), read as the simulator reads
     it (`simulator.acceptance.read_replay`: errors name the file and row); an unrecorded hit counts as a miss.
-    JSON entries need an integer `accepted` and a boolean or null `hit` (no "2" / "true" strings, as before
-    2026-11-30)."""
+    JSON entries need an integer `accepted` and a boolean or null `hit` (no "2" / "true" strings)."""
     from simulator.acceptance import read_replay
 
     verifies, _ = read_replay(str(path))

@@ -1,12 +1,11 @@
 """The leader channel over a Unix-domain socket: both group leaders on one host (`parallel.leader_channel=unix`).
 
-`LeaderChannel` (runtime/comm.py) sends each message as an int64 tensor through torch.distributed: on GPUs a
-pinned host -> device copy, an NCCL send, and on the receiver an NCCL receive, a poll and a device -> host
-copy. In the H200 runs of 2026-11-29 a send span took 0.36-0.5 ms and a receive that did not wait ~0.26 ms,
-on the critical path of every verify (docs/LOG.md 2026-11-30). A message is a few hundred bytes of token ids
-that live on the host at both ends, so this channel keeps them there: one SOCK_SEQPACKET socket between the
-two leaders (message boundaries kept, reliable, in order), in the Linux abstract namespace (no file to clean
-up). Inside a group the leader still broadcasts on the group's TP group, exactly as `LeaderChannel` does.
+`LeaderChannel` (runtime/comm.py) sends each message as an int64 tensor through torch.distributed: on GPUs a pinned host
+-> device copy, an NCCL send, and on the receiver an NCCL receive, a poll and a device -> host copy: a few hundred
+microseconds per message on the critical path of every verify. A message is a few hundred bytes of token ids that live
+on the host at both ends, so this channel keeps them there: one SOCK_SEQPACKET socket between the two leaders (message
+boundaries kept, reliable, in order), in the Linux abstract namespace (no file to clean up). Inside a group the leader
+still broadcasts on the group's TP group, exactly as `LeaderChannel` does.
 
 Contract: the one of `LeaderChannel` (same methods, same spans, same error texts), plus
 - both leaders must be on one host: the set-up compares host names and raises naming the field otherwise;
