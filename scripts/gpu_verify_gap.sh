@@ -14,9 +14,9 @@ source scripts/device_env.sh
 rm -rf /tmp/gap_*
 timeout 90 python3 -m pytest -q -m gpu tests/gpu -k "graph_events or staging" -p no:cacheprovider 2>&1 | tail -2
 for mode in async_tree serial_tree; do
-  for staging in ${STAGINGS:-pageable pinned}; do
+  for staging in graph; do  # (kernels.input_staging is gone: every graph stages its own inputs)
     timeout 150 python3 generate.py workload=default model=llama3-8b_llama3.2-1b kernels=graphs spec=$mode \
-      kernels.input_staging=$staging spec.oracle=true acceptance=smollm2 spec.oracle_belief=table spec.w=16 \
+      spec.oracle=true acceptance=smollm2 spec.oracle_belief=table spec.w=16 \
       spec.d=3 workload.prompt_tokens=1024 workload.max_new_tokens=256 workload.num_requests=1 \
       workload.max_seq_len_tokens=2048 parallel=1x1 trace.chrome=false trace.graph_events=true \
       hydra.run.dir="/tmp/gap_${mode}_$staging" 2>&1 | grep -E "^--- |Error" | cut -c1-160
