@@ -144,9 +144,9 @@ def table(profile: dict, top: int = 14, floors_us: Iterable[tuple[str, float]] =
 
 KERNEL_CLASSES: tuple[tuple[str, tuple[str, ...]], ...] = (
     # the runtime's weight GEMMs, fused prologues and epilogues included (QKV + RoPE + KV write; gate/up + SwiGLU;
-    # the norm-fused and residual-fused skinny GEMMs; the split-K reduction; TP's GEMM + all-reduce), and cuBLAS's
-    ("gemm", ("_skinny_kernel", "_skinny_normed_kernel", "_skinny_residual_kernel", "_reduce_partials_kernel",
-              "_swiglu_kernel", "_swiglu_normed_kernel", "_qkv_rope_kv_write_kernel", "_gemm_allreduce",
+    # the residual-fused skinny GEMMs; the split-K reduction; TP's GEMM + all-reduce), and cuBLAS's
+    ("gemm", ("_skinny_kernel", "_skinny_residual_kernel", "_reduce_partials_kernel",
+              "_swiglu_kernel", "_qkv_rope_kv_write_kernel", "_gemm_allreduce",
               "gemm", "cutlass", "nvjet", "sm90_xmma")),
     ("attention", ("_tree_attention_kernel", "flash", "attention")),
 )

@@ -6,7 +6,8 @@
 - `messages`: the draft <-> target message dataclasses and their wire format;
 - `cli`: the entry points' one-line errors (exit code 2) and unique run directories;
 - `paths`: how a path in a config resolves;
-- `rundir`: run directories (resolved config, git SHA, seed, metrics, traces), written atomically.
+- `rundir`: run directories (resolved config, git SHA, seed, metrics, traces), written atomically;
+- `retired`: the removed fields, refused as overrides and dropped from recorded configs.
 """
 
 from __future__ import annotations
@@ -41,13 +42,16 @@ def compose_config(config_name: str, overrides: list[str]) -> ExperimentConfig:
     """conf/<config_name>.yaml (simulate, generate, ...) + Hydra overrides -> a validated, frozen ExperimentConfig,
     for scripts and benchmarks that build many configs in one process. Outside a Hydra app it initialises Hydra
     on conf/ for the call; inside one (an initialised Hydra: a `@hydra.main` app of this repository, or a test's
-    `initialize`) it composes with that one, which an `initialize_config_dir` would refuse."""
+    `initialize`) it composes with that one, which an `initialize_config_dir` would refuse. An override of a removed
+    field fails naming it (conf/retired.py)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    from conf.retired import check_overrides
     from conf.rundir import REPO_ROOT
     from conf.schema import register_configs
 
+    check_overrides(overrides)
     register_configs()
     if GlobalHydra.instance().is_initialized():
         return build_config(compose(config_name=config_name, overrides=overrides))

@@ -114,8 +114,8 @@ class BenchRuntimeConfig(_Frozen):
     oracle_seeds: str = "per_repeat"
     """Oracle workloads: per_repeat: measured repeat k of a mode decodes with workload.seed = seed + k (the prompts
     stay those of `seed`), so the repeats draw k different acceptance streams and their median is not one
-    stream's luck; fixed: every repeat draws the stream of `seed` (all runs before 2026-12-01: one prompt of 512
-    tokens is ~200 verifies, whose mean accepted length varies by ~4% between streams, in each mode alike)."""
+    stream's luck (one prompt of 512 tokens is ~200 verifies, whose mean accepted length varies by ~4% between
+    streams); fixed: every repeat draws the stream of `seed`."""
 
     def validate(self) -> None:
         """Check the workload name, the modes and the measurement settings."""

@@ -38,9 +38,9 @@ class CalibrateConfig(_Frozen):
     cross_group: str = "nvlink4"
     """Link the draft <-> target message timings ran over."""
     allreduce_mode: str = "graph"
-    """Fit the all-reduce timings inside CUDA graphs (graph: what `kernels=graphs` runs, the default since
-    2026-11-30; the eager fit, ~45 us per call, made the simulator fall back to a ~4 us analytic prior for
-    graph runs and under-predict TP-2 steps) or the eager ones (eager)."""
+    """Fit the all-reduce timings inside CUDA graphs (graph: what `kernels=graphs` runs; the eager fit, ~45 us per
+    call, made the simulator fall back to a ~4 us analytic prior for graph runs and under-predict TP-2 steps) or the
+    eager ones (eager)."""
     step_kinds: list[str] = field(default_factory=lambda: ["verify", "expand"])
     """Whole-step record kinds step_overhead is fitted on (verify, expand, forward)."""
     min_samples: int = 3

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from conf.frozen import ConfigError
+from conf.retired import check_overrides
 
 DEBUG_ENV = "SWIFTSPEC_DEBUG"
 USER_ERROR_EXIT = 2
@@ -313,6 +314,7 @@ def run_entry(main: Callable[[], Any], argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     debug = debug_on()
     try:
+        check_overrides(argv)  # a removed field gets its own message (conf/retired.py), not "no such field"
         _run(main, argv)
     except KeyboardInterrupt:
         if debug:

@@ -7,14 +7,6 @@ from dataclasses import dataclass, field, fields
 
 from conf.frozen import _Frozen, _require
 
-INPUT_STAGING = ("pageable", "pinned", "graph")
-"""`kernels.input_staging` values: how a CUDA-graph step's inputs reach the device (runtime/graphs.py)."""
-
-
-READBACK = ("sync", "spin")
-"""`kernels.readback` values: how the host reads a CUDA-graph step's small outputs (runtime/graphs.py)."""
-
-
 DRAFT_HEAD_MAX_TOPK = 64
 """kernels.topk_logprobs.MAX_K: the top-k the fused draft head unrolls at most (tests/conf check they agree)."""
 
@@ -54,7 +46,10 @@ class KernelsConfig(_Frozen):
     backend: str = "reference"
     """reference (plain torch, exact on CPU) | triton."""
     cuda_graphs: bool = False
-    """Capture verify and expand steps in CUDA graphs (GPU only)."""
+    """Capture verify and expand steps in CUDA graphs (GPU only; needs backend triton). Each graph copies its inputs
+    from pinned host memory itself and its small outputs (the draft's top-k children, a greedy verify's verdict,
+    computed inside the graph) back; the host spins on the copy instead of a read-back and a stream sync
+    (runtime/graphs.py)."""
     fused_allreduce: bool = False
     """Use the one-shot GEMM + all-reduce for row-parallel linears (GPU, TP > 1)."""
     skinny: bool = False
@@ -95,29 +90,6 @@ class KernelsConfig(_Frozen):
     SmolLM2-135M prompt (bench/prefill_probe.py). Prompts longer than the largest bucket that fits the cache stay
     eager, and so do TP > 1 groups (a captured prefill with its all-reduces has not run on GPUs yet). Needs
     kernels.cuda_graphs."""
-    verdict_graph: bool = False
-    """Experiment switch (CUDA graphs, backend triton, greedy): a tree verify's graph also computes what its verdict
-    reads (`runtime.graphs.StepGraph` verdict): the greedy verdict (`kernels.greedy_verify` over the rows' argmax), or
-    in oracle runs the rows' argmax, so that after the replay one small read-back is left instead of the argmax over
-    the logits, the verify kernel and their launches (~73 us from the graph's end to the verdict on the H200 host,
-    2026-12-01, bench/results/verify_split_2026-12-01_1651a26.json). Measured on 1 x H200 (2026-12-01, colocated
-    chain / serial at workload a, interleaved, bench/results/verdict_graph_ab_2026-12-01_2b13c0b.json): no gain, the
-    verify spans 4.58-4.63 ms off against 4.61-4.65 on. Off; `kernels.readback=spin` (on in kernels=graphs) builds the
-    verdict into the graph regardless, so this switch matters only with readback=sync."""
-    input_staging: str = "pageable"
-    """How a CUDA-graph step's inputs are copied (runtime/graphs.py): pageable (each copy waits for the stream) |
-    pinned (preallocated pinned buffers, copies that do not block the host) | graph (a pinned buffer the graph copies
-    as its first node: the host only writes it and launches; a chained autoregressive graph stages pinned)."""
-    readback: str = "sync"
-    """How the host reads a CUDA-graph step's small outputs (the draft expansion's top-k children, the verify's
-    verdict): sync (a device -> host copy and a stream sync after the replay, ~73 us from the graph's end to the
-    verdict on the H200 host, 2026-12-01) | spin (the graph copies them into pinned host memory itself, then the step's
-    ticket; the host spins on the ticket and reads numpy views: no CUDA call after the launch). spin builds the verify
-    graph with its verdict inside, as kernels.verdict_graph does. Needs kernels.cuda_graphs (and, for the verify,
-    kernels.backend=triton). kernels=graphs runs spin with input_staging=graph: workload a on 1 x H200 (draft
-    colocated, 4 paired rounds, 2026-12-01): iteration 9.75 -> 9.30 ms (chain), 7.76 -> 7.15 ms (serial_tree); spin
-    with pageable staging 9.36 / 7.29 ms (bench/results/host_io_ab_2026-12-01_ab44f24.json)."""
-
     def prefill_graph_for(self, group_gpus: int) -> bool:
         """Whether a group of `group_gpus` GPUs replays its prefills (kernels.prefill_graph): one-GPU groups only, since
         a TP group's captured prefill (its all-reduces in the graph) has not run on GPUs yet (tests/gpu multi_gpu). The
@@ -128,8 +100,6 @@ class KernelsConfig(_Frozen):
         """Check the backend name and what needs the Triton backend."""
         _require(self.backend in ("reference", "triton"), "kernels.backend",
                  f"{self.backend!r} is not one of reference, triton")
-        _require(self.input_staging in INPUT_STAGING, "kernels.input_staging",
-                 f"{self.input_staging!r} is not one of {', '.join(INPUT_STAGING)}")
         for name in ("skinny", "pdl", "rope_attention", "draft_head"):
             _require(not getattr(self, name) or self.backend == "triton", f"kernels.{name}",
                      f"needs kernels.backend=triton, got {self.backend!r}")
@@ -142,12 +112,4 @@ class KernelsConfig(_Frozen):
                  "a captured one-row draft step: needs kernels.cuda_graphs=true (kernels=graphs)")
         _require(not self.prefill_graph or self.cuda_graphs, "kernels.prefill_graph",
                  "replays captured prefills: needs kernels.cuda_graphs=true (kernels=graphs)")
-        _require(self.readback in READBACK, "kernels.readback",
-                 f"{self.readback!r} is not one of {', '.join(READBACK)}")
-        _require(self.readback == "sync" or self.cuda_graphs, "kernels.readback",
-                 "spin reads what a CUDA graph copied to the host: needs kernels.cuda_graphs=true (kernels=graphs)")
-        _require(self.input_staging == "pageable" or self.cuda_graphs, "kernels.input_staging",
-                 f"{self.input_staging} stages a CUDA graph's inputs: needs kernels.cuda_graphs=true (kernels=graphs)")
-        _require(not self.verdict_graph or (self.cuda_graphs and self.backend == "triton"), "kernels.verdict_graph",
-                 "the verdict inside the verify graph: needs kernels.cuda_graphs=true and kernels.backend=triton "
-                 "(kernels=graphs)")
+

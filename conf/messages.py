@@ -17,7 +17,6 @@ from dataclasses import dataclass
 KIND_PROPOSAL = 1
 KIND_VERIFIED = 2
 KIND_STOP = 3
-KIND_CONDITIONAL = 4
 HEADER_LEN = 4
 
 
@@ -66,9 +65,6 @@ class VerifiedPath:
     # [num_accepted + 1] proposal node index of the root and of each accepted token
     node_indices: tuple[int, ...]
     stop: bool = False
-    # spec.presend: the target took the draft's conditional proposal for this outcome as the next one (the draft
-    # then sends no proposal for the next iteration)
-    presend_taken: bool = False
 
     def __post_init__(self) -> None:
         if len(self.token_ids) != len(self.node_indices) + 1 or len(self.node_indices) < 1:
@@ -91,43 +87,6 @@ class VerifiedPath:
 
 
 @dataclass(frozen=True)
-class ConditionalProposal:
-    """Draft -> target, while the target verifies (spec.presend): the next proposal if the verify's path ends at
-    proposal node `after_node` (the path to it is the proposal's, so the node names it) and its bonus token is
-    the draft's child of rank `bonus_rank` under that node, whose token is the proposal's root. The target takes
-    it instead of waiting for the draft when its verdict matches, and says so in its VerifiedPath."""
-
-    proposal: DraftProposal  # the proposal for the next iteration (request_id, iteration of that one)
-    after_node: int  # index, in the proposal being verified, of the last accepted node
-    bonus_rank: int  # rank of the new root among that node's children in the draft tree
-
-    def __post_init__(self) -> None:
-        if self.after_node < 0 or self.bonus_rank < 0:
-            raise ValueError(f"ConditionalProposal: after_node ({self.after_node}) and bonus_rank "
-                             f"({self.bonus_rank}) must be >= 0")
-
-    @property
-    def request_id(self) -> int:
-        """The request of the proposal."""
-        return self.proposal.request_id
-
-    @property
-    def iteration(self) -> int:
-        """The iteration the proposal is for (the one after the verify it is conditional on)."""
-        return self.proposal.iteration
-
-    @property
-    def num_nodes(self) -> int:
-        """Nodes in the proposal."""
-        return self.proposal.num_nodes
-
-    @property
-    def token_ids(self) -> tuple[int, ...]:
-        """The proposal's token ids, root (the bonus token it is conditional on) first."""
-        return self.proposal.token_ids
-
-
-@dataclass(frozen=True)
 class Stop:
     """Either side -> the other: end of the request (or of the run, request_id = -1)."""
 
@@ -135,7 +94,7 @@ class Stop:
     iteration: int
 
 
-Message = DraftProposal | VerifiedPath | ConditionalProposal | Stop
+Message = DraftProposal | VerifiedPath | Stop
 
 
 def wire_capacity(max_nodes: int) -> int:
@@ -149,12 +108,7 @@ def encode(msg: Message) -> list[int]:
         return [KIND_PROPOSAL, msg.request_id, msg.iteration, msg.num_nodes, *msg.token_ids, *msg.parent_indices]
     if isinstance(msg, VerifiedPath):
         n = len(msg.node_indices)
-        flags = int(msg.stop) | int(msg.presend_taken) << 1
-        return [KIND_VERIFIED, msg.request_id, msg.iteration, n, flags, *msg.token_ids, *msg.node_indices]
-    if isinstance(msg, ConditionalProposal):  # two slots more than a proposal: the capacity's spare two
-        p = msg.proposal
-        return [KIND_CONDITIONAL, p.request_id, p.iteration, p.num_nodes, msg.after_node, msg.bonus_rank,
-                *p.token_ids, *p.parent_indices]
+        return [KIND_VERIFIED, msg.request_id, msg.iteration, n, int(msg.stop), *msg.token_ids, *msg.node_indices]
     if isinstance(msg, Stop):
         return [KIND_STOP, msg.request_id, msg.iteration, 0]
     raise TypeError(f"cannot encode {type(msg).__name__}")
@@ -170,10 +124,7 @@ def decode(wire: Sequence[int]) -> Message:
         return DraftProposal(rid, it, tuple(wire[h : h + n]), tuple(wire[h + n : h + 2 * n]))
     if kind == KIND_VERIFIED:
         return VerifiedPath(rid, it, tuple(wire[h + 1 : h + n + 2]), tuple(wire[h + n + 2 : h + 2 * n + 2]),
-                            bool(wire[h] & 1), bool(wire[h] & 2))
-    if kind == KIND_CONDITIONAL:
-        return ConditionalProposal(DraftProposal(rid, it, tuple(wire[h + 2 : h + 2 + n]),
-                                                 tuple(wire[h + 2 + n : h + 2 + 2 * n])), wire[h], wire[h + 1])
+                            bool(wire[h]))
     if kind == KIND_STOP:
         return Stop(rid, it)
     raise ValueError(f"unknown message kind {kind} in wire header")

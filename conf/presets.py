@@ -196,7 +196,7 @@ LINK_PRESETS: dict[str, LinkSpec] = {
         LinkSpec("roce-200g", 8.0e-6, 2.2e10),
         # The runtime's leader channel over a Unix socket (both leaders on one host), host work included: one way
         # = round trip / 2 of UnixLeaderChannel on the H200 host, 8.3 us at 176 B and 27.3 us at 1,072 B
-        # (bench/results/channel_gpu_2026-11-30.json): a line through both. Not a GPU link: the simulator's
+        # (bench/bench_channel.py): a line through both. Not a GPU link: the simulator's
         # cross-group message when parallel.leader_channel resolves to unix.
         LinkSpec("unix-socket", 4.5e-6, 4.7e7),
     ]

@@ -54,7 +54,7 @@ tree, a miss); empty where it does not apply (autoregressive, simulated runs). T
 (`acceptance.kind=replay`) follows them; the runtime's replay oracle does not read them. `refills`: the draft forwards
 the next proposal of the request waited for after this verify's re-root (the refill to bs nodes: every miss, and a hit
 whose subtree was smaller, e.g. a never-expanded leaf); 0: the subtree was ready; empty for autoregressive runs and a
-request's last verify. Run dirs before 2026-11-30's fourteenth session have no such column."""
+request's last verify. Older run dirs lack it (runtime/rebuild_iterations.py adds it from their traces)."""
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -145,22 +145,15 @@ def write_run(run_dir: Path, config: Any, meta: dict[str, Any], metrics: dict[st
 
 
 def config_from_dict(data: dict[str, Any]) -> Any:
-    """An ExperimentConfig (not yet validated, mutable) from a run dir's config.json `config` object."""
-    from dataclasses import fields
-
+    """An ExperimentConfig (not yet validated, mutable) from a run dir's config.json `config` object. Fields since
+    removed are dropped where they hold a value the code still runs, else refused naming the field
+    (conf/retired.py)."""
     from omegaconf import OmegaConf
 
-    from conf.schema import ExperimentConfig, RuntimeDelta
+    from conf.retired import strip_retired
+    from conf.schema import ExperimentConfig
 
-    # runs recorded at 5c7897b-82f9825 carry three zero sim.runtime_delta fields (colocated_*) that the profile's
-    # runtime.loops replaced; a zero delta changes nothing, so those are dropped (a nonzero unknown one still fails)
-    delta = (data.get("sim") or {}).get("runtime_delta")
-    if isinstance(delta, dict):
-        known = {f.name for f in fields(RuntimeDelta)}
-        stale = [k for k, v in delta.items() if k not in known and v == 0]
-        if stale:
-            data = {**data, "sim": {**data["sim"], "runtime_delta": {k: v for k, v in delta.items() if k not in stale}}}
-    merged = OmegaConf.merge(OmegaConf.structured(ExperimentConfig), data)
+    merged = OmegaConf.merge(OmegaConf.structured(ExperimentConfig), strip_retired(data))
     return OmegaConf.to_object(merged)
 
 

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field, fields
 
 from conf.frozen import _Frozen, _require, freeze  # noqa: F401 (freeze: re-exported, as are the kernels group's names)
-from conf.kernels_config import DRAFT_HEAD_MAX_TOPK, INPUT_STAGING, READBACK, KernelsConfig, PdlPolicy  # noqa: F401
+from conf.kernels_config import DRAFT_HEAD_MAX_TOPK, KernelsConfig, PdlPolicy  # noqa: F401
 from conf.presets import GPU_PRESETS, LINK_PRESETS, check_tp, model_preset, preset_of
 
 MODES = ("autoregressive", "chain", "serial_tree", "async_tree")
@@ -59,8 +59,6 @@ class ModelPairConfig(_Frozen):
     """Tokenizer source (HF folder, tokenizer.json or GGUF); None = the target checkpoint's, or bytes."""
 
 
-RECV_WAKES = ("socket", "shm")
-"""`parallel.recv_wake` values: what a spinning unix-channel receive polls (runtime/unix_channel.py)."""
 GC_MODES = ("freeze", "default")
 """`parallel.gc` values: the cyclic garbage collector's policy on a rank (runtime/gc_policy.py)."""
 
@@ -79,17 +77,13 @@ class ParallelConfig(_Frozen):
     """Bound on every wait across ranks; a dead peer ends the run with an error after this long."""
     leader_channel: str = "auto"
     """How the two group leaders exchange messages: auto (unix when both leaders run on one host, else dist),
-    dist (torch.distributed: NCCL on GPUs, gloo on CPU), unix (a Unix-domain socket; both leaders on one host).
-    H200, 2026-11-30: leader round trip 16.5 us unix vs 348 us dist; async_tree 244 vs 218 tok/s (workload a)."""
+    dist (torch.distributed: NCCL on GPUs, gloo on CPU), unix (a Unix-domain socket; both leaders on one host:
+    a round trip of microseconds instead of hundreds, on the critical path of every verify)."""
     recv_spin_ms: float | None = None
     """unix leader channel: how long a leader's receive spins (non-blocking reads) before it sleeps in poll until
     the message or the deadline; 0 sleeps at once. None (auto): 50 ms on a GPU rank, whose leader has a host core
     to itself and whose long waits (serial trees, refills after a miss, the peer's prefill) would otherwise pay
-    the poll wake-up; 1 ms on CPU ranks, which share cores. H200 2 x, 2026-11-30: 1 vs 50 ms, a message after a
-    long wait took 0.06-0.16 vs 0.02-0.05 ms from send to taken (hop 0.03-0.13 vs 0.003-0.007 ms)."""
-    recv_wake: str = "socket"
-    """unix leader channel, experiment switch: what a spinning receive polls. socket: a non-blocking read per try
-    (a system call each); shm: the peer's send counter in a shared page (plain loads), then one read."""
+    the poll wake-up (several times the hop); 1 ms on CPU ranks, which share cores."""
     cpu_affinity: str = "off"
     """off: ranks run where the OS puts them. cores: each rank on the host gets its own block of physical cores (the
     allowed CPUs grouped by hyperthread siblings, split evenly in rank order), so no two ranks' busy threads share a
@@ -97,17 +91,13 @@ class ParallelConfig(_Frozen):
     host_threads: int = 0
     """torch intra-op CPU threads per rank. 0 (auto): OMP_NUM_THREADS when set; else 1 on a GPU rank, whose host
     work is single-threaded bookkeeping on tiny tensors; else, on CPU ranks, the host's cores shared between its
-    ranks. > 0: that many threads. H200 2 x, 2026-11-30: 1 vs 16 threads per rank measured the same in an A-B-A
-    call (async bs 8 w 8 339-356 vs 346-353 tok/s); a first call's +9% for 1 thread was the call's order."""
+    ranks (1 and 16 threads per GPU rank measured the same). > 0: that many threads."""
     gc: str = "freeze"
     """Python's cyclic garbage collector on every rank (runtime/gc_policy.py). freeze: collect, then freeze every
     object once the engine is built and after each request, so a collection walks only what was made since;
-    default: the collector untouched, whose full collections walk the whole process (~70 ms each, landing inside a
-    step: 2 x H200, 2026-11-30, a 66-92 ms verify in 2 of 30-34 validation runs of a call). A/B in one call
-    (bench/results/override_ab_gc_2026-11-30_5ba2b30.json): under default the two pauses recurred (87 and 71 ms,
-    those runs 6-12% slower), under freeze no generation-2 collection fell in a timed region; tokens/s over all 30
-    runs +0.1% / -1.9% (rounds 1 / 2, within the call's host drift). Collections of generation 2, and any of 1 ms
-    or more, are recorded as `host.gc` spans either way."""
+    default: the collector untouched, whose full collections walk the whole process (tens of milliseconds each,
+    landing inside a step). Collections of generation 2, and any of 1 ms or more, are recorded as `host.gc` spans
+    either way."""
 
     share_gpus: bool = False
     """Let the two groups share GPUs when the host has fewer than target_gpus + draft_gpus: rank r runs on GPU
@@ -135,8 +125,6 @@ class ParallelConfig(_Frozen):
                                                 and not isinstance(self.recv_spin_ms, bool) and self.recv_spin_ms >= 0),
                  "parallel.recv_spin_ms", f"expected a number of milliseconds >= 0 or null (auto), "
                  f"got {self.recv_spin_ms!r}")
-        _require(self.recv_wake in RECV_WAKES, "parallel.recv_wake",
-                 f"{self.recv_wake!r} is not one of {', '.join(RECV_WAKES)}")
         _require(self.cpu_affinity in ("off", "cores"), "parallel.cpu_affinity",
                  f"{self.cpu_affinity!r} is not one of off, cores")
         _require(isinstance(self.host_threads, int) and not isinstance(self.host_threads, bool)
@@ -271,28 +259,11 @@ class SpecConfig(_Frozen):
     """0 = greedy; > 0 = lossless tree rejection sampling."""
     oracle: bool = False
     """Draw verify outcomes from the acceptance model (shape-realistic runs); outputs are labelled oracle."""
-    reroot_prefetch: int = 0
-    """Experiment switch (runtime, unix leader channel): while the draft leader waits for the verified path with
-    nothing left to expand, it prepares the re-roots of up to this many likely hits (the best unproposed children
-    of the proposed nodes: the subtree copy and its next selection), checking the socket between them, so a hit
-    takes a prepared tree. 0: off. The simulator does not model it (its draft round is fitted on runs)."""
-    presend: bool = False
-    """Experiment switch (runtime, needs reroot_prefetch > 0; async_tree: the other modes build their next proposal
-    after the verdict and ignore it): the draft leader also sends each prepared hit's next proposal to the target
-    while it verifies (a ConditionalProposal); the target takes the one its verdict matches and starts the next
-    verify at once, instead of a round trip to the draft. The simulator does not model it."""
     oracle_belief: str = "model"
     """With the oracle: what the draft grows its tree by. model: the draft model's own top-k log-probs (a
     random-weight draft's are flat, so its tree grows breadth-first and rarely goes deeper than 1-2);
     table: the acceptance model's belief (log of the positional table, non-increasing in rank: a draft whose
     confidence is calibrated to its acceptance, as the simulator's tree grows), token ids still the model's."""
-
-    oracle_draws: str = "uniform"
-    """With the oracle: how each rank is drawn from the request's seeded stream (runtime/oracle.py). uniform: the
-    inverse CDF of the depth's row at a float64 uniform, the uniforms drawn 256 at a time (~4 us of host time per
-    walk); multinomial: a torch.multinomial per rank (~100 us per walk on a 2-core CPU), as every run before
-    2026-12-01 drew. Both leaders walk the oracle on their critical path, so the choice shows in the timings,
-    not in the acceptance model."""
 
     @property
     def d_fixed(self) -> int | None:
@@ -325,20 +296,8 @@ class SpecConfig(_Frozen):
         _require(self.max_tree_nodes >= max(self.bs, self.w + 1), "spec.max_tree_nodes",
                  f"{self.max_tree_nodes} < max(bs, w + 1) = {max(self.bs, self.w + 1)}")
         _require(self.temperature >= 0.0, "spec.temperature", f"must be >= 0, got {self.temperature}")
-        _require(isinstance(self.reroot_prefetch, int) and not isinstance(self.reroot_prefetch, bool)
-                 and self.reroot_prefetch >= 0, "spec.reroot_prefetch",
-                 f"expected an integer >= 0 (0 = off), got {self.reroot_prefetch!r}")
-        _require(isinstance(self.presend, bool), "spec.presend", f"expected true or false, got {self.presend!r}")
-        _require(not self.presend or self.reroot_prefetch > 0, "spec.presend",
-                 "sends the prepared re-roots' proposals: needs spec.reroot_prefetch > 0")
         _require(self.oracle_belief in ("model", "table"), "spec.oracle_belief",
                  f"{self.oracle_belief!r} is not one of model, table")
-        _require(self.oracle_draws in ORACLE_DRAWS, "spec.oracle_draws",
-                 f"{self.oracle_draws!r} is not one of {', '.join(ORACLE_DRAWS)}")
-
-
-ORACLE_DRAWS = ("uniform", "multinomial")
-"""`spec.oracle_draws` values: how the acceptance oracle draws a rank (runtime/oracle.py DRAWS)."""
 
 
 @dataclass
@@ -500,9 +459,8 @@ class SimConfig(_Frozen):
     """What-if on the runtime's host costs: seconds added to the profile's `runtime` block (`sim.runtime_delta.*`)."""
     eager_prefill_launch_s: float = 9.0e-5
     """Host time per kernel launch of an eager prefill (the Triton backend with kernels.prefill_graph=false): such a
-    prefill costs max(its operators, launches x this). H200 host: 0.07-0.15 ms per launch, median 0.09, over
-    SmolLM2-135M, its draft, Llama-3.2-1B and Llama-3-8B at 37-1024 tokens (bench/prefill_probe.py,
-    bench/results/prefill_probe_2026-12-01_a8dc0fe.json). A captured prefill (kernels=graphs) costs its operators."""
+    prefill costs max(its operators, launches x this). The default is the H200 host's median over four models and
+    37-1024 tokens (bench/prefill_probe.py). A captured prefill (kernels=graphs) costs its operators."""
 
     def validate(self) -> None:
         """Check bounds."""

@@ -10,7 +10,6 @@ from kernels.fused_mlp import swiglu
 from kernels.gemm_allreduce import gemm_allreduce, prepare_gemm_allreduce
 from kernels.kv_compact import kv_compact
 from kernels.norm import add_rmsnorm, add_rmsnorm_partials
-from kernels.norm_gemm import skinny_linear_normed, swiglu_normed
 from kernels.qkv_rope import qkv_rope_kv_write
 from kernels.rope import rope_kv_write
 from kernels.skinny_linear import skinny_linear, skinny_linear_partials
@@ -29,10 +28,8 @@ __all__ = [
     "rope_kv_write",
     "rope_tree_attention",
     "skinny_linear",
-    "skinny_linear_normed",
     "skinny_linear_partials",
     "swiglu",
-    "swiglu_normed",
     "topk_logprobs",
     "tree_attention",
 ]

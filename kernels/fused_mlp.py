@@ -36,9 +36,8 @@ FP8_TILES: dict[tuple[int, int, int], dict[str, int]] = {
     (14336, 4096, 16): {"block_i": 64, "block_k": 128},
 }
 """(I, K, m_bucket) -> {block_i, block_k} of fp8 weights (`scale_gate` / `scale_up`), in place of BLOCK_I / BLOCK_K:
-bench/bench_fp8_tiles.py on the H200 (bench/results/fp8_tiles_2026-12-02_f2eff415.json): the 1B's K step 256 (15.1 ->
-14.2 us per call at M 1); the 8B's is the default tile. Measured in the step with kernels.skinny_linear.FP8_CONFIGS
-(its comment)."""
+bench/bench_fp8_tiles.py on the H200: the 1B's K step 256 (~6% per call at M 1); the 8B's is the default tile. Measured
+in the step with kernels.skinny_linear.FP8_CONFIGS (its comment)."""
 
 
 @triton.jit

@@ -41,7 +41,7 @@ Roofline (H200, bf16, Llama-3-8B at TP=2): o_proj shard w [4096, 2048] = 16 MiB 
 down_proj shard [4096, 7168] = 56 MiB (13.7 us). The LL exchange pushes M*N*8 B (512 KiB at M=16) per
 peer over NVLink (~2 us at ~280 GB/s) after one one-way latency; an NCCL all-reduce costs ~40 us eager
 and ~9.5 us inside a graph on the same machine (reference/device-h200.md).
-Measured (2x H200, CUDA graphs, M=1..16, bench/bench_kernels.py, 2026-11-29): o_proj 8.4-9.9 us vs
+Measured (2x H200, CUDA graphs, M=1..16, bench/bench_kernels.py): o_proj 8.4-9.9 us vs
 cuBLAS + NCCL 14.3-15.7 us; down_proj 19.6-21 us vs 27.6-28.8 us; exchange floor (K=128) ~5 us with
 "ll" against ~13 us with "barrier". Eager launches are host-bound (~60 us) for both.
 """

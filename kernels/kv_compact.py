@@ -19,7 +19,7 @@ Compilation. The runtime calls this with a different row count almost every re-r
 nothing in the launch may depend on n beyond its value: the row block is fixed (`ROW_BLOCK`) and n and the
 destination are not specialised on, so one compiled kernel serves every n for a given cache layout (a
 per-n block size recompiled the kernel mid-run, ~0.1-0.3 s per new power of two, on the draft's critical
-path: the 2026-11-30 H200 run under cProfile showed 4-6 compilations on each side).
+path: an H200 run under cProfile showed 4-6 compilations on each side).
 
 Roofline: bytes = 2 (read + write) * L * 2 * n * H * D * elt. Llama-3-8B (L=32, H=8, D=128, bf16) moving
 64 slots = 16 MiB -> 3.9 us at 4.29 TB/s. Each row chunk is BLOCK_C contiguous elements (>= 128 B).

@@ -23,42 +23,24 @@ from kernels.pdl import pdl_options, pdl_start
 
 NUM_WARPS: int | None = None
 """Warps per row program of both norm kernels, or None: 16 for rows of 2,048 elements and more (the 8B's 4,096 and
-the 1B's 2,048), block_n / 512 below (SmolLM2-135M's 576 -> 2 warps, as before). Both kernels take the same value,
-so their row reductions stay bit for bit alike. H200 2026-11-30, two calls
-(bench/results/step_variants_2026-11-30_normwarps{,2}.json), 16 warps against the block_n / 512 of before (8 at 8B,
-4 at 1B): 8B step -0.012 / -0.015 ms at 1 / 8 rows, 1B step at 16 rows -0.012 / -0.014 ms (1.2%); 4 warps -0.001 to
--0.011. Smaller rows were not measured, so they keep the old count. An override for experiments (a power of two,
-1-32; bench/bench_step_variants.py norm_w4 / norm_w8)."""
+the 1B's 2,048), block_n / 512 below (SmolLM2-135M's 576 -> 2 warps). Both kernels take the same value, so their row
+reductions stay bit for bit alike. 16 warps measured ~1% faster steps than fewer at 8B and 1B (docs/LOG.md); smaller
+rows were not measured. Set (a power of two, 1-32) only by bench/bench_step_variants.py's tile sweeps."""
 
 EARLY_MAX_ROWS = 8
 """A norm launch over at most this many rows of >= WIDE_ROW elements (EARLY_MAX_ROWS_NARROW / _TINY for narrower rows)
 takes the PDL role "norm", a larger one "small" (kernels.pdl: the default policy releases "norm" early, "small"
-late), so the weight-streaming GEMM after a short norm has its blocks resident while the norm runs. Measured on the
-H200 (2026-12-01, CUDA-graph steps at ctx 1024, norms early against late; logits bitwise equal):
-- call 3 (bench/results/step_variants_2026-12-01_3823e13_wpf_{8b,1b}.json): 8B rows 1 / 8 -0.048 / -0.042 ms (the QKV
-  and SwiGLU GEMMs' exposed time -22 to -28 us each per step); 1B rows 1 -0.026 ms, 1B rows 16 +0.022 ms (its SwiGLU
-  +27 us);
-- call 4 (..._7ad05a2_norm_rows_{8b,1b}.json, another host): 8B rows 1 / 4 / 8 -0.069 / -0.057 / -0.060 ms, rows 16
-  -0.011; 1B rows 1 -0.025 ms, rows 8 +0.012, rows 16 +0.018, rows 32 +-0.003.
-The 1B loses from 8 rows on, the 8B not even at 16. A likely reason, not verified: the 1B SwiGLU's 128 programs run
-one per SM and no longer fit beside 8 norm programs in one wave (the 8B's 224 run two per SM). Hence a limit per row
-width."""
+late), so the weight-streaming GEMM after a short norm has its blocks resident while the norm runs: 0.04-0.07 ms per
+Llama-3-8B step at 1-8 rows on the H200. The Llama-3.2-1B loses from 8 rows on (likely its SwiGLU's 128 programs,
+one per SM, no longer fit beside 8 norm programs in one wave), hence a limit per row width (docs/LOG.md)."""
 EARLY_MAX_ROWS_NARROW = 4
-"""EARLY_MAX_ROWS for rows of at least TINY_ROW and fewer than WIDE_ROW elements (the 1B's 2,048). Early at 1 row,
-measured above; late from 8 rows (2026-12-01, call 1 of the twenty-first session, bench/results/
-step_variants_2026-12-01_016128a_1b.json: early at 8 / 16 rows +0.020 / +0.020 ms, or +0.002 / +0.007 ms with the
-SwiGLU at 256 programs, two per SM, which supports the reading above but gains nothing). Early up to 4 rows since the
-twenty-seventh session (bench/results/step_variants_2026-12-01_f18d7da_1b_rows2{,b}_r{1,2}.json, norm_narrow4 against
-the rule of 1 row, two rounds each, the same to 1 us): 1B rows 2 -0.023 ms (1.040 -> 1.017), rows 4 -0.018 ms, rows 1
-and 8 unchanged (norm_narrow8: rows 8 +0.021 ms). Steps of 2-4 rows: a pending token with its lone root, w 4."""
+"""EARLY_MAX_ROWS for rows of at least TINY_ROW and fewer than WIDE_ROW elements (the 1B's 2,048): early up to 4 rows
+(steps of 2-4 rows: a pending token with its lone root, w 4) gains ~0.02 ms per 1B step; at 8 rows early costs as
+much."""
 EARLY_MAX_ROWS_TINY = 16
 """EARLY_MAX_ROWS for rows of fewer than TINY_ROW elements: the real pair's SmolLM2-135M (576) and its draft, whose
-GEMMs are a few MB each (latency, not bandwidth). H200 2026-12-01, CUDA-graph steps at ctx 1024, early against late:
-- bench/results/step_variants_2026-12-01_016128a_smol.json: SmolLM2-135M rows 1 0.874 -> 0.847 ms, rows 8 0.923 ->
-  0.892 ms; the draft rows 8 0.098 -> 0.095 ms;
-- ..._cf3fa64_smol.json (another host): the 135M rows 8 0.926 -> 0.897, rows 16 0.965 -> 0.939 ms; the draft rows 8
-  0.099 -> 0.096, rows 9 (an expansion with its pending token) 0.105 -> 0.101 ms.
-Launches of more than 16 rows were not measured, so they stay late."""
+GEMMs are a few MB each (latency, not bandwidth): early saves ~3% per step at 1-16 rows; more rows were not measured,
+so they stay late."""
 WIDE_ROW = 4096
 TINY_ROW = 1024
 
@@ -91,9 +73,7 @@ def _add_rmsnorm_kernel(
     cols = tl.arange(0, BLOCK_N)
     ok = cols < N
     # The weight first, before the PDL wait: no kernel writes it, so it may be read while the previous kernel still
-    # runs, and its load leaves the chain after the row's reduction (H200, 2026-11-30: -0.04 to -0.05 ms per 8B step,
-    # -0.018 ms per 1B step at 16 rows, bench/results/step_variants_2026-11-30_{tiles,prefetch}.json, variant name
-    # normw in those files).
+    # runs, and its load leaves the chain after the row's reduction (-0.04 to -0.05 ms per 8B step on the H200).
     w = tl.load(W + cols, mask=ok, other=0.0).to(tl.float32)
     pdl_start(USE_PDL)
     row = tl.program_id(0).to(tl.int64)

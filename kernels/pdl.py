@@ -50,17 +50,13 @@ before the fused RoPE attention of a single-token step, whose dependent loads it
 RoPE angles before its wait (`kernels.tree_attention`, `prefix_ready`): an early release lets the attention's
 blocks take the SMs the GEMM leaves idle (96 programs on 132 SMs at 8B) and run that load beside it."""
 DEFAULT_POLICY = {"gemm": "late", "small": "late", "pre_attention": "early", "norm": "early"}
-"""What `set_pdl(True)` (`kernels.pdl=true`) uses: the best of bench/bench_step_variants.py on the H200
-(2026-11-30, bench/results/step_variants_2026-11-30_15085c8.json, CUDA-graph replay, skinny path): late/late
-Llama-3-8B rows 1 / 8 / 16: 4.531 / 4.720 / 4.862 ms, against 4.574 / 4.753 / 4.908 without PDL and
-4.741 / 4.830 / 5.151 with early/early (an early release lets a GEMM's blocks take the SMs while the previous kernel
-still holds some of them: its blocks pile up two per SM and its weight stream slows); 1B rows 16 1.154 ms.
-pre_attention early with the attention's prefetch (bench/results/step_variants_2026-11-30_prefetch.json): 8B rows 1
-4.416 -> 4.363 ms (the attention's exposed time 376 -> 304 us per step, the QKV GEMM's 495 -> 520 us).
-With cuBLAS projections (no skinny path) early/early was the better one (4.600 vs 4.674 ms at rows 1).
-norm early (2026-12-01; the norms were "small" before): 8B rows 1 / 8 -0.048 / -0.042 and -0.069 / -0.060 ms against
-late in two calls (bench/results/step_variants_2026-12-01_{3823e13_wpf,7ad05a2_norm_rows}_8b.json); the 1B lost from 8
-rows on, so kernels.norm.norm_role keeps larger norms "small" (EARLY_MAX_ROWS)."""
+"""What `set_pdl(True)` (`kernels.pdl=true`) uses: the best of bench/bench_step_variants.py on the H200 (skinny path,
+CUDA-graph replays). GEMMs and small kernels late: an early release lets a GEMM's blocks take the SMs while the
+previous kernel still holds some of them, so its blocks pile up two per SM and its weight stream slows (early/early
+~5% slower per Llama-3-8B step). pre_attention early: the attention's prefetch runs beside the QKV GEMM (~0.05 ms per
+8B single-token step). norm early: the next GEMM's blocks are resident while a short norm runs (0.04-0.07 ms per 8B
+step; larger norms stay "small", kernels.norm.norm_role). With cuBLAS projections (no skinny path) early/early is the
+better one. Numbers: docs/LOG.md."""
 
 _policy = {role: "off" for role in ROLES}
 _capable: dict[int, bool] = {}

@@ -2,13 +2,10 @@
 
 The runtime's target under ``kernels.target_qkv_rope`` (``Transformer.use_fused_kernels(skinny=True,
 qkv_rope=True)``; bench/bench_step_variants.py variants skinny_pdl_late_qkvrope and qkvrope_pre_early), tested
-under the Triton CPU interpreter (tests/kernels/test_qkv_rope.py, tests/runtime/test_model.py). Measured in the
-CUDA-graph step on the H200: at git 0eab9f8 (bench/results/step_variants_2026-11-30_0eab9f8.json, one program per
-head) Llama-3-8B rows 1 / 8 / 16 4.573 / 4.740 / 4.937 ms against 4.520 / 4.670 / 4.897 with the skinny GEMM +
-rope_kv_write (48 programs for 132 SMs, see Roofline); at fa74a6f, two programs per head (PAIR_SPLIT 2), released
-early with the attention loading its prefix beside it (bench/results/step_variants_2026-11-30_fa74a6f*.json):
-4.312 / 4.438 / 4.575 ms against the runtime's 4.369 / 4.541 / 4.670 (ctx 1024; ctx 2000 rows 1 / 8: 4.453 / 4.566
-against 4.500 / 4.696), but Llama-3.2-1B rows 1 1.036 against 0.980 ms (its fused RoPE attention): the target only.
+under the Triton CPU interpreter (tests/kernels/test_qkv_rope.py, tests/runtime/test_model.py). In the CUDA-graph
+step on the H200, two programs per head (PAIR_SPLIT) released early with the attention loading its prefix beside it:
+Llama-3-8B steps 1-3% faster than the skinny GEMM + rope_kv_write, but the Llama-3.2-1B's slower than its fused RoPE
+attention: the target only (docs/LOG.md).
 
 Contract (reference: ``rope_kv_write_ref(skinny_linear_ref(x, w_qkv), ...)`` in ``kernels.reference``)::
 
@@ -85,13 +82,9 @@ from kernels.skinny_linear import MAX_M, SMEM_BUDGET, m_bucket
 
 FN = "qkv_rope_kv_write"
 PAIR_SPLIT = 2
-"""Programs per head (each takes an equal share of its D/2 rotation pairs, at least MIN_DOT of them): 1 (48 programs
-at 8B, as measured at 0eab9f8: slower than the two-kernel path) or 2 (96, the tuned skinny QKV GEMM's count: the
-runtime's, kernels.target_qkv_rope; H200 2026-11-30, bench/results/step_variants_2026-11-30_fa74a6f*.json) or 4
-(192 at 8B: slower, 8B rows 1 / 8 / 16 4.312 / 4.434 / 4.554 -> 4.522 / 4.659 / 4.775 ms, H200 2026-12-01,
-bench/results/step_variants_2026-12-01_c997825_8b_target.json). Equal shares of all heads' pairs over one program per SM
-(132 at 8B, across head boundaries) measured the same: 8B rows 1 / 8 4.256 / 4.381 -> 4.248 / 4.378 ms (H200,
-2026-12-01, bench/results/step_variants_2026-12-01_243d5ab_balanced_8b.json); that code is in git history (243d5ab)."""
+"""Programs per head (each takes an equal share of its D/2 rotation pairs, at least MIN_DOT of them): 2 (96 at 8B, the
+tuned skinny QKV GEMM's count). One per head (48 programs for 132 SMs) and four (192) ran slower; equal shares
+of all heads' pairs over one program per SM the same (docs/LOG.md)."""
 MIN_DOT = 16  # tl.dot needs every tile dim >= 16
 
 
@@ -111,7 +104,7 @@ def _qkv_rope_kv_write_kernel(
     m_ok = rm < T
     i_ok = i < half
     row1 = (h * 2 * half + i).to(tl.int64)  # weight rows of the head's first half; the second is + half
-    pdl_start(USE_PDL)  # after the index math (no load before it), as measured on 2026-12-01
+    pdl_start(USE_PDL)  # after the index math (no load before it): measured the better place
 
     x_ptrs = X + rm[:, None] * stride_xm + rk[None, :]
     w1_ptrs = W + row1[None, :] * stride_wn + rk[:, None]  # [BLOCK_K, BLOCK_HALF] view of w

@@ -211,31 +211,6 @@ def add_rmsnorm_partials_ref(
     return add_rmsnorm_ref(acc.to(residual.dtype), residual, weight, eps)
 
 
-def skinny_linear_normed_ref(
-    partials: torch.Tensor,  # [S, M, K] float32
-    residual: torch.Tensor,  # [M, K]
-    norm_weight: torch.Tensor,  # [K]
-    eps: float,
-    w: torch.Tensor,  # [N, K]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(skinny_linear_ref(x, w), new_residual) of x, new_residual = add_rmsnorm_partials_ref(...)."""
-    x, new_res = add_rmsnorm_partials_ref(partials, residual, norm_weight, eps)
-    return skinny_linear_ref(x, w), new_res
-
-
-def swiglu_normed_ref(
-    partials: torch.Tensor,  # [S, M, K] float32
-    residual: torch.Tensor,  # [M, K]
-    norm_weight: torch.Tensor,  # [K]
-    eps: float,
-    w_gate: torch.Tensor,  # [I, K]
-    w_up: torch.Tensor,  # [I, K]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(swiglu_ref(x, w_gate, w_up), new_residual) of x, new_residual = add_rmsnorm_partials_ref(...)."""
-    x, new_res = add_rmsnorm_partials_ref(partials, residual, norm_weight, eps)
-    return swiglu_ref(x, w_gate, w_up), new_res
-
-
 def topk_logprobs_ref(logits: torch.Tensor, k: int, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Twin of ``kernels.topk_logprobs``: (values, ids) of the k largest log-softmax entries of `logits` * `scale`."""
     top = torch.topk(torch.log_softmax(logits.float() * scale, dim=-1), k, dim=-1)

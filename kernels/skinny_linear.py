@@ -11,9 +11,8 @@ the product). Half the weight bytes of bf16 stream (weight-only quantization). T
 converts e4m3 to fp16 in one instruction per two weights; a bf16 x tile is converted to fp16 in the kernel (clamped
 to its range: exact for |x| in [2^-14, 65504]), which costs more than the bytes saved, so a bf16 model hands these
 GEMMs fp16 inputs (runtime/model.py). Converting the weights to bf16 instead bounds the GEMMs by the converts, not the
-bytes. H200, 2026-12-02, the 1B's one-row step (bench/results/step_variants_2026-12-02_*_1b_w8*.json): bf16 weights
-0.970 ms; fp8 through Triton's bf16 cast 1.011, through an integer re-bias of the codes to bf16 1.045, in fp16 dots
-with x converted here 1.023, with fp16 inputs 0.834 (an fp16 model: 0.832).
+bytes: of the ways measured on the 1B's one-row step only fp16 dots on fp16 inputs beat the bf16 weights (0.83 against
+0.97 ms on the H200; docs/LOG.md).
 
 Program (b, s) computes output columns [b*BLOCK_N, (b+1)*BLOCK_N) over K chunk s with one [BLOCK_M, BLOCK_N]
 float32 accumulator (BLOCK_M = next_pow2(M), at least 16 for tl.dot), so every weight byte is read exactly
@@ -32,13 +31,10 @@ keep enough loads in flight; here the grid is sized to >= ~2 programs per SM (na
 split-K). Split-K costs 2 * split_k * M * N * 4 B of partial traffic (0.5 MB for o at M=16, split 2:
 ~0.1 us) plus one launch, which the fused norm removes.
 
-Measured (H200, 2026-11-30, bench/results/skinny_2026-11-30.json, weights rotated out of L2): the best tile per
-shape is 0.91-1.10x cuBLAS (8B qkv 18.6-18.9 us vs 18.8-19.6; o 15.0-15.5 vs 15.5-16.6; down 0.96x; the 1B
-shapes 0.91-1.02x): at 8-30 us per call both are bound by launch ramp and tail, not by the grid. Partials +
-``add_rmsnorm_partials`` (split 2) save 1-2 us per o / down projection and its norm (~0.1 ms per 8B step).
-Alone it is no faster than cuBLAS; in the runtime's step it is (``kernels.skinny``, with programmatic dependent
-launch: ``kernels/pdl.py``): the reduce launches go and every projection can be launched dependent, -0.20 ms per
-8B step at 1 row (bench/bench_step_variants.py, H200 2026-11-30).
+Alone the best tile per shape is 0.91-1.10x cuBLAS on the H200 (bench/bench_skinny.py, weights rotated out of L2:
+at 8-30 us per call both are bound by launch ramp and tail, not by the grid). In the runtime's step it is faster
+(``kernels.skinny``, with programmatic dependent launch: ``kernels/pdl.py``): the reduce launches go (partials summed
+in ``add_rmsnorm_partials``) and every projection can be launched dependent, ~0.2 ms per 8B step at 1 row.
 
 Configuration: ``CONFIGS[(N, K, m_bucket(M))]`` (filled from bench/bench_skinny.py on the H200) overrides
 the heuristic in ``pick_config``; explicit keywords override both. Capturable in CUDA graphs: no host
@@ -65,20 +61,13 @@ every program streams the same number of weight rows (+-1) and block_n becomes t
 power of two, masked). With P = the SM count and split_k 1 each SM streams one equal share: the 8B QKV's 96 tiles
 of 64 columns leave 36 of 132 SMs without weights to stream."""
 # (N, K, m_bucket) -> {block_n, block_k, split_k, num_warps, num_stages}; tuned on the H200 by
-# bench/bench_skinny.py (its JSON's "configs_literal"): bench/results/skinny_2026-11-30.json, Llama-3-8B and
-# Llama-3.2-1B decode projections at M = 1, 8, 16 (best total over the three). Other shapes: the heuristic.
-# (4096, 4096, 16), the 8B o projection, from the CUDA-graph step instead (its output is always split-K partials
-# summed in the next norm): split 2 over split 1 -0.015 / -0.03 ms per 8B step at 1 / 8 rows, H200 2026-11-30,
-# bench/results/step_variants_2026-11-30_{tiles,prefetch,defaults}.json (variant name o_s2 in those files); the other
-# tiles tried there (narrower QKV / o / down / SwiGLU tiles: more programs per SM) were slower or equal. A plain
-# skinny_linear at this shape (not the partials the runtime's o projection takes) now adds a reduce launch.
-# (2048, 2048, 16), the 1B o projection (partials summed in the next norm, as the 8B's): split 2 over split 1, 1B
-# CUDA-graph steps at ctx 1024, two calls of two rounds each (H200, 2026-12-01, patches do_s2 / do_s1,
-# bench/results/step_variants_2026-12-01_{0bfafc6,3b27d6c}_*.json): rows 1 / 16 0.979 / 1.099 -> 0.966 / 1.090 ms;
-# rows 1 / 4 / 8 / 16 0.965 / 1.047 / 1.058 / 1.096 -> 0.962 / 1.036 / 1.050 / 1.092 (at 6549bdd, 16 rows: the same).
+# bench/bench_skinny.py (its JSON's "configs_literal"): Llama-3-8B and Llama-3.2-1B decode projections at M = 1, 8, 16
+# (best total over the three). Other shapes: the heuristic.
+# (4096, 4096, 16) and (2048, 2048, 16), the 8B / 1B o projections, from the CUDA-graph step instead (their output is
+# always split-K partials summed in the next norm): split 2 beat split 1 there (bench/bench_step_variants.py); a plain
+# skinny_linear at these shapes adds a reduce launch.
 # (N, K, 32), the 1B draft's 32-row expansion (kernels at 17-32 rows): the bucket-16 tiles, whose QKV needs no reduce
-# launch (the heuristic splits all three in two): -0.045 / -0.044 ms per 32-row 1B CUDA-graph step at ctx 1280 / 640
-# (H200, 2026-11-30, bench/results/step_variants_2026-11-30_2cb6088_1b_ctx{1280,640}.json, patch m32_as16).
+# launch (the heuristic splits all three in two): ~0.045 ms per 32-row 1B CUDA-graph step.
 CONFIGS: dict[tuple[int, int, int], dict[str, int]] = {
     (2048, 2048, 16): {"block_k": 256, "block_n": 16, "num_stages": 4, "num_warps": 4, "split_k": 2},
     (2048, 2048, 32): {"block_k": 256, "block_n": 16, "num_stages": 4, "num_warps": 4, "split_k": 1},
@@ -92,13 +81,10 @@ CONFIGS: dict[tuple[int, int, int], dict[str, int]] = {
     (128256, 4096, 16): {"block_k": 128, "block_n": 64, "num_stages": 3, "num_warps": 4, "split_k": 1},
 }
 # (N, K, m_bucket) -> tile of the fp8-weight GEMMs (`w_scale`: half the bytes per tile of the bf16 ones, so other
-# tiles win), looked up before CONFIGS: bench/bench_fp8_tiles.py on the H200 (bench/results/
-# fp8_tiles_2026-12-02_f2eff415.json, M 1 / 8 / 16, fp16 inputs, the least summed time per call): the 1B o / down and
-# the 8B projections stream best as split-K 8 (4 for the 8B QKV) of 64-column tiles with 128-wide K steps (1B o 7.8 ->
-# 6.6 us, down 11.1 -> 9.9 us per call at M 1; the 1B QKV keeps its bf16 tile). In the 1B's CUDA-graph step (with
-# fused_mlp.FP8_TILES; bench/results/step_variants_2026-12-02_f44444eb_1b_w8_swept.json, patch w8_swept there):
-# rows 1 / 4 / 8 / 16 0.833 / 0.867 / 0.896 / 0.934 -> 0.797 / 0.832 / 0.861 / 0.901 ms; 32 rows (bucket 32, not
-# swept) unchanged. Shapes not here take CONFIGS, then the heuristic.
+# tiles win), looked up before CONFIGS: bench/bench_fp8_tiles.py on the H200 (M 1 / 8 / 16, fp16 inputs, the least
+# summed time per call): the 1B o / down and the 8B projections stream best as split-K 8 (4 for the 8B QKV) of
+# 64-column tiles with 128-wide K steps (the 1B QKV keeps its bf16 tile); with fused_mlp.FP8_TILES the 1B's
+# CUDA-graph step runs ~4% faster at 1-16 rows. Shapes not here take CONFIGS, then the heuristic.
 FP8_CONFIGS: dict[tuple[int, int, int], dict[str, int]] = {
     (2048, 2048, 16): {"block_k": 128, "block_n": 64, "num_stages": 3, "num_warps": 4, "split_k": 8},
     (2048, 8192, 16): {"block_k": 128, "block_n": 64, "num_stages": 4, "num_warps": 4, "split_k": 8},
@@ -168,7 +154,7 @@ def _skinny_kernel(
     n_ok = rn < n_hi
     k_lo = pid_s * K_CHUNK
     k_hi = tl.minimum(k_lo + K_CHUNK, K)
-    pdl_start(USE_PDL)  # after the index math (no load before it), as measured on 2026-12-01
+    pdl_start(USE_PDL)  # after the index math (no load before it): measured the better place
     x_ptrs = X + rm[:, None] * stride_xm + (k_lo + rk)[None, :]
     w_ptrs = W + rn[None, :].to(tl.int64) * stride_wn + (k_lo + rk)[:, None]  # [BLOCK_K, BLOCK_N] view of w
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)

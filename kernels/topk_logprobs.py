@@ -9,7 +9,7 @@ Contract (reference twin: ``kernels.reference.topk_logprobs_ref``)::
 
 Why. Each draft expansion ends with these children (runtime/draft_worker.py `_top_children`). torch's
 ``topk(log_softmax(x), k)`` over a Llama-3.2-1B vocabulary (128,256) costs 88-106 us in a CUDA graph at 1-17 rows on
-an H200 (log_softmax 29 us, topk 59-77 us: bench/bench_draft_head.py, 2026-11-30) against a floor of one read of
+an H200 (log_softmax 29 us, topk 59-77 us: bench/bench_draft_head.py) against a floor of one read of
 the logits (0.5 MB a row: 2 us at 17 rows), on the critical path of every refill after a miss and of every serial
 expansion. Both torch kernels run one block per row, latency-bound.
 

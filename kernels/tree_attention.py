@@ -13,7 +13,7 @@ already rotated (``kernels.rope_kv_write`` before it).
 
 Fused variant ``rope_tree_attention(qkv, positions, inv_freq, k_cache, v_cache, write_slots, Hq, prefix_len,
 tree_mask, scale)``: the same launch does ``rope_kv_write``'s work. Every program rotates its q rows in registers
-(cos / sin per row: once per token instead measured the same time, H200 2026-11-30); the last split of
+(cos / sin per row: once per token instead measured the same time); the last split of
 each (row block, kv head) rotates the T new keys, writes them and the values at ``write_slots``, passes a CTA
 barrier and reads the tree keys back through L2 (``.cg``). Its extra contract: every write slot is a tree slot,
 ``prefix_len <= write_slots[t] < prefix_len + tree_len`` (the prefix splits read while the last one writes; every
@@ -36,22 +36,20 @@ resets the counter to 0. No spinning, no co-residency assumption, one launch, st
 in CUDA graphs. The counters live in a cached buffer per (device, stream) that is zero between launches;
 two launches on *different streams of one device at the same time* each get their own buffer.
 
-Prefetch before the PDL wait (``prefix_ready=True``, PREFETCH_PREFIX). Under programmatic dependent launch the kernel
+Prefetch before the PDL wait (``prefix_ready=True``). Under programmatic dependent launch the kernel
 may start while the launch before it still runs; by default it waits (``griddepcontrol.wait``) before reading
 anything. A caller that knows the launch right before this one writes neither the prefix keys / values nor
 ``prefix_len`` nor the positions (the runtime's single-token step: that launch is the QKV GEMM, which writes q and the
 new k / v only) passes ``prefix_ready``: each program then loads its first prefix block and computes q's RoPE angles
-before the wait, and folds that block in first (the same order as the loop: bitwise the same output). With the QKV
-GEMM released early (``kernels.pdl`` role ``pre_attention``) the attention's programs take the SMs the GEMM leaves
-idle and stream their K/V beside it. H200 2026-11-30 (bench/results/step_variants_2026-11-30_prefetch.json,
-..._pre_attention_default.json): Llama-3-8B single-token step 4.362 -> 4.307 ms, the attention's exposed time 376 ->
-304 us per step; after rope_kv_write on multi-token steps it measured slower (8B rows 8 +0.04 ms, 1B rows 16
-+0.11 ms), so the runtime passes it on the fused single-token path only. Why (compiled offline with the device's
-Triton 3.6): Triton stages each loaded tile into shared memory right after its load (the TTGIR puts the tile's
-`local_alloc` next to its `tt.load`, before the wait), so a program reaches the wait only once its K/V have arrived,
-and q's load, issued after the wait, adds a second memory latency. Behind a long launch (the QKV GEMM, ~12-16 us)
-the first one is hidden; behind rope_kv_write (~3 us) it is not, and the two latencies now run in series where the
-plain launch overlapped them.
+before the wait, and folds that block in first (the same order as the loop: bitwise the same output). With the QKV GEMM
+released early (``kernels.pdl`` role ``pre_attention``) the attention's programs take the SMs the GEMM leaves idle and
+stream their K/V beside it (~0.05 ms per Llama-3-8B single-token step on the H200). After rope_kv_write on multi-token
+steps it is slower, so the runtime passes it on the fused single-token path only. Why (compiled offline with the
+device's Triton 3.6): Triton stages each loaded tile into shared memory right after its load (the TTGIR puts the tile's
+`local_alloc` next to its `tt.load`, before the wait), so a program reaches the wait only once its K/V have arrived, and
+q's load, issued after the wait, adds a second memory latency. Behind a long launch (the QKV GEMM, ~12-16 us) the first
+one is hidden; behind rope_kv_write (~3 us) it is not, and the two latencies now run in series where the plain launch
+overlapped them.
 
 For CUDA graphs, ``prefix_len`` may be a 1-element integer device tensor: the grid and split count are
 then sized from ``cap`` and the kernel reads the length on device, so one graph serves every step.
@@ -60,13 +58,13 @@ Roofline (H200, bf16, Llama-3-8B head shape Hq=32, Hkv=8, D=128): bytes = ctx * 
 = 4 KiB per context token (64 MiB at 16K, 15.6 us at 4.29 TB/s); FLOPs = 4 * T * Hq * ctx * D, so the
 intensity is T * G FLOP/B (G = Hq/Hkv = 4): T=8 is 32 FLOP/B (bandwidth-bound), T=64 is 256 FLOP/B,
 past the H200's ~200 FLOP/B bf16 ridge, so big verify trees are tensor-core/issue-bound.
-Measured (H200, CUDA graph, bench/bench_kernels.py, 2026-11-29): 16K context T=8 36 us (44% of the copy
+Measured (H200, CUDA graph, bench/bench_kernels.py): 16K context T=8 36 us (44% of the copy
 ceiling), T=64 82 us; 1K context 15-35 us (launch + combine latency dominate). Against SDPA with a bool
 mask: 10x faster at 16K/T=8, 1.2x at 1K/T=64; against eager matmul+softmax 4-9x.
 Known cost: the combine is one program per tile reading the partials in sequence (latency-bound, several
 us at 16+ splits). It reads only the splits that own prefix blocks plus the last one, and a split takes at least
-MIN_BLOCKS_PER_SPLIT blocks, or is one KEYS_PER_SPLIT-key block (H200, 2026-11-30: 8B rows 8 ctx 2000
-21.9 -> 13.2 us, floor 1.9 us); a hierarchical or multi-program combine is the next step.
+MIN_BLOCKS_PER_SPLIT blocks, or is one KEYS_PER_SPLIT-key block (8B rows 8 ctx 2000 on the H200: 21.9 -> 13.2 us,
+floor 1.9 us); a hierarchical or multi-program combine is the next step.
 """
 
 from __future__ import annotations
@@ -83,100 +81,47 @@ LOG2E = 1.4426950408889634  # 1 / ln(2): softmax runs on exp2
 TARGET_PROGRAMS_PER_SM = 2  # split-KV aims for this many programs per SM
 MAX_SPLITS = 64
 KEYS_PER_SPLIT = 256
-"""The wide tile (CUDA, head dims <= 128, <= 64 rows per program, no tile override): one block of this many prefix
-keys per split (one stage, 8 warps), loaded at once instead of in four dependent 64-key steps. H200 2026-11-30
-(bench/results/attention_splits_gpu_2026-11-30_tiles.json), summed over ctx 512/1024/2000, us: 8B rows 1 29.8 ->
-28.0, rows 8 37.6 -> 33.3, rows 16 48.9 -> 45.6; 1B rows 1 28.2 -> 25.9, rows 8 34.8 -> 31.5, rows 16 38.8 -> 39.2.
-Elsewhere (CPU, wider heads, bigger row blocks, an explicit block_n or num_stages) the 64-key (32 for head
-dims > 128) tile, pipelined over 3 stages, with MIN_BLOCKS_PER_SPLIT."""
+"""The wide tile (CUDA, head dims <= 128, <= 64 rows per program, no tile override): one block of this many prefix keys
+per split (one stage, 8 warps), loaded at once instead of in four dependent 64-key steps: 6-11% faster attention at 1-16
+rows on the H200 (bench/bench_attention_splits.py). Elsewhere (CPU, wider heads, bigger row blocks, an explicit block_n
+or num_stages) the 64-key (32 for head dims > 128) tile, pipelined over 3 stages, with MIN_BLOCKS_PER_SPLIT."""
 MIN_BLOCKS_PER_SPLIT = 4
 """Prefix blocks a split takes at least outside the wide tile (the rest of the splits stay empty and are not
-merged): fewer, longer splits trade parallelism for a shorter serial merge. bench/bench_attention_splits.py swept
-it on the GPU at the 64-key tile:
-H200 2026-11-30 (bench/results/attention_splits_gpu_2026-11-30.json), Llama-3-8B shapes, ctx 512/1024/2000
-summed, us: rows 8: 1 -> 47.3, 2 -> 39.3, 4 -> 37.7, 8 -> 48.6; rows 16: 70.6, 57.9, 49.1, 53.8; rows 1: 37.6,
-30.3, 30.2, 38.5. 4 is the best on the sum at every row count (2 wins at ctx <= 1024 by <= 1.3 us)."""
+merged): fewer, longer splits trade parallelism for a shorter serial merge. 4 was the best of 1 / 2 / 4 / 8 summed
+over Llama-3-8B shapes at ctx 512-2000 and 1-16 rows on the H200 (bench/bench_attention_splits.py)."""
 SMEM_BUDGET = 192 * 1024  # bytes of pipelined tiles per program (H200: 227 KiB/block, rest for layouts)
 ROPE_MAX_TOKENS = 64
 """rope_tree_attention's T limit: every row block's last split writes all T new keys of its kv head."""
 ROPE_FASTER_MAX_TOKENS = 1
 """Steps of up to this many tokens are faster with rope_tree_attention than with rope_kv_write + tree_attention, so
-the runtime's `kernels.rope_attention` uses it only there (TritonAttention.rope_max_tokens). H200, CUDA-graph step
-replays (bench/bench_step_variants.py, bench/results/step_variants_2026-11-30_{2bd79c2,c19e99f}.json): Llama-3-8B
-rows 1 4.523 -> 4.458 ms (logits identical); rows 8 4.669 -> 5.020, rows 16 4.903 -> 5.703, Llama-3.2-1B rows 16
-1.153 -> 1.334 ms. The extra time grows with T x D, the new-key tile the last split rotates and writes (q's cos /
-sin per (token, head) row or once per token: the same time), not with spills (bench/kernel_resources.py: the same
-registers and stack with and without the fused path). Nsight Compute (2026-11-30, 8B rows 8,
-bench/results/ncu_2026-11-30_60a42eb_r8_attention/): 32.5 us against 5.4 + 18.0 us, 45% more instructions (the
-accurate sin / cos per (token, head) row: 4x redundant across the GQA group) from a program twice as long, whose
-top stall is instruction fetch; with the QKV GEMM released early it still loses at 8 / 16 rows."""
-PREFETCH_PREFIX = True
-"""Whether a launch whose caller says `prefix_ready` loads its first prefix K/V block (and q's RoPE angles) before its
-PDL wait, i.e. beside the kernel launched right before it (with a `pre_attention` early release: kernels/pdl.py). An
-experiment switch for side-by-side runs (bench/bench_step_variants.py `attn_noprefetch`)."""
-MAX_REGISTERS: int | None = None
-"""A register budget per thread for the CUDA launch (Triton's `maxnreg`), or None: ptxas' own choice (~240 for the 8B
-wide tile, no spills: Nsight Compute and bench/kernel_resources.py agree). 128 measured slower, 255 the same
-(2026-11-30, bench/results/step_variants_2026-11-30_spills.json): an experiment switch, off."""
-PREFETCH_HOLD = False
-"""Experiment switch (CUDA only; not measured on a GPU yet; bench/bench_step_variants.py patch `attn_hold`): with
-prefix_ready, pass the prefetched K/V tiles through an opaque move after the PDL wait, so their shared-memory staging
-is placed after the wait and the loads stay in flight across it (without it Triton stages them before the wait, and
-q's load, after the wait, runs in series with them: the prefetch's loss behind short launches). Offline (Triton 3.6,
-sm_90a): the same registers and SASS length, no shared-memory store before the wait (32 before it without)."""
-TMA_PREFIX: bool | None = None
-"""Load the prefix K/V blocks as whole [BLOCK_N, D] boxes through tensor descriptors (TMA on Hopper) instead of
-per-element pointers, whose address arithmetic is ~20% of the wide tile's instructions (Nsight Compute source
-counters, 2026-11-30). Keys past prefix_len in the last block are read and masked (scores -inf, V rows zeroed): the
-same result as the masked pointer loads. Caches a descriptor cannot cover (not row-contiguous, boxes over 256) keep the
-pointers. True / False: always / never; None (the default): on CUDA, for launches of at most TMA_AUTO_MAX_TOKENS tokens
-at head dims of at most TMA_AUTO_MAX_HEAD_DIM: the 1B draft's one-row refill, not the 8B target's steps (the CPU
-interpreter keeps the pointers unless the switch says True). CUDA-graph step replays, H200, 2026-12-01, ctx 1024, two
-rounds each with the same medians (bench/bench_step_variants.py patches `attn_tma` / `attn_pointers`,
-bench/results/step_variants_2026-12-01_{0bfafc6,3b27d6c}_*.json): Llama-3.2-1B (D 64) rows 1 0.979 -> 0.962 ms (o
-projection at split 1, first call) and 0.968 -> 0.962 (split 2, second call; another host), rows 4 / 8 / 16 / 32
-1.037 / 1.048 / 1.091 / 1.227 -> 1.036 / 1.050 / 1.092 / 1.230 (second call); Llama-3-8B (D 128, the target's path)
-rows 1 / 8 / 16 4.256 / 4.378 / 4.520 -> 4.301 / 4.452 / 4.586 (first call)."""
-TMA_AUTO_MAX_HEAD_DIM = 64
-"""TMA_PREFIX None: the largest head dim whose launches take the descriptors."""
-TMA_AUTO_MAX_TOKENS = 1
-"""TMA_PREFIX None: the most tokens (query rows before GQA) a launch taking the descriptors has."""
+the runtime's `kernels.rope_attention` uses it only there (TritonAttention.rope_max_tokens): a Llama-3-8B one-row
+step ~1.5% faster, 8 / 16-row steps 8-16% slower (H200 CUDA-graph replays, bench/bench_step_variants.py). The extra
+time grows with T x D, the new-key tile the last split rotates and writes, not with spills; Nsight Compute shows 45%
+more instructions (the accurate sin / cos per (token, head) row: 4x redundant across the GQA group) from a program
+twice as long, whose top stall is instruction fetch."""
+TMA_MAX_HEAD_DIM = 64
+"""Launches on CUDA of at most TMA_MAX_TOKENS tokens at head dims of at most this load their prefix K/V as whole
+[BLOCK_N, D] boxes through tensor descriptors (TMA on Hopper) instead of per-element pointers, whose address arithmetic
+is ~20% of the wide tile's instructions: the 1B draft's one-row refill gains (0.968-0.979 -> 0.962 ms per step on the
+H200), the 8B target's steps lose (docs/LOG.md). Keys past prefix_len in the last block are read and masked (scores
+-inf, V rows zeroed): the same result as the masked pointer loads. Caches a descriptor cannot cover (not
+row-contiguous, boxes over 256) keep the pointers."""
+TMA_MAX_TOKENS = 1
+"""The most tokens (query rows before GQA) a launch taking the descriptors has (TMA_MAX_HEAD_DIM)."""
 
 
 def use_tma_prefix(head_dim: int, tokens: int, device: torch.device) -> bool:
-    """Whether a launch of `tokens` tokens at `head_dim` on `device` loads its prefix through descriptors (TMA_PREFIX;
-    None: CUDA, at most TMA_AUTO_MAX_TOKENS tokens and a head dim of at most TMA_AUTO_MAX_HEAD_DIM)."""
-    if TMA_PREFIX is None:
-        return device.type == "cuda" and head_dim <= TMA_AUTO_MAX_HEAD_DIM and tokens <= TMA_AUTO_MAX_TOKENS
-    if not isinstance(TMA_PREFIX, bool):
-        raise ValueError(f"kernels.tree_attention.TMA_PREFIX: expected True, False or None, got {TMA_PREFIX!r}")
-    return TMA_PREFIX
+    """Whether a launch of `tokens` tokens at `head_dim` on `device` loads its prefix through descriptors: CUDA, at most
+    TMA_MAX_TOKENS tokens and a head dim of at most TMA_MAX_HEAD_DIM (the interpreter keeps the pointers)."""
+    return device.type == "cuda" and head_dim <= TMA_MAX_HEAD_DIM and tokens <= TMA_MAX_TOKENS
 
 
-WIDE_WARPS: int | None = None
-"""Warps of the wide tile's programs (None: 8). An experiment switch (bench/bench_step_variants.py `attn_w16`): Nsight
-Compute reads the 8-warp program as instruction-latency-bound (2 warps per scheduler, ~10 cycles per instruction);
-16 warps give each scheduler 4 at <= 128 registers a thread (offline sm_90a compile: 8B rows 1 / 8 spill 20 / 4 bytes,
-the 1B's 64-row tile 896). Not measured on a GPU yet."""
-ROW_BLOCK: int | None = None
-"""Query rows (tokens x GQA group) per program of the wide tile when no block_m is given. None: half the rows, rounded
-up to a power of two, once they exceed 16 (two row blocks per kv head and split: twice the programs over the same key
-splits, no extra merge, each a shorter instruction stream; Nsight Compute reads the 64-row program as
-instruction-latency-bound). An int (16, 32, 64, 128): that many at most (bench/bench_step_variants.py patches
-`attn_m16`, `attn_m32`). H200, CUDA-graph step replays at ctx 1024 (bench/results/
-step_variants_2026-11-30_rowblock_61d559d.json), ms for 64 / 16 / 32 rows per program: Llama-3-8B rows 8 (32 rows)
-4.603 / 4.543 / -, rows 16 (64 rows) 4.859 / 4.782 / 4.675; Llama-3.2-1B rows 8 1.079 / 1.059 / -, rows 16
-1.125 / 1.080 / 1.088."""
 WIDE_MAX_ROWS = 256
 """The most query rows (tokens x GQA group) a launch may have and still take the wide tile (CUDA, head dims <= 128, no
 tile override): 64, 128 or 256. Past 64 its row block starts at 64 (then the halving: 32 rows per program, 3-8 row
-blocks per kv head). With 64 (the default before 2026-12-01) a 128-row launch (the 1B draft's 32-row expansion: 32
-tokens x GQA 4) ran one 128-row program per kv head and split on the 64-key tile. H200, 1B 32-row CUDA-graph step at
-ctx 1280 (bench/results/step_variants_2026-12-01_800833c_wide.json, patch `attn_wide64` for the old value): the
-attention 335 -> 262 us per step (16 layers), the step 1.323 -> 1.233 ms; 16-row steps unchanged (1.106 ms). At ctx 1024
-(bench/results/step_variants_2026-12-01_064a3e0_wide_8b.json): Llama-3-8B verify steps of 32 / 64 rows 5.748 -> 5.466
-/ 6.072 -> 5.950 ms, the 1B's 32-row step 1.316 -> 1.228 ms. Checked against the reference on the GPU at 128 and 256
-rows (tests/gpu/test_attention_gpu.py)."""
+blocks per kv head) instead of one 128-row program per kv head on the 64-key tile: the 1B draft's 32-row expansion
+(128 rows) ~7% faster, Llama-3-8B 32 / 64-row verifies 2-5% (H200 CUDA-graph steps, bench/bench_step_variants.py).
+Checked against the reference on the GPU at 128 and 256 rows (tests/gpu/test_attention_gpu.py)."""
 _COUNTERS_INIT = 1024  # int32 counters per (device, stream), grown on demand
 
 _counter_cache: dict[tuple, torch.Tensor] = {}
@@ -196,20 +141,12 @@ def attention_tile(n_rows: int, head_dim: int, elt_size: int, cuda: bool, *, blo
     if block_m is None and wide_ok and 64 < n_rows <= WIDE_MAX_ROWS:
         bm = 64
     wide = wide_ok and bm <= 64
-    if block_m is None and ROW_BLOCK is not None:
-        if type(ROW_BLOCK) is not int or ROW_BLOCK not in (16, 32, 64, 128):
-            raise ValueError(f"kernels.tree_attention.ROW_BLOCK: expected 16, 32, 64, 128 or None, got {ROW_BLOCK!r}")
-        bm = min(bm, ROW_BLOCK)
-    elif block_m is None and wide and bm > 16:
+    if block_m is None and wide and bm > 16:  # two row blocks per kv head and split: more, shorter programs
         bm //= 2
     bn = block_n or (KEYS_PER_SPLIT if wide else 64 if head_dim <= 128 else 32)
     stages = num_stages or (1 if wide else 3)
     if not (block_n or num_stages):  # shrink the pipeline until q + K/V stages fit in shared memory
         bn, stages = _fit_shared_memory(bm, bn, head_dim, elt_size, stages)
-    if num_warps is None and wide and WIDE_WARPS is not None:
-        if isinstance(WIDE_WARPS, bool) or not isinstance(WIDE_WARPS, int) or WIDE_WARPS not in (4, 8, 16):
-            raise ValueError(f"kernels.tree_attention.WIDE_WARPS: expected 4, 8, 16 or None, got {WIDE_WARPS!r}")
-        num_warps = WIDE_WARPS
     return bm, bn, stages, num_warps or (4 if bm < 64 and bn < 256 else 8), wide
 
 
@@ -292,7 +229,7 @@ def tree_attention(
             neither the prefix keys / values [0, prefix_len) nor prefix_len (e.g. a QKV projection or
             rope_kv_write, which write q and tree slots; the runtime passes it on the fused single-token path
             only, where it measured faster). With PDL the kernel then loads its first prefix block before
-            waiting for that launch (PREFETCH_PREFIX).
+            waiting for that launch.
 
     Returns:
         out [T, Hq, D] in q's dtype.
@@ -452,17 +389,15 @@ def _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, rope, *, num
         UPCAST=upcast, DOT_PRECISION="ieee" if (upcast or q.dtype == torch.float32) else "tf32",
         ROPE=rope is not None,
         BLOCK_T=triton.next_power_of_2(t) if rope is not None else 1,
-        PREFETCH=bool(prefix_ready and PREFETCH_PREFIX), TMA=descs is not None,
-        HOLD=bool(prefix_ready and PREFETCH_PREFIX and PREFETCH_HOLD and q.is_cuda),  # inline PTX: not interpreted
+        PREFETCH=prefix_ready, TMA=descs is not None,
         num_warps=warps, num_stages=stages, **pdl_options(q.device),
-        **_register_budget(q.device),
     )
     return out
 
 
 def _prefix_descriptors(k_cache: torch.Tensor, v_cache: torch.Tensor, block_n: int):
-    """TMA_PREFIX: (K, V) tensor descriptors over the caches as [cap, Hkv * D] with [block_n, D] boxes, or None where
-    a cache cannot be one (not row-contiguous, rows not 16-byte multiples: TMA's alignment; a box dimension over
+    """`use_tma_prefix`: (K, V) tensor descriptors over the caches as [cap, Hkv * D] with [block_n, D] boxes, or None
+    where a cache cannot be one (not row-contiguous, rows not 16-byte multiples: TMA's alignment; a box dimension over
     256 elements: TMA's limit)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -475,16 +410,6 @@ def _prefix_descriptors(k_cache: torch.Tensor, v_cache: torch.Tensor, block_n: i
             return None
         out.append(TensorDescriptor.from_tensor(c.view(cap, hkv * d), [block_n, d]))
     return tuple(out)
-
-
-def _register_budget(device: torch.device) -> dict:
-    """The launch keyword for MAX_REGISTERS on CUDA (checked: an int in 24..255), else nothing."""
-    if MAX_REGISTERS is None or device.type != "cuda":
-        return {}
-    if isinstance(MAX_REGISTERS, bool) or not isinstance(MAX_REGISTERS, int) or not 24 <= MAX_REGISTERS <= 255:
-        raise ValueError(f"kernels.tree_attention.MAX_REGISTERS: expected an int in 24..255 or None, "
-                         f"got {MAX_REGISTERS!r}")
-    return {"maxnreg": MAX_REGISTERS}
 
 
 def default_scale(head_dim: int) -> float:

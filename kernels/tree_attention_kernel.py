@@ -1,5 +1,5 @@
-"""The device code of the tree attention (`kernels.tree_attention`: the contract, the launch and the experiment
-switches): the split-KV program over prefix + tree keys with its helpers, the fused RoPE and K/V write of the
+"""The device code of the tree attention (`kernels.tree_attention`: the contract, the launch and the tile
+choices): the split-KV program over prefix + tree keys with its helpers, the fused RoPE and K/V write of the
 last split, and the in-kernel merge of the splits' partials. Its host side picks the tile, the splits and the
 constexpr switches and launches `_tree_attention_kernel`."""
 
@@ -29,11 +29,11 @@ TMA_OUT_OF_BOUNDS_ROW = tl.constexpr(1 << 30)
 
 @triton.jit
 def _prefix_tile_tma(KDesc, VDesc, b, owned, prefix_len, col, BLOCK_N: tl.constexpr):
-    """TMA_PREFIX: prefix block `b` as whole [BLOCK_N, D] boxes through the tensor descriptors at (b * BLOCK_N, col):
-    (K [D, BLOCK_N], V [BLOCK_N, D], key_ok [BLOCK_N]), no per-element addresses. `owned` False (an empty split):
-    the box lies past the cache and moves nothing. Keys past prefix_len come in the block that straddles it: their
-    scores are masked and their V rows zeroed there (what a masked load gives: a non-finite stale value cannot leak
-    through p = 0); rows past the cache read as zeros."""
+    """`use_tma_prefix`: prefix block `b` as whole [BLOCK_N, D] boxes through the tensor descriptors at
+    (b * BLOCK_N, col): (K [D, BLOCK_N], V [BLOCK_N, D], key_ok [BLOCK_N]), no per-element addresses. `owned` False
+    (an empty split): the box lies past the cache and moves nothing. Keys past prefix_len come in the block that
+    straddles it: their scores are masked and their V rows zeroed there (what a masked load gives: a non-finite stale
+    value cannot leak through p = 0); rows past the cache read as zeros."""
     keys = b * BLOCK_N + tl.arange(0, BLOCK_N)
     key_ok = keys < prefix_len
     row = tl.where(owned, b * BLOCK_N, TMA_OUT_OF_BOUNDS_ROW)
@@ -42,13 +42,6 @@ def _prefix_tile_tma(KDesc, VDesc, b, owned, prefix_len, col, BLOCK_N: tl.conste
     if (b + 1) * BLOCK_N > prefix_len:  # the straddling block only: one select
         v = tl.where(key_ok[:, None], v, 0.0)
     return k, v, key_ok
-
-
-@triton.jit
-def _hold(x):
-    """x through an opaque PTX move with side effects (CUDA only): ordered after the PDL wait that precedes it, so what
-    consumes it (the tile's shared-memory store) cannot be placed before that wait, while the load stays in flight."""
-    return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=x.dtype, is_pure=False, pack=2)
 
 
 @triton.jit
@@ -126,7 +119,6 @@ def _tree_attention_kernel(
     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
     SPLIT: tl.constexpr, PREFIX_IN_TENSOR: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
     USE_PDL: tl.constexpr, ROPE: tl.constexpr, BLOCK_T: tl.constexpr, PREFETCH: tl.constexpr, TMA: tl.constexpr,
-    HOLD: tl.constexpr,
 ):
     # PREFETCH (the caller's `prefix_ready`: the prefix K/V, prefix_len and the positions were not written by the
     # launch right before this one): this split's first prefix block and q's RoPE angles are loaded before the PDL
@@ -168,9 +160,6 @@ def _tree_attention_kernel(
         q_cos, q_sin = _rope_angles(pos, freq)
     if PREFETCH:
         pdl_start(USE_PDL)
-        if HOLD:  # the tiles pass through an opaque move after the wait: their shared-memory staging comes after it
-            k0 = _hold(k0)
-            v0 = _hold(v0)
 
     q_ptrs = Q + tok[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :]
     if ROPE:  # Q is the QKV projection's output: rotate this program's q rows in registers

@@ -147,10 +147,6 @@ class TritonAttention(AttentionBackend):
     """Triton tree attention (`kernels.tree_attention`): split-KV over prefix + tree block, GQA, one launch."""
 
     name = "triton"
-    tree_prefix_ready = False
-    """Experiment switch (bench/bench_step_variants.py patch `attn_tree_prefetch`): every call prefix_ready, i.e. also
-    after rope_kv_write on multi-token steps (which writes q and tree slots only: the contract holds). Measured slower
-    there without the hold (kernels.tree_attention.PREFETCH_HOLD); with it, not measured yet."""
 
     def __init__(self) -> None:
         """Import the kernels package lazily, so the reference path never needs Triton."""
@@ -166,11 +162,10 @@ class TritonAttention(AttentionBackend):
         prefix_ready: bool = False, out_dtype: torch.dtype | None = None,
     ) -> torch.Tensor:
         """q [T, Hq, D], k_cache / v_cache [capacity, Hkv, D] -> [T, Hq, D] in q's dtype or `out_dtype`. The model
-        passes `prefix_ready` only after the fused QKV + RoPE experiment (kernels.qkv_rope); after rope_kv_write
-        (multi-token steps) the prefetch measured slower (H200 2026-11-30, step_variants_2026-11-30_prefetch.json:
-        8B rows 8 +0.04 ms, 1B rows 16 +0.11 ms per step)."""
+        passes `prefix_ready` only after the fused QKV + RoPE GEMM (kernels.qkv_rope): after rope_kv_write (multi-token
+        steps) the prefetch is slower, the previous launch too short to hide it behind."""
         return self._tree_attention(q, k_cache, v_cache, meta.prefix_len, meta.tree_mask, scale,
-                                    prefix_ready=prefix_ready or self.tree_prefix_ready,
+                                    prefix_ready=prefix_ready,
                                     out=None if out_dtype in (None, q.dtype) else q.new_empty(q.shape, dtype=out_dtype))
 
     def rope_attend(

@@ -42,7 +42,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from conf.messages import ConditionalProposal, Message, Stop, decode, encode, wire_capacity
+from conf.messages import Message, Stop, decode, encode, wire_capacity
 from runtime.metrics import Timeline
 from runtime.parallel import ParallelContext, wait_bounded
 
@@ -270,8 +270,6 @@ class LeaderChannel:
         if self.timeline is None:
             return
         end = self.timeline.now()
-        if isinstance(msg, ConditionalProposal):  # spec.presend traffic: its own span, off the iterations' message
-            name = "comm.presend"  # and idle times (either side's work while it would otherwise wait)
         if payload_slots is None and msg is not None:
             payload_slots = len(encode(msg))
         nodes = getattr(msg, "token_ids", ())

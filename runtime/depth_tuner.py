@@ -39,13 +39,11 @@ class DepthTuner:
     - a round's tokens are those of the proposal it grew (its d overlapped expansions and its refill made the
       next proposal sent), not of the one it verified: that proposal's *expected* tokens when the caller gives
       them (`sent(expected_tokens=...)`: 1 + the selected nodes' path probabilities under the draft's own
-      weights), else the tokens it emits (`EXPECTED`, `CREDIT_GROWN`). Not in [P]. Why: a round emits 1 to 5
-      tokens and hits or misses by luck, which swamps the few percent between d = r and r + 1. The measured
-      workload-a runs at bs 8 w 8 (2026-11-30) tried d = 3 on four rounds that all missed and kept d = 4, which
-      the simulator puts 7% behind. On the simulator (bench/bench_depth_tuner.py, 16 seeds, 5 cases) the
-      earlier policy (4 + 4 rounds, emitted tokens of the verified proposal) found the best fixed d in 38-69%
-      of the seeds, this one (16 + 16 rounds, expected tokens of the grown proposal) in 75-100%, +0.5-3.1%
-      mean tokens/s;
+      weights), else the tokens it emits (`EXPECTED`, `CREDIT_GROWN`). Not in [P]. Why: a round emits 1 to 5 tokens and
+      hits or misses by luck, which swamps the few percent between d = r and r + 1 (measured runs kept a d the simulator
+      puts 7% behind after four unlucky rounds). On the simulator (bench/bench_depth_tuner.py, 16 seeds, 5 cases) the
+      earlier policy (4 + 4 rounds, emitted tokens of the verified proposal) found the best fixed d in 38-69% of the
+      seeds, this one (16 + 16 rounds, expected tokens of the grown proposal) in 75-100%, +0.5-3.1% mean tokens/s;
     - drift: the median time of `WINDOW` rounds at the kept d right after the choice is the reference; when
       the median of the last `WINDOW` rounds later differs from it by more than a factor `DRIFT`, the tuning
       restarts from the warm-up, at most `RETUNES` times per run.

@@ -20,11 +20,9 @@ It knows nothing of messages' transport, timing or stop rules (runtime/engine.py
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
-from conf.messages import ConditionalProposal, DraftProposal
+from conf.messages import DraftProposal
 from runtime.attention import AttentionBackend
 from runtime.graphs import PrefillGraphs, ReplayTimer, StepGraph
 from runtime.kv_cache import KVCache
@@ -37,18 +35,17 @@ class DraftWorker:
     """The draft model, its KV cache and the current request's tree."""
 
     def __init__(self, model: Transformer, attn: AttentionBackend, *, w: int, topk: int, max_tree_nodes: int,
-                 max_seq_len: int, temperature: float, cuda_graphs: bool = False, staging: str = "pageable",
-                 graph_events: bool = False, fused_head: bool = False, refill_graph: bool = False,
-                 readback: str = "sync", prefill_graph: bool = False) -> None:
+                 max_seq_len: int, temperature: float, cuda_graphs: bool = False, graph_events: bool = False,
+                 fused_head: bool = False, refill_graph: bool = False, prefill_graph: bool = False) -> None:
         """Allocate the cache: `max_seq_len` prefix slots plus the `max_tree_nodes` tree region.
 
         `cuda_graphs`: capture the expansion step (w rows over the whole tree region, log-softmax and top-k
         included) as one CUDA graph, and a second one for an expansion that carries one pending verified
-        token in front (w + 1 rows over 1 + the tree region; `with_pending`). Eager, that catch-up step
-        cost 12-18 ms on an H200 against ~1.7 ms replayed: 28-30% of the wall time of chain runs
-        (bench/results/runtime_runs_2026-11-29_graphs). More than one pending token (never produced by
+        token in front (w + 1 rows over 1 + the tree region; `with_pending`): eager, that catch-up step is
+        host-bound, several times the replay. More than one pending token (never produced by
         DraftTree.reroot, which leaves at most the path's last node without KV) runs eagerly. Both graphs
-        start with the owed re-root compaction (at most `max_tree_nodes` slots: `runtime.graphs` keep_rows).
+        start with the owed re-root compaction (at most `max_tree_nodes` slots: `runtime.graphs` keep_rows), and
+        end by copying their top-k children to pinned host memory, which the host spins on (`StepGraph.host_outputs`).
         `graph_events` (`trace.graph_events`, CUDA graphs only): CUDA events around every replayed expansion's
         input copies + replay (`last_device_split`). `fused_head` (`kernels.draft_head`): the top-k children from
         `kernels.topk_logprobs` instead of torch's log_softmax + topk (eager and captured alike). `refill_graph`
@@ -56,8 +53,6 @@ class DraftWorker:
         fourth, two rows over max_tree_nodes tree slots, for a lone root behind one pending token (a miss at a
         never-expanded leaf, frequent in serial_tree: the w + 1-row pending graph ran 9 rows for these 2 at w 8).
         `prefill_graph` (`kernels.prefill_graph`, CUDA graphs only): prompt prefills replay graphs per length bucket.
-        `readback` (`kernels.readback`, CUDA graphs only): "spin", every expansion graph copies its top-k children to
-        pinned host memory itself and the host spins on it (`StepGraph.host_outputs`) instead of reading them back.
         """
         self.model, self.attn = model, attn
         self.w, self.topk, self.max_len = w, topk, max_tree_nodes
@@ -79,20 +74,17 @@ class DraftWorker:
         self.graph = self.pending_graph = self.refill_graph = self.pending_refill_graph = None
         self.belief: list[list[float]] | None = None  # oracle runs, spec.oracle_belief=table (runtime/oracle.py)
         if cuda_graphs:
-            spin = readback == "spin"
             self.graph = StepGraph(model, self.cache, attn, w, max_tree_nodes, head=self._top_children,
-                                   staging=staging, keep_rows=max_tree_nodes, readback=spin)
+                                   keep_rows=max_tree_nodes)
             self.pending_graph = StepGraph(model, self.cache, attn, w + 1, max_tree_nodes + 1,
-                                           head=self._pending_children, staging=staging, keep_rows=max_tree_nodes,
-                                           readback=spin)
+                                           head=self._pending_children, keep_rows=max_tree_nodes)
             if refill_graph and w > 1:
                 self.refill_graph = StepGraph(model, self.cache, attn, 1, max_tree_nodes, head=self._top_children,
-                                              staging=staging, keep_rows=max_tree_nodes, readback=spin)
+                                              keep_rows=max_tree_nodes)
                 # its tree region is max_tree_nodes slots, not + 1 as the w + 1-row graph's: the pending token and the
-                # lone root take 2 of them (257 slots cost the 1B's two-row step 43 us more than 256, 2026-12-01)
+                # lone root take 2 of them (a 257-slot region costs the 1B's two-row step more than 256 slots)
                 self.pending_refill_graph = StepGraph(model, self.cache, attn, 2, max_tree_nodes,
-                                                      head=self._pending_children, staging=staging,
-                                                      keep_rows=max_tree_nodes, readback=spin)
+                                                      head=self._pending_children, keep_rows=max_tree_nodes)
         # kernels.prefill_graph: prompt prefills replayed per length bucket (runtime/graphs.py PrefillGraphs)
         self.prefill_graphs = PrefillGraphs(model, self.cache, attn) if cuda_graphs and prefill_graph else None
         # trace.graph_events: events and host marks around every replayed expansion's input copies and replay
@@ -140,11 +132,10 @@ class DraftWorker:
             self._deferred = None
             if timer is not None:
                 timer.loaded()
-            top_lp, top_tok = graph.launch()
+            graph.launch()
             if timer is not None:
                 timer.launched()
-            if graph.readback:  # numpy views of the pinned copies the graph wrote last (spins until they arrive)
-                top_lp, top_tok = graph.host_outputs()
+            top_lp, top_tok = graph.host_outputs()  # numpy views of the graph's pinned copies (spins until they arrive)
         else:
             self.compact(force=True)
             logits = self.model(inp.token_ids.to(self.device), step_meta(inp, self.prefix_len, self.device),
@@ -206,30 +197,6 @@ class DraftWorker:
         self.selection = self.tree.select(bs)
         tokens, parents = self.tree.proposal(self.selection)
         return DraftProposal(request_id, iteration, tuple(tokens), tuple(parents))
-
-    def prepare_reroots(self, limit: int, bs: int, stop: Callable[[], bool],
-                        on_ready: Callable[[], None] | None = None) -> int:
-        """While waiting for the verified path: prepare the re-roots of up to `limit` likely hits of the last
-        proposal (`DraftTree.prepare_landings`), asking `stop()` before each and calling `on_ready()` after each;
-        returns how many are prepared."""
-        return self.tree.prepare_landings(self.selection, limit, bs, stop, on_ready)
-
-    def conditional_proposals(self, request_id: int, iteration: int, bs: int,
-                              sent: set[int]) -> list[ConditionalProposal]:
-        """spec.presend: the next proposal (`iteration`) of each prepared landing not in `sent` (landing ids, updated)
-        whose subtree holds >= `bs` nodes, i.e. needs no refill: exactly what `advance` to that hit then `propose`
-        return. Each names the proposal node it follows (`after_node`) and the landing's rank under it."""
-        tree, out = self.tree, []
-        index = {node: k for k, node in enumerate(self.selection)}
-        for landing, sub in tree.prepared_landings():
-            if landing in sent or len(sub) < bs:
-                continue
-            sent.add(landing)
-            parent = tree.parents[landing]
-            tokens, parents = sub.proposal(sub.select(bs))
-            out.append(ConditionalProposal(DraftProposal(request_id, iteration, tuple(tokens), tuple(parents)),
-                                           after_node=index[parent], bonus_rank=landing - tree.first_child[parent]))
-        return out
 
     def expected_tokens(self) -> float:
         """The last proposal's expected yield under the tree's weights (`DraftTree.expected_tokens`)."""

@@ -33,13 +33,12 @@ import pstats
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass, replace
-from functools import partial
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from conf.messages import ConditionalProposal, DraftProposal, VerifiedPath
+from conf.messages import DraftProposal, VerifiedPath
 from conf.presets import model_preset
 from conf.schema import ExperimentConfig, SpecConfig
 from conf.trace import TraceRecord
@@ -53,7 +52,6 @@ from runtime.metrics import Progress, Timeline, device_name, summarize
 from runtime.model import WEIGHT_BITS, role_kernels
 from runtime.oracle import AcceptanceOracle, OracleOutcome, oracle_belief, resolve_bonus
 from runtime.parallel import ParallelContext, leader_ranks
-from runtime.presend import Presend
 from runtime.target_worker import TargetWorker
 from runtime.tree_cache import in_place
 from runtime.unix_channel import make_channel, recv_spin_s
@@ -107,16 +105,13 @@ class Engine:
             self.target = TargetWorker(self._model(cfg.model.target, target=True), attn, rows=self.shape.rows,
                                        max_seq_len=seq, temperature=spec.temperature, backend=cfg.kernels.backend,
                                        cuda_graphs=graphs, graph_events=cfg.trace.graph_events,
-                                       staging=cfg.kernels.input_staging, verdict_graph=cfg.kernels.verdict_graph,
-                                       oracle=self.oracle_on, readback=cfg.kernels.readback,
-                                       prefill_graph=prefill_graph)
+                                       oracle=self.oracle_on, prefill_graph=prefill_graph)
         if self.mode != "autoregressive" and (ctx.role == "draft" or self.colocated):
             self.draft = DraftWorker(self._model(cfg.model.draft), attn, w=self.shape.w, topk=self.shape.topk,
                                      max_tree_nodes=spec.max_tree_nodes, max_seq_len=seq,
                                      temperature=spec.temperature, cuda_graphs=graphs,
-                                     staging=cfg.kernels.input_staging, graph_events=cfg.trace.graph_events,
-                                     fused_head=cfg.kernels.draft_head, refill_graph=cfg.kernels.refill_graph,
-                                     readback=cfg.kernels.readback, prefill_graph=prefill_graph)
+                                     graph_events=cfg.trace.graph_events, fused_head=cfg.kernels.draft_head,
+                                     refill_graph=cfg.kernels.refill_graph, prefill_graph=prefill_graph)
             if self.oracle_on and spec.oracle_belief == "table":
                 self.draft.belief = oracle_belief(cfg.acceptance, self.shape.topk)
         # Greedy autoregressive decoding on one GPU with graphs: step i + 1 is queued before token i is read.
@@ -125,18 +120,7 @@ class Engine:
             self._token_host = [torch.empty(1, dtype=torch.long, pin_memory=True) for _ in range(2)]
             self._token_ready = [torch.cuda.Event() for _ in range(2)]
         self.channel = make_channel(ctx, cfg.parallel.leader_channel, self.shape.rows, timeline,
-                                    spin_s=recv_spin_s(cfg.parallel, ctx.device), wake=cfg.parallel.recv_wake)
-        # spec.reroot_prefetch: the draft leader prepares likely re-roots while it waits (a unix channel tells it
-        # when the verified path is in; other ranks re-root as usual, to the same trees)
-        self.reroot_prefetch = (spec.reroot_prefetch if self.draft is not None and ctx.is_leader
-                                and ctx.peer_leader_rank is not None else 0)
-        if self.reroot_prefetch and not hasattr(self.channel, "ready"):
-            raise ValueError(f"spec.reroot_prefetch={spec.reroot_prefetch}: needs the unix leader channel, which "
-                             f"can tell when the verified path is in; parallel.leader_channel resolved to "
-                             f"{self.channel.kind} (set spec.reroot_prefetch=0, or leader_channel=unix on one host)")
-        # spec.presend: prepared hits' next proposals sent ahead of the verdict (runtime/presend.py)
-        self.presend = (Presend(ctx, self.channel, self.shape.rows) if spec.presend and self.mode == "async_tree"
-                        and ctx.peer_leader_rank is not None else None)
+                                    spin_s=recv_spin_s(cfg.parallel, ctx.device))
         # Auto d never exceeds the expansions an empty tree of max_tree_nodes can take.
         self.tuner = DepthTuner(self.shape.d, ctx, d_max=max(1, spec.max_tree_nodes // self.shape.w))
         self.iteration = 0  # global over requests: both sides count proposals the same way
@@ -202,12 +186,11 @@ class Engine:
                 return
 
     def _autoregressive_chained(self, rid: int, prompt: list[int], emitter: Emitter) -> None:
-        """Greedy autoregressive decoding that keeps the GPU busy: step k + 1 (fed on the device with step k's
-        argmax, `TargetWorker.chain_step`) is queued before the host reads token k, so the host's work per token
-        (read-back, stop rule, spans) overlaps the next step instead of idling the GPU (~0.4 ms per 8B step on
-        an H200 host, docs/LOG.md 2026-11-30). Emits what `_colocated_loop` emits; a step past an EOS is
-        computed and dropped (none is queued past `max_new_tokens`). Spans: step k's verify (= iteration) span
-        runs from token k - 1's arrival on the host to token k's, the per-token time the host sees."""
+        """Greedy autoregressive decoding that keeps the GPU busy: step k + 1 (fed on the device with step k's argmax,
+        `TargetWorker.chain_step`) is queued before the host reads token k, so the host's work per token (read-back,
+        stop rule, spans) overlaps the next step instead of idling the GPU. Emits what `_colocated_loop` emits; a step
+        past an EOS is computed and dropped (none is queued past `max_new_tokens`). Spans: step k's verify (= iteration)
+        span runs from token k - 1's arrival on the host to token k's, the per-token time the host sees."""
         self._prefill(prompt)
         host, ready = self._token_host, self._token_ready
 
@@ -241,20 +224,16 @@ class Engine:
     def _target_loop(self, rid: int, prompt: list[int], emitter: Emitter) -> None:
         gen, oracle, _ = self._generators(rid)
         self._prefill(prompt)
-        taken: DraftProposal | None = None  # spec.presend: the next proposal, taken from the draft's conditional ones
         while True:
             start = self.tl.now()
             it = self._next_iteration()
-            prop = self.presend.next_proposal(taken) if self.presend else self.channel.recv()
+            prop = self.channel.recv()
             if (prop.request_id, prop.iteration) != (rid, it):
                 raise RuntimeError(f"{self.ctx.label}: expected request {rid} iteration {it}, got {prop}")
             if oracle is not None and emitter.tokens:
                 emitter.replace_last(prop.token_ids[0])
             vp = self._verify(prop, emitter, gen, oracle)
             if self.ctx.is_leader:
-                taken = self.presend.take(vp) if self.presend and not vp.stop else None
-                if taken is not None:
-                    vp = replace(vp, presend_taken=True)
                 self.channel.send(vp)
             self._keep(vp)  # after the send: the draft's re-root does not wait for it
             self.progress.update(self.tokens_done + len(emitter.tokens))
@@ -267,9 +246,9 @@ class Engine:
         self._prefill(prompt)
         it = self._next_iteration()
         prop = self._propose(rid, it)
-        first, taken = True, False  # taken: the target runs this proposal already (spec.presend; not sent again)
+        first = True
         while True:
-            if self.ctx.is_leader and not taken:
+            if self.ctx.is_leader:
                 self.channel.send(prop)
             # the proposal's expected yield feeds auto d's trials (runtime/depth_tuner.py); a fixed d needs none
             self.tuner.sent(new_request=first,
@@ -284,18 +263,6 @@ class Engine:
             outcome = oracle.walk(prop.parent_indices) if oracle is not None else None
             for _ in range(d):
                 self._expand(it, "overlap")
-            present: list[ConditionalProposal] = []  # spec.presend: conditional proposals sent this round
-            landed: set[int] = set()  # their landing nodes
-            if self.reroot_prefetch:
-                start = self.tl.now()
-                on_ready = (partial(self.presend.send, self.draft, rid, it + 1, present, landed) if self.presend
-                            else None)
-                ready = self.draft.prepare_reroots(self.reroot_prefetch, self.shape.rows, self.channel.ready,
-                                                   on_ready)
-                extra: dict[str, object] = {"prepared": ready}
-                if self.presend:
-                    extra["present"] = len(present)
-                self.tl.add("host.reroot_prefetch", start, self.tl.now() - start, iteration=it, extra=extra)
             vp = self.channel.recv()
             self.tuner.received(vp.num_accepted + 1)
             self._advance(prop, vp, oracle, outcome)
@@ -303,9 +270,6 @@ class Engine:
                 return
             it = self._next_iteration()
             prop = self._propose(rid, it)
-            taken = vp.presend_taken
-            if taken and self.ctx.is_leader:
-                self.presend.check_taken(prop, present)
 
     # ---- steps -------------------------------------------------------------------------------------------
     def _prefill(self, prompt: list[int]) -> None:
@@ -351,13 +315,9 @@ class Engine:
         start = self.tl.now()
         t0 = time.perf_counter()
         self.target.forward(prop)
-        if self.presend and self.ctx.is_leader:
-            self.presend.read_while_verifying()
         vp = None
         if self.ctx.is_leader:
             verdict = self.target.decide(gen, oracle)
-            if self.presend:
-                self.presend.verdict = verdict
             decided = time.perf_counter() - t0
             tokens = tuple(prop.token_ids[k] for k in verdict.path) + (verdict.bonus,)
             stop = emitter.emit(list(tokens[1:]))
@@ -410,10 +370,6 @@ class Engine:
         ranks = self.draft.verified_ranks(vp.node_indices, bonus)
         reroot = self.draft.advance(vp.node_indices, bonus)
         extra = {"hit": reroot.hit, "d": self._round_d(), "ranks": ranks}
-        if self.reroot_prefetch:
-            extra["prepared"] = reroot.prepared
-        if self.presend:  # the target took this hit's conditional proposal (spec.presend)
-            extra["taken"] = vp.presend_taken
         self.tl.add("step.reroot", start, self.tl.now() - start, iteration=vp.iteration,
                     tokens=len(reroot.keep_slots), extra=extra)
 
@@ -433,15 +389,13 @@ class Engine:
         gen = request_generator(seed, rid, "sample", self.ctx.device) if self.cfg.spec.temperature > 0 else None
         if not self.oracle_on:
             return gen, None, None
-        oracles = [AcceptanceOracle(self.cfg.acceptance, request_generator(seed, rid, "oracle", "cpu"),
-                                    self.cfg.spec.oracle_draws) for _ in range(2)]
+        oracles = [AcceptanceOracle(self.cfg.acceptance, request_generator(seed, rid, "oracle", "cpu"))
+                   for _ in range(2)]
         return gen, oracles[0], oracles[1]
 
     def close(self) -> None:
-        """Flush outstanding sends (leaders; spec.presend: a Stop handshake first, `Presend.close`)."""
+        """Flush outstanding sends and close the leader channel (leaders)."""
         if self.ctx.is_leader and self.ctx.peer_leader_rank is not None:
-            if self.presend:
-                self.presend.close()
             self.channel.close()
 
 
@@ -521,8 +475,7 @@ def run_rank(ctx: ParallelContext, cfg: ExperimentConfig, prompts: list[list[int
     d_used = [r.extra_fields()["d"] for r in records if r.name == "step.reroot"]
     metrics = summarize(cfg, rows, generated, wall_s, gpu=device_name(ctx.device), num_requests=len(prompts),
                         d_used=d_used[-1] if d_used else None,
-                        **({"oracle_belief": cfg.spec.oracle_belief, "oracle_draws": cfg.spec.oracle_draws}
-                           if engine.oracle_on else {}),
+                        **({"oracle_belief": cfg.spec.oracle_belief} if engine.oracle_on else {}),
                         **({"leader_channel": engine.channel.kind} if ctx.peer_leader_rank is not None else {}))
     eos_used = None if engine.oracle_on else eos
     metrics["prompt_source"] = "argument" if prompts_given else prompt_source(cfg)

@@ -2,13 +2,9 @@
 
 A full (generation-2) collection walks every container object the process tracks. After torch, Triton, the
 model and the CUDA graphs are built a rank holds a few hundred thousand of them, and one full collection takes
-~70 ms (this project's 2-core CPU: 68-79 ms over the imports alone). The collector runs when allocations cross
-its thresholds, so the pause lands inside whichever step allocated last, at the same iteration in every call
-with the same workload: on 2 x H200 (2026-11-30, git c52c1c3 and fb00b9b) a target verify of 66-83 ms instead
-of 4.5 ms at iteration 218 of one autoregressive run and 132 of one bs 4 w 8 async run, in both calls, the runs'
-tokens/s 10-12% below their repeats. The A/B that followed (bench/results/override_ab_gc_2026-11-30_5ba2b30.json)
-recorded them as `host.gc` spans of 87 and 71 ms under "default"; under "freeze" no generation-2 collection fell in
-a timed region.
+tens of milliseconds. The collector runs when allocations cross its thresholds, so the pause lands inside whichever
+step allocated last: a verify of tens of milliseconds instead of a few (docs/LOG.md has the runs); under "freeze" no
+generation-2 collection falls in a timed region.
 
     with gc_policy(mode, timeline) as between_requests:
         ...decode...                 "freeze" (the default): collect once, then `gc.freeze()` every object that

@@ -1,7 +1,7 @@
 """CUDA-graph capture of decode steps: one graph per (model, rows, tree_len), persistent input buffers.
 
-The eager runtime is host-bound on an H200: a Llama-3-8B verify forward issues ~1,270 kernel launches and
-costs ~30 ms of host time against ~6 ms of kernel time (bench/profile_step.py, docs/LOG.md 2026-11-29).
+The eager runtime is host-bound on a GPU: a Llama-3-8B verify forward issues ~1,270 kernel launches, whose host time
+is several times the kernels' (bench/profile_step.py).
 A `StepGraph` records one forward (plus an optional `head`, e.g. the draft's log-softmax + top-k) once and
 replays it for every step:
 
@@ -12,15 +12,16 @@ replays it for every step:
 Everything that varies between steps lives in device buffers the graph reads: the prefix length (a
 1-element tensor: `AttnMeta.prefix_len` as a tensor, which the Triton tree attention sizes from the cache
 capacity), token ids, RoPE positions, tree slots (write slot = prefix + tree slot, computed in the graph) and
-the [rows, tree_len] tree mask, written into one host staging buffer from the host lists of
-`runtime.tree.StepInputs` (`load_inputs`: no torch op on the host) and copied in one host->device copy per step.
+the [rows, tree_len] tree mask, written into one pinned host buffer from the host lists of `runtime.tree.StepInputs`
+(`load_inputs`: no torch op on the host), which the graph's first node copies to the device. A graph with a head or
+a verdict ends by copying those small outputs into pinned host memory, then the load's ticket; the host spins on
+the ticket (`host_outputs`): after the launch, no CUDA call and no torch op until the outputs are read (a blocking
+input copy and a read-back plus stream sync cost each step host time on the critical path).
 
 A step may also carry a KV compaction owed by the last re-root or keep (`keep_rows` > 0): its first kernel is
 `kernels.kv_compact` over source slots padded with -1 to `keep_rows`, read from the same buffer. The compaction
-then costs no host time of its own: as a separate launch it cost ~0.2-0.3 ms of host time per re-root (a
-`torch.tensor` on the device and a Triton launch, on the H200 host; bench/results/runtime_runs_2026-11-30_8c7030b,
-`step.compact` and moved `step.keep` spans), on the draft's critical path between the proposal's send and its
-next expansion.
+then costs no host time of its own, where a separate launch (a `torch.tensor` on the device and a Triton launch)
+would sit on the draft's critical path between the proposal's send and its next expansion.
 
 Chained autoregressive steps (`chain=True`, rows = 1, greedy): the captured step ends by writing its argmax
 into the token-id buffer and advancing the prefix length and the position by one, so `replay_chained()` runs
@@ -43,7 +44,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from conf.schema import INPUT_STAGING
 from kernels import kv_compact
 from runtime.attention import AttentionBackend, AttnMeta
 from runtime.kv_cache import KVCache
@@ -54,27 +54,24 @@ from runtime.tree_cache import prefill
 class StepBuffers:
     """A step's inputs in one byte buffer on the device, staged in one host buffer of the same layout: int64
     [prefix_len | token ids | positions | tree slots | parent rows | (keep_rows > 0:) keep destination | keep
-    sources, -1-padded to keep_rows | ticket], then the [rows, tree_len] bool mask. A load
-    writes the host buffer through numpy views (a list into a slice costs ~1 us; a torch op cost ~10-30 us of
-    host time on the H200 host, before every replay) and copies it in one host -> device copy.
+    sources, -1-padded to keep_rows | ticket], then the [rows, tree_len] bool mask. A load writes the host buffer
+    through numpy views (a list into a slice costs ~1 us; a torch op costs ~10-30 us of host time, before every
+    replay). The host buffer is pinned on a CUDA device.
 
-    `staging` (`kernels.input_staging`): `pageable`, an ordinary host buffer and a copy that waits for the
-    stream; `pinned`, a pinned buffer and a copy that does not block the host (an event guards its reuse);
-    `graph`, a pinned buffer that the graph copies itself, as its first node (`capture_copy`): a load only writes
-    host memory, and its caller must know the previous replay has read it (`StepGraph` waits for it).
+    `copy_in_graph` (a step graph's buffers): the graph copies the host buffer itself, as its first node
+    (`capture_copy`): a load only writes host memory, and its caller must know the previous replay has read it
+    (`StepGraph` waits for it). Else (a chained graph, whose chained replays must not copy the host buffer again) a
+    load copies it at once, without blocking the host on CUDA (an event guards the buffer's reuse).
     The graph reads all but the parent rows, which a verify's verdict reads, and the ticket: the load's number
-    (1, 2, ...), which a graph with `readback` hands back to the host after its outputs (`StepGraph.host_outputs`).
+    (1, 2, ...), which a graph with a read-back hands back to the host after its outputs (`StepGraph.host_outputs`).
     """
 
-    def __init__(self, rows: int, tree_len: int, device: torch.device | str, staging: str = "pageable",
-                 keep_rows: int = 0) -> None:
-        if staging not in INPUT_STAGING:
-            raise ValueError(f"kernels.input_staging: {staging!r} is not one of {', '.join(INPUT_STAGING)}")
-        if staging != "pageable" and not torch.cuda.is_available():
-            raise ValueError(f"kernels.input_staging={staging} stages in pinned host memory: needs a CUDA device")
+    def __init__(self, rows: int, tree_len: int, device: torch.device | str, keep_rows: int = 0, *,
+                 copy_in_graph: bool = True) -> None:
         if keep_rows < 0:
             raise ValueError(f"StepBuffers: keep_rows must be >= 0, got {keep_rows}")
-        self.rows, self.tree_len, self.keep_rows, self.staging = rows, tree_len, keep_rows, staging
+        self.rows, self.tree_len, self.keep_rows, self.copy_in_graph = rows, tree_len, keep_rows, copy_in_graph
+        cuda = torch.device(device).type == "cuda"
         ints = 1 + 4 * rows + (1 + keep_rows if keep_rows else 0) + 1
         self.device_bytes = torch.zeros(8 * ints + rows * tree_len, dtype=torch.uint8, device=device)
         self.packed = self.device_bytes[:8 * ints].view(torch.long)
@@ -87,13 +84,12 @@ class StepBuffers:
         self.ticket = self.packed[ints - 1:]  # [1]: the number of the load, for a readback graph's host wait
         self.keep_src.fill_(-1)
         self.mask = self.device_bytes[8 * ints:].view(torch.bool).view(rows, tree_len)
-        self._pinned = staging == "pinned"
-        self._host = torch.zeros(self.device_bytes.numel(), dtype=torch.uint8, pin_memory=staging != "pageable")
+        self._host = torch.zeros(self.device_bytes.numel(), dtype=torch.uint8, pin_memory=cuda)
         host = self._host.numpy()
         self._host_ints, self._host_mask = host[:8 * ints].view(np.int64), host[8 * ints:]
         if keep_rows:
             self._host_ints[2 + 4 * rows:ints - 1] = -1
-        self._copied = torch.cuda.Event() if self._pinned else None
+        self._copied = torch.cuda.Event() if cuda and not copy_in_graph else None  # the last copy out of _host
         self.loads = 0  # loads so far: the ticket of the last one
 
     def load(self, token_ids: torch.Tensor, positions: torch.Tensor, tree_slots: torch.Tensor, prefix_len: int,
@@ -122,8 +118,8 @@ class StepBuffers:
 
     def _stage(self, prefix_len: int, ids: Any, positions: Any, slots: Any, parents: Any, mask: np.ndarray,
                keep: tuple[int, list[int]] | None) -> None:
-        if self._pinned:
-            self._copied.synchronize()  # the previous step's copy has read the staging buffer
+        if self._copied is not None:
+            self._copied.synchronize()  # the previous step's copy has read the host buffer
         r, ints = self.rows, self._host_ints
         ints[0] = prefix_len
         ints[1:1 + r] = ids
@@ -138,15 +134,15 @@ class StepBuffers:
         self.loads += 1
         ints[-1] = self.loads
         self._host_mask[:] = mask
-        if self.staging == "graph":  # the replay copies it (capture_copy)
+        if self.copy_in_graph:  # the replay copies it (capture_copy)
             return
-        self.device_bytes.copy_(self._host, non_blocking=self._pinned)
-        if self._pinned:
+        self.device_bytes.copy_(self._host, non_blocking=self._copied is not None)
+        if self._copied is not None:
             self._copied.record()
 
     def capture_defaults(self) -> None:
-        """The inputs of the capture-time forwards, on the device and in the host buffer (staging "graph" copies that
-        one inside the step): tree slots 0..rows - 1, so their K/V writes land in slots [0, rows) before any prefill,
+        """The inputs of the capture-time forwards, on the device and in the host buffer (which the step's first node
+        copies): tree slots 0..rows - 1, so their K/V writes land in slots [0, rows) before any prefill,
         and an identity mask."""
         r = self.rows
         self.slots.copy_(torch.arange(r))
@@ -155,11 +151,11 @@ class StepBuffers:
         self._host_mask.reshape(r, self.tree_len)[:, :r] = np.eye(r, dtype=np.uint8)
 
     def capture_copy(self) -> None:
-        """`staging="graph"`: queue the host buffer's copy to the device (called inside the step the graph captures,
-        so every replay copies what the host staged last)."""
-        if self.staging != "graph":
-            raise ValueError(f"StepBuffers.capture_copy: staging {self.staging!r}, needs 'graph'")
-        self.device_bytes.copy_(self._host, non_blocking=True)
+        """`copy_in_graph`: queue the host buffer's copy to the device (called inside the step the graph captures, so
+        every replay copies what the host staged last)."""
+        if not self.copy_in_graph:
+            raise ValueError("StepBuffers.capture_copy: these buffers copy at each load (copy_in_graph=False)")
+        self.device_bytes.copy_(self._host, non_blocking=self._host.is_pinned())
 
 
 class ReplayTimer:
@@ -265,8 +261,8 @@ def verdict_outputs(verdict: str, logits: torch.Tensor, ids: torch.Tensor, paren
 
 
 def readback_outputs(out: Any, verdict: bool) -> tuple[torch.Tensor, ...]:
-    """What a readback graph (`StepGraph` readback) mirrors on the host: a head's outputs, or a verdict graph's
-    outputs but the logits."""
+    """What a `StepGraph` with a head or a verdict mirrors on the host: a head's outputs, or a verdict graph's outputs
+    but the logits."""
     outs = (out,) if isinstance(out, torch.Tensor) else tuple(out)
     if not all(isinstance(t, torch.Tensor) for t in outs):
         raise ValueError(f"StepGraph readback: the step's outputs must be tensors, got {[type(t) for t in outs]}")
@@ -303,13 +299,14 @@ class StepGraph:
 
     def __init__(self, model: torch.nn.Module, cache: KVCache, attn: AttentionBackend, rows: int, tree_len: int,
                  *, head: Callable[[torch.Tensor], Any] | None = None, pool: Any = None, chain: bool = False,
-                 staging: str = "pageable", keep_rows: int = 0, verdict: str | None = None,
-                 readback: bool = False) -> None:
+                 keep_rows: int = 0, verdict: str | None = None) -> None:
         """Capture `head(model(...))` (or the fp32 logits [rows, vocab] without a head) on `cache`'s device.
 
+        The graph's first node copies the inputs a load staged in pinned host memory (`StepBuffers`); a load first
+        waits for the previous replay (its read-back, or an event).
         `chain`: also capture the greedy hand-over to the next autoregressive step (rows = 1, no head): see the
-        module docstring and `replay_chained`.
-        `staging` (`kernels.input_staging`): how the inputs reach the device (`StepBuffers`).
+        module docstring and `replay_chained`. Its loads copy the inputs themselves (its chained replays must not
+        copy the host buffer again).
         `keep_rows`: capture a KV compaction of up to this many slots in front of the forward (`load_inputs`'s
         `keep`); 0: none. Not with `chain` (a chained replay reuses the last inputs, which would compact again).
         `verdict` (a tree verify's graph, no head): also capture what its verdict reads after the replay, so that only a
@@ -317,12 +314,9 @@ class StepGraph:
         placeholder token); "greedy": (logits, argmax, the greedy verdict packed as [rows + 2] int64: the path padded
         with -1, the accepted count, the bonus), by `kernels.greedy_verify` over the loaded token ids and parent rows
         (padding rows have parent -1, so they are never accepted: the verdict of the real nodes alone).
-        `staging="graph"` (`kernels.input_staging`): the graph's first node copies the pinned host buffer a load wrote;
-        a load first waits for the previous replay (its read-back, or an event). A chained graph stages "pinned"
-        instead (its chained replays must not copy the host buffer again).
-        `readback` (`kernels.readback=spin`; a head or a verdict): the graph ends by copying its outputs (a verdict's:
-        all but the logits) into pinned host memory, then the load's ticket; `host_outputs` spins on that ticket
-        and returns numpy views: no stream sync, no read-back call, no torch op on the host after the replay.
+        With a head or a verdict (`readback`) the graph ends by copying those outputs (a verdict's: all but the
+        logits) into pinned host memory, then the load's ticket; `host_outputs` spins on that ticket and returns
+        numpy views: no stream sync, no read-back call, no torch op on the host after the replay.
         """
         device = cache.device
         require_capturable(device, attn, "kernels.cuda_graphs",
@@ -335,22 +329,19 @@ class StepGraph:
         if verdict not in VERDICTS or (verdict is not None and (chain or head is not None)):
             raise ValueError(f"StepGraph: verdict must be one of {VERDICTS} and needs no chain and no head, got "
                              f"verdict {verdict!r}, chain {chain}, head {head}")
-        if readback and head is None and verdict is None:
-            raise ValueError("StepGraph: readback needs a head or a verdict (the logits stay on the device)")
+        readback = head is not None or verdict is not None
         self.rows, self.tree_len, self.chained, self.device = rows, tree_len, chain, device
-        if chain and staging == "graph":
-            staging = "pinned"
-        self.inputs = buf = StepBuffers(rows, tree_len, device, staging, keep_rows)  # what the graph reads
+        self.inputs = buf = StepBuffers(rows, tree_len, device, keep_rows, copy_in_graph=not chain)  # the graph reads
         buf.capture_defaults()
         self._host_out: tuple[torch.Tensor, ...] = ()  # readback: pinned host mirrors of the outputs
         self._host_np: tuple[np.ndarray, ...] = ()
         self._host_ticket = torch.zeros(1, dtype=torch.long, pin_memory=True) if readback else None
         self._flag = self._host_ticket.numpy() if readback else None
-        self._done = torch.cuda.Event() if staging == "graph" and not readback else None
-        self._inflight = False  # a replay queued and not known to have finished (staging "graph")
+        self._done = torch.cuda.Event() if not chain and not readback else None
+        self._inflight = False  # a replay queued and not known to have read the host buffer (not chained)
 
         def step() -> Any:
-            if staging == "graph":
+            if not chain:
                 buf.capture_copy()
             if keep_rows:  # the owed compaction first (all sources -1: nothing moves)
                 kv_compact(cache.kv, buf.keep_src, buf.keep_dst)
@@ -405,7 +396,7 @@ class StepGraph:
         self.inputs.load_inputs(inp, prefix_len, keep)
 
     def _finish(self) -> None:
-        """Staging "graph": wait until the last replay has copied the host buffer (before a load overwrites it)."""
+        """Wait until the last replay has copied the host buffer (before a load overwrites it)."""
         if not self._inflight:
             return
         if self._flag is not None:
@@ -415,11 +406,12 @@ class StepGraph:
         self._inflight = False
 
     def host_outputs(self) -> tuple[np.ndarray, ...]:
-        """`readback`: wait (spinning, `wait_for_ticket`) until the last replay's outputs reached the host and return
-        them as numpy views of pinned memory, in output order (a verdict graph: all but the logits). Valid until the
-        next replay."""
+        """A head or verdict graph: wait (spinning, `wait_for_ticket`) until the last replay's outputs reached the host
+        and return them as numpy views of pinned memory, in output order (a verdict graph: all but the logits). Valid
+        until the next replay."""
         if self._flag is None:
-            raise ValueError("StepGraph.host_outputs: this graph was captured without readback")
+            raise ValueError("StepGraph.host_outputs: this graph has no head or verdict to read back (its logits stay "
+                             "on the device)")
         wait_for_ticket(self._flag, self.inputs.loads, self._stream_done, self._what)
         self._inflight = False
         return self._host_np
@@ -432,7 +424,7 @@ class StepGraph:
     def launch(self) -> Any:
         """`replay`'s second half: queue the graph on the inputs `load` copied; returns its static outputs."""
         self.graph.replay()
-        if self.inputs.staging == "graph":
+        if not self.chained:
             self._inflight = True
             if self._done is not None:
                 self._done.record()
@@ -495,19 +487,17 @@ class PrefillGraphs:
     attention (`Transformer.forward(logits=False)`).
 
     After the first capture one eager prefill runs (`eager_warmup`), and every replay is waited for (`drain`): the
-    decode steps after replayed prefills ran 5-6% slower without either (H200, 2026-12-01).
+    decode steps after replayed prefills ran ~5% slower without either (docs/LOG.md).
 
     `eager=True` (tests, any device): the same padded forward per bucket, run eagerly instead of captured.
     """
 
     WARMUP = 2
     drain = True
-    """Wait for the replay before `run` returns. Measured on the H200 (2026-12-01, `bench/prefill_probe.py
-    --decode-check`): when the host queued the chained autoregressive steps straight behind the prefill's input copy
-    and replay, every step until the stream next drained ran 5% slower (SmolLM2-135M: 0.848 against 0.804 ms, for
-    all 256 timed steps), with the same kernels on the same data; one synchronize after the replay (or any idle gap of
-    >= 2 ms) removes it, and so does an eager prefill. CUPTI tracing hides the effect, so its cause below the runtime
-    is not known. Draining costs about one step launch per request. The probe sets it False to reproduce."""
+    """Wait for the replay before `run` returns: chained autoregressive steps queued straight behind the prefill's
+    replay each ran ~5% slower until the stream next drained (`bench/prefill_probe.py --decode-check`; its cause
+    below the runtime is not known). Draining costs about one step launch per request. The probe sets it False to
+    reproduce."""
     warm_up = True
     """Run `eager_warmup` right after the first capture (the probe sets it False to reproduce what it avoids)."""
 
@@ -558,12 +548,10 @@ class PrefillGraphs:
 
     def eager_warmup(self, tokens: int = PREFILL_MIN_BUCKET) -> None:
         """One eager prefill (`runtime.tree_cache.prefill`) of `tokens` zeros on the current stream (its K/V at slots
-        [0, tokens), overwritten by the next prompt's prefill), run once, after the first capture (`warm_up`).
-        Measured on the H200 (2026-12-01, `bench/prefill_probe.py --decode-check --replay-first`): in a worker whose
-        prefills had only ever been replayed, every later chained autoregressive step ran 5-6% slower (SmolLM2-135M:
-        0.859 against 0.813 ms in the engine's loop, as in the kernels.prefill_graph runs); after one eager prefill
-        they ran at full speed again, replayed prefills or not. Which lazily made state the eager forward sets up is
-        not known."""
+        [0, tokens), overwritten by the next prompt's prefill), run once, after the first capture (`warm_up`): in a
+        worker whose prefills had only ever been replayed, every later chained autoregressive step ran ~5% slower;
+        after one eager prefill they run at full speed (`bench/prefill_probe.py --decode-check --replay-first`; which
+        lazily made state the eager forward sets up is not known)."""
         with torch.no_grad():
             prefill(self.model, self.cache, self.attn, [0] * (tokens + 1), self.device)
         if self.device.type == "cuda":

@@ -89,9 +89,8 @@ class KVCache:
         src_slots = src_slots.to(device=self.kv.device, dtype=torch.long)
         if self.kv.is_cuda:
             # One Triton launch (gather-then-scatter per program, every layer at once). The advanced-indexing
-            # path below costs ~0.2 ms of host time per call on an H200 host, on the draft's critical path
-            # (bench/results/fastpath_2026-11-30_15780f4/cprofile); re-rooting's forward compaction is within
-            # kv_compact's overlap contract for any n.
+            # path below costs ~0.2 ms of host time per call, on the draft's critical path; re-rooting's forward
+            # compaction is within kv_compact's overlap contract for any n.
             from kernels import kv_compact
 
             kv_compact(self.kv, src_slots, dst_start)

@@ -72,18 +72,6 @@ def rope_cos_sin(inv_freq: torch.Tensor, positions: torch.Tensor, dtype: torch.d
 SKINNY_MAX_ROWS = 64
 """The skinny path (`kernels.skinny`) serves decode-sized steps (kernels.skinny_linear MAX_M); prefill: cuBLAS."""
 
-NORM_PROLOGUE = False
-"""Experiment switch (off; measured 1.5x slower per step on the H200, kernels/norm_gemm.py): on the skinny-partials path
-the add + RMSNorm of the o / down projection partials runs in the prologue of the GEMM that consumes it
-(`kernels.swiglu_normed` for the MLP, `kernels.skinny_linear_normed` for the next layer's QKV where its tuned tile has
-split_k 1, no bias and no qkv_rope): of the step's 2 * num_layers `add_rmsnorm_partials` launches only the final norm's
-stays. Read when a step runs (or is captured); bench/bench_step_variants.py patch `norm_prologue`. The first layer's
-norm (of the embedding) and the final one keep the norm kernels; so does any QKV that cannot take the prologue.
-A second form, the norm split across the GEMM boundary (the o / down GEMMs' epilogues storing the new residual and
-per-tile sums of squares, the consuming GEMMs scaling their x tiles), measured slower too on the H200 (2026-12-01,
-+0.10-0.21 ms per 8B step; docs/LOG.md eighteenth session) and was removed (its code: git 88027cd)."""
-
-
 WEIGHT_BITS = (16, 8)
 """`weight_bits` the runtime runs: 16 (the `dtype` weights) or 8 (fp8 copies for decode steps); 4: simulator only."""
 
@@ -183,7 +171,6 @@ class Attention(nn.Module):
         v_cache: torch.Tensor,
         attn: AttentionBackend,
         partials: bool = False,
-        qkv: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """x [T, hidden] -> [T, hidden] (a partial sum under TP: the all-reduce is the transform's).
 
@@ -192,14 +179,10 @@ class Attention(nn.Module):
         `rope_attention` and a backend with `rope_max_tokens` >= T, the attention launch itself does it).
         `partials` (skinny path, no TP): return the o projection as float32 split-K partials [S, T, hidden]
         for `kernels.add_rmsnorm_partials` instead.
-        `qkv` (fused path): the QKV projection [T, q_size + 2 * kv_size] already computed (`qkv_normed`); x is then
-        unused (None) and the step goes on with the RoPE + KV write.
         """
-        if qkv is not None and not isinstance(rope, torch.Tensor):
-            raise ValueError("Attention: a precomputed qkv needs the fused path (rope given as inv_freq)")
-        t, d = (x if qkv is None else qkv).shape[0], self.head_dim
+        t, d = x.shape[0], self.head_dim
         skinny = self.skinny and t <= SKINNY_MAX_ROWS
-        if qkv is None and skinny and self.qkv_rope and self.wqkv.bias is None and isinstance(rope, torch.Tensor):
+        if skinny and self.qkv_rope and self.wqkv.bias is None and isinstance(rope, torch.Tensor):
             from kernels import qkv_rope_kv_write
 
             # it writes q and the tree slots' K/V only: the attention may load its prefix beside it (prefix_ready)
@@ -215,9 +198,8 @@ class Attention(nn.Module):
             # an fp8 o projection in a bf16 model takes its input in fp16 (module docstring)
             odt = torch.float16 if partials and self.wo_q8 is not None and self.wo.weight.dtype == torch.bfloat16 \
                 else None
-            if qkv is None:
-                qkv = (self.wqkv(x.to(self.wqkv.weight.dtype)) if not skinny or self.wqkv.bias is not None else
-                       _skinny(x, self.wqkv.weight, pdl_role=role, q8=self.wqkv_q8))
+            qkv = (self.wqkv(x.to(self.wqkv.weight.dtype)) if not skinny or self.wqkv.bias is not None else
+                   _skinny(x, self.wqkv.weight, pdl_role=role, q8=self.wqkv_q8))
             if fuse_rope:
                 out = attn.rope_attend(qkv, rope, k_cache, v_cache, meta, self.scale, self.num_heads, out_dtype=odt)
                 return self._project(out.reshape(t, self.num_heads * d), partials)
@@ -242,24 +224,6 @@ class Attention(nn.Module):
         """The kernels.pdl role of a fused-path QKV GEMM of `t` rows: "pre_attention" right before the fused RoPE
         attention, else "gemm"."""
         return "pre_attention" if self.rope_attention and t <= attn.rope_max_tokens else "gemm"
-
-    def qkv_normed(self, partials: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, eps: float,
-                   attn: AttentionBackend) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """NORM_PROLOGUE: (the QKV projection, the new residual) of `add_rmsnorm_partials(partials, residual,
-        norm_weight, eps)` in one `kernels.skinny_linear_normed` launch (the norm in the GEMM's prologue), for
-        `forward(None, ..., qkv=...)`. None where this QKV is no plain skinny GEMM (more than SKINNY_MAX_ROWS rows, a
-        bias, qkv_rope) or its tuned tile splits K: the caller keeps the norm kernel and `forward(h, ...)` then."""
-        t, w = residual.shape[0], self.wqkv.weight
-        if (not self.skinny or t > SKINNY_MAX_ROWS or self.qkv_rope or self.wqkv.bias is not None
-                or self.wqkv_q8 is not None):
-            return None
-        from kernels.skinny_linear import pick_config, sm_count
-
-        if pick_config(t, w.shape[0], w.shape[1], sms=sm_count(w.device), elem_bytes=w.element_size())["split_k"] != 1:
-            return None
-        from kernels import skinny_linear_normed
-
-        return skinny_linear_normed(partials, residual, norm_weight, eps, w, pdl_role=self._qkv_role(t, attn))
 
     def _project(self, out: torch.Tensor, partials: bool) -> torch.Tensor:
         """The o projection of the attention output [T, Hq * D] (split-K partials on the skinny path)."""
@@ -305,23 +269,6 @@ class MLP(nn.Module):
     def _down(self, mid: torch.Tensor, partials: bool) -> torch.Tensor:
         """The down projection of the SwiGLU output [T, intermediate] (split-K partials on the skinny path)."""
         return _skinny(mid, self.w2.weight, partials=True, q8=self.w2_q8) if partials else self.w2(mid)
-
-    def normed_partials(self, partials: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor,
-                        eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """NORM_PROLOGUE: `forward(h, partials=True)` of `h, r = add_rmsnorm_partials(partials, residual,
-        norm_weight, eps)` with that norm in the SwiGLU GEMM's prologue (`kernels.swiglu_normed`); returns (the down
-        projection's split-K partials [S, T, hidden], r)."""
-        t = residual.shape[0]
-        if self.w13_q8 is not None:
-            raise ValueError("MLP: the normed prologue has no fp8 path (weight_bits=8 keeps the norm kernels)")
-        if not self.fused or t > self.FUSED_MAX_ROWS:
-            raise ValueError(f"MLP: the normed prologue needs the fused path and T <= {self.FUSED_MAX_ROWS}, got T={t}")
-        from kernels import swiglu_normed
-
-        w_gate, w_up = self.w13.weight.chunk(2, dim=0)
-        mid, res = swiglu_normed(partials, residual, norm_weight, eps, w_gate, w_up)
-        return self._down(mid, True), res
-
 
 class Block(nn.Module):
     """One pre-norm decoder layer."""
@@ -465,16 +412,11 @@ class Transformer(nn.Module):
         h_0, r_0 = norm(x), x;  per layer: a = attn(h); h, r = norm(r + a); m = mlp(h); h, r = norm'(r + m)
         where norm' is the next layer's attention norm (the final norm after the last layer).
         Module calls go through `__call__`, so the TP transform's all-reduce hooks still apply.
-        With NORM_PROLOGUE (skinny partials path) the two norms of a layer move into the prologues of the GEMMs that
-        consume them: the SwiGLU's, and the next layer's QKV's where `Attention.qkv_normed` applies (the down
-        partials wait in `pending` until then; the final norm keeps the norm kernel).
         """
         from kernels import add_rmsnorm, add_rmsnorm_partials
 
         eps, n = self.shape.rms_eps, len(self.layers)
         skinny = self.skinny and x.shape[0] <= SKINNY_MAX_ROWS
-        prologue = skinny and NORM_PROLOGUE and self.weight_bits == 16  # the prologue kernels have no fp8 path
-        pending = None  # NORM_PROLOGUE: the last down projection's partials, not yet added to `res` and normed
         # Partials skip the module outputs, so only where no TP all-reduce hook needs them.
         plains = [skinny and not (layer.attn._forward_hooks or layer.mlp._forward_hooks) for layer in self.layers]
         fp16_in = self.weight_bits == 8 and x.dtype == torch.bfloat16 and all(plains)
@@ -490,23 +432,10 @@ class Transformer(nn.Module):
         for i, layer in enumerate(self.layers):
             k_cache, v_cache = cache.layer(i)
             nxt = self.layers[i + 1].attn_norm.weight if i + 1 < n else self.norm.weight
-            plain = plains[i]
-            qkv = None
-            if pending is not None:  # this layer's attention norm: in its QKV GEMM's prologue where that applies
-                normed = layer.attn.qkv_normed(pending, res, layer.attn_norm.weight, eps, attn) if plain else None
-                if normed is None:
-                    h, res = add_rmsnorm_partials(pending, res, layer.attn_norm.weight, eps)
-                else:
-                    qkv, res = normed
-                pending = None
-            if plain:
-                a = layer.attn(h if qkv is None else None, self.inv_freq, meta, k_cache, v_cache, attn,
-                               partials=True, qkv=qkv)
+            if plains[i]:
+                a = layer.attn(h, self.inv_freq, meta, k_cache, v_cache, attn, partials=True)
                 if not logits and i == n - 1:  # a prefill: the last K/V are written, the last MLP feeds nothing
                     return None
-                if prologue:
-                    pending, res = layer.mlp.normed_partials(a, res, layer.mlp_norm.weight, eps)
-                    continue
                 h, res = add_rmsnorm_partials(a, res, layer.mlp_norm.weight, eps, out=normed_out())
                 h, res = add_rmsnorm_partials(layer.mlp(h, partials=True), res, nxt, eps,
                                               out=normed_out(last=i + 1 == n))
@@ -516,8 +445,6 @@ class Transformer(nn.Module):
                 return None
             h, res = add_rmsnorm(a, res, layer.mlp_norm.weight, eps)
             h, res = add_rmsnorm(layer.mlp(h), res, nxt, eps)
-        if pending is not None:
-            h, res = add_rmsnorm_partials(pending, res, self.norm.weight, eps)
         if skinny and type(self.lm_head) is nn.Linear:
             return _skinny(h, self.lm_head.weight, out=torch.empty(h.shape[0], self.shape.vocab_size,
                                                                     dtype=torch.float32, device=h.device))

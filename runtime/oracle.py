@@ -24,14 +24,12 @@ a placeholder (its argmax); the next proposal's root token is the emitted token.
 Ranks within a proposal: the draft sends nodes best-first, so the children of a node appear in decreasing
 draft probability; the r-th child in the proposal is the draft's rank-r child.
 
-Draws (`DRAWS`): each rank is the inverse CDF of the depth's row (plus "none") at one float64 uniform of the
-request's stream, the uniforms taken from the generator `UNIFORM_BATCH` at a time, so a walk runs no torch op
-(two sides that walk the same proposals in the same order still read the same uniforms). The oracle stands in for
-the verdict a real run computes on the GPU, and both leaders walk it on their critical path (the target's verdict,
-the draft's re-root): until 2026-12-01 each rank was a `torch.multinomial` over a new tensor, ~34 us per rank and
-~100 us per walk on a 2-core CPU (~2.6 ranks per walk at the SmolLM2 table), i.e. host time in every
-shape-realistic speculative run that a real one does not spend. Runs recorded with those draws keep them
-(`reconstruct_ranks(..., draws="multinomial")`, `MULTINOMIAL`).
+Draws: each rank is the inverse CDF of the depth's row (plus "none") at one float64 uniform of the request's
+stream, the uniforms taken from the generator `UNIFORM_BATCH` at a time, so a walk runs no torch op (two sides that
+walk the same proposals in the same order still read the same uniforms). The oracle stands in for the verdict a real
+run computes on the GPU, and both leaders walk it on their critical path, so a walk must cost next to nothing. Runs
+recorded before iterations.csv had its `ranks` column drew each rank as a `torch.multinomial` instead
+(`MULTINOMIAL`): `reconstruct_ranks` reads their stream that way.
 """
 
 from __future__ import annotations
@@ -43,13 +41,12 @@ from pathlib import Path
 
 import torch
 
-from conf.schema import ORACLE_DRAWS, AcceptanceConfig
+from conf.schema import AcceptanceConfig
 
 NO_RANK = -1  # the target's token is none of the draft's ranked children
-DRAWS = ORACLE_DRAWS
-# uniform: a rank per float64 uniform of the stream, inverted through the row's CDF (the default);
-# multinomial: a torch.multinomial per rank, as runs recorded before 2026-12-01 drew
-UNIFORM, MULTINOMIAL = DRAWS
+UNIFORM, MULTINOMIAL = "uniform", "multinomial"
+"""How a rank was drawn from a request's stream: uniform (the oracle's draws) | multinomial (a torch.multinomial per
+rank: runs recorded without a `ranks` column; `reconstruct_ranks` only)."""
 UNIFORM_BATCH = 256
 """Uniforms taken from the generator per refill (one torch op per 256 ranks)."""
 
@@ -85,8 +82,7 @@ def oracle_belief(cfg: AcceptanceConfig, topk: int) -> list[list[float]]:
 def load_replay(path: str | Path) -> list[tuple[int, bool]]:
     """(accepted, hit) per iteration of a recorded run (its iterations.csv, or JSON), read as the simulator reads
     it (`simulator.acceptance.read_replay`: errors name the file and row); an unrecorded hit counts as a miss.
-    JSON entries need an integer `accepted` and a boolean or null `hit` (no "2" / "true" strings, as before
-    2026-11-30)."""
+    JSON entries need an integer `accepted` and a boolean or null `hit` (no "2" / "true" strings)."""
     from simulator.acceptance import read_replay
 
     verifies, _ = read_replay(str(path))
@@ -106,14 +102,10 @@ def _children(parents: tuple[int, ...] | list[int]) -> list[list[int]]:
 class AcceptanceOracle:
     """Seeded verify outcomes for one request (one per side; equal seeds give equal outcomes)."""
 
-    def __init__(self, cfg: AcceptanceConfig, generator: torch.Generator, draws: str = UNIFORM) -> None:
-        """`generator` is this request's oracle stream (the same seed on the draft and target side); `draws` how
-        a rank is drawn from it (module docstring: `uniform`, or `multinomial` as runs before 2026-12-01 drew)."""
-        if draws not in DRAWS:
-            raise ValueError(f"AcceptanceOracle: draws must be one of {', '.join(DRAWS)}, got {draws!r}")
+    def __init__(self, cfg: AcceptanceConfig, generator: torch.Generator) -> None:
+        """`generator` is this request's oracle stream (the same seed on the draft and target side)."""
         self.kind = cfg.kind
         self.generator = generator
-        self.draws = draws
         self.table = load_positional(cfg) if cfg.kind != "replay" else []
         # per depth row: the cumulative probabilities of its ranks; a uniform at or past the last is "none"
         self._cdf = [list(accumulate(row)) for row in self.table]
@@ -141,11 +133,6 @@ class AcceptanceOracle:
 
     def _draw_rank(self, depth: int) -> int:
         d = min(depth, len(self.table) - 1)
-        if self.draws == MULTINOMIAL:
-            row = self.table[d]
-            probs = torch.tensor(row + [max(0.0, 1.0 - sum(row))], dtype=torch.float64)
-            r = int(torch.multinomial(probs, 1, generator=self.generator))
-            return NO_RANK if r == len(row) else r
         if not self._uniforms:  # consumed from the end: reverse so that the stream is read in order
             self._uniforms = torch.rand(UNIFORM_BATCH, dtype=torch.float64, generator=self.generator).tolist()[::-1]
         cdf = self._cdf[d]
@@ -153,14 +140,24 @@ class AcceptanceOracle:
         return NO_RANK if r == len(cdf) else r
 
 
+class _MultinomialStream(AcceptanceOracle):
+    """The stream read as runs recorded without a `ranks` column drew it: a torch.multinomial per rank."""
+
+    def _draw_rank(self, depth: int) -> int:
+        row = self.table[min(depth, len(self.table) - 1)]
+        probs = torch.tensor(row + [max(0.0, 1.0 - sum(row))], dtype=torch.float64)
+        r = int(torch.multinomial(probs, 1, generator=self.generator))
+        return NO_RANK if r == len(row) else r
+
+
 def reconstruct_ranks(cfg: AcceptanceConfig, seed: int, request: int, verifies: list[tuple[int, bool | None]],
                       draws: str = UNIFORM) -> list[list[int]]:
     """The draft ranks a positional oracle drew for one request's verifies, from its seed alone: a verify
     with `accepted` tokens consumed exactly accepted + 1 draws (one per accepted depth, then the rank that
     was not proposed), so replaying the stream in order recovers every rank. The bonus is -1 unless the run
-    recorded a hit. Raises ValueError if the stream contradicts the record (an accepted depth drawing "none",
-    or a hit without a rank): a different seed, table, torch generator or `draws` than the run's (every run
-    without a ranks column drew with `multinomial`).
+    recorded a hit. `draws`: UNIFORM, or MULTINOMIAL (how every run without a ranks column drew). Raises ValueError
+    if the stream contradicts the record (an accepted depth drawing "none", or a hit without a rank): a different
+    seed, table, torch generator or `draws` than the run's.
 
     For runs recorded before iterations.csv had its `ranks` column (runtime/metrics.py ITERATION_COLUMNS).
     """
@@ -168,7 +165,10 @@ def reconstruct_ranks(cfg: AcceptanceConfig, seed: int, request: int, verifies: 
 
     if cfg.kind == "replay":
         raise ValueError(f"acceptance.kind={cfg.kind}: only a positional or family oracle's draws can be reconstructed")
-    oracle = AcceptanceOracle(cfg, request_generator(seed, request, "oracle", "cpu"), draws)
+    if draws not in (UNIFORM, MULTINOMIAL):
+        raise ValueError(f"reconstruct_ranks: draws must be {UNIFORM} or {MULTINOMIAL}, got {draws!r}")
+    stream = _MultinomialStream if draws == MULTINOMIAL else AcceptanceOracle
+    oracle = stream(cfg, request_generator(seed, request, "oracle", "cpu"))
     out = []
     for i, (accepted, hit) in enumerate(verifies):
         ranks = [oracle._draw_rank(depth) for depth in range(accepted + 1)]

@@ -1,7 +1,7 @@
 """Re-derive a runtime run dir's iterations.csv from its traces.jsonl, with today's columns.
 
 iterations.csv is a function of the leaders' spans (`runtime.engine.iteration_rows`); a run dir written before a
-column existed (e.g. `refills`, 2026-11-30) gains it here. Every column the file already has must come out equal,
+column existed (e.g. `refills`) gains it here. Every column the file already has must come out equal,
 cell for cell, else nothing is written and the error names the run dir, the row and the column. The file is
 replaced atomically.
 

@@ -30,20 +30,16 @@ class TargetWorker:
 
     def __init__(self, model: Transformer, attn: AttentionBackend, *, rows: int, max_seq_len: int,
                  temperature: float, backend: str, cuda_graphs: bool = False, graph_events: bool = False,
-                 staging: str = "pageable", verdict_graph: bool = False, oracle: bool = False,
-                 readback: str = "sync", prefill_graph: bool = False) -> None:
+                 oracle: bool = False, prefill_graph: bool = False) -> None:
         """Allocate the cache: `max_seq_len` prefix slots plus `rows` verify slots; capture the verify step.
 
         `graph_events` (`trace.graph_events`, CUDA graphs only): CUDA events around every verify's input copies and
         graph replay, read back (no extra sync) by `last_device_s` once the verdict has synchronised.
-        `staging` (`kernels.input_staging`): how the graph's inputs are copied (runtime/graphs.py).
-        `verdict_graph` (`kernels.verdict_graph`; greedy, the Triton backend): a tree verify's graph also computes
-        what the verdict reads, so that after the replay only a small read-back is left (`StepGraph` verdict): the
-        greedy verdict, or with `oracle` (the verdict is drawn; the target only supplies a placeholder token) the
-        rows' argmax.
-        `readback` (`kernels.readback`): "spin" builds the verdict into the graph as `verdict_graph` does and has the
-        graph copy it to pinned host memory, which `decide` spins on (`StepGraph.host_outputs`) instead of a read-back
-        and a stream sync. A chained, sampled or reference-backend target reads back as before.
+        With CUDA graphs a greedy Triton-backend tree verify's graph also computes what its verdict reads (`StepGraph`
+        verdict): the greedy verdict, or with `oracle` (the verdict is drawn; the target only supplies a placeholder
+        token) the rows' argmax, and copies it to pinned host memory, which `decide` spins on
+        (`StepGraph.host_outputs`): no read-back call and no stream sync after the replay. A chained or sampled target
+        reads its logits on the device.
         `prefill_graph` (`kernels.prefill_graph`, CUDA graphs only): prompt prefills replay graphs per length bucket."""
         self.model, self.attn = model, attn
         self.rows, self.temperature, self.backend = rows, temperature, backend
@@ -58,15 +54,9 @@ class TargetWorker:
         # autoregressive target's graph also hands its token to the next step on the device (`chain_step`).
         chain = rows == 1 and temperature == 0
         # A tree verify's graph also applies the last verdict's KV keep in front of its forward (`keep`).
-        spin = readback == "spin"
-        verdict = (None if not (verdict_graph or spin) or chain or temperature > 0 or backend != "triton" else
-                   "argmax" if oracle else "greedy")
-        self.graph = (StepGraph(model, self.cache, attn, rows, rows, chain=chain, staging=staging,
-                                keep_rows=0 if chain else rows, verdict=verdict,
-                                readback=spin and verdict is not None)
-                      if cuda_graphs else None)
-        self._argmax: torch.Tensor | None = None  # the graph's [rows] argmax of the last verify (verdict graphs)
-        self._verdict: torch.Tensor | None = None  # its packed greedy verdict [rows + 2] ("greedy" graphs)
+        verdict = None if chain or temperature > 0 or backend != "triton" else "argmax" if oracle else "greedy"
+        self.graph = (StepGraph(model, self.cache, attn, rows, rows, chain=chain, keep_rows=0 if chain else rows,
+                                verdict=verdict) if cuda_graphs else None)
         self._owed_keep: tuple[int, list[int]] | None = None  # (destination, source slots) for the next graph
         # trace.graph_events: events and host marks around every verify's input copies and replay
         self._timer = ReplayTimer("inputs") if graph_events and self.graph is not None else None
@@ -94,8 +84,7 @@ class TargetWorker:
             if timer is not None:
                 timer.loaded()
             out = self.graph.launch()
-            self._logits, self._argmax, self._verdict = (out, None, None) if isinstance(out, torch.Tensor) else \
-                (*out, None)[:3]
+            self._logits = out if isinstance(out, torch.Tensor) else out[0]  # a verdict graph's: (logits, ...)
             if timer is not None:
                 timer.launched()
         else:
@@ -107,17 +96,17 @@ class TargetWorker:
     def decide(self, generator: torch.Generator | None, oracle: AcceptanceOracle | None = None) -> Verdict:
         """The verdict on the last forward: drawn by the oracle if given, else greedy / sampled."""
         inp, logits = self._inputs, self._logits
-        argmax, packed = self._argmax, self._verdict  # a verdict graph's outputs (device tensors)
-        if self.graph is not None and self.graph.readback:  # their host copies (numpy), once the ticket arrived
+        argmax = packed = None
+        if self.graph is not None and self.graph.readback:  # a verdict graph's outputs (numpy), once the ticket arrived
             argmax, *rest = self.graph.host_outputs()
             packed = rest[0] if rest else None
         if oracle is not None:
             outcome = oracle.walk(inp.parent_rows[: inp.num_real])
-            # the draft resolves the real token; a verdict graph computed the rows' argmax: one read, no launch
+            # the draft resolves the real token; a verdict graph computed the rows' argmax: no launch
             last = outcome.path[-1]
             placeholder = int(argmax[last] if argmax is not None else logits[last].argmax())
             return Verdict(outcome.path, placeholder, outcome.bonus_rank)
-        if packed is not None and self.temperature == 0:  # the graph's greedy verdict: one read
+        if packed is not None and self.temperature == 0:  # the graph's greedy verdict
             *path_list, n, bonus = packed.tolist()
             return Verdict(tuple(path_list[: n + 1]), bonus)
         if self.graph is not None and self.graph.chained:
@@ -174,7 +163,7 @@ class TargetWorker:
             self.graph.launch()
             ids = self.graph.next_ids
         self.prefix_len += 1
-        self._logits = self._inputs = self._argmax = self._verdict = None
+        self._logits = self._inputs = None
         return ids
 
     def keep(self, path: tuple[int, ...]) -> None:
@@ -189,7 +178,7 @@ class TargetWorker:
             self.prefix_len += len(path)
         else:
             self.prefix_len = keep_accepted(self.cache, self.prefix_len, path)
-        self._logits = self._inputs = self._argmax = self._verdict = None
+        self._logits = self._inputs = None
 
     def flush_keep(self) -> bool:
         """Apply an owed KV keep now (before anything but the verify graph reads the cache); whether one was owed."""

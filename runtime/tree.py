@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -204,7 +204,6 @@ class Reroot:
     keep_slots: tuple[int, ...]  # old tree slots kept: promoted path nodes first, then survivors
     num_promoted: int  # leading entries of keep_slots that join the prefix
     pending: tuple[int, ...]  # verified tokens without draft KV (fed before the new root is expanded)
-    prepared: bool = False  # a hit whose subtree `prepare_landings` had ready (spec.reroot_prefetch)
 
 
 class DraftTree:
@@ -228,9 +227,7 @@ class DraftTree:
         self.stats = stats if stats is not None else TreeStats()
         # heap of (-weight, node id): the root while unexpanded, then each parent's first unexpanded child
         self._frontier: list[tuple[float, int]] = [(-0.0, 0)]
-        # prepared while the tree does not change (`prepare_landings`): landing node -> `_subtree(landing)`, and
-        # the last `select` as (bs, node ids); any expansion clears both
-        self._prepared: dict[int, tuple[DraftTree, list[int]]] = {}
+        # the last `select` as (bs, node ids), kept while the tree does not change; any expansion clears it
         self._selected: tuple[int, list[int]] | None = None
 
     # ---- queries -------------------------------------------------------------------------------------
@@ -297,34 +294,6 @@ class DraftTree:
         self._selected = (bs, list(taken))
         return taken
 
-    def prepare_landings(self, selection: list[int], limit: int, bs: int,
-                         stop: Callable[[], bool] = lambda: False, on_ready: Callable[[], None] | None = None) -> int:
-        """Prepare the re-roots of up to `limit` likely hits of verifying `selection` (from `select`): a hit lands on
-        an unproposed child of a proposed node (a proposed child equal to the target's token would have been
-        accepted), with probability ~ exp(weight); each prepared landing keeps its subtree copy (`reroot` takes it)
-        and that subtree's `select(bs)`. `stop()` is asked before each one (the verified path has arrived), `on_ready()`
-        called after each (spec.presend sends its proposal at once).
-        Returns how many are prepared now. Host work only, for the draft's idle wait; the tree is not changed."""
-        taken = set(selection)
-        candidates = sorted((c for p in selection for c in self.children(p) if c not in taken),
-                            key=self.weights.__getitem__, reverse=True)
-        for c in candidates[:limit]:
-            if c in self._prepared:
-                continue
-            if stop():
-                break
-            sub = self._subtree(c)
-            sub[0].select(bs)
-            self._prepared[c] = sub
-            if on_ready is not None:
-                on_ready()
-        return len(self._prepared)
-
-    def prepared_landings(self) -> list[tuple[int, DraftTree]]:
-        """(landing node, its prepared subtree) of each landing `prepare_landings` has ready, in preparation order
-        (the subtree's `select` is memoised). Read-only: `reroot` still takes them."""
-        return [(landing, sub[0]) for landing, sub in self._prepared.items()]
-
     def expected_tokens(self, selection: list[int]) -> float:
         """Expected tokens of verifying `selection` (from `select`, root first) if the weights were the acceptance
         log-probabilities: 1 for the bonus token (the root's weight is 0) + each node's exp(weight), the
@@ -359,7 +328,7 @@ class DraftTree:
         """
         if not self.can_expand(w, max_len):
             raise RuntimeError(f"cannot expand: {self.num_slots} + {w} slots > {max_len} or empty frontier")
-        self._prepared, self._selected = {}, None
+        self._selected = None
         chosen, frontier = [], self._frontier
         while frontier and len(chosen) < w:
             i = heapq.heappop(frontier)[1]
@@ -421,7 +390,7 @@ class DraftTree:
             return
         if belief is not None and min(len(row) for row in belief) < k:
             raise ValueError(f"belief rows cover {min(len(row) for row in belief)} ranks, fewer than top-k {k}")
-        self._prepared, self._selected = {}, None
+        self._selected = None
         first_child, num_children, depths = self.first_child, self.num_children, self.depths
         for i in expanded:
             if first_child[i] >= 0:
@@ -469,21 +438,18 @@ class DraftTree:
             raise RuntimeError(f"path nodes with KV must be a prefix of the path: {path}")
         pending = tuple(self.tokens[i] for i in path[len(with_kv):])
         landing = next((c for c in self.children(path[-1]) if self.tokens[c] == bonus), None)
-        ready = None
         if landing is None:
             self.stats.misses += 1
             new_tree, survivors = DraftTree(bonus, self.stats), []
         else:
             self.stats.hits += 1
-            ready = self._prepared.pop(landing, None)
-            new_tree, survivors = ready or self._subtree(landing)
+            new_tree, survivors = self._subtree(landing)
         return Reroot(
             tree=new_tree,
             hit=landing is not None,
             keep_slots=tuple(slots[i] for i in with_kv) + tuple(survivors),
             num_promoted=len(with_kv),
             pending=pending,
-            prepared=ready is not None,
         )
 
     def _subtree(self, top: int) -> tuple[DraftTree, list[int]]:

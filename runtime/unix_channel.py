@@ -1,12 +1,11 @@
 """The leader channel over a Unix-domain socket: both group leaders on one host (`parallel.leader_channel=unix`).
 
-`LeaderChannel` (runtime/comm.py) sends each message as an int64 tensor through torch.distributed: on GPUs a
-pinned host -> device copy, an NCCL send, and on the receiver an NCCL receive, a poll and a device -> host
-copy. In the H200 runs of 2026-11-29 a send span took 0.36-0.5 ms and a receive that did not wait ~0.26 ms,
-on the critical path of every verify (docs/LOG.md 2026-11-30). A message is a few hundred bytes of token ids
-that live on the host at both ends, so this channel keeps them there: one SOCK_SEQPACKET socket between the
-two leaders (message boundaries kept, reliable, in order), in the Linux abstract namespace (no file to clean
-up). Inside a group the leader still broadcasts on the group's TP group, exactly as `LeaderChannel` does.
+`LeaderChannel` (runtime/comm.py) sends each message as an int64 tensor through torch.distributed: on GPUs a pinned host
+-> device copy, an NCCL send, and on the receiver an NCCL receive, a poll and a device -> host copy: a few hundred
+microseconds per message on the critical path of every verify. A message is a few hundred bytes of token ids that live
+on the host at both ends, so this channel keeps them there: one SOCK_SEQPACKET socket between the two leaders (message
+boundaries kept, reliable, in order), in the Linux abstract namespace (no file to clean up). Inside a group the leader
+still broadcasts on the group's TP group, exactly as `LeaderChannel` does.
 
 Contract: the one of `LeaderChannel` (same methods, same spans, same error texts), plus
 - both leaders must be on one host: the set-up compares host names and raises naming the field otherwise;
@@ -15,10 +14,6 @@ Contract: the one of `LeaderChannel` (same methods, same spans, same error texts
 - a receive spins for `spin_s` (`parallel.recv_spin_ms`; a reply usually arrives within microseconds), then
   sleeps in `poll` until the deadline (`timeout_s`, TimeoutError naming the peer); a peer that exits closes the
   socket, which the receiver reports at once (RuntimeError) instead of waiting for the deadline;
-- `wake` (`parallel.recv_wake`): socket (the spin retries a non-blocking read: one system call per try) or shm
-  (an experiment: the sender bumps its counter in a shared 16-byte page after each send and the spin reads the
-  peer's counter, no system calls, then reads the socket once; a peer that exits shows after the spin, through
-  the socket);
 - each leader's `comm.recv` span also records, in its extra fields, when the bytes came out of the socket
   (`arrive_s`, from the span's start), when they were decoded (`decoded_s`) and whether the receive slept in
   poll (`slept`): bench/message_latency.py splits a message's delivery into the hop and the receiver's own work.
@@ -28,12 +23,9 @@ the leader group (`broadcast_object_list`), and accepts (bounded by `timeout_s`)
 
 from __future__ import annotations
 
-import contextlib
-import mmap
 import os
 import select
 import socket
-import tempfile
 import time
 import uuid
 from array import array
@@ -43,7 +35,7 @@ import torch
 import torch.distributed as dist
 
 from conf.messages import Message, decode
-from conf.schema import RECV_WAKES, ParallelConfig
+from conf.schema import ParallelConfig
 from runtime.comm import _BYTES_PER_SLOT, LeaderChannel
 from runtime.metrics import Timeline
 from runtime.parallel import ParallelContext
@@ -55,24 +47,13 @@ class UnixLeaderChannel(LeaderChannel):
     kind = "unix"
 
     def __init__(self, ctx: ParallelContext, max_nodes: int, timeout_s: float | None = None, *,
-                 timeline: Timeline | None = None, max_in_flight: int = 1, spin_s: float = 1e-3,
-                 wake: str = "socket") -> None:
+                 timeline: Timeline | None = None, max_in_flight: int = 1, spin_s: float = 1e-3) -> None:
         """Allocate the group-broadcast buffers (as LeaderChannel), then connect the two leaders."""
         super().__init__(ctx, max_nodes, timeout_s, timeline=timeline, max_in_flight=max_in_flight)
         if spin_s < 0:
             raise ValueError(f"parallel.recv_spin_ms: expected >= 0, got {spin_s * 1e3:g}")
-        if wake not in RECV_WAKES:
-            raise ValueError(f"parallel.recv_wake: {wake!r} is not one of {', '.join(RECV_WAKES)}")
-        self.spin_s, self.wake = spin_s, wake
+        self.spin_s = spin_s
         self._sock: socket.socket | None = None
-        self._ready_poller: Any = None  # select.poll of `ready`, made on first use
-        # wake=shm: two int64 send counters in a shared page ([0] target -> draft, [1] draft -> target); a receive
-        # spins on its peer's counter (plain loads, no system calls) before it reads the socket
-        self._shm: mmap.mmap | None = None
-        self._counters: memoryview | None = None
-        self._out = 0 if ctx.role == "target" else 1
-        self._seen = 0  # messages received so far
-        self.counters_path: str | None = None  # wake=shm: where the counters were mapped from (removed once connected)
         if ctx.is_leader and ctx.peer_leader_rank is not None:
             self._sock = self._connect()
 
@@ -84,8 +65,6 @@ class UnixLeaderChannel(LeaderChannel):
         wire = self._wire(msg)
         start = self._now()
         self._send_bytes(array("q", wire).tobytes(), f"sending to rank {peer} ({self._peer_role()} leader)")
-        if self._counters is not None:  # after the send: the bytes are in the socket when the peer sees the count
-            self._counters[self._out] += 1
         self._record("comm.send", start, msg, len(wire), peer)
 
     def recv(self) -> Message:
@@ -100,37 +79,14 @@ class UnixLeaderChannel(LeaderChannel):
         assert msg is not None
         return msg
 
-    def recv_from_peer(self) -> Message:
-        """Leader only: the next message from the peer leader, not broadcast in the group (spec.presend: the target
-        leader drains conditional proposals, then hands its group the one proposal it runs with
-        `broadcast_in_group`); recorded as `recv` records it."""
-        return self._recv_peer()[0]
-
     def flush(self) -> None:
         """Nothing to wait for: a send returned once the kernel held the message."""
 
-    def ready(self) -> bool:
-        """Leader only: whether a message from the peer leader is waiting (a zero-timeout poll; nothing is read).
-        A closed peer counts as ready: the next `recv` reports it."""
-        self._require_peer("poll")
-        if self._counters is not None and self._counters[1 - self._out] > self._seen:
-            return True
-        if self._ready_poller is None:
-            self._ready_poller = select.poll()
-            self._ready_poller.register(self._socket(), select.POLLIN | select.POLLHUP | select.POLLERR)
-        return bool(self._ready_poller.poll(0))
-
     def close(self) -> None:
-        """Close the socket and unmap the counters (leaders; no-op elsewhere)."""
+        """Close the socket (leaders; no-op elsewhere)."""
         if self._sock is not None:
             self._sock.close()
             self._sock = None
-        if self._shm is not None:
-            if self._counters is not None:
-                self._counters.release()
-                self._counters = None
-            self._shm.close()
-            self._shm = None
 
     def __del__(self) -> None:
         sock = getattr(self, "_sock", None)
@@ -161,43 +117,32 @@ class UnixLeaderChannel(LeaderChannel):
         target_leader = self.ctx.leader_rank if self.ctx.role == "target" else self.ctx.peer_leader_rank
         host = socket.gethostname()
         listener = None
-        counters_path = None
         if self.ctx.role == "target":
             address = f"\0swiftspec-{os.getpid()}-{uuid.uuid4().hex}"
             listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             listener.bind(address)
             listener.listen(1)
-            if self.wake == "shm":
-                counters_path = self._map_counters(create=True)
-            box: list[Any] = [(address, host, counters_path)]
+            box: list[Any] = [(address, host)]
         else:
             box = [None]
         # over gloo (the leader group is cpu:gloo,cuda:nccl): bounded by the group's timeout, no NCCL communicator
         dist.broadcast_object_list(box, src=target_leader, group=self.ctx.leader_group, device=torch.device("cpu"))
-        address, target_host, counters_path = box[0]
+        address, target_host = box[0]
         if self.ctx.role == "target":
             assert listener is not None
             listener.settimeout(self.timeout_s)
             try:
-                sock, _ = listener.accept()  # the draft leader maps the counters before it connects
+                sock, _ = listener.accept()
             except TimeoutError as e:
                 raise TimeoutError(f"{self.ctx.label}: parallel.leader_channel=unix: the draft leader did not "
                                    f"connect in {self.timeout_s:g} s (is it on another host?)") from e
             finally:
                 listener.close()
-                if counters_path is not None:  # both mappings outlive the name
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(counters_path)
         else:
             if target_host != host:
                 raise RuntimeError(f"{self.ctx.label}: parallel.leader_channel=unix needs both leaders on one host; "
                                    f"the target leader runs on {target_host!r}, this rank on {host!r} "
                                    f"(use parallel.leader_channel=dist)")
-            if (counters_path is None) != (self.wake != "shm"):
-                raise RuntimeError(f"{self.ctx.label}: parallel.recv_wake differs between the leaders (this rank: "
-                                   f"{self.wake!r}): both must use the same configuration")
-            if counters_path is not None:
-                self._map_counters(path=counters_path)
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             try:
                 sock.connect(address)
@@ -207,29 +152,6 @@ class UnixLeaderChannel(LeaderChannel):
                                    f"{self.ctx.peer_leader_rank} (target leader) at {address[1:]!r} failed: {e}") from e
         sock.setblocking(False)  # sends and receives wait in poll, each with its own deadline
         return sock
-
-    def _map_counters(self, create: bool = False, path: str | None = None) -> str:
-        """wake=shm: map the two send counters (16 bytes in a file under /dev/shm, or the temp dir), zeroed;
-        the target leader creates the file (`create`) and removes its name once the draft leader connected."""
-        if create:
-            folder = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-            path = os.path.join(folder, f"swiftspec-wake-{os.getpid()}-{uuid.uuid4().hex}")
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-            os.ftruncate(fd, 16)
-        else:
-            assert path is not None
-            try:
-                fd = os.open(path, os.O_RDWR)
-            except OSError as e:
-                raise RuntimeError(f"{self.ctx.label}: parallel.recv_wake=shm: cannot open the target leader's "
-                                   f"counters at {path!r}: {e}") from e
-        try:
-            self._shm = mmap.mmap(fd, 16)
-        finally:
-            os.close(fd)
-        self._counters = memoryview(self._shm).cast("q")
-        self.counters_path = path
-        return path
 
     def _send_bytes(self, data: bytes, what: str) -> None:
         """One record into the non-blocking socket; waits (bounded) only while the socket buffer is full."""
@@ -256,11 +178,6 @@ class UnixLeaderChannel(LeaderChannel):
         sock = self._socket()
         size = self.capacity * _BYTES_PER_SLOT + _BYTES_PER_SLOT  # one slot more: an oversized record shows
         start, poller, slept = time.perf_counter(), None, False
-        counters = self._counters
-        if counters is not None:  # wake=shm: spin on the peer's send counter (no system calls), then read once
-            inbox, seen, spin_s, clock = 1 - self._out, self._seen, self.spin_s, time.perf_counter
-            while counters[inbox] <= seen and clock() - start < spin_s:
-                pass
         while True:  # spin first (a reply usually arrives within microseconds), then sleep in poll
             try:
                 data = sock.recv(size)
@@ -283,7 +200,6 @@ class UnixLeaderChannel(LeaderChannel):
         arrived = self._now()
         if not data:
             raise RuntimeError(f"{self.ctx.label}: {what}: the peer closed the channel (it exited or failed)")
-        self._seen += 1
         if len(data) > self.capacity * _BYTES_PER_SLOT:
             raise RuntimeError(f"{self.ctx.label}: {what}: a message of more than {self.capacity} wire slots arrived "
                                f"(max_nodes = {self.max_nodes}): both leaders must use the same spec")
@@ -311,7 +227,7 @@ def recv_spin_s(pcfg: ParallelConfig, device: torch.device) -> float:
 
 
 def make_channel(ctx: ParallelContext, kind: str, max_nodes: int, timeline: Timeline | None = None, *,
-                 spin_s: float = 1e-3, wake: str = "socket") -> LeaderChannel:
+                 spin_s: float = 1e-3) -> LeaderChannel:
     """The leader channel `parallel.leader_channel` names: dist (torch.distributed), unix (same host), or auto:
     unix when both leaders run on one host, dist otherwise (the leaders compare host names over the leader
     group; other ranks only ever broadcast inside their group, which both channels do alike)."""
@@ -325,7 +241,7 @@ def make_channel(ctx: ParallelContext, kind: str, max_nodes: int, timeline: Time
                 raise ValueError(f"parallel.share_gpus: the two leaders run on different hosts ({hosts[0]}, "
                                  f"{hosts[1]}); shared GPUs need both on one host (the unix leader channel)")
     if kind == "unix":
-        return UnixLeaderChannel(ctx, max_nodes, timeline=timeline, spin_s=spin_s, wake=wake)
+        return UnixLeaderChannel(ctx, max_nodes, timeline=timeline, spin_s=spin_s)
     if kind == "dist":
         return LeaderChannel(ctx, max_nodes, timeline=timeline)
     raise ValueError(f"parallel.leader_channel: {kind!r} is not one of auto, dist, unix")

@@ -181,7 +181,7 @@ class GraphKernels:
         (`runtime.graphs` captures one in every expansion graph). RoPE + KV write: one launch per layer where
         neither the target's QKV GEMM (no QKV bias, <= SKINNY_MAX_ROWS rows) nor a one-row step's attention does
         it, e.g. a draft's multi-row expansion. With the default switches these equal the `other_calls` of every
-        captured step in bench/results/profile_traces_2026-12-01_f7aec85_steps.jsonl (tests/simulator)."""
+        profiled captured step (tests/simulator checks a recorded step trace)."""
         layers, target = shape.num_layers, self.role == "target"
         fused = ((target and self.qkv_rope and not shape.qkv_bias and tokens <= SKINNY_MAX_ROWS)
                  or (self.rope_attention and tokens <= 1))

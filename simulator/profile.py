@@ -49,15 +49,14 @@ captured step's other kernels, counted per step as the runtime launches them (`c
 draft's multi-row expansion launches a RoPE + KV-write kernel per layer that a target's verify fuses into its QKV
 GEMM); where present it prices captured decode steps in place of `step_overhead`.
 
-`gemm_fp8` (optional): the gemm form fitted on the skinny kernels streaming `weight_bits=8` copies (fp8 e4m3 codes +
-a float32 scale per row, `cost_model.matrix_bytes`; profile_ops' gemm_fp8 section); the cost model prices the calls
-that stream fp8 (`cost_model.streams_fp8`) with it, in decode steps captured or not. Without it those calls take
-the 16-bit fits at their fp8 bytes, which the runtime's fp8 GEMMs do not reach (the simulation's cost label says so).
-Its affine form misprices these kernels by shape (held-out MAPE 25% on the 2026-12-02 traces: a fixed cost and a
-bandwidth that vary with the tile), so calibrate also stores every profiled shape's measured times (`measured`,
-`{"<matrix>:<k>x<n>": [[M, seconds], ...]}`, a rank's weight matrix by name and shape: the name picks the kernel),
-which the cost model takes for those shapes, linear in M between the measured row counts (`OperatorFit.at_shape`);
-other shapes take the fit.
+`gemm_fp8` (optional): the gemm form fitted on the skinny kernels streaming `weight_bits=8` copies (fp8 e4m3 codes + a
+float32 scale per row, `cost_model.matrix_bytes`; profile_ops' gemm_fp8 section); the cost model prices the calls that
+stream fp8 (`cost_model.streams_fp8`) with it, in decode steps captured or not. Without it those calls take the 16-bit
+fits at their fp8 bytes, which the runtime's fp8 GEMMs do not reach (the simulation's cost label says so). Its affine
+form misprices these kernels by shape (a fixed cost and a bandwidth that vary with the tile), so calibrate also stores
+every profiled shape's measured times (`measured`, `{"<matrix>:<k>x<n>": [[M, seconds], ...]}`, a rank's weight matrix
+by name and shape: the name picks the kernel), which the cost model takes for those shapes, linear in M between the
+measured row counts (`OperatorFit.at_shape`); other shapes take the fit.
 
 `by_tp` (optional on any operator) holds coefficients per TP degree; a degree without an entry uses the
 operator's top-level coefficients. Operators missing from `operators` fall back to the analytic prior, as do

@@ -135,7 +135,7 @@ def run_components(run_dir: str | Path, profile: Profile) -> dict[str, Any]:
                    if 0 < r.tokens <= width]  # one forward per span (the runtime's)
         residual = [r.duration_s - costs.draft.forward_s(r.tokens, r.ctx + r.tokens) for r in expands]
         out["expand_residual_s"] = median_or_none(residual)
-        # spans that record their real rows (runs since the tenth session of 2026-11-30): median per row count
+        # spans that record their real rows (older runs' spans do not): median per row count
         by_rows: dict[int, list[float]] = defaultdict(list)
         for r, res in zip(expands, residual):
             real = r.extra_fields(f"{path}: {r.name}").get("rows")

@@ -123,7 +123,7 @@ def _compile(fn, types: dict[str, str], consts: dict, values: dict[str, int], ar
 
 
 def compile_case(shape: str, rows: int, rope: bool, tile: dict, arch: int, prefetch: bool = True,
-                 kernel_out: list | None = None, tma: bool = False, hold: bool = False, sass: bool = False) -> dict:
+                 kernel_out: list | None = None, tma: bool = False, sass: bool = False) -> dict:
     """Compile the tree-attention kernel for one launch (the CUDA-graph runtime's: a 2,048-slot cache, the prefix in
     a device tensor, a tree of `rows` nodes, `prefetch` as the runtime's prefix_ready launch) and report its
     resources (`sass`: also its static SASS, `sass_stats`); `kernel_out`: a list the compiled kernel is appended to
@@ -138,7 +138,7 @@ def compile_case(shape: str, rows: int, rope: bool, tile: dict, arch: int, prefe
     constexprs = {"GROUP": group, "BLOCK_M": bm, "BLOCK_N": bn, "HEAD_DIM": d, "SPLIT": True,
                   "PREFIX_IN_TENSOR": True, "UPCAST": False, "DOT_PRECISION": "tf32", "USE_PDL": 2, "ROPE": rope,
                   "BLOCK_T": triton.next_power_of_2(rows) if rope else 1,
-                  "PREFETCH": prefetch, "TMA": tma, "HOLD": hold}
+                  "PREFETCH": prefetch, "TMA": tma}
     cap, m_blocks = 2048, triton.cdiv(rows * group, bm)
     splits = num_splits_for(H200_SMS, m_blocks * hkv, triton.cdiv(cap - rows, bn))
     q_row = (hq + 2 * hkv) * d if rope else hq * d  # rope: q is a view of the QKV projection's rows
@@ -148,7 +148,7 @@ def compile_case(shape: str, rows: int, rope: bool, tile: dict, arch: int, prefe
               "stride_vh": d, "stride_ot": hq * d, "stride_oh": d, "stride_mt": rows,
               "stride_pos": 1 if rope else 0, "stride_slot": 1 if rope else 0}
     types = {**POINTER_TYPES, **{n: "fp32" for n in FLOAT_ARGS}}
-    if tma:  # kernels.tree_attention.TMA_PREFIX: the prefix K/V through [BLOCK_N, D] tensor descriptors
+    if tma:  # kernels.tree_attention.use_tma_prefix: the prefix K/V through [BLOCK_N, D] tensor descriptors
         types.update({n: f"tensordesc<bf16[{bn}, {d}]>" for n in ("KDesc", "VDesc")})
     kernel = _compile(_tree_attention_kernel, types, constexprs, values, arch, warps, stages)
     if kernel_out is not None:
@@ -168,37 +168,20 @@ GEMM_TILES = {
     "down_8b": ("skinny", "Llama-3-8B down, tuned", 4096, 14336, 4, 64, 128, 4),
     "swiglu": ("swiglu", "SwiGLU, default (BLOCK_K 128)", 14336, 4096, 1, 64, 128, 4),
     "swiglu_k64": ("swiglu", "SwiGLU, BLOCK_K 64", 14336, 4096, 1, 64, 64, 4),
-    # kernels.norm_gemm (runtime.model.NORM_PROLOGUE): split_k is the partials' S there (down's 4, o's 2); the plain
-    # kernel's tile, which the launch narrows through kernels.norm_gemm.prologue_tile (compiled as launched)
-    "qkv_8b_normed": ("skinny_normed", "Llama-3-8B QKV, normed prologue (S 4)", 6144, 4096, 4, 64, 256, 4),
-    "swiglu_normed": ("swiglu_normed", "SwiGLU, normed prologue (S 2)", 14336, 4096, 2, 64, 128, 4),
 }
 """The weight-streaming GEMM tiles of the decode step (`--gemms`): the tuned ones and the half-size K steps measured
 against them in the step (step replays with qkv_k128 / o_k128 / swiglu_k64 tiles: none faster; specialised as
-the JIT does, none of them spills more than 16 B); and the norm-prologue experiment's two kernels."""
+the JIT does, none of them spills more than 16 B)."""
 
 
 def compile_gemm_case(name: str, arch: int) -> dict:
     """Compile one GEMM_TILES entry (skinny GEMM or SwiGLU kernel) for a one-row launch and report its resources."""
     from kernels.fused_mlp import _swiglu_kernel
-    from kernels.norm_gemm import _skinny_normed_kernel, _swiglu_normed_kernel, prologue_tile
     from kernels.skinny_linear import _skinny_kernel, split_chunk
 
     kind, what, n, k, split, bn, bk, stages = GEMM_TILES[name]
     common = {"BLOCK_M": 16, "BLOCK_K": bk, "UPCAST": False, "DOT_PRECISION": "tf32", "USE_PDL": 2}
-    if kind.endswith("_normed"):  # S float32 partials [S, 1, K] + a bf16 residual in, the new residual out
-        bk, stages = prologue_tile(split, 16, bn, bk, stages, 2, weights=2 if kind == "swiglu_normed" else 1)
-        common["BLOCK_K"] = bk
-        io = {"P": "*fp32", "R": "*bf16", "G": "*bf16", "Out": "*bf16", "NewRes": "*bf16", "eps": "fp32"}
-        strides = {"M": 1, "K": k, "stride_ps": k, "stride_pm": k, "stride_rm": k, "stride_om": n, "stride_nrm": k}
-        consts = {**common, "SPLITS": split, "EVEN_K": k % bk == 0}
-        if kind == "skinny_normed":
-            kernel = _compile(_skinny_normed_kernel, {**io, "W": "*bf16"}, {**consts, "BLOCK_N": bn},
-                              {**strides, "N": n, "stride_wn": k}, arch, 4, stages)
-        else:
-            kernel = _compile(_swiglu_normed_kernel, {**io, "Wg": "*bf16", "Wu": "*bf16"}, {**consts, "BLOCK_I": bn},
-                              {**strides, "I": n, "stride_wgi": k, "stride_wui": k}, arch, 4, stages)
-    elif kind == "skinny":
+    if kind == "skinny":
         chunk = split_chunk(k, split) if split > 1 else k
         kernel = _compile(_skinny_kernel, {"X": "*bf16", "W": "*bf16", "S": "*bf16", "Out": "*fp32"},
                           {**common, "BLOCK_N": bn, "EVEN_K": k % (split * bk) == 0, "BALANCED": False,
@@ -223,11 +206,9 @@ ATTENTION_VARIANTS = {
     "no_prefetch": {"prefetch": False},
     "tma": {"tma": True},
     "w16": {"tile": {"num_warps": 16}},
-    "hold": {"prefetch": True, "hold": True},
 }
-"""`--attention-variants`: the runtime's launch (prefix_ready on the fused single-token path only) and the experiment
-switches of kernels.tree_attention next to it: PREFETCH_PREFIX off, TMA_PREFIX, WIDE_WARPS 16, PREFETCH_HOLD (with the
-prefetch on, at every row count)."""
+"""`--attention-variants`: the runtime's launch (prefix_ready on the fused single-token path only) and other launches
+of the same kernel next to it: without the prefetch, through TMA descriptors, at 16 warps."""
 SASS_OPCODES = ("IMAD", "LEA", "LDG", "STS", "LDS", "UTMALDG", "HMMA", "HGMMA", "MUFU", "ACQBULK")
 
 
@@ -257,7 +238,7 @@ def run_attention_variants(arch: int, quick: bool) -> list[dict]:
         for name, v in ATTENTION_VARIANTS.items():
             rec = {"variant": name, **compile_case(shape, rows, rope, v.get("tile", {}), arch,
                                                    prefetch=v.get("prefetch", rope), tma=v.get("tma", False),
-                                                   hold=v.get("hold", False), sass=True)}
+                                                   sass=True)}
             out.append(rec)
             print(f"{shape} rows {rows} {name}: {rec['registers']} registers, {rec['spill_store_bytes']} B spill "
                   f"stores, {rec['sass_lines']} SASS lines", flush=True)

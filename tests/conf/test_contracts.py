@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conf.messages import ConditionalProposal, DraftProposal, Stop, VerifiedPath, decode, encode, wire_capacity
+from conf.messages import DraftProposal, Stop, VerifiedPath, decode, encode, wire_capacity
 from conf.rundir import atomic_write_json, read_run, write_run
 from conf.trace import TraceRecord, read_traces, shapes_str, to_chrome_trace, write_traces
 
@@ -54,10 +54,6 @@ def test_chrome_trace_uses_microseconds():
     [DraftProposal.make_dummy(1), DraftProposal.make_dummy(8),
      DraftProposal(7, 11, (5, 9, 3, 4), (-1, 0, 0, 1)),
      VerifiedPath.make_dummy(0), VerifiedPath.make_dummy(5), VerifiedPath(2, 4, (1, 2, 3), (0, 2), stop=True),
-     VerifiedPath(2, 4, (1, 2, 3), (0, 2), presend_taken=True),
-     VerifiedPath(2, 4, (1, 2, 3), (0, 2), stop=True, presend_taken=True),
-     ConditionalProposal(DraftProposal.make_dummy(8), after_node=3, bonus_rank=5),
-     ConditionalProposal(DraftProposal(1, 6, (4,), (-1,)), after_node=0, bonus_rank=0),
      Stop(3, 9)],
     ids=lambda m: type(m).__name__,
 )
@@ -80,10 +76,6 @@ def test_message_validation():
     assert DraftProposal(0, 0, (7,), (-1,)).num_nodes == 1  # the root alone
     with pytest.raises(ValueError, match="bonus"):
         VerifiedPath(0, 0, (1, 2), (0, 1))
-    with pytest.raises(ValueError, match=r"after_node \(-1\) and bonus_rank \(0\) must be >= 0"):
-        ConditionalProposal(DraftProposal.make_dummy(2), after_node=-1, bonus_rank=0)
-    cond = ConditionalProposal(DraftProposal(7, 11, (5, 9), (-1, 0)), after_node=2, bonus_rank=1)
-    assert (cond.request_id, cond.iteration, cond.num_nodes) == (7, 11, 2)
     with pytest.raises(ValueError, match="unknown message kind"):
         decode([9, 0, 0, 0])
 

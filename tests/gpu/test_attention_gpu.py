@@ -117,9 +117,9 @@ def test_many_row_tree_attention_matches_the_reference_on_gpu(monkeypatch, prefi
 @pytest.mark.parametrize("t,d", [(1, 64), (16, 64), (32, 64), (1, 128), (8, 128)])
 @pytest.mark.parametrize("prefix", [0, 77, 1280, CAP - 256])
 def test_tma_prefix_gives_the_pointer_loads_bits_on_gpu(monkeypatch, prefix, t, d):
-    """kernels.tree_attention.TMA_PREFIX (by default on CUDA for one-token launches at head dims <= 64 since
-    2026-12-01; forced on and off here at every shape): the prefix through tensor descriptors gives the pointer loads'
-    output bits on the device, for one-token and tree launches, with stale non-finite rows past the tree region."""
+    """kernels.tree_attention.use_tma_prefix (CUDA, one-token launches at head dims <= 64; forced on and off here at
+    every shape): the prefix through tensor descriptors gives the pointer loads' output bits on the device, for
+    one-token and tree launches, with stale non-finite rows past the tree region."""
     import importlib
 
     ta = importlib.import_module("kernels.tree_attention")
@@ -136,8 +136,7 @@ def test_tma_prefix_gives_the_pointer_loads_bits_on_gpu(monkeypatch, prefix, t, 
     p = torch.tensor([prefix], device="cuda", dtype=torch.int32)
     outs = []
     for tma in (False, True):
-        monkeypatch.setattr(ta, "TMA_PREFIX", tma)
-        assert ta.use_tma_prefix(d, t, q.device) is tma
+        monkeypatch.setattr(ta, "use_tma_prefix", lambda *_, tma=tma: tma)
         outs.append(tree_attention(q, k, v, p, mask, scale, prefix_ready=True))
     torch.cuda.synchronize()
     assert torch.isfinite(outs[0].float()).all()

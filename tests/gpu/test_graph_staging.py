@@ -50,22 +50,6 @@ def _replay(graph: StepGraph, ids: torch.Tensor, prefix: int):
 
 
 @torch.no_grad()
-def test_pinned_input_staging_replays_like_pageable():
-    """kernels.input_staging=pinned: the same graph fed through pinned buffers and copies that do not block the
-    host gives bitwise the logits of pageable staging, step after step (each step's inputs differ, and the
-    buffers are refilled while nothing waits on the previous replay)."""
-    model, attn, caches, steps = _staging_case(("pageable", "pinned"), (20, 77, 141, 150))
-    graphs = {s: StepGraph(model, caches[s], attn, 8, 8, staging=s) for s in caches}
-    outs = {}
-    for s in ("pinned", "pageable"):  # the pinned steps back to back: only the staging event guards the buffer
-        outs[s] = [_replay(graphs[s], ids, p).clone() for ids, p in steps]
-    for k, (a, b) in enumerate(zip(outs["pageable"], outs["pinned"])):
-        assert torch.equal(a, b), f"step {k}: pinned staging differs"
-    with pytest.raises(ValueError, match="kernels.input_staging: 'mapped' is not one of pageable, pinned, graph"):
-        StepGraph(model, caches["pinned"], attn, 8, 8, staging="mapped")
-
-
-@torch.no_grad()
 @pytest.mark.parametrize("qkv_rope", [False, True], ids=["skinny_qkv", "qkv_rope"])
 def test_early_norms_replay_bitwise(monkeypatch, qkv_rope):
     """The norms released early (the "norm" PDL role) change the launch order only: the logits are bitwise those of the
@@ -87,21 +71,23 @@ def test_early_norms_replay_bitwise(monkeypatch, qkv_rope):
 
 
 @torch.no_grad()
-def test_in_graph_staging_and_spin_readback_replay_like_pageable():
-    """A graph that copies its pinned inputs itself (staging "graph") and its head's outputs to pinned host memory
-    (readback): the host copies equal a pageable graph's device outputs bitwise, step after step, with the loads
-    queued back to back (each load waits for the previous replay's ticket) and interleaved with host reads."""
-    model, attn, caches, steps = _staging_case(("pageable", "graph"), (20, 77, 141, 150, 33))
+def test_in_graph_staging_and_spin_readback_replay_like_the_logits():
+    """Every graph copies its pinned inputs itself; one with a head also copies the head's outputs to pinned host
+    memory. Those host copies equal the head applied to a logits-only graph's outputs bitwise (its replays guarded by
+    an event instead of a ticket), step after step, with the loads queued back to back (each load waits for the
+    previous replay's ticket) and interleaved with host reads."""
+    model, attn, caches, steps = _staging_case(("logits", "head"), (20, 77, 141, 150, 33))
 
     def head(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         top = torch.topk(logits.float(), 4, dim=-1)
         return top.values, top.indices
 
-    graphs = {"pageable": StepGraph(model, caches["pageable"], attn, 8, 8, head=head),
-              "graph": StepGraph(model, caches["graph"], attn, 8, 8, head=head, staging="graph", keep_rows=8,
-                                 readback=True)}
-    want = [tuple(t.clone() for t in _replay(graphs["pageable"], ids, p)) for ids, p in steps]
-    spun = graphs["graph"]
+    graphs = {"logits": StepGraph(model, caches["logits"], attn, 8, 8),
+              "head": StepGraph(model, caches["head"], attn, 8, 8, head=head, keep_rows=8)}
+    assert not graphs["logits"].readback and graphs["head"].readback
+    logits = [_replay(graphs["logits"], ids, p).clone() for ids, p in steps]  # back to back: the event guards loads
+    want = [tuple(t.clone() for t in head(x)) for x in logits]
+    spun = graphs["head"]
     for k, (ids, p) in enumerate(steps):
         _replay(spun, ids, p)
         if k % 2:  # odd steps: read now; even ones: the next load waits for the ticket itself
@@ -111,7 +97,5 @@ def test_in_graph_staging_and_spin_readback_replay_like_pageable():
         assert torch.equal(torch.from_numpy(lp), want[k][0].cpu()), f"step {k}: log-probs differ"
         assert torch.equal(torch.from_numpy(tok), want[k][1].cpu()), f"step {k}: ids differ"
     assert spun._flag[0] == len(steps)
-    with pytest.raises(ValueError, match="readback needs a head or a verdict"):
-        StepGraph(model, caches["graph"], attn, 8, 8, readback=True)
-    with pytest.raises(ValueError, match="captured without readback"):
-        graphs["pageable"].host_outputs()
+    with pytest.raises(ValueError, match="no head or verdict to read back"):
+        graphs["logits"].host_outputs()

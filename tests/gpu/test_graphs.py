@@ -55,19 +55,17 @@ def prompts(vocab: int, n: int = 3, seed: int = 0) -> list[list[int]]:
 
 def cfg_for(mode: str, target: str, draft: str, dtype: str, *, target_gpus: int = 1, draft_gpus: int = 0,
             checkpoint: str | None = None, draft_seed: int = 1, skinny: bool = True, pdl: bool = True,
-            input_staging: str = "graph", rope_attention: bool = True, recv_wake: str = "socket",
-            refill_graph: bool = True, target_qkv_rope: bool = True, verdict_graph: bool = False,
-            readback: str = "spin", prefill_graph: bool = True, **spec) -> ExperimentConfig:
+            rope_attention: bool = True, refill_graph: bool = True, target_qkv_rope: bool = True,
+            prefill_graph: bool = True, **spec) -> ExperimentConfig:
     """kernels=graphs on CUDA (skinny GEMMs, PDL, RoPE in the single-token attention, the one-row refill graph, the
-    target's QKV GEMM with RoPE + the KV write, in-graph input staging and spin read-backs, prefills replayed per
-    length bucket, as conf/kernels/graphs.yaml; skinny=False turns the QKV one off);
+    target's QKV GEMM with RoPE + the KV write, prefills replayed per length bucket, as conf/kernels/graphs.yaml;
+    skinny=False turns the QKV one off);
     the draft is `draft` (the target itself with draft_seed == 1: self-speculation)."""
     return make_cfg(mode, target, draft, target_gpus=target_gpus, draft_gpus=draft_gpus, draft_seed=draft_seed,
                     max_new=MAX_NEW, capacity=CAPACITY, backend="triton", device="cuda", dtype=dtype,
                     cuda_graphs=True, checkpoint=checkpoint, timeout_s=120, skinny=skinny, pdl=pdl,
-                    input_staging=input_staging, rope_attention=rope_attention, recv_wake=recv_wake,
-                    refill_graph=refill_graph, target_qkv_rope=target_qkv_rope and skinny,
-                    verdict_graph=verdict_graph, readback=readback, prefill_graph=prefill_graph,
+                    rope_attention=rope_attention, refill_graph=refill_graph,
+                    target_qkv_rope=target_qkv_rope and skinny, prefill_graph=prefill_graph,
                     **{**MODES[mode], **spec})
 
 
@@ -292,32 +290,12 @@ def test_modes_lossless_without_skinny_gemms_or_pdl(mode):
                             rope_attention=False))
 
 
-@pytest.mark.parametrize("mode", ["chain", "serial_tree", "async_tree"])
-def test_modes_lossless_with_the_verdict_in_the_graph(mode):
-    """kernels.verdict_graph: the verify graph computes the greedy verdict itself; self-speculation (long accepted
-    paths) and a small random draft (misses)."""
-    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", verdict_graph=True, **split_of(mode)))
-    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama-draft", "bfloat16", draft_seed=2, verdict_graph=True,
-                            **split_of(mode)))
-
-
-@pytest.mark.parametrize("mode", ["autoregressive", "chain", "serial_tree", "async_tree"])
-def test_modes_lossless_with_pageable_staging_and_sync_readback(mode):
-    """kernels.input_staging=pageable kernels.readback=sync (the defaults before 2026-12-01; the other tests run
-    kernels=graphs' in-graph staging and spin read-backs): every input copy and read-back a call of its own;
-    self-speculation and a small random draft (misses, refills, pending rows)."""
-    for draft, seed in (("tiny-llama", 1), ("tiny-llama-draft", 2)):
-        assert_lossless(cfg_for(mode, "tiny-llama", draft, "bfloat16", draft_seed=seed, input_staging="pageable",
-                                readback="sync", **split_of(mode)))
-
-
 @pytest.mark.multi_gpu
 @TWO_GPUS
 @pytest.mark.parametrize("mode", ["serial_tree", "autoregressive"])
-def test_tp2_target_lossless_with_in_graph_staging_and_spin_readback(mode):  # (cfg_for's defaults)
-    """A TP-2 target with kernels.input_staging=graph kernels.readback=spin: the peer never reads its verdict back,
-    so its next load waits on the ticket alone; the TP-2 autoregressive step (a chained graph, replayed with a load
-    each step) stages pinned instead."""
+def test_tp2_target_lossless_with_in_graph_staging_and_spin_readback(mode):
+    """A TP-2 target's graphs: the peer never reads its verdict back, so its next load waits on the ticket alone;
+    the TP-2 autoregressive step (a chained graph, replayed with a load each step) copies at each load instead."""
     assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", target_gpus=2, draft_seed=1))
 
 
@@ -390,20 +368,9 @@ def test_split_lossless_with_graphs(mode, split, draft, dtype):
 
 @pytest.mark.parametrize("mode", ["async_tree", "serial_tree", "chain"])
 def test_unix_leader_channel_lossless_on_gpus(mode):
-    """parallel.leader_channel=unix on 1 + 1 GPUs (the leaders talk over a Unix-domain socket, no NCCL hop); the
-    async run also stages every graph's inputs in pinned buffers (kernels.input_staging=pinned)."""
-    staging = "pinned" if mode == "async_tree" else "pageable"
+    """parallel.leader_channel=unix on 1 + 1 GPUs (the leaders talk over a Unix-domain socket, no NCCL hop)."""
     assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", **ONE_PLUS_ONE,
-                            draft_seed=1, leader_channel="unix", input_staging=staging))
-
-
-@pytest.mark.parametrize("mode", ["async_tree", "serial_tree"])
-def test_prefetched_reroots_and_shared_counter_wake_lossless_on_gpus(mode):
-    """The next GPU session's two experiment switches on 1 + 1 GPUs with graphs: the draft leader prepares likely
-    re-roots while it waits (spec.reroot_prefetch=4) and the leaders' receives spin on the shared send counters
-    (parallel.recv_wake=shm); outputs stay the target's greedy ones."""
-    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", **ONE_PLUS_ONE,
-                            draft_seed=1, leader_channel="unix", recv_wake="shm", reroot_prefetch=4))
+                            draft_seed=1, leader_channel="unix"))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -493,21 +460,14 @@ def test_topk_logprobs_on_the_draft_vocabulary(rows):
     torch.testing.assert_close(g_values, ref_values, rtol=0, atol=5e-6)
 
 
-def test_presend_lossless_on_gpus():
-    """spec.presend on 1 + 1 GPUs with graphs (self-speculation, a draft wider than the verify, so the prepared hits'
-    subtrees need no refill): the target takes the draft's conditional proposals; outputs stay its greedy ones."""
-    assert_lossless(cfg_for("async_tree", "tiny-llama", "tiny-llama", "bfloat16", **ONE_PLUS_ONE,
-                            draft_seed=1, leader_channel="unix", reroot_prefetch=4, presend=True, bs=3, w=4, topk=2,
-                            d="2"))
-
-
 @pytest.mark.parametrize("rows", [4, 8])
 def test_verdict_in_the_verify_graph_matches_the_verdict_after_it(rows):
     """A greedy tree verify's graph computes its verdict itself (`StepGraph` verdict="greedy": the rows' argmax and
-    `kernels.greedy_verify` over the loaded ids and parent rows, padding rows never accepted); an oracle run's graph
-    only the rows' argmax. Both equal `verify_proposal` / the argmax on the graph's own logits, for proposals that
-    fill the rows or leave padding, over several verifies of one request (tiny-llama, bf16). The root's first child
-    is the target's own next token (from a probe forward of the same root), so verdicts accept nodes too."""
+    `kernels.greedy_verify` over the loaded ids and parent rows, padding rows never accepted) and copies it to the
+    host; an oracle run's graph only the rows' argmax. Both equal `verify_proposal` / the argmax on the graph's own
+    logits, for proposals that fill the rows or leave padding, over several verifies of one request (tiny-llama,
+    bf16). The root's first child is the target's own next token (from a probe forward of the same root), so verdicts
+    accept nodes too."""
     from conf.messages import DraftProposal
     from runtime.oracle import NO_RANK, OracleOutcome
     from runtime.target_worker import TargetWorker
@@ -524,7 +484,7 @@ def test_verdict_in_the_verify_graph_matches_the_verdict_after_it(rows):
     accepted = 0
     for kind in ("greedy", "oracle"):
         worker = TargetWorker(model, make_attention_backend("triton"), rows=rows, max_seq_len=96, temperature=0.0,
-                              backend="triton", cuda_graphs=True, verdict_graph=True, oracle=kind == "oracle")
+                              backend="triton", cuda_graphs=True, oracle=kind == "oracle")
         worker.start(list(range(10, 40)))
         for it, parents in enumerate(proposals):
             ids = [int(t) for t in torch.randint(1, vocab, (len(parents),), generator=gen)]

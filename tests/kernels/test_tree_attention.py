@@ -271,44 +271,12 @@ def test_rope_tree_attention_rejects_bad_operands():
                             0.25)
 
 
-def test_register_budget_is_checked_and_cuda_only(monkeypatch):
-    """kernels.tree_attention.MAX_REGISTERS: passed as Triton's maxnreg on CUDA launches only; a bad value is named."""
-    import importlib
-
-    ta = importlib.import_module("kernels.tree_attention")  # the module (the package re-exports the function)
-    monkeypatch.setattr(ta, "MAX_REGISTERS", 128)
-    assert ta._register_budget(torch.device("cpu")) == {}
-    assert ta._register_budget(torch.device("cuda", 0)) == {"maxnreg": 128}
-    for bad in (8, 300, 1.5, True):
-        monkeypatch.setattr(ta, "MAX_REGISTERS", bad)
-        with pytest.raises(ValueError, match="MAX_REGISTERS: expected an int in 24..255"):
-            ta._register_budget(torch.device("cuda", 0))
-    monkeypatch.setattr(ta, "MAX_REGISTERS", None)
-    assert ta._register_budget(torch.device("cuda", 0)) == {}
-
-
-def test_wide_warps_switch_is_checked_and_applies_to_the_wide_tile_only(monkeypatch):
-    """kernels.tree_attention.WIDE_WARPS sets the warps of the wide tile's programs (CUDA), not of other tiles or of an
-    explicit num_warps; a bad value is named."""
-    import importlib
-
-    ta = importlib.import_module("kernels.tree_attention")
-    assert ta.attention_tile(4, 128, 2, True)[3:] == (8, True)
-    monkeypatch.setattr(ta, "WIDE_WARPS", 16)
-    assert ta.attention_tile(4, 128, 2, True)[3:] == (16, True)
-    assert ta.attention_tile(4, 128, 2, True, num_warps=4)[3] == 4
-    assert ta.attention_tile(4, 128, 2, False)[3:] == (4, False)  # CPU: the 64-key tile
-    for bad in (2, 12, True, 8.0):
-        monkeypatch.setattr(ta, "WIDE_WARPS", bad)
-        with pytest.raises(ValueError, match="kernels.tree_attention.WIDE_WARPS: expected 4, 8, 16 or None"):
-            ta.attention_tile(4, 128, 2, True)
-
-
 @pytest.mark.parametrize("prefetch", [False, True], ids=["plain", "prefix_ready"])
 @pytest.mark.parametrize("splits", [1, 3, 8], ids=lambda s: f"splits{s}")
 @pytest.mark.parametrize("prefix", [0, BLOCK_N - 1, 3 * BLOCK_N + 5], ids=lambda p: f"prefix{p}")
 def test_tma_prefix_descriptors_give_the_pointer_path_result(monkeypatch, prefix, splits, prefetch):
-    """kernels.tree_attention.TMA_PREFIX: the prefix blocks through tensor descriptors (whole boxes, keys past
+    """`use_tma_prefix`'s path forced on (the interpreter runs descriptors): the prefix blocks through tensor
+    descriptors (whole boxes, keys past
     prefix_len read and masked in the scores, rows past the cache zero) give the pointer loads' output bits, with
     splits that own no block, one or several, and a last block that runs past the cache's end."""
     import importlib
@@ -320,9 +288,9 @@ def test_tma_prefix_descriptors_give_the_pointer_path_result(monkeypatch, prefix
     q, k, v = _inputs(6, 8, HKV, 32, cap, torch.float16, seed=prefix + 11)
     kw = {"num_splits": splits, "block_n": BLOCK_N, "min_blocks_per_split": 1, "prefix_ready": prefetch}
     for p in (prefix, torch.tensor([prefix])):
-        monkeypatch.setattr(ta, "TMA_PREFIX", False)
+        monkeypatch.setattr(ta, "use_tma_prefix", lambda *_: False)
         plain = _run(q, k, v, p, mask, **kw)
-        monkeypatch.setattr(ta, "TMA_PREFIX", True)
+        monkeypatch.setattr(ta, "use_tma_prefix", lambda *_: True)
         assert ta._prefix_descriptors(k, v, BLOCK_N) is not None
         tma = _run(q, k, v, p, mask, **kw)
         assert torch.equal(tma, plain), f"max |diff| {(tma.float() - plain.float()).abs().max().item():.3g}"
@@ -343,7 +311,7 @@ def test_tma_prefix_ignores_non_finite_stale_rows_past_the_prefix(monkeypatch):
     k[prefix + t:], v[prefix + t:] = float("inf"), float("nan")  # past the tree: stale garbage
     outs = []
     for tma in (False, True):
-        monkeypatch.setattr(ta, "TMA_PREFIX", tma)
+        monkeypatch.setattr(ta, "use_tma_prefix", lambda *_, tma=tma: tma)
         outs.append(_run(q, k, v, prefix, mask, num_splits=3, block_n=BLOCK_N, min_blocks_per_split=1))
     assert torch.isfinite(outs[0]).all() and torch.equal(outs[1], outs[0])
 
@@ -362,7 +330,7 @@ def test_tma_prefix_keeps_pointers_for_caches_a_descriptor_cannot_cover():
 
 
 def test_tma_prefix_in_the_fused_rope_attention(monkeypatch):
-    """rope_tree_attention with TMA_PREFIX: the same output and cache bits as with pointer loads (the last split
+    """rope_tree_attention through the descriptors: the same output and cache bits as with pointer loads (the last split
     writes the new keys past prefix_len while the prefix boxes may read those rows: masked either way)."""
     import importlib
 
@@ -375,27 +343,13 @@ def test_tma_prefix_in_the_fused_rope_attention(monkeypatch):
     slots = prefix + torch.arange(5)
     outs = []
     for tma in (False, True):
-        monkeypatch.setattr(ta, "TMA_PREFIX", tma)
+        monkeypatch.setattr(ta, "use_tma_prefix", lambda *_, tma=tma: tma)
         kc, vc = k.clone(), v.clone()
         out = rope_tree_attention(qkv, positions, inv_freq, kc, vc, slots, hq, torch.tensor([prefix]), mask,
                                   1 / math.sqrt(d), num_splits=3, block_n=BLOCK_N, prefix_ready=True)
         outs.append((out, kc, vc))
     (o0, k0, v0), (o1, k1, v1) = outs
     assert torch.equal(o0, o1) and torch.equal(k0, k1) and torch.equal(v0, v1)
-
-
-def test_prefetch_hold_is_cuda_only(monkeypatch):
-    """kernels.tree_attention.PREFETCH_HOLD is inline PTX: off the GPU (the interpreter) a prefix_ready launch runs as
-    without it (its SASS placement is checked offline: tools/kernel_resources.py)."""
-    import importlib
-
-    ta = importlib.import_module("kernels.tree_attention")
-    mask = ancestor_mask(build("random", 5, seed=1))
-    q, k, v = _inputs(5, 8, HKV, 32, 3 * BLOCK_N + 10, torch.float16, seed=2)
-    kw = {"num_splits": 3, "block_n": BLOCK_N, "prefix_ready": True}
-    plain = _run(q, k, v, 2 * BLOCK_N + 1, mask, **kw)
-    monkeypatch.setattr(ta, "PREFETCH_HOLD", True)
-    assert torch.equal(_run(q, k, v, 2 * BLOCK_N + 1, mask, **kw), plain)
 
 
 def test_wide_max_rows_switch_moves_many_row_launches_to_the_wide_tile(monkeypatch):
@@ -423,46 +377,33 @@ def test_wide_max_rows_switch_moves_many_row_launches_to_the_wide_tile(monkeypat
             ta.attention_tile(128, 64, 2, True)
 
 
-def test_row_block_switch_is_checked_and_gives_the_same_result(monkeypatch):
-    """kernels.tree_attention.ROW_BLOCK caps the query rows per program (more programs over the same key splits,
-    no extra merge) unless block_m is given; None halves the wide tile's rows past 16 (CUDA only); the output stays
-    the reference's; a bad value is named."""
+def test_the_wide_tile_halves_its_rows_past_16_and_keeps_the_result():
+    """The wide tile (CUDA) runs half the query rows per program once they exceed 16 (more programs over the same key
+    splits, no extra merge) unless block_m is given; 16 rows per program give the reference's output."""
     import importlib
 
     ta = importlib.import_module("kernels.tree_attention")
     assert [ta.attention_tile(n, 64, 2, True)[0] for n in (4, 16, 17, 32, 64)] == [16, 16, 16, 16, 32]
     assert ta.attention_tile(64, 64, 2, False)[0] == 64 and ta.attention_tile(64, 64, 2, True, block_m=64)[0] == 64
     assert ta.attention_tile(512, 64, 2, True)[:1] + ta.attention_tile(512, 64, 2, True)[4:] == (128, False)
-    monkeypatch.setattr(ta, "ROW_BLOCK", 16)
-    assert ta.attention_tile(16 * 4, 64, 2, True)[0] == 16 and ta.attention_tile(16 * 4, 64, 2, True)[4]
-    assert ta.attention_tile(16 * 4, 64, 2, True, block_m=32)[0] == 32
+    assert ta.attention_tile(4, 128, 2, True)[3:] == (8, True)  # 8 warps on the wide tile
+    assert ta.attention_tile(4, 128, 2, False)[3:] == (4, False)  # CPU: the 64-key tile
     parent = build("random", 13, seed=3)
     mask = ancestor_mask(parent)
     prefix = 2 * BLOCK_N + 3
     q, k, v = _inputs(len(parent), HKV * 4, HKV, 32, prefix + len(parent), torch.float32, seed=5)
-    out = _run(q, k, v, prefix, mask, num_splits=2, block_n=BLOCK_N)  # 52 rows: 4 programs of 16 per kv head
-    assert_close(out, tree_attention_ref(q, k, v, prefix, mask, 1.0 / math.sqrt(32)), torch.float32, "ROW_BLOCK 16")
-    for bad in (8, 48, True, 16.0):
-        monkeypatch.setattr(ta, "ROW_BLOCK", bad)
-        with pytest.raises(ValueError, match="kernels.tree_attention.ROW_BLOCK: expected 16, 32, 64, 128 or None"):
-            ta.attention_tile(64, 64, 2, True)
+    out = _run(q, k, v, prefix, mask, num_splits=2, block_n=BLOCK_N, block_m=16)  # 52 rows: 4 programs per kv head
+    assert_close(out, tree_attention_ref(q, k, v, prefix, mask, 1.0 / math.sqrt(32)), torch.float32, "16 rows")
 
 
-def test_tma_prefix_default_by_head_dim_tokens_and_device(monkeypatch):
-    """TMA_PREFIX None (the default): descriptors on CUDA for single-token launches at head dims <=
-    TMA_AUTO_MAX_HEAD_DIM only (the 1B draft's one-row refill, not its tree steps nor the 8B's D 128), never under the
-    CPU interpreter; True / False force it; anything else is refused."""
+def test_tma_prefix_by_head_dim_tokens_and_device():
+    """Descriptors on CUDA for single-token launches at head dims <= TMA_MAX_HEAD_DIM only (the 1B draft's one-row
+    refill, not its tree steps nor the 8B's D 128), never under the CPU interpreter."""
     import importlib
 
     ta = importlib.import_module("kernels.tree_attention")
     cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
-    assert ta.TMA_PREFIX is None and ta.TMA_AUTO_MAX_HEAD_DIM == 64 and ta.TMA_AUTO_MAX_TOKENS == 1
+    assert ta.TMA_MAX_HEAD_DIM == 64 and ta.TMA_MAX_TOKENS == 1
     assert [ta.use_tma_prefix(d, 1, cuda) for d in (32, 64, 128)] == [True, True, False]
     assert not ta.use_tma_prefix(64, 2, cuda) and not ta.use_tma_prefix(64, 16, cuda)
     assert not ta.use_tma_prefix(64, 1, cpu)
-    for forced in (True, False):
-        monkeypatch.setattr(ta, "TMA_PREFIX", forced)
-        assert ta.use_tma_prefix(128, 16, cuda) is forced and ta.use_tma_prefix(64, 1, cpu) is forced
-    monkeypatch.setattr(ta, "TMA_PREFIX", 1)
-    with pytest.raises(ValueError, match="kernels.tree_attention.TMA_PREFIX: expected True, False or None"):
-        ta.use_tma_prefix(64, 1, cuda)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import time
 
@@ -36,18 +35,14 @@ DECISION = VerifiedPath(9, 9, (1, 2, 3), (0, 1), stop=True)
 
 
 def with_channel(cfg, kind: str):
-    """`cfg` with parallel.leader_channel = kind (dist: torch.distributed, unix: a Unix-domain socket; unix-shm: the
-    socket, receives spinning on the shared send counters, parallel.recv_wake=shm)."""
-    wake = "shm" if kind == "unix-shm" else "socket"
-    kind = "unix" if kind == "unix-shm" else kind
-    return freeze(dataclasses.replace(cfg, parallel=dataclasses.replace(cfg.parallel, leader_channel=kind,
-                                                                        recv_wake=wake)))
+    """`cfg` with parallel.leader_channel = kind (dist: torch.distributed, unix: a Unix-domain socket)."""
+    return freeze(dataclasses.replace(cfg, parallel=dataclasses.replace(cfg.parallel, leader_channel=kind)))
 
 
 def _exchange(ctx, cfg):
     """Alternate draft -> target and target -> draft messages; every rank records what it received."""
     tl = Timeline.start(ctx, run_id="comm-test")
-    ch = make_channel(ctx, cfg.parallel.leader_channel, MAX_NODES, timeline=tl, wake=cfg.parallel.recv_wake)
+    ch = make_channel(ctx, cfg.parallel.leader_channel, MAX_NODES, timeline=tl)
     got = []
     for draft_msg, target_msg in zip(DRAFT_SENDS, TARGET_SENDS):
         if ctx.role == "draft":
@@ -65,21 +60,20 @@ def _exchange(ctx, cfg):
     spans = sorted({r.name for r in tl.records()})
     bytes_ok = all(json.loads(r.extra)["bytes"] == ch.wire_bytes for r in tl.records() if r.name != "comm.rtt")
     report = {"rank": ctx.rank, "role": ctx.role, "got": got, "rtts": rtts, "spans": spans, "bytes_ok": bytes_ok,
-              "channel": type(ch).__name__, "counters": getattr(ch, "counters_path", None)}
+              "channel": type(ch).__name__}
     everyone = [None] * ctx.world_size
     dist.all_gather_object(everyone, report, group=ctx.world_group)
     return everyone
 
 
-@pytest.mark.parametrize("kind", ["dist", "unix", "auto", "unix-shm"])
+@pytest.mark.parametrize("kind", ["dist", "unix", "auto"])
 def test_messages_cross_groups_and_reach_every_rank(kind):
     """auto: both leaders run on this host, so they pick the unix channel (non-leaders only broadcast in-group,
     alike in both channels, and keep the dist class)."""
     target, draft = 2, 2  # both groups have a non-leader, so both directions need the in-group broadcast
     reports = launch(_exchange, with_channel(make_cfg(target, draft), kind))
     assert len(reports) == target + draft
-    leader_class = {"dist": "LeaderChannel", "unix": "UnixLeaderChannel", "auto": "UnixLeaderChannel",
-                    "unix-shm": "UnixLeaderChannel"}[kind]
+    leader_class = {"dist": "LeaderChannel", "unix": "UnixLeaderChannel", "auto": "UnixLeaderChannel"}[kind]
     for rep in reports:
         leader = rep["rank"] in (0, target)
         assert rep["channel"] == (leader_class if leader or kind != "auto" else "LeaderChannel"), rep["rank"]
@@ -94,11 +88,6 @@ def test_messages_cross_groups_and_reach_every_rank(kind):
             assert {"comm.recv", "comm.send", "comm.broadcast"} == set(rep["spans"])
         else:
             assert rep["rtts"] == [] and rep["spans"] == ["comm.broadcast"]  # non-leaders only broadcast
-    counters = {rep["counters"] for rep in reports if rep["rank"] in (0, target)}
-    if kind == "unix-shm":  # both leaders mapped the same file, whose name is gone once they connected
-        assert len(counters) == 1 and None not in counters and not os.path.exists(counters.pop())
-    else:
-        assert counters == {None}
 
 
 def _recv_from_silent_peer(ctx, cfg):
@@ -205,7 +194,7 @@ def _timed_receives(ctx, cfg):
     """unix channel, the target leader receives twice: a message sent 0.3 s late with a 1 ms spin (it sleeps in
     poll), then one sent at once with a 5 s spin (it never sleeps); the draft leader sends both."""
     tl = Timeline.start(ctx, run_id="spin-test")
-    ch = make_channel(ctx, "unix", 8, timeline=tl, spin_s=1e-3, wake=cfg.parallel.recv_wake)
+    ch = make_channel(ctx, "unix", 8, timeline=tl, spin_s=1e-3)
     if ctx.role == "draft":
         time.sleep(0.3)
         ch.send(DraftProposal.make_dummy(4))
@@ -221,11 +210,9 @@ def _timed_receives(ctx, cfg):
     return [(r.duration_s, json.loads(r.extra)) for r in tl.records() if r.name == "comm.recv"]
 
 
-@pytest.mark.parametrize("wake", ["socket", "shm"])
-def test_unix_receive_records_arrival_and_sleep(wake):
-    """The recv span's extra fields say when the bytes came out of the socket and whether the wait slept (spinning
-    on the socket or on the shared send counters)."""
-    cfg = with_channel(make_cfg(1, 1, timeout_s=30.0), "unix-shm" if wake == "shm" else "unix")
+def test_unix_receive_records_arrival_and_sleep():
+    """The recv span's extra fields say when the bytes came out of the socket and whether the wait slept."""
+    cfg = with_channel(make_cfg(1, 1, timeout_s=30.0), "unix")
     (late_dur, late), (quick_dur, quick) = launch(_timed_receives, cfg)
     assert late["slept"] is True and quick["slept"] is False
     assert 0.1 < late["arrive_s"] <= late_dur and 0 <= quick["arrive_s"] <= quick_dur

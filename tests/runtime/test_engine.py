@@ -45,9 +45,8 @@ def make_cfg(mode: str, target: str = "tiny-llama", draft: str = "tiny-llama-dra
              acceptance: AcceptanceConfig | None = None, backend: str = "reference", device: str = "cpu",
              dtype: str = "float32", cuda_graphs: bool = False, checkpoint: str | None = None,
              timeout_s: float = 60, leader_channel: str = "dist", skinny: bool = False, pdl: bool = False,
-             input_staging: str = "pageable", rope_attention: bool = False, recv_wake: str = "socket",
-             refill_graph: bool = False, target_qkv_rope: bool = False, verdict_graph: bool = False,
-             readback: str = "sync", prefill_graph: bool = False, share_gpus: bool = False,
+             rope_attention: bool = False, refill_graph: bool = False, target_qkv_rope: bool = False,
+             prefill_graph: bool = False, share_gpus: bool = False,
              **spec) -> ExperimentConfig:
     """A validated config of tiny fp32 models on CPU (tests/gpu: other dtypes, CUDA graphs, a checkpoint,
     which the draft shares when it is the target's preset; `share_gpus`: both groups on fewer GPUs)."""
@@ -57,13 +56,12 @@ def make_cfg(mode: str, target: str = "tiny-llama", draft: str = "tiny-llama-dra
                               draft=ModelConfig(draft, seed=draft_seed, dtype=dtype,
                                                 checkpoint=checkpoint if draft == target else None)),
         parallel=ParallelConfig(target_gpus=target_gpus, draft_gpus=draft_gpus, device=device, timeout_s=timeout_s,
-                                leader_channel=leader_channel, recv_wake=recv_wake, share_gpus=share_gpus),
+                                leader_channel=leader_channel, share_gpus=share_gpus),
         spec=SpecConfig(mode=mode, max_tree_nodes=64, **spec),
         acceptance=acceptance or AcceptanceConfig(),
         kernels=KernelsConfig(backend=backend, cuda_graphs=cuda_graphs, skinny=skinny, pdl=pdl,
-                              input_staging=input_staging, rope_attention=rope_attention,
-                              refill_graph=refill_graph, target_qkv_rope=target_qkv_rope,
-                              verdict_graph=verdict_graph, readback=readback, prefill_graph=prefill_graph),
+                              rope_attention=rope_attention, refill_graph=refill_graph,
+                              target_qkv_rope=target_qkv_rope, prefill_graph=prefill_graph),
         workload=WorkloadConfig(max_new_tokens=max_new, max_seq_len_tokens=capacity, prompt_tokens=4),
     ))
 
@@ -343,31 +341,28 @@ def test_recorded_ranks_let_the_simulator_replay_the_run_exactly(tmp_path):
     assert [r[REFILLS] for r in sim.rows] == [r["refills"] for r in rows]
 
 
-@pytest.mark.parametrize("draws", ["uniform", "multinomial"])
-def test_oracle_ranks_are_reconstructed_from_the_seed(draws):
+def test_oracle_ranks_are_reconstructed_from_the_seed():
     """Runs recorded before the `ranks` column: a positional oracle's verify with `accepted` tokens consumed
     accepted + 1 draws of the request's seeded stream, so the ranks follow from (seed, accepted, hit) alone and
-    equal the ones the runtime records, with either way of drawing (spec.oracle_draws, recorded in the metrics);
-    a different seed, or the other way of drawing, contradicts the record."""
-    from runtime.oracle import reconstruct_ranks
+    equal the ones the runtime records; a different seed, or the multinomial reading of the stream (how those older
+    runs drew: tests/runtime/test_oracle.py), contradicts the record."""
+    from runtime.oracle import MULTINOMIAL, reconstruct_ranks
 
     acc = AcceptanceConfig(positional=[[0.6, 0.15, 0.1, 0.05], [0.8, 0.1]])
     cfg = make_cfg("serial_tree", max_new=120, capacity=256, acceptance=acc, bs=8, w=2, topk=4, d="1",
-                   oracle=True, oracle_belief="table", oracle_draws=draws)
+                   oracle=True, oracle_belief="table")
     out = run(cfg, prompts=[[5, 6, 7, 8], [9, 10]])
     rows = out["iterations"]
-    assert out["metrics"]["oracle_draws"] == draws
     for request in (0, 1):
         mine = [r for r in rows if r["request"] == request]
         recorded = [[int(x) for x in r["ranks"].split(".")] for r in mine]
-        got = reconstruct_ranks(acc, cfg.workload.seed, request, [(r["accepted"], bool(r["hit"])) for r in mine],
-                                draws)
+        got = reconstruct_ranks(acc, cfg.workload.seed, request, [(r["accepted"], bool(r["hit"])) for r in mine])
         assert got == recorded
     mine = [(r["accepted"], bool(r["hit"])) for r in rows if r["request"] == 0]
     with pytest.raises(ValueError, match="not this run's stream"):
-        reconstruct_ranks(acc, cfg.workload.seed + 1, 0, mine, draws)
+        reconstruct_ranks(acc, cfg.workload.seed + 1, 0, mine)
     with pytest.raises(ValueError, match="not this run's stream"):
-        reconstruct_ranks(acc, cfg.workload.seed, 0, mine, "multinomial" if draws == "uniform" else "uniform")
+        reconstruct_ranks(acc, cfg.workload.seed, 0, mine, MULTINOMIAL)
 
 
 class _EagerChain:

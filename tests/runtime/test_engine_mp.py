@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import json
-import time
 
 import pytest
 
@@ -188,85 +187,3 @@ def test_eight_rank_splits_are_lossless(target_gpus, draft_gpus):
     for out in _launch(cfgs, eos):
         assert out["outputs"] == expected
         assert (out["metrics"]["target_gpus"], out["metrics"]["draft_gpus"]) == (target_gpus, draft_gpus)
-
-
-def test_reroot_prefetch_is_lossless_and_refuses_the_dist_channel():
-    """spec.reroot_prefetch: the draft leader prepares likely re-roots while it waits (unix channel, its receives
-    spinning on the socket or, parallel.recv_wake=shm, on the shared send counters): outputs stay the target's
-    greedy ones in async, serial and chain modes, its spans say how many it had ready; over the dist channel
-    (which cannot tell when the verified path is in) the run fails naming the field."""
-    expected, eos = reference_outputs("tiny-llama")
-    common = dict(draft_gpus=1, leader_channel="unix", reroot_prefetch=4)
-    cfgs = [make_cfg("async_tree", bs=6, w=3, topk=3, d="2", **common),
-            make_cfg("serial_tree", bs=6, w=3, topk=3, recv_wake="shm", **common),
-            make_cfg("chain", gamma=3, **common)]
-    for cfg, out in zip(cfgs, _launch(cfgs, eos)):
-        assert out["outputs"] == expected, cfg.spec.mode
-        spans = [r for r in out["traces"] if r.name == "host.reroot_prefetch"]
-        assert spans and all(r.group == "draft" for r in spans), cfg.spec.mode
-        # how many are ready depends on how long the draft waited (timing): only the bounds are checked here; that a
-        # prepared re-root is the one it replaces is tests/runtime/test_tree.py's
-        prepared = [r.extra_fields()["prepared"] for r in spans]
-        assert all(0 <= n <= 4 for n in prepared), cfg.spec.mode
-        if cfg.spec.mode == "chain":  # a chain proposes its whole chain: no proposed node has an unproposed child
-            assert max(prepared) == 0
-        reroots = [r.extra_fields() for r in out["traces"] if r.name == "step.reroot" and r.rank == 1]
-        assert reroots and all(x["hit"] or not x["prepared"] for x in reroots), cfg.spec.mode  # only a hit takes one
-    with pytest.raises(RuntimeError, match=r"spec\.reroot_prefetch=4: needs the unix leader channel"):
-        _launch([make_cfg("async_tree", bs=6, w=3, topk=3, d="2", draft_gpus=1, leader_channel="dist",
-                          reroot_prefetch=4)], eos)
-
-
-
-class SlowVerifyEngine(Engine):
-    """A target whose verify takes 30 ms more: the draft leader surely waits, prepares and sends ahead."""
-
-    def _verify(self, prop, emitter, gen, oracle):
-        if self.ctx.role == "target":
-            time.sleep(0.03)
-        return super()._verify(prop, emitter, gen, oracle)
-
-
-def test_presend_is_lossless_and_taken_by_the_target():
-    """spec.presend: the draft leader sends the prepared hits' next proposals while the target verifies; the target
-    takes the one its verdict matches (no round trip) and the draft sends nothing for that iteration. Outputs stay
-    the target's greedy ones (a TP-2 target group included, whose leader hands the taken proposal to its peer);
-    an oracle run emits what it emits without presend; with a slow verify the target takes some. Without the
-    prefetch, or over the dist channel, the run fails naming the field."""
-    expected, eos = reference_outputs("tiny-llama")
-    # self-speculation (every proposed chain is accepted, the bonus lands on a child) and a wide draft (w 4 > bs 3,
-    # so the landings' subtrees are expanded past bs and need no refill): hits the draft can send ahead
-    common = dict(draft_gpus=1, leader_channel="unix", reroot_prefetch=4, bs=3, w=4, topk=2, d="2")
-    outs = []
-    for target_gpus in (1, 2):
-        cfgs = [make_cfg("async_tree", "tiny-llama", "tiny-llama", draft_seed=1, target_gpus=target_gpus,
-                         presend=True, **common)]
-        outs += launch(functools.partial(run_many, cfgs=cfgs, prompts=PROMPTS, eos=eos,
-                                         engine_cls=SlowVerifyEngine), cfgs[0])
-    for out in outs:
-        assert out["outputs"] == expected
-        reroots = [r.extra_fields() for r in out["traces"] if r.name == "step.reroot" and r.group == "draft"
-                   and r.rank == out["metrics"]["target_gpus"]]
-        taken = [x for x in reroots if x["taken"]]
-        assert taken and all(x["hit"] and x["prepared"] for x in taken)  # only a prepared hit is sent ahead
-        sends = [r for r in out["traces"] if r.name == "comm.send" and r.group == "draft"
-                 and r.extra_fields()["kind"] == "DraftProposal"]
-        # a request's first proposal and one per re-root but its last (the stop), minus those taken: not sent again
-        assert len(sends) == len(reroots) - len(taken)
-        presends = [r for r in out["traces"] if r.name == "comm.presend"]
-        assert {r.extra_fields()["kind"] for r in presends} == {"ConditionalProposal"}
-        assert {r.group for r in presends} == {"draft", "target"}
-
-    orc = dict(draft_gpus=1, leader_channel="unix", reroot_prefetch=4, max_new=60, capacity=120, bs=3, w=4,
-               topk=2, d="2", oracle=True, acceptance=AcceptanceConfig(positional=[[0.5, 0.3]]))
-    plain, ahead = launch(functools.partial(run_many, cfgs=[make_cfg("async_tree", **orc),
-                                                            make_cfg("async_tree", presend=True, **orc)],
-                                            prompts=PROMPTS, eos=None, engine_cls=SlowVerifyEngine),
-                          make_cfg("async_tree", **orc))
-    assert ahead["outputs"] == plain["outputs"]
-    assert any(r.extra_fields().get("taken") for r in ahead["traces"] if r.name == "step.reroot")
-
-    with pytest.raises(ValueError, match=r"spec\.presend: sends the prepared re-roots' proposals"):
-        make_cfg("async_tree", draft_gpus=1, leader_channel="unix", presend=True)
-    with pytest.raises(RuntimeError, match=r"spec\.presend: needs the unix leader channel"):
-        _launch([make_cfg("async_tree", **{**common, "leader_channel": "dist"}, presend=True)], eos)

@@ -51,15 +51,34 @@ def test_uniform_draws_take_one_torch_op_per_batch(monkeypatch):
                                                                      for x in u]
 
 
-def test_multinomial_draws_follow_the_table_too():
-    """draws="multinomial" (runs recorded before 2026-12-01) samples the same model: accept the first of a chain
-    w.p. 0.6 (n = 4000: standard error 0.008, tolerance > 4 sigma). An unknown `draws` names the argument."""
-    oracle = AcceptanceOracle(AcceptanceConfig(positional=[[0.6, 0.2]]), torch.Generator().manual_seed(1),
-                              MULTINOMIAL)
-    first = [len(oracle.walk(CHAIN).path) > 1 for _ in range(4000)]
-    assert abs(sum(first) / 4000 - 0.6) < 0.035
-    with pytest.raises(ValueError, match="draws must be one of uniform, multinomial"):
-        AcceptanceOracle(AcceptanceConfig(positional=[[0.6]]), torch.Generator(), "cdf")
+def test_ranks_of_multinomial_runs_are_reconstructed():
+    """Runs recorded before the `ranks` column drew each rank as a torch.multinomial over the depth's row plus "none"
+    from the request's stream; reconstruct_ranks(..., MULTINOMIAL) reads that stream back from (seed, accepted, hit):
+    here chains of 3 proposed tokens (rank 0 accepted, any other rank ends the walk: a hit if it is a rank, a miss
+    if "none"). The uniform reading of the same stream contradicts the record; an unknown reading names itself."""
+    from runtime.controller import request_generator
+    from runtime.oracle import reconstruct_ranks
+
+    acc = AcceptanceConfig(positional=[[0.6, 0.15, 0.1, 0.05], [0.8, 0.1]])
+    table, gen = load_positional(acc), request_generator(11, 0, "oracle", "cpu")
+    records, want = [], []
+    for _ in range(60):
+        ranks: list[int] = []
+        while True:
+            row = table[min(len(ranks), len(table) - 1)]
+            r = int(torch.multinomial(torch.tensor(row + [1.0 - sum(row)], dtype=torch.float64), 1, generator=gen))
+            ranks.append(NO_RANK if r == len(row) else r)
+            if ranks[-1] != 0 or len(ranks) == 4:
+                break
+        hit = ranks[-1] != NO_RANK
+        records.append((len(ranks) - 1, hit))
+        want.append(ranks)
+    assert any(h for _, h in records) and not all(h for _, h in records)
+    assert reconstruct_ranks(acc, 11, 0, records, MULTINOMIAL) == want
+    with pytest.raises(ValueError, match="not this run's stream"):
+        reconstruct_ranks(acc, 11, 0, records)
+    with pytest.raises(ValueError, match="draws must be uniform or multinomial, got 'cdf'"):
+        reconstruct_ranks(acc, 11, 0, records, "cdf")
 
 
 def test_ranks_pick_siblings_and_depth_rows():

@@ -16,9 +16,8 @@ from tests.runtime import new_cache
 
 pytest.importorskip("kernels")
 
-ENTRY_POINTS = ("add_rmsnorm", "add_rmsnorm_partials", "skinny_linear", "skinny_linear_partials",
-                "skinny_linear_normed", "swiglu", "swiglu_normed", "rope_kv_write", "tree_attention",
-                "rope_tree_attention", "qkv_rope_kv_write")
+ENTRY_POINTS = ("add_rmsnorm", "add_rmsnorm_partials", "skinny_linear", "skinny_linear_partials", "swiglu",
+                "rope_kv_write", "tree_attention", "rope_tree_attention", "qkv_rope_kv_write")
 
 
 def _record(monkeypatch) -> list[tuple[str, str | None, bool]]:
@@ -37,13 +36,10 @@ def _record(monkeypatch) -> list[tuple[str, str | None, bool]]:
     return log
 
 
-@pytest.mark.parametrize("mode", ["default", "norm_prologue", "qkv_rope"])
+@pytest.mark.parametrize("mode", ["default", "qkv_rope"])
 def test_prefix_ready_attention_follows_its_pre_attention_qkv(monkeypatch, mode):
-    """default / norm_prologue: single-token steps (the fused RoPE attention) only; qkv_rope (experiment): every step,
+    """default: single-token steps (the fused RoPE attention) only; qkv_rope (kernels.target_qkv_rope): every step,
     the prefill's too, after the fused QKV + RoPE GEMM."""
-    import runtime.model
-
-    monkeypatch.setattr(runtime.model, "NORM_PROLOGUE", mode == "norm_prologue")
     log = _record(monkeypatch)
     shape = MODEL_PRESETS["tiny-llama"]
     model = build_model(shape, torch.float32, "cpu", seed=0).use_fused_kernels(
@@ -59,7 +55,7 @@ def test_prefix_ready_attention_follows_its_pre_attention_qkv(monkeypatch, mode)
     steps = 4 if mode == "qkv_rope" else 3
     assert len(ready) == steps * shape.num_layers
     want = {"qkv_rope": ("tree_attention", ("qkv_rope_kv_write",))}.get(
-        mode, ("rope_tree_attention", ("skinny_linear", "skinny_linear_normed")))
+        mode, ("rope_tree_attention", ("skinny_linear",)))
     for i in ready:
         assert log[i][0] == want[0]
         name, role, _ = log[i - 1]
@@ -68,22 +64,3 @@ def test_prefix_ready_attention_follows_its_pre_attention_qkv(monkeypatch, mode)
     assert [i + 1 for i in pre] == ready  # the role is taken only right before a prefix_ready attention
     if mode != "qkv_rope":
         assert ready[0] >= prefill  # the prefill's multi-token attention is not prefix_ready
-
-
-def test_tree_prefix_ready_switch_marks_the_multi_token_attention(monkeypatch):
-    """runtime.attention.TritonAttention.tree_prefix_ready (experiment): the attention after rope_kv_write on a
-    multi-token step is launched prefix_ready too (rope_kv_write writes q and tree slots only); off, it is not."""
-    from runtime.attention import TritonAttention
-
-    log = _record(monkeypatch)
-    shape = MODEL_PRESETS["tiny-llama"]
-    model = build_model(shape, torch.float32, "cpu", seed=0).use_fused_kernels(True, skinny=True)
-    ids = torch.randint(0, shape.vocab_size, (4,), generator=torch.Generator().manual_seed(1))
-    for switch in (False, True):
-        monkeypatch.setattr(TritonAttention, "tree_prefix_ready", switch)
-        attn = make_attention_backend("triton")
-        start = len(log)
-        model(ids, AttnMeta.causal(0, 4), new_cache(model, 8), attn)
-        calls = [(i, pr) for i, (name, _, pr) in enumerate(log[start:], start) if name == "tree_attention"]
-        assert len(calls) == shape.num_layers and all(pr == switch for _, pr in calls)
-        assert all(log[i - 1][0] == "rope_kv_write" for i, _ in calls)

@@ -1,4 +1,4 @@
-"""`runtime.graphs.wait_for_ticket` on CPU: the host spin behind kernels.readback=spin (the graph side: tests/gpu)."""
+"""`runtime.graphs.wait_for_ticket` on CPU: the host spin on a CUDA graph's read-back (the graph side: tests/gpu)."""
 
 from __future__ import annotations
 

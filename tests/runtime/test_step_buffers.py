@@ -1,4 +1,5 @@
-"""`runtime.graphs.StepBuffers` on CPU: the staged layout a CUDA-graph step reads (the graph itself: tests/gpu)."""
+"""`runtime.graphs.StepBuffers` on CPU: the staged layout a CUDA-graph step reads (the graph itself: tests/gpu). A load
+writes the host buffer; `capture_copy` is the copy a step graph's first node makes."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from runtime.tree import DraftTree, proposal_inputs
 
 
 def _assert_loaded(buf: StepBuffers, inp, prefix_len: int) -> None:
+    buf.capture_copy()
     assert buf.prefix.tolist() == [prefix_len]
     assert torch.equal(buf.ids, inp.token_ids) and torch.equal(buf.positions, inp.positions)
     assert torch.equal(buf.slots, inp.tree_slots) and torch.equal(buf.parents, inp.parents)
@@ -44,6 +46,8 @@ def test_step_buffers_load_host_tensors_and_refuse_other_shapes():
     buf = StepBuffers(2, 3, "cpu")
     mask = torch.tensor([[1, 0, 0], [1, 1, 0]], dtype=torch.bool)
     buf.load(torch.tensor([7, 8]), torch.tensor([20, 21]), torch.tensor([0, 1]), 20, mask)
+    assert buf.packed.tolist() == [0] * 10  # nothing on the "device" before the graph's copy
+    buf.capture_copy()
     assert buf.packed.tolist() == [20, 7, 8, 20, 21, 0, 1, -1, -1, 1] and torch.equal(buf.mask, mask)  # ticket 1
     with pytest.raises(ValueError, match=r"captured for 2 rows x 3 tree slots, got token_ids \(3,\)"):
         buf.load(torch.tensor([7, 8, 9]), torch.tensor([20, 21, 22]), torch.tensor([0, 1, 2]), 20, mask)
@@ -51,12 +55,17 @@ def test_step_buffers_load_host_tensors_and_refuse_other_shapes():
         buf.load(torch.tensor([7, 8]), torch.tensor([20]), torch.tensor([0, 1]), 20, mask)
     with pytest.raises(ValueError, match=r"StepGraph.load_inputs: captured for 2 rows x 3 tree slots, got 2 rows x 2"):
         buf.load_inputs(proposal_inputs([1, 2], [-1, 0], 5, 2), 5)
-    with pytest.raises(ValueError, match="kernels.input_staging: 'mapped' is not one of pageable, pinned, graph"):
-        StepBuffers(2, 3, "cpu", staging="mapped")
-    if not torch.cuda.is_available():
-        with pytest.raises(ValueError, match="kernels.input_staging=graph stages in pinned host memory: needs a CUDA"):
-            StepBuffers(2, 3, "cpu", staging="graph")
-    with pytest.raises(ValueError, match="staging 'pageable', needs 'graph'"):
+
+
+
+def test_buffers_of_a_chained_graph_copy_at_each_load():
+    """copy_in_graph=False (a chained graph: its chained replays must not copy the host buffer again): a load copies
+    at once, and the in-graph copy is refused."""
+    buf = StepBuffers(2, 3, "cpu", copy_in_graph=False)
+    mask = torch.tensor([[1, 0, 0], [1, 1, 0]], dtype=torch.bool)
+    buf.load(torch.tensor([7, 8]), torch.tensor([20, 21]), torch.tensor([0, 1]), 20, mask)
+    assert buf.packed.tolist() == [20, 7, 8, 20, 21, 0, 1, -1, -1, 1] and torch.equal(buf.mask, mask)
+    with pytest.raises(ValueError, match=r"copy at each load \(copy_in_graph=False\)"):
         buf.capture_copy()
 
 
@@ -66,6 +75,8 @@ def test_step_buffers_stage_an_owed_compaction_padded_with_minus_one():
     buf = StepBuffers(2, 2, "cpu", keep_rows=4)
     inp = proposal_inputs([5, 6], [-1, 0], 30, 2)
     assert buf.keep_src.tolist() == [-1] * 4  # as allocated: a capture-time replay moves nothing
+    buf.capture_copy()
+    assert buf.keep_src.tolist() == [-1] * 4  # and as staged
     buf.load_inputs(inp, 33, keep=(30, [31, 34, 35]))
     _assert_loaded(buf, inp, 33)
     assert buf.keep_dst.tolist() == [30] and buf.keep_src.tolist() == [31, 34, 35, -1]
@@ -87,18 +98,20 @@ def test_step_buffers_number_their_loads_in_the_ticket_after_the_compaction():
     assert buf.ticket.tolist() == [0] and buf.loads == 0
     inp = proposal_inputs([5, 6], [-1, 0], 30, 2)
     buf.load_inputs(inp, 33, keep=(30, [31]))
+    buf.capture_copy()
     assert buf.keep_src.tolist() == [31, -1, -1] and buf.ticket.tolist() == [1]
     buf.load_inputs(inp, 34)
+    buf.capture_copy()
     assert buf.keep_src.tolist() == [-1] * 3 and buf.ticket.tolist() == [2] and buf.loads == 2
     assert buf.packed.tolist()[-5:] == [0, -1, -1, -1, 2]  # keep destination (none: 0), sources, ticket
 
 
 def test_step_buffers_capture_defaults_on_device_and_host():
     """The capture-time inputs (slots 0..rows - 1, an identity mask) are in the device views and the host buffer,
-    which a graph-staged step copies inside its capture."""
+    which the step copies inside its capture."""
     buf = StepBuffers(3, 5, "cpu")
     buf.capture_defaults()
     assert buf.slots.tolist() == [0, 1, 2] and torch.equal(buf.mask[:, :3], torch.eye(3, dtype=torch.bool))
     assert not buf.mask[:, 3:].any()
-    buf.device_bytes.copy_(buf._host)  # what a graph-staged replay's first node copies
+    buf.capture_copy()  # what a replay's first node copies
     assert buf.slots.tolist() == [0, 1, 2] and torch.equal(buf.mask[:, :3], torch.eye(3, dtype=torch.bool))

@@ -405,50 +405,9 @@ def test_lazy_frontier_takes_nodes_as_a_heap_of_every_unexpanded_node(seed, step
     assert tree.frontier(len(tree)) == _eager_frontier(tree)
 
 
-# ---- prepared re-roots (spec.reroot_prefetch) ----------------------------------------------------------------
-
-@settings(max_examples=60, deadline=None)
-@given(**tree_params, bs=st.integers(2, 10), limit=st.integers(0, 12), pick=st.integers(0, 10_000))
-def test_a_prepared_reroot_is_the_reroot_it_replaces(seed, steps, w, topk, bs, limit, pick):
-    """prepare_landings prepares the best unproposed children of the proposed nodes; a re-root landing on one
-    takes the prepared subtree, equal to what it would have built, and that tree's select(bs) is the fresh one."""
-    tree, twin = _random_tree(seed, steps, w, topk), _random_tree(seed, steps, w, topk)
-    sel = tree.select(bs)
-    assert twin.select(bs) == sel
-    prepared = tree.prepare_landings(sel, limit, bs)
-    taken = set(sel)
-    candidates = [c for p in sel for c in tree.children(p) if c not in taken]
-    assert prepared == min(limit, len(candidates))
-    best = sorted(candidates, key=lambda c: -tree.weights[c])[:limit]
-    assert set(tree._prepared) == set(best)
-    landing = candidates[pick % len(candidates)] if candidates else None
-    if landing is None:
-        return
-    path, bonus = tree.path_to(tree.parents[landing]), tree.tokens[landing]
-    ready = tree._prepared.get(landing)
-    got, want = tree.reroot(path, bonus), twin.reroot(path, bonus)
-    assert (got.tree is ready[0]) if ready else landing not in best  # the prepared copy was taken
-    assert got.prepared == (ready is not None) and not want.prepared
-    assert landing not in tree._prepared
-    assert got.hit and want.hit and (got.keep_slots, got.num_promoted, got.pending) == (
-        want.keep_slots, want.num_promoted, want.pending)
-    assert _snapshot(got.tree) == _snapshot(want.tree)
-    assert got.tree.select(bs) == want.tree.select(bs) and got.tree.select(bs + 1) == want.tree.select(bs + 1)
-
-
-def test_prepared_landings_stop_when_asked_and_go_stale_on_expansion():
+def test_the_select_memo_goes_stale_on_expansion():
     tree = _random_tree(7, 3, 3, 3)
     sel = tree.select(4)
-    asked = []
-
-    def stop() -> bool:
-        asked.append(1)
-        return len(asked) > 2  # the verified path "arrives" before the third one
-
-    assert tree.prepare_landings(sel, 10, 4, stop) == 2
-    assert tree.prepare_landings(sel, 10, 4, lambda: True) == 2  # nothing more, the two kept
-    memo = tree.select(4)
-    assert tree._selected is not None and memo == sel
-    if tree.can_expand(2, 64):
-        nodes, _ = tree.plan_expansion(2, PREFIX, 64)
-        assert tree._prepared == {} and tree._selected is None  # the tree changed: nothing prepared holds
+    assert tree._selected is not None and tree.select(4) == sel
+    tree.plan_expansion(2, PREFIX, 64)
+    assert tree._selected is None  # the tree changed: the memo does not hold

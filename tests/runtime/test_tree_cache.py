@@ -201,19 +201,18 @@ def test_in_place_keeps_launch_no_copy(monkeypatch):
 
 class CpuStepGraph:
     """Stands in for `runtime.graphs.StepGraph` on CPU, same constructor (patched into the workers, so their own
-    `rows`, `tree_len` and `keep_rows` choices are what runs): stages the inputs in a real `StepBuffers`, applies
-    the owed compaction from it with `kernels.kv_compact` (interpreted) as the graph's first kernel does, then runs
-    the step eagerly and applies the head. `readback`: the outputs' host copies (numpy), then the load's ticket, as
-    the graph's last copies write them; `host_outputs` waits on that ticket with `wait_for_ticket`. Not for chained
-    steps."""
+    `rows`, `tree_len` and `keep_rows` choices are what runs): stages the inputs in a real `StepBuffers` and copies
+    them as the graph's first node does, applies the owed compaction from them with `kernels.kv_compact`
+    (interpreted) as the graph's first kernel does, then runs the step eagerly and applies the head. With a head or a
+    verdict: the outputs' host copies (numpy), then the load's ticket, as the graph's last copies write them;
+    `host_outputs` waits on that ticket with `wait_for_ticket`. Not for chained steps."""
 
     def __init__(self, model, cache, attn, rows: int, tree_len: int, *, head=None, pool=None, chain: bool = False,
-                 staging: str = "pageable", keep_rows: int = 0, verdict: str | None = None,
-                 readback: bool = False) -> None:
+                 keep_rows: int = 0, verdict: str | None = None) -> None:
         assert not chain, "the CPU stand-in does not chain autoregressive steps"
         self.model, self.cache, self.attn, self.head, self.verdict = model, cache, attn, head, verdict
-        self.rows, self.tree_len, self.readback = rows, tree_len, readback
-        self.inputs = StepBuffers(rows, tree_len, "cpu", staging, keep_rows)
+        self.rows, self.tree_len, self.readback = rows, tree_len, head is not None or verdict is not None
+        self.inputs = StepBuffers(rows, tree_len, "cpu", keep_rows)
         self.chained, self.keep_rows, self.loaded, self.calls, self.moved = False, keep_rows, None, 0, 0
         self.flag, self.host = torch.zeros(1, dtype=torch.long).numpy(), ()
 
@@ -240,6 +239,7 @@ class CpuStepGraph:
     def launch(self):
         (inp, prefix_len), self.loaded = self.loaded, None
         self.calls += 1
+        self.inputs.capture_copy()
         if self.keeps:
             self.moved += int((self.inputs.keep_src >= 0).sum())
             kv_compact(self.cache.kv, self.inputs.keep_src, self.inputs.keep_dst)
@@ -256,24 +256,23 @@ class CpuStepGraph:
         return out
 
 
-def _draft_worker(graphs: bool, refill_graph: bool = False, readback: str = "sync") -> DraftWorker:
+def _draft_worker(graphs: bool, refill_graph: bool = False) -> DraftWorker:
     """The tiny draft (w 4, top-k 3); `graphs`: `DraftWorker(cuda_graphs=True)` with `CpuStepGraph` standing in for
-    its expansion graphs (`refill_graph`: the one-row one too; `readback`: kernels.readback)."""
+    its expansion graphs (`refill_graph`: the one-row one too)."""
     with mock.patch("runtime.draft_worker.StepGraph", CpuStepGraph):
         return DraftWorker(_model("tiny-llama-draft", 2), ATTN, w=4, topk=3, max_tree_nodes=MAX_LEN,
                            max_seq_len=CAPACITY - MAX_LEN, temperature=0.0, cuda_graphs=graphs,
-                           refill_graph=refill_graph, readback=readback)
+                           refill_graph=refill_graph)
 
 
-@pytest.mark.parametrize("readback", ["sync", "spin"])
 @torch.no_grad()
-def test_lone_root_expansions_replay_the_one_row_graph_and_match_eager(readback):
+def test_lone_root_expansions_replay_the_one_row_graph_and_match_eager():
     """kernels.refill_graph: the expansion of a lone root (a request's first, a miss's refill) replays the one-row
-    graph, carrying the re-root's owed compaction as the others do; the cache and tree equal the eager worker's.
-    kernels.readback=spin: the same, the children read from the graphs' host copies (numpy, after their ticket)."""
+    graph, carrying the re-root's owed compaction as the others do; the cache and tree equal the eager worker's, the
+    children read from the graphs' host copies (numpy, after their ticket)."""
     runs = []
     for graphs in (False, True):
-        worker = _draft_worker(graphs, refill_graph=graphs, readback=readback)
+        worker = _draft_worker(graphs, refill_graph=graphs)
         worker.start(PROMPT)
         assert worker.expand() and worker.last_step_rows == (1 if graphs else 4)  # the lone root
         assert worker.expand() and worker.expand() and worker.last_step_rows == 4  # then two of w rows
@@ -287,8 +286,8 @@ def test_lone_root_expansions_replay_the_one_row_graph_and_match_eager(readback)
             assert (worker.refill_graph.rows, worker.refill_graph.keep_rows) == (1, MAX_LEN)
             assert (worker.refill_graph.calls, worker.graph.calls, worker.pending_graph.calls) == (2, 3, 0)
             assert worker.pending_refill_graph.calls == 0 and worker.pending_refill_graph.rows == 2
-            spun = [g.flag[0] for g in (worker.refill_graph, worker.graph)] if readback == "spin" else [0, 0]
-            assert spun == ([2, 3] if readback == "spin" else [0, 0])  # each graph's last ticket reached the host
+            spun = [g.flag[0] for g in (worker.refill_graph, worker.graph)]
+            assert spun == [2, 3]  # each graph's last ticket reached the host
         assert prop.num_nodes == 4
     eager, graphed = runs
     assert eager.prefix_len == graphed.prefix_len
@@ -433,15 +432,13 @@ def test_a_target_graph_applies_the_owed_keep_in_the_next_verify():
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("readback", ["sync", "spin"])
 @pytest.mark.parametrize("oracle", [False, True], ids=["greedy", "oracle"])
-def test_a_target_verdict_graph_decides_as_after_the_replay(oracle, readback):
+def test_a_target_verdict_graph_decides_as_after_the_replay(oracle):
     """A greedy Triton-backend target's verify graph computes its verdict inside (`StepGraph` verdict: "greedy", or
-    "argmax" for an oracle run's placeholder token); the worker then decides from that read-back. Same verdicts and
-    placeholders as an eager target deciding from the logits, over verifies that accept nodes (the root's first child
-    is the target's own token, from a probe forward) and padded ones (`CpuStepGraph`, kernels.greedy_verify
-    interpreted). kernels.readback=spin (without kernels.verdict_graph: spin implies it) decides from the verdict's
-    host copies after their ticket."""
+    "argmax" for an oracle run's placeholder token); the worker then decides from its host copies after their
+    ticket. Same verdicts and placeholders as an eager target deciding from the logits, over verifies that accept
+    nodes (the root's first child is the target's own token, from a probe forward) and padded ones (`CpuStepGraph`,
+    kernels.greedy_verify interpreted)."""
     from conf.messages import DraftProposal
     from runtime.oracle import NO_RANK, OracleOutcome
     from runtime.target_worker import TargetWorker
@@ -453,14 +450,13 @@ def test_a_target_verdict_graph_decides_as_after_the_replay(oracle, readback):
     def worker(graphs: bool) -> TargetWorker:
         with mock.patch("runtime.target_worker.StepGraph", CpuStepGraph):
             w = TargetWorker(_model("tiny-llama", 1), ATTN, rows=5, max_seq_len=CAPACITY, temperature=0.0,
-                             backend="triton", cuda_graphs=graphs, verdict_graph=readback == "sync", oracle=oracle,
-                             readback=readback)
+                             backend="triton", cuda_graphs=graphs, oracle=oracle)
         w.start(PROMPT)
         return w
 
     eager, graphed = worker(False), worker(True)
     assert graphed.graph.verdict == ("argmax" if oracle else "greedy") and eager.graph is None
-    assert graphed.graph.readback == (readback == "spin")
+    assert graphed.graph.readback
     accepted = 0
     for k, parents in enumerate([(-1, 0, 0, 1, 2), (-1, 0, 1), (-1,), (-1, 0, 0, 1)]):
         ids = [5 + k, 6, 7, 8, 9][: len(parents)]
@@ -473,8 +469,7 @@ def test_a_target_verdict_graph_decides_as_after_the_replay(oracle, readback):
             verdicts.append(w.decide(None, FirstChild() if oracle else None))
         assert verdicts[1] == verdicts[0], (k, verdicts)
         assert all(type(t) is int for t in (*verdicts[1].path, verdicts[1].bonus))
-        if readback == "spin":
-            assert graphed.graph.flag[0] == 2 * k + 2  # two loads per round (the probe and the verify)
+        assert graphed.graph.flag[0] == 2 * k + 2  # two loads per round (the probe and the verify)
         accepted += verdicts[0].num_accepted
         for w in (eager, graphed):
             w.keep(verdicts[0].path)
@@ -516,40 +511,3 @@ def test_fused_head_grows_the_same_tree(graphs):
     assert [(n.token, n.parent, n.slot) for n in fused_head.nodes] == [(n.token, n.parent, n.slot)
                                                                         for n in torch_head.nodes]
     assert fused_head.weights == pytest.approx(torch_head.weights, abs=1e-5)
-
-
-def test_conditional_proposals_are_what_advance_then_propose_give():
-    """spec.presend: each conditional proposal (a prepared landing whose subtree needs no refill) is exactly the
-    proposal a twin draft makes after the re-root to that hit, and it names the node it follows and the landing's
-    rank there (the verified path's last node, the bonus token's rank: how the target matches it)."""
-    def worker() -> DraftWorker:
-        w = DraftWorker(_model("tiny-llama-draft", 2), ATTN, w=4, topk=3, max_tree_nodes=MAX_LEN,
-                        max_seq_len=CAPACITY - MAX_LEN, temperature=0.0)
-        w.start(PROMPT)
-        for _ in range(4):
-            assert w.expand()
-        return w
-
-    bs = 3
-    draft = worker()
-    proposal = draft.propose(0, 0, bs)
-    assert draft.prepare_reroots(6, bs, lambda: False) > 0
-    landed: set[int] = set()
-    conds = draft.conditional_proposals(0, 1, bs, landed)
-    assert conds and len(landed) == len(conds)
-    assert draft.conditional_proposals(0, 1, bs, landed) == []  # each landing is sent once
-    tree = draft.tree
-    for cond in conds:
-        assert (cond.request_id, cond.iteration) == (0, 1) and cond.num_nodes == bs
-        parent = draft.selection[cond.after_node]
-        landing = tree.children(parent)[cond.bonus_rank]
-        assert tree.tokens[landing] == cond.proposal.token_ids[0]
-        path = [cond.after_node]
-        while proposal.parent_indices[path[-1]] >= 0:
-            path.append(proposal.parent_indices[path[-1]])
-        twin = worker()
-        assert twin.propose(0, 0, bs) == proposal
-        rr = twin.advance(tuple(path[::-1]), cond.proposal.token_ids[0])
-        assert rr.hit and len(twin.tree) >= bs
-        assert twin.propose(0, 1, bs) == cond.proposal
-

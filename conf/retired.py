@@ -1,0 +1,75 @@
+"""Config fields that were removed, in one list, and how recorded configs that hold them still load.
+
+A recorded run dir's config.json (conf/rundir.py) holds every field its commit's schema had. When a switch is deleted
+(the A/B that decided it is in docs/LOG.md), its field goes from the schema and gets one `RETIRED` entry: the values a
+recorded config may hold for it, and why it went. Those values describe the path a run took that the code still runs,
+or the path that was the default until the kept one replaced it (such a run measured that path: its numbers stay
+results, the switch does not come back). Reading a recorded config (`strip_retired`, called by
+`conf.rundir.config_from_dict`) drops an accepted value and refuses any other one with an error naming the field. A
+command-line override of a retired field (`python generate.py spec.presend=true`) fails with one line naming it
+(`check_overrides`).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Retired:
+    """One removed field: the values a recorded config may still hold for it, and why it went."""
+
+    accepted: tuple[Any, ...]
+    why: str
+
+
+_ZERO = (0, 0.0)
+_LOOPS = "replaced by the calibrated profile's runtime.loops"
+
+RETIRED: dict[str, Retired] = {
+    "spec.presend": Retired((False,), "conditional proposals sent ahead of the verdict cost the target more time "
+                            "than they saved"),
+    "spec.reroot_prefetch": Retired((0,), "re-roots prepared while the draft waits gained nothing measurable"),
+    "parallel.recv_wake": Retired(("socket",), "a receive spinning on shared send counters decoded no faster"),
+    "spec.oracle_draws": Retired(("uniform",), "the oracle draws every rank from batched uniforms, 20x faster"),
+    # pageable / sync: the defaults a recorded run took before the graph-staged, spin read-back path replaced them
+    "kernels.input_staging": Retired(("graph", "pageable"), "CUDA graphs always copy their own inputs from pinned "
+                                     "memory"),
+    "kernels.readback": Retired(("spin", "sync"), "CUDA graphs always copy their small outputs to the host, which "
+                                "spins on them"),
+    "kernels.verdict_graph": Retired((False,), "a greedy verify graph always computes its verdict"),
+    "sim.runtime_delta.colocated_step_extra_s": Retired(_ZERO, _LOOPS),
+    "sim.runtime_delta.colocated_expand_extra_s": Retired(_ZERO, _LOOPS),
+    "sim.runtime_delta.colocated_expand_extra_per_real_row_s": Retired(_ZERO, _LOOPS),
+}
+"""Dotted field name -> what a recorded config may hold for it. docs/LOG.md has the number behind each removal."""
+
+
+def strip_retired(data: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a recorded config's `config` object without its retired fields (the caller's dict is not changed).
+    Raises ValueError naming the field when one holds a value the code no longer runs (the run took a removed
+    experiment path)."""
+    out = copy.deepcopy(data)
+    for name, retired in RETIRED.items():
+        *parents, leaf = name.split(".")
+        node: Any = out
+        for key in parents:
+            node = node.get(key) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or leaf not in node:
+            continue
+        value = node.pop(leaf)
+        if value not in retired.accepted or isinstance(value, bool) != isinstance(retired.accepted[0], bool):
+            raise ValueError(f"{name}: removed ({retired.why}); this recorded config holds {value!r}, which the code "
+                             f"no longer runs (accepted: {', '.join(map(repr, retired.accepted))})")
+    return out
+
+
+def check_overrides(overrides: Iterable[str]) -> None:
+    """Raise ValueError naming the first Hydra override (`key=value`, `+key=value`, `~key`) of a retired field."""
+    for arg in overrides:
+        key = arg.lstrip("+~").split("=", 1)[0].strip()
+        if key in RETIRED:
+            raise ValueError(f"{key}: removed ({RETIRED[key].why}; docs/LOG.md); drop the override")
