@@ -1,7 +1,7 @@
 """skinny_linear_normed / swiglu_normed against their two-launch forms, add_rmsnorm_partials then skinny_linear /
 swiglu (Triton interpreter on CPU; bf16 is upcast after the loads there, so it covers loads, stores and rounding).
-The GEMM output is equal within tolerance (each program sums the squares per K chunk: another order than the norm
-kernel's row reduction), the new residual bit for bit. Narrow K tiles make several chunks per row.
+Both outputs are compared to rounding (each program sums the squares per K chunk: another order than the norm
+kernel's row reduction; the new residual is summed in another kernel). Narrow K tiles make several chunks per row.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 from kernels import add_rmsnorm_partials, skinny_linear, skinny_linear_normed, swiglu, swiglu_normed
 from kernels.reference import skinny_linear_normed_ref, swiglu_normed_ref
 from kernels.skinny_linear import CONFIGS
-from tests.kernels.tolerances import assert_close, poisoned
+from tests.tolerances import assert_bitwise, assert_close, poisoned
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 EPS = 1e-5
@@ -49,11 +49,14 @@ def test_skinny_linear_normed_matches_norm_then_gemm(case, dtype, monkeypatch):
     bufs = poisoned((m, n), dtype), poisoned((m, k), dtype)
     out, new_res = skinny_linear_normed(partials, residual, norm_w, EPS, w, out=bufs[0], new_residual=bufs[1])
     assert out is bufs[0] and new_res is bufs[1]
-    assert torch.equal(new_res, want_res), "new_residual must be bitwise add_rmsnorm_partials's"
-    assert_close(out, want, dtype, f"skinny_linear_normed {case}")
-    assert torch.equal(partials, before[0]) and torch.equal(residual, before[1]), "inputs were modified"
+    assert_close(new_res, want_res, dtype, reduction=s + 1, what="new_residual")
+    assert_close(out, want, dtype, reduction=2 * k, what=f"skinny_linear_normed {case}")  # the norm's K, the GEMM's K
+    assert_bitwise(partials, before[0], reason="an input the kernel must not write", what="partials")
+    assert_bitwise(residual, before[1], reason="an input the kernel must not write", what="residual")
     out2, new_res2 = skinny_linear_normed(partials, residual, norm_w, EPS, w)  # allocated outputs
-    assert torch.equal(out2, out) and torch.equal(new_res2, new_res) and out2.dtype == new_res2.dtype == dtype
+    same = "the same kernel on the same inputs, run twice: determinism"
+    assert_bitwise(out2, out, reason=same, what="out")
+    assert_bitwise(new_res2, new_res, reason=same, what="new_residual")
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
@@ -69,8 +72,8 @@ def test_swiglu_normed_matches_norm_then_swiglu(case, dtype, monkeypatch):
     bufs = poisoned((m, i), dtype), poisoned((m, k), dtype)
     mid, new_res = swiglu_normed(partials, residual, norm_w, EPS, wg, wu, out=bufs[0], new_residual=bufs[1])
     assert mid is bufs[0] and new_res is bufs[1]
-    assert torch.equal(new_res, want_res), "new_residual must be bitwise add_rmsnorm_partials's"
-    assert_close(mid, want, dtype, f"swiglu_normed {case}")
+    assert_close(new_res, want_res, dtype, reduction=s + 1, what="new_residual")
+    assert_close(mid, want, dtype, reduction=2 * k, what=f"swiglu_normed {case}")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
@@ -80,8 +83,8 @@ def test_match_the_references(dtype):
                              skinny_linear_normed_ref(partials, residual, norm_w, EPS, w), "skinny_linear_normed"),
                             (swiglu_normed(partials, residual, norm_w, EPS, wg, wu),
                              swiglu_normed_ref(partials, residual, norm_w, EPS, wg, wu), "swiglu_normed")):
-        assert_close(got[0], want[0], dtype, what)
-        assert_close(got[1], want[1], dtype, f"{what} new_residual")
+        assert_close(got[0], want[0], dtype, reduction=2 * 96, what=what)
+        assert_close(got[1], want[1], dtype, reduction=3, what=f"{what} new_residual")
 
 
 def test_weight_views_and_empty_batch():
@@ -89,7 +92,8 @@ def test_weight_views_and_empty_batch():
     partials, residual, norm_w, (w13,) = _inputs(2, 2, 64, 96, torch.float32, seed=5)
     wg, wu = w13.chunk(2, dim=0)
     h, _ = add_rmsnorm_partials(partials, residual, norm_w, EPS)
-    assert_close(swiglu_normed(partials, residual, norm_w, EPS, wg, wu)[0], swiglu(h, wg, wu), torch.float32, "views")
+    assert_close(swiglu_normed(partials, residual, norm_w, EPS, wg, wu)[0], swiglu(h, wg, wu), torch.float32,
+                 reduction=2 * 64, what="views")
     out, new_res = skinny_linear_normed(partials[:, :0], residual[:0], norm_w, EPS, w13)
     assert out.shape == (0, 96) and new_res.shape == (0, 64)
 
