@@ -45,6 +45,16 @@ def tolerance(dtype: torch.dtype, reduction: int) -> float:
     return C_ACC * math.sqrt(reduction) * eps_acc + 2 * eps_out
 
 
+def forward_terms(shape, keys: int) -> int:
+    """`reduction` for a whole decoder forward of `shape` (a conf.presets.ModelShape) over `keys` cached keys: the
+    terms along its longest chain, layer after layer (their rounding errors add up like one longer sum): the input
+    norm, QKV GEMM (hidden each), attention (head_dim + keys), output projection (q_size), MLP norm and gate/up
+    (hidden each), down projection (intermediate); then the final norm and the LM head (hidden each)."""
+    h = shape.hidden_size
+    per_layer = 4 * h + shape.head_dim + keys + shape.num_heads * shape.head_dim + shape.intermediate_size
+    return shape.num_layers * per_layer + 2 * h
+
+
 def _tensor(x) -> torch.Tensor:
     if isinstance(x, np.ndarray) or not isinstance(x, torch.Tensor):
         x = torch.as_tensor(np.asarray(x))

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from bench import bench_draft_head
+from tests.tolerances import assert_close
 
 
 def test_providers_give_the_runtime_heads_children():
@@ -14,9 +15,11 @@ def test_providers_give_the_runtime_heads_children():
     ref_vals, ref_ids = providers["runtime"][0]()
     for name in ("topk+logsumexp", "triton"):
         vals, ids = providers[name][0]()
-        assert torch.equal(ids, ref_ids) and torch.allclose(vals, ref_vals, atol=1e-5) and (vals <= 0).all()
+        assert torch.equal(ids, ref_ids) and (vals <= 0).all()
+        assert_close(vals, ref_vals, torch.float32, reduction=1000, what=name)  # a logsumexp over the vocab
     assert torch.equal(providers["topk"][0]().indices, ref_ids)
-    assert torch.allclose(providers["log_softmax"][0]().exp().sum(-1), torch.ones(5))
+    assert_close(providers["log_softmax"][0]().exp().sum(-1), torch.ones(5), torch.float32, reduction=1000,
+                 what="log_softmax normalised")
     assert all(graph for _, graph in providers.values())  # every provider is timed inside a CUDA graph
 
 
