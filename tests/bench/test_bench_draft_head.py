@@ -16,7 +16,7 @@ def test_providers_give_the_runtime_heads_children():
     for name in ("topk+logsumexp", "triton"):
         vals, ids = providers[name][0]()
         assert torch.equal(ids, ref_ids) and (vals <= 0).all()
-        assert_close(vals, ref_vals, torch.float32, reduction=1000, what=name)  # a logsumexp over the vocab
+        assert_close(vals, ref_vals, torch.float32, reduction=1000, what=name, relative=False)  # log-probs
     assert torch.equal(providers["topk"][0]().indices, ref_ids)
     assert_close(providers["log_softmax"][0]().exp().sum(-1), torch.ones(5), torch.float32, reduction=1000,
                  what="log_softmax normalised")
