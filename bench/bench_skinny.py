@@ -5,7 +5,7 @@
 Shapes (N, K): Llama-3-8B qkv 6144x4096, o 4096x4096, down 4096x14336, lm_head 128256x4096 (gate_up is
 fused in kernels/fused_mlp.py); Llama-3.2-1B qkv 3072x2048, o 2048x2048, down 2048x8192. Weights are random
 (std 1/sqrt(K)). Every config is first checked against cuBLAS (max abs err <= 1.6e-2 * max(1, max |ref|),
-2 bf16 eps as tests/kernels/tolerances.py), then timed: CUDA events around each call, 20 warm-up + 100
+2 bf16 eps as tests/tolerances.py), then timed: CUDA events around each call, 20 warm-up + 100
 timed calls, median. A ~25 ms device sleep is queued first so the host runs ahead and the events time the
 GPU, not Python launches (back-to-back kernels, as in a CUDA graph). Each call uses the next of >= 4
 weight copies (> 200 MB in all), so no call finds its weight in the 50 MB L2: every byte comes from HBM.

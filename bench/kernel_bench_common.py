@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 HBM_PEAK_GBS = 4290.0  # measured copy ceiling, H200 SXM (reference/device-h200.md)
-BF16_TOL = 1.6e-2  # 2 x bf16 eps (7.81e-3), as tests/kernels/tolerances.py
+BF16_TOL = 1.6e-2  # 2 x bf16 eps (7.81e-3), as tests/tolerances.py
 FP32_TOL = 1e-4  # fp32 inputs; GPU tl.dot (ieee) and cuBLAS reduce in different orders
 LLAMA3_8B = dict(hidden=4096, inter=14336, hq=32, hkv=8, head_dim=128, layers=32)
 NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}

@@ -11,6 +11,7 @@ import torch
 from bench import profile_ops as P
 from bench import runtime_kernels as R
 from conf.presets import MODEL_PRESETS
+from tests.tolerances import assert_close
 
 
 def test_rotating_cycles_through_the_operands():
@@ -94,12 +95,12 @@ def test_gemm_operators_are_the_runtimes_kernels():
     x, w = torch.randn(3, 32, generator=g), torch.randn(48, 32, generator=g)
     want = x @ w.T
     for impl in ("cublas", "skinny", "skinny_fp32"):
-        torch.testing.assert_close(R.gemm_call(impl, x)(w).float(), want, rtol=1e-4, atol=1e-4)
+        assert_close(R.gemm_call(impl, x)(w).float(), want, torch.float32, reduction=32, what=impl)
     assert R.gemm_call("skinny_fp32", x.half())(w.half()).dtype == torch.float32
-    torch.testing.assert_close(R.gemm_call("skinny_partials", x)(w).sum(0), want, rtol=1e-4, atol=1e-4)
+    assert_close(R.gemm_call("skinny_partials", x)(w).sum(0), want, torch.float32, reduction=32, what="partials")
     gate, up = want[:, :24], want[:, 24:]
-    torch.testing.assert_close(R.gemm_call("swiglu", x)(w), torch.nn.functional.silu(gate) * up, rtol=1e-4,
-                               atol=1e-4)
+    assert_close(R.gemm_call("swiglu", x)(w), torch.nn.functional.silu(gate) * up, torch.float32, reduction=32,
+                 what="swiglu")
     with pytest.raises(ValueError, match="unknown impl 'tensorcore'"):
         R.gemm_call("tensorcore", x)
 
@@ -125,11 +126,12 @@ def test_fp8_gemm_operators_stream_what_the_runtime_and_the_cost_model_stream():
     x, w = torch.randn(3, 64, generator=g).half(), torch.randn(96, 64, generator=g) / 8
     q8 = quantize_rows_fp8(w)
     want = x.float() @ (q8[0].float() * q8[1][:, None]).T
-    torch.testing.assert_close(R.gemm_call("skinny_fp8", x)(q8).float(), want, rtol=2e-3, atol=2e-3)
-    torch.testing.assert_close(R.gemm_call("skinny_partials_fp8", x)(q8).sum(0), want, rtol=2e-3, atol=2e-3)
+    assert_close(R.gemm_call("skinny_fp8", x)(q8).float(), want, torch.float16, reduction=64, what="skinny_fp8")
+    assert_close(R.gemm_call("skinny_partials_fp8", x)(q8).sum(0), want, torch.float32, reduction=64,
+                 what="skinny_partials_fp8")
     gate, up = want[:, :48], want[:, 48:]
-    torch.testing.assert_close(R.gemm_call("swiglu_fp8", x)(q8).float(), torch.nn.functional.silu(gate) * up,
-                               rtol=5e-3, atol=5e-3)
+    assert_close(R.gemm_call("swiglu_fp8", x)(q8).float(), torch.nn.functional.silu(gate) * up, torch.float16,
+                 reduction=64, what="swiglu_fp8")
     with pytest.raises(ValueError, match="unknown impl 'cublas_fp8'"):
         R.gemm_call("cublas_fp8", x)
 

@@ -19,6 +19,7 @@ from runtime.graphs import StepGraph
 from runtime.kv_cache import KVCache
 from runtime.loader import build_model
 from runtime.tree import ancestor_mask
+from tests.tolerances import assert_bitwise, assert_close, forward_terms
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -51,9 +52,10 @@ def _replay(graph: StepGraph, ids: torch.Tensor, prefix: int):
 
 @torch.no_grad()
 @pytest.mark.parametrize("qkv_rope", [False, True], ids=["skinny_qkv", "qkv_rope"])
-def test_early_norms_replay_bitwise(monkeypatch, qkv_rope):
-    """The norms released early (the "norm" PDL role) change the launch order only: the logits are bitwise those of the
-    norms released late. The tiny model's rows take kernels.norm.EARLY_MAX_ROWS_TINY (16 by default): held at 8 here
+def test_early_norms_replay_like_late(monkeypatch, qkv_rope):
+    """The norms released early (the "norm" PDL role) change the launch order only: the logits are those of the norms
+    released late (to bf16 rounding: the norm kernels are another specialisation; a race would be far off). The
+    tiny model's rows take kernels.norm.EARLY_MAX_ROWS_TINY (16 by default): held at 8 here
     so that its 8-row norms take the role whatever the default."""
     norm = importlib.import_module("kernels.norm")
     model, attn, caches, steps = _staging_case(("late", "early"), (20, 77, 141))
@@ -67,7 +69,8 @@ def test_early_norms_replay_bitwise(monkeypatch, qkv_rope):
     for k, (ids, p) in enumerate(steps):
         a = _replay(late, ids, p).clone()
         b = _replay(early, ids, p).clone()
-        assert torch.equal(a, b), f"step {k}: releasing the norms early changed the logits"
+        assert_close(b, a, torch.bfloat16, reduction=forward_terms(MODEL_PRESETS["tiny-llama"], 160),
+                     what=f"step {k}: norms released early")
 
 
 @torch.no_grad()
@@ -94,7 +97,8 @@ def test_in_graph_staging_and_spin_readback_replay_like_the_logits():
             continue
         lp, tok = spun.host_outputs()
         assert spun._flag[0] == k + 1
-        assert torch.equal(torch.from_numpy(lp), want[k][0].cpu()), f"step {k}: log-probs differ"
+        assert_bitwise(torch.from_numpy(lp), want[k][0], what=f"step {k}: log-probs",
+                       reason="the same captured kernels and head ops on the same inputs, the outputs copied to host memory")
         assert torch.equal(torch.from_numpy(tok), want[k][1].cpu()), f"step {k}: ids differ"
     assert spun._flag[0] == len(steps)
     with pytest.raises(ValueError, match="no head or verdict to read back"):

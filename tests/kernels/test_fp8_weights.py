@@ -11,7 +11,7 @@ import torch
 from kernels import skinny_linear, skinny_linear_partials, swiglu
 from kernels.reference import skinny_linear_ref, swiglu_ref
 from kernels.skinny_linear import FP8, FP8_MAX, quantize_rows_fp8
-from tests.kernels.tolerances import assert_close, poisoned
+from tests.tolerances import assert_close, poisoned
 
 
 def _weights(n, k, seed, rows_scale=None):
@@ -56,9 +56,11 @@ def test_skinny_linear_fp8_matches_the_dequantized_product(n, k, bn, bk, sk, dty
     out = poisoned((m, n), dtype)
     res = skinny_linear(x, q, w_scale=scale, out=out, block_n=bn, block_k=bk, split_k=sk)
     assert res is out
-    assert_close(out, skinny_linear_ref(x.float(), _dequant(q, scale)), dtype, f"M={m} N={n} K={k} split {sk}")
+    assert_close(out, skinny_linear_ref(x.float(), _dequant(q, scale)), dtype, reduction=k,
+                 what=f"M={m} N={n} K={k} split {sk}")
     parts = skinny_linear_partials(x, q, sk, w_scale=scale, block_n=bn, block_k=bk)
-    assert_close(parts.sum(0), skinny_linear_ref(x.float(), _dequant(q, scale)), torch.float32, "sum of partials")
+    assert_close(parts.sum(0), skinny_linear_ref(x.float(), _dequant(q, scale)), torch.float32, reduction=k,
+                 what="sum of partials")
 
 
 @pytest.mark.parametrize("m,k,i", [(1, 96, 80), (5, 130, 200)], ids=["M1_K96_I80", "M5_K130_I200"])
@@ -70,7 +72,8 @@ def test_swiglu_fp8_matches_the_dequantized_reference(m, k, i, dtype):
     out = poisoned((m, i), dtype)
     res = swiglu(x, qg, qu, out=out, block_k=32, scale_gate=sg, scale_up=su)
     assert res is out
-    assert_close(out, swiglu_ref(x.float(), _dequant(qg, sg), _dequant(qu, su)), dtype, f"M,K,I={m, k, i}")
+    assert_close(out, swiglu_ref(x.float(), _dequant(qg, sg), _dequant(qu, su)), dtype, reduction=k,
+                 what=f"M,K,I={m, k, i}")
 
 
 def test_fp8_weights_take_their_own_tiles(monkeypatch):
@@ -92,8 +95,8 @@ def test_fp8_weights_take_their_own_tiles(monkeypatch):
     parts = skinny_linear_partials(x, q, w_scale=scale)
     assert parts.shape == (2, 3, n) and skinny_linear_partials(x, w).shape == (1, 3, n)
     want = skinny_linear_ref(x, _dequant(q, scale))
-    assert_close(parts.sum(0), want, torch.float32, "fp8 partials on their tile")
-    assert_close(skinny_linear(x, q, w_scale=scale), want, torch.float32, "fp8 product on its tile")
+    assert_close(parts.sum(0), want, torch.float32, reduction=k, what="fp8 partials on their tile")
+    assert_close(skinny_linear(x, q, w_scale=scale), want, torch.float32, reduction=k, what="fp8 product on its tile")
     looked: list = []
 
     class Spy(dict):
@@ -107,7 +110,8 @@ def test_fp8_weights_take_their_own_tiles(monkeypatch):
     xs = torch.randn(2, 96, generator=torch.Generator().manual_seed(15))
     got = swiglu(xs, qg, qu, scale_gate=sg, scale_up=su)
     assert looked == [(80, 96, 16)]
-    assert_close(got, swiglu_ref(xs, _dequant(qg, sg), _dequant(qu, su)), torch.float32, "fp8 swiglu on its tile")
+    assert_close(got, swiglu_ref(xs, _dequant(qg, sg), _dequant(qu, su)), torch.float32, reduction=96,
+                 what="fp8 swiglu on its tile")
     wg, wu = _weights(80, 96, seed=13), _weights(80, 96, seed=14)
     swiglu(xs, wg, wu)
     assert looked == [(80, 96, 16)]  # bf16 / fp32 weights never read the fp8 table
@@ -138,11 +142,13 @@ def test_gpu_fp8_projections_at_the_1b_shapes(n, k, i, m):
     dev = "cuda"
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(dev, torch.bfloat16)
     q, s = (t.to(dev) for t in quantize_rows_fp8(_weights(n, k, seed=4)))
-    assert_close(skinny_linear(x, q, w_scale=s), skinny_linear_ref(x.float(), _dequant(q, s)), torch.bfloat16, "qkv")
+    assert_close(skinny_linear(x, q, w_scale=s), skinny_linear_ref(x.float(), _dequant(q, s)), torch.bfloat16,
+                 reduction=k, what="qkv")
     qo, so = (t.to(dev) for t in quantize_rows_fp8(_weights(k, k, seed=5)))
     parts = skinny_linear_partials(x, qo, w_scale=so)
-    assert_close(parts.sum(0), skinny_linear_ref(x.float(), _dequant(qo, so)), torch.float32, "o partials")
+    assert_close(parts.sum(0), skinny_linear_ref(x.float(), _dequant(qo, so)), torch.float32, reduction=k,
+                 what="o partials")
     qg, sg = (t.to(dev) for t in quantize_rows_fp8(_weights(i, k, seed=6)))
     qu, su = (t.to(dev) for t in quantize_rows_fp8(_weights(i, k, seed=7)))
     assert_close(swiglu(x, qg, qu, scale_gate=sg, scale_up=su),
-                 swiglu_ref(x.float(), _dequant(qg, sg), _dequant(qu, su)), torch.bfloat16, "swiglu")
+                 swiglu_ref(x.float(), _dequant(qg, sg), _dequant(qu, su)), torch.bfloat16, reduction=k, what="swiglu")

@@ -7,7 +7,7 @@ import torch
 
 from kernels import swiglu
 from kernels.reference import swiglu_ref
-from tests.kernels.tolerances import assert_close, poisoned
+from tests.tolerances import assert_close, poisoned
 
 SHAPES = [(1, 16, 1), (1, 96, 80), (5, 130, 200), (16, 64, 64), (33, 72, 48)]  # (M, K, I)
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
@@ -30,7 +30,7 @@ def test_matches_reference(shape, dtype):
     out = poisoned((m, i), dtype)
     res = swiglu(x, wg, wu, out=out, block_k=32)  # block_k=32 makes K loops with ragged tails
     assert res is out
-    assert_close(out, swiglu_ref(x, wg, wu), dtype, f"M,K,I={shape}")
+    assert_close(out, swiglu_ref(x, wg, wu), dtype, reduction=k, what=f"M,K,I={shape}")
 
 
 def test_default_tiles_and_weight_views():
@@ -38,7 +38,7 @@ def test_default_tiles_and_weight_views():
     x, _, _ = _inputs(7, 48, 40, torch.float32, seed=1)
     w = torch.randn(80, 48, generator=torch.Generator().manual_seed(2)) / 7
     wg, wu = w[:40], w[40:]
-    assert_close(swiglu(x, wg, wu), swiglu_ref(x, wg, wu), torch.float32, "views")
+    assert_close(swiglu(x, wg, wu), swiglu_ref(x, wg, wu), torch.float32, reduction=48, what="views")
 
 
 def test_rejects_mismatched_weights():

@@ -14,7 +14,7 @@ import torch
 from kernels import add_rmsnorm, add_rmsnorm_partials, skinny_linear, skinny_linear_partials
 from kernels.reference import add_rmsnorm_partials_ref, skinny_linear_partials_ref, skinny_linear_ref
 from kernels.skinny_linear import CONFIGS, MAX_M, SMEM_BUDGET, m_bucket, pick_config
-from tests.kernels.tolerances import assert_close, poisoned
+from tests.tolerances import assert_bitwise, assert_close, poisoned
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 # (N, K, block_n, block_k, split_k): N=96 is not a multiple of 64; K=200 is not a multiple of block_k, and
@@ -45,7 +45,7 @@ def test_matches_reference(case, dtype, m):
     workspace = torch.full((sk * m * n + 7,), float("nan"))  # larger than needed: the front part is used
     res = skinny_linear(x, w, out=out, workspace=workspace, block_n=bn, block_k=bk, split_k=sk)
     assert res is out
-    assert_close(out, skinny_linear_ref(x, w), dtype, f"M={m} case={case}")
+    assert_close(out, skinny_linear_ref(x, w), dtype, reduction=k, what=f"M={m} case={case}")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
@@ -56,13 +56,17 @@ def test_partials_match_reference(n, k, sk, dtype):
     out = poisoned((sk, 5, n), torch.float32)
     res = skinny_linear_partials(x, w, sk, out=out, block_n=64, block_k=64)
     assert res is out
-    assert_close(out, skinny_linear_partials_ref(x, w, sk), torch.float32, f"partials N={n} K={k} split {sk}")
-    assert_close(out.sum(0), skinny_linear_ref(x.float(), w.float()), torch.float32, "sum of partials")
+    assert_close(out, skinny_linear_partials_ref(x, w, sk), torch.float32, reduction=k,
+                 what=f"partials N={n} K={k} split {sk}")
+    assert_close(out.sum(0), skinny_linear_ref(x.float(), w.float()), torch.float32, reduction=k,
+                 what="sum of partials")
 
 
 @pytest.mark.parametrize("split_k", [1, 2, 3])
 @pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
-def test_add_rmsnorm_partials_is_bitwise_linear_then_add_rmsnorm(dtype, split_k):
+def test_add_rmsnorm_partials_is_linear_then_add_rmsnorm(dtype, split_k):
+    """The fused sum-of-partials + norm gives the unfused skinny_linear then add_rmsnorm (two kernels each: to
+    rounding, summed over K, then the norm's N)."""
     m, n, k = 5, 96, 200
     x, w = _inputs(m, n, k, dtype, seed=split_k)
     res, nw = _norm_inputs(m, n, dtype, seed=10 + split_k)
@@ -73,7 +77,8 @@ def test_add_rmsnorm_partials_is_bitwise_linear_then_add_rmsnorm(dtype, split_k)
     bufs = (poisoned((m, n), dtype), poisoned((m, n), dtype))
     normed, new_res = add_rmsnorm_partials(partials, res, nw, EPS, out=bufs)
     assert normed is bufs[0] and new_res is bufs[1]
-    assert torch.equal(new_res, want_res) and torch.equal(normed, want_normed)
+    assert_close(new_res, want_res, dtype, reduction=k, what="new_residual")
+    assert_close(normed, want_normed, dtype, reduction=k + n, what="normed")
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
@@ -86,9 +91,10 @@ def test_add_rmsnorm_partials_matches_reference(shape, dtype):
     before = (partials.clone(), res.clone())
     normed, new_res = add_rmsnorm_partials(partials, res, nw, EPS)
     want_normed, want_res = add_rmsnorm_partials_ref(partials, res, nw, EPS)
-    assert_close(new_res, want_res, dtype, "new_residual")
-    assert_close(normed, want_normed, dtype, "normed")
-    assert torch.equal(partials, before[0]) and torch.equal(res, before[1]), "inputs were modified"
+    assert_close(new_res, want_res, dtype, reduction=s + 1, what="new_residual")  # S partials + residual
+    assert_close(normed, want_normed, dtype, reduction=s + 1 + n, what="normed")
+    assert_bitwise(partials, before[0], reason="an input the kernel must not write", what="partials")
+    assert_bitwise(res, before[1], reason="an input the kernel must not write", what="residual")
     assert normed.dtype == new_res.dtype == dtype
 
 
@@ -98,8 +104,9 @@ def test_batch_edges(m):
     x, w = _inputs(m, 48, 64, torch.float16, seed=m)
     out = poisoned((m, 48), torch.float32)
     assert skinny_linear(x, w, out=out, block_n=64, block_k=64) is out
-    assert_close(out, skinny_linear_ref(x.float(), w.float()), torch.float16, f"M={m} float32 out")
-    assert_close(skinny_linear(x, w, split_k=2), skinny_linear_ref(x, w), torch.float16, f"M={m} default tiles")
+    assert_close(out, skinny_linear_ref(x.float(), w.float()), torch.float32, reduction=64, what=f"M={m} float32 out")
+    assert_close(skinny_linear(x, w, split_k=2), skinny_linear_ref(x, w), torch.float16, reduction=64,
+                 what=f"M={m} default tiles")
 
 
 @pytest.mark.parametrize("n,k", [(6144, 4096), (4096, 4096), (4096, 14336), (128256, 4096), (3072, 2048),
@@ -125,11 +132,12 @@ def test_configs_table_then_keywords_override_the_heuristic(monkeypatch):
     with pytest.raises(ValueError, match="workspace"):  # the table's split_k=2 needs a workspace of 2*3*96
         skinny_linear(x, w, workspace=torch.empty(10))
     out = skinny_linear(x, w, workspace=torch.empty(10), split_k=1)  # the keyword wins: no workspace used
-    assert_close(out, skinny_linear_ref(x, w), torch.float32, "split_k=1 keyword")
-    assert_close(skinny_linear(x, w), skinny_linear_ref(x, w), torch.float32, "tuned config")
+    assert_close(out, skinny_linear_ref(x, w), torch.float32, reduction=256, what="split_k=1 keyword")
+    assert_close(skinny_linear(x, w), skinny_linear_ref(x, w), torch.float32, reduction=256, what="tuned config")
     partials = skinny_linear_partials(x, w)  # split_k=None: the table's split, as skinny_linear picks it
     assert partials.shape == (2, 3, 96)
-    assert_close(partials.sum(0), skinny_linear_ref(x, w), torch.float32, "configured split partials")
+    assert_close(partials.sum(0), skinny_linear_ref(x, w), torch.float32, reduction=256,
+                 what="configured split partials")
 
 
 @pytest.mark.parametrize("programs,sk", [(5, 1), (7, 2), (200, 1)], ids=["p5", "p7_split2", "p200_over_n"])
@@ -141,8 +149,9 @@ def test_balanced_programs_match_reference(programs, sk):
     with _configs({(96, 200, 16): cfg}):
         out = skinny_linear(x, w, out=poisoned((5, 96), torch.float32))
         partials = skinny_linear_partials(x, w, out=poisoned((sk, 5, 96), torch.float32))
-    assert_close(out, skinny_linear_ref(x, w), torch.float32, f"balanced over {programs}")
-    assert_close(partials, skinny_linear_partials_ref(x, w, sk), torch.float32, f"balanced partials over {programs}")
+    assert_close(out, skinny_linear_ref(x, w), torch.float32, reduction=200, what=f"balanced over {programs}")
+    assert_close(partials, skinny_linear_partials_ref(x, w, sk), torch.float32, reduction=200,
+                 what=f"balanced partials over {programs}")
     with _configs({(96, 200, 16): {**cfg, "programs": -1}}), pytest.raises(ValueError, match="programs must be"):
         skinny_linear(x, w)
 
@@ -196,11 +205,12 @@ def test_rejects_bad_inputs(match, call):
 @pytest.mark.parametrize("n,k", [(4096, 4096), (2048, 2048)], ids=["llama3_8b_o", "llama3.2_1b_o"])
 def test_gpu_bf16_and_graph_capture(n, k):
     """bf16 against cuBLAS at a Llama shape with the default config, then the same calls captured in a CUDA
-    graph (out and workspace given) replayed on new inputs; the fused norm stays bitwise on the GPU."""
+    graph (out and workspace given) replayed on new inputs; the fused norm gives the unfused one."""
     dev, m = "cuda", 8
     x, w = (t.to(dev) for t in _inputs(m, n, k, torch.bfloat16, seed=n))
     res, nw = (t.to(dev) for t in _norm_inputs(m, n, torch.bfloat16, seed=k))
-    assert_close(skinny_linear(x, w), torch.nn.functional.linear(x, w), torch.bfloat16, "bf16 vs cuBLAS")
+    assert_close(skinny_linear(x, w), torch.nn.functional.linear(x, w), torch.bfloat16, reduction=k,
+                 what="bf16 vs cuBLAS")
     sk = 2
     out = torch.empty(m, n, dtype=torch.bfloat16, device=dev)
     ws = torch.empty(sk, m, n, device=dev)
@@ -220,5 +230,6 @@ def test_gpu_bf16_and_graph_capture(n, k):
     x.copy_(torch.randn_like(x))
     graph.replay()
     torch.cuda.synchronize()
-    assert_close(out, skinny_linear_ref(x, w), torch.bfloat16, "graph replay")
-    assert torch.equal(fused[0], bufs[0]) and torch.equal(fused[1], bufs[1])
+    assert_close(out, skinny_linear_ref(x, w), torch.bfloat16, reduction=k, what="graph replay")
+    assert_close(fused[0], bufs[0], torch.bfloat16, reduction=k + n, what="fused normed")
+    assert_close(fused[1], bufs[1], torch.bfloat16, reduction=k, what="fused new_residual")

@@ -9,8 +9,8 @@ import torch
 
 from kernels import greedy_verify
 from kernels.reference import greedy_verify_ref
-from tests.kernels.tolerances import poisoned
 from tests.kernels.trees import build, root_path
+from tests.tolerances import poisoned
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import math
 import torch
 
 from runtime.sampling import accept_among_candidates, sample_token, sample_tree
+from tests.tolerances import assert_close
 
 VOCAB = 10
 
@@ -106,7 +107,7 @@ def test_accept_probabilities_are_the_residual_masses():
         first, residual = accept_among_candidates(probs, cand, gen)
         hits[first] += 1  # -1 -> last slot
         if first < 0:
-            assert torch.allclose(residual, torch.tensor([2 / 3, 0, 1 / 3, 0, 0]))
+            assert_close(residual, torch.tensor([2 / 3, 0, 1 / 3, 0, 0]), torch.float32, reduction=5, what="residual")
     freq = hits / 20000
     assert torch.allclose(freq, torch.tensor([0.25, 0.3, 0.3, 0.15]), atol=0.015)
 
