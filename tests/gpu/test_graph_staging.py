@@ -98,7 +98,7 @@ def test_in_graph_staging_and_spin_readback_replay_like_the_logits():
         lp, tok = spun.host_outputs()
         assert spun._flag[0] == k + 1
         assert_bitwise(torch.from_numpy(lp), want[k][0], what=f"step {k}: log-probs",
-                       reason="the same captured kernels and head ops on the same inputs, the outputs copied to host memory")
+                       reason="the same captured kernels and head ops on the same inputs, outputs copied to the host")
         assert torch.equal(torch.from_numpy(tok), want[k][1].cpu()), f"step {k}: ids differ"
     assert spun._flag[0] == len(steps)
     with pytest.raises(ValueError, match="no head or verdict to read back"):
