@@ -54,7 +54,8 @@ def test_generate_end_to_end(tmp_path):
     assert sum(int(r["emitted"]) for r in rows) >= 8
     # outputs.jsonl: the ids printed (no tokenizer: no text), the stop rule; every file readable by others; no log
     outputs = [json.loads(line) for line in (run_dir / "outputs.jsonl").read_text().splitlines()]
-    printed = proc.stdout.split("--- request 0: 32 prompt tokens -> 8 generated (token ids) ---\n")[1].splitlines()[0]
+    header = "--- request 0: 32 prompt tokens -> 8 generated (token ids; stopped: max_new_tokens) ---\n"
+    printed = proc.stdout.split(header)[1].splitlines()[0]
     assert [o["request"] for o in outputs] == list(range(metrics["num_requests"])) and outputs[0]["prompt_tokens"] == 32
     assert " ".join(map(str, outputs[0]["tokens"])) == printed and len(outputs[0]["tokens"]) == 8
     assert outputs[0]["text"] is None and outputs[0]["stop"] == "max_new_tokens"
@@ -92,7 +93,7 @@ def test_generate_tiny_keeps_the_printed_text_and_tokens(tmp_path):
     assert len(outputs) == 2
     for o in outputs:
         header = (f"--- request {o['request']}: {o['prompt_tokens']} prompt tokens -> {len(o['tokens'])} generated "
-                  "(bytes) ---")
+                  f"(bytes; stopped: {o['stop']}) ---")
         assert f"{header}\n{o['text']}\n" in proc.stdout
         assert o["text"] == ByteTokenizer().decode(o["tokens"]) and o["stop"] in ("eos", "max_new_tokens")
         assert len(o["tokens"]) == 6 or o["stop"] == "eos"
