@@ -42,7 +42,7 @@ def target_laws() -> tuple[torch.Tensor, torch.Tensor]:
 
     def next_probs(tokens: list[int]) -> torch.Tensor:
         cache = KVCache(layers, 16, heads, head_dim, torch.float32, "cuda")
-        logits = model(torch.tensor(tokens, device="cuda"), AttnMeta.causal(0, len(tokens)), cache,
+        logits = model(torch.tensor(tokens, device="cuda"), AttnMeta.causal(0, len(tokens), "cuda"), cache,
                        ReferenceAttention())
         return torch.softmax(logits[-1].double() / TEMPERATURE, -1).cpu()
 
