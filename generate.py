@@ -138,17 +138,25 @@ def report(cfg: ExperimentConfig, result: dict[str, Any], run_dir: Path, command
 
 
 def save_interrupted(cfg: ExperimentConfig, partial: list[dict[str, Any]], run_dir: Path, command: str) -> None:
-    """Ctrl-C: write what had finished into the run dir: outputs.jsonl (one {"request", "prompt", "output"} per
-    finished request), and config.json / metrics.json marked `interrupted` with the counts so far."""
-    from conf.rundir import atomic_write_text, run_meta, write_run
+    """Ctrl-C: write what had finished into the run dir: outputs.jsonl (the finished requests, in the schema of a full
+    run's), and config.json / metrics.json marked `interrupted` with the counts so far."""
+    from conf.rundir import OUTPUTS_FILE, atomic_write_text, run_meta, write_run
+    from runtime.metrics import output_records
 
     if not partial:
         return
-    atomic_write_text(run_dir / "outputs.jsonl", "".join(json.dumps(item) + "\n" for item in partial))
+    outputs = [item["output"] or [] for item in partial]
+    texts, decoder = output_texts(cfg, outputs)
+    done = {"prompts": [item["prompt"] for item in partial], "outputs": outputs,
+            "metrics": {"stop_reasons": [item["stop"] for item in partial]}}
+    records = output_records(cfg, done, texts if decoder != "token ids" else None)
+    for record, item in zip(records, partial):  # the run's request ids (requests finish in order)
+        record["request"] = item["request"]
+    atomic_write_text(run_dir / OUTPUTS_FILE, "".join(json.dumps(r) + "\n" for r in records))
     metrics = {"source": "runtime", "interrupted": True, "mode": cfg.spec.mode, "num_requests_done": len(partial),
-               "generated_tokens": sum(len(item["output"] or []) for item in partial)}
+               "generated_tokens": sum(len(o) for o in outputs)}
     write_run(run_dir, cfg, run_meta(cfg.seed, command, "unknown", interrupted=True), metrics)
-    print(f"--- interrupted: {len(partial)} finished request(s) saved in {run_dir / 'outputs.jsonl'}", flush=True)
+    print(f"--- interrupted: {len(partial)} finished request(s) saved in {run_dir / OUTPUTS_FILE}", flush=True)
 
 
 CHECKS = (check_prompt_source, check_checkpoints)

@@ -455,7 +455,9 @@ def run_rank(ctx: ParallelContext, cfg: ExperimentConfig, prompts: list[list[int
         for rid, prompt in enumerate(prompts):
             outputs.append(engine.generate(rid, prompt))
             if ctx.rank == 0:  # kept by the launching process should the run be interrupted
-                report_partial({"request": rid, "prompt": list(prompt), "output": outputs[-1]})
+                report_partial({"request": rid, "prompt": list(prompt), "output": outputs[-1], "stop": stop_reason(
+                    outputs[-1] or [], len(prompt), cfg.workload.max_new_tokens, cfg.workload.max_seq_len_tokens,
+                    None if engine.oracle_on else eos)})
             engine.tokens_done += len(outputs[-1] or [])
             if rid + 1 < len(prompts):
                 between_requests()
