@@ -144,13 +144,14 @@ class FusedDecoder:
         """Wrap `model` (its weights are shared, not copied; fp8 copies are made once here at weight_bits 8).
 
         `tp_group`: the process group runtime.tp.shard_model sharded `model` over (then the o and down projections
-        stay cuBLAS and their outputs are all-reduced on it), None for a whole model.
+        stay cuBLAS and their outputs are all-reduced on it), None for a whole model (a one-rank group runs the
+        sharded path's kernels on a whole model: the tests' way to check it in one process).
         """
         import kernels  # here, not at import: a reference run never imports Triton
 
-        if isinstance(model.embed, VocabParallelEmbedding) != (tp_group is not None):
-            raise ValueError("FusedDecoder: tp_group must be the group runtime.tp.shard_model sharded the model over, "
-                             "and None for a whole model")
+        if isinstance(model.embed, VocabParallelEmbedding) and tp_group is None:
+            raise ValueError("FusedDecoder: the model is a TP shard (runtime.tp.shard_model); pass the group it was "
+                             "sharded over as tp_group")
         self.model, self.plan, self.tp_group = model, plan, tp_group
         self.sharded = tp_group is not None
         self._kernels = kernels  # entry points looked up per call (tests wrap them)
