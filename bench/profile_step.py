@@ -29,6 +29,7 @@ if str(REPO) not in sys.path:
 from conf.presets import model_preset  # noqa: E402
 from conf.rundir import atomic_write_json, git_sha  # noqa: E402
 from runtime.attention import AttnMeta, make_attention_backend  # noqa: E402
+from runtime.fused_decode import FusedDecoder  # noqa: E402
 from runtime.kv_cache import KVCache  # noqa: E402
 from runtime.loader import build_model  # noqa: E402
 from simulator.cost_model import matrix_bytes  # noqa: E402
@@ -102,11 +103,12 @@ def profile_step(preset: str, dtype: str, device: torch.device, backend: str, ro
                  reps: int, out: Path | None, fused: bool = False, graph: bool = False) -> dict:
     """Build the model, run `reps` timed steps, then one profiled step; returns the summary dict.
 
-    `fused`: the model's fused Triton path (`Transformer.use_fused_kernels`); `graph`: also time the step
+    `fused`: the model's fused Triton path (`runtime.fused_decode.FusedDecoder`); `graph`: also time the step
     captured as a CUDA graph (needs `backend=triton` on CUDA).
     """
     shape = model_preset(preset)
-    model = build_model(shape, dtype, device, seed=0).use_fused_kernels(fused)
+    plain = build_model(shape, dtype, device, seed=0)
+    model = FusedDecoder(plain) if fused else plain
     layers, heads, head_dim = model.cache_spec()
     cache = KVCache(layers, ctx + rows, heads, head_dim, model.dtype, device)
     attn = make_attention_backend(backend)
@@ -137,7 +139,7 @@ def profile_step(preset: str, dtype: str, device: torch.device, backend: str, ro
                       and not e.key.startswith(("cudaLaunch", "cuLaunch"))),
                      key=lambda e: e.self_device_time_total, reverse=True)[:15]
     graph_times = time_graph(model, cache, attn, rows, ctx, max(reps, 20), gen) if graph else {}
-    floor = byte_floor_s(model, ctx, rows)
+    floor = byte_floor_s(plain, ctx, rows)
     summary = {
         "preset": preset, "dtype": dtype, "device": str(device), "backend": backend, "rows": rows, "ctx": ctx,
         "fused": fused, **graph_times, "byte_floor_s": floor,

@@ -209,18 +209,18 @@ def _preset_steps(p: Profiler, model: Any, attn: Any, backend: str, preset: str,
     """One model's verify and expand steps at every STEP_CTX prefix length, each kind with the kernels the Engine
     gives its role (`kernels`: STEP_SWITCHES; runtime/engine.py `_model`): a verify step is the target's
     (kernels.target_qkv_rope), an expansion the draft's (kernels.draft_head). `graph_reps`: see `run_steps`."""
-    from runtime.model import role_kernels
+    from runtime.fused_decode import FusedDecoder, KernelPlan
 
     expand = functools.partial(_expand_steps, fused_head=kernels["draft_head"])
     triton = backend == "triton"
     for ctx in p.opt("step_ctx", STEP_CTX):
         for what, fn, widths in (("verify rows", _verify_steps, rows_list), ("expand w", expand, w_list)):
-            model.use_fused_kernels(triton, **role_kernels(
+            decoder = FusedDecoder(model, KernelPlan.for_role(
                 model.shape, skinny=kernels["skinny"], rope_attention=kernels["rope_attention"] and triton,
-                target_qkv_rope=kernels["target_qkv_rope"], target=fn is _verify_steps))
+                target_qkv_rope=kernels["target_qkv_rope"], target=fn is _verify_steps)) if triton else model
             for width in widths:
                 if p.time_left():
                     try:
-                        fn(p, model, attn, backend, preset, width, ctx, gen, graph_reps=graph_reps)
+                        fn(p, decoder, attn, backend, preset, width, ctx, gen, graph_reps=graph_reps)
                     except Exception as exc:  # one shape failing must not end the section
                         p.error("steps", f"{preset} {what} {width} ctx {ctx}", exc)

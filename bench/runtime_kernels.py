@@ -2,8 +2,8 @@
 
 bench/profile_ops.py times every GEMM by the kernel the runtime would run for it (`runtime_gemm`, `gemm_call`),
 and bench/profile_steps.py builds its graph-mode steps with the config's switches (`graphs_kernels`), so that
-the calibrated profile describes the runtime as it runs. The row limits are the model's own
-(runtime/model.py `SKINNY_MAX_ROWS`, `MLP.FUSED_MAX_ROWS`).
+the calibrated profile describes the runtime as it runs. The row limits are the fused decode path's own
+(runtime/fused_decode.py `SKINNY_MAX_ROWS`, `SWIGLU_MAX_ROWS`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from runtime.model import MLP, SKINNY_MAX_ROWS
+from runtime.fused_decode import SKINNY_MAX_ROWS, SWIGLU_MAX_ROWS
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -36,13 +36,13 @@ FP8_IMPLS = ("swiglu", "skinny", "skinny_partials")
 
 
 def runtime_gemm(matrix: str, tp: int, m: int, skinny: bool, qkv_bias: bool = False, weight_bits: int = 16) -> str:
-    """The kernel the fused-path runtime runs for one rank's `matrix` at `m` rows (runtime/model.py): swiglu
+    """The kernel the fused-path runtime runs for one rank's `matrix` at `m` rows (runtime/fused_decode.py): swiglu
     (gate_up, the fused SwiGLU), skinny (qkv without a bias), skinny_fp32 (the LM head at TP 1: float32 logits),
     skinny_partials (o and down at TP 1: split-K partials the next norm sums), or cublas (F.linear: prefill-sized
     m, a biased qkv, and what `kernels.skinny=false` or TP keeps on cuBLAS). `weight_bits=8`: the skinny kernels that
     stream the fp8 copies (`cost_model.streams_fp8`: swiglu, skinny, skinny_partials) take an `_fp8` suffix."""
     if matrix == "gate_up":
-        impl = "swiglu" if m <= MLP.FUSED_MAX_ROWS else "cublas"
+        impl = "swiglu" if m <= SWIGLU_MAX_ROWS else "cublas"
     elif not skinny or m > SKINNY_MAX_ROWS:
         impl = "cublas"
     elif matrix == "qkv" and not qkv_bias:
@@ -86,7 +86,7 @@ def gemm_call(impl: str, x: torch.Tensor) -> Any:
 
 
 def _fp8_call(impl: str, x: torch.Tensor) -> Any:
-    """(q, scale) -> the fp8 `impl` kernel's product with x, as runtime/model.py calls it."""
+    """(q, scale) -> the fp8 `impl` kernel's product with x, as runtime/fused_decode.py calls it."""
     from kernels import skinny_linear, skinny_linear_partials, swiglu
 
     if impl == "swiglu":

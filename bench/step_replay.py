@@ -5,10 +5,11 @@
 
 A case is `preset:role:rows[:tree_len]` (tree_len defaults to rows, as a verify graph's). Per case the model is built
 with random weights (seed 0) and set to the kernels the runtime gives that role under conf/kernels/graphs.yaml
-(`bench.runtime_kernels.graphs_kernels` and `runtime.model.role_kernels`, as bench/profile_steps.py builds its
-graph-mode steps; PDL launches on when the config has them), its step captured once as a `runtime.graphs.StepGraph`
-of `rows` tree nodes (a binary tree) over a KV cache of `--cap` slots, then the cache filled with `--ctx` tokens of a
-random prompt. The step is the model's forward alone (no draft head, verdict or read-back).
+(`bench.runtime_kernels.graphs_kernels` and `runtime.fused_decode.KernelPlan.for_role`, as bench/profile_steps.py
+builds its graph-mode steps; PDL launches on when the config has them), its step captured once as a
+`runtime.graphs.StepGraph` of `rows` tree nodes (a binary tree) over a KV cache of `--cap` slots, then the cache
+filled with `--ctx` tokens of a random prompt. The step is the model's forward alone (no draft head, verdict or
+read-back).
 
 Timing: `--rounds` rounds of one untimed replay then `--inner` replays between two CUDA events; the median per
 replay. The floor: every weight byte once + the K/V of ctx + rows tokens over the H200's HBM bandwidth
@@ -38,7 +39,7 @@ ROLES = ("target", "draft")
 DEFAULT_CASES = "llama3-8b:target:1,llama3-8b:target:8,llama3.2-1b:draft:1"
 """Workload a's steps: the 8B target's autoregressive (1 row) and bs-8 verify steps, the 1B draft's one-row step."""
 MAX_ROWS = 64
-"""The most rows a decode step takes (runtime/model.py SKINNY_MAX_ROWS: the graph-mode kernels' limit)."""
+"""The most rows a decode step takes (runtime/fused_decode.py SKINNY_MAX_ROWS: the graph-mode kernels' limit)."""
 
 
 def parse_cases(spec: str, ctx: int, cap: int) -> list[tuple[str, str, int, int]]:
@@ -82,14 +83,14 @@ def tree_inputs(rows: int, ctx: int, vocab: int, gen: torch.Generator) -> tuple:
 
 
 def runtime_model(preset: str, role: str, dtype: str, device: torch.device) -> tuple[Any, bool]:
-    """(the model with the kernels the runtime gives `role` under kernels=graphs, whether PDL launches are on)."""
+    """(the FusedDecoder the runtime gives `role` under kernels=graphs, whether PDL launches are on)."""
     from bench.runtime_kernels import graphs_kernels
+    from runtime.fused_decode import FusedDecoder, KernelPlan
     from runtime.loader import build_model
-    from runtime.model import role_kernels
 
     kernels = graphs_kernels()
     model = build_model(model_preset(preset), dtype, device, seed=0)
-    model.use_fused_kernels(True, **role_kernels(
+    model = FusedDecoder(model, KernelPlan.for_role(
         model.shape, skinny=kernels["skinny"], rope_attention=kernels["rope_attention"],
         target_qkv_rope=kernels["target_qkv_rope"], target=role == "target"))
     return model, kernels["pdl"]
@@ -147,7 +148,7 @@ def run_case(preset: str, role: str, rows: int, tree_len: int, *, ctx: int, cap:
         logits = graph.replay(ids, pos, slots, ctx, full_mask)
         finite = bool(torch.isfinite(logits.float()).all())
         times = time_replays(graph.graph.replay, rounds, inner)
-    floor = byte_floor_s(model, ctx, rows)
+    floor = byte_floor_s(model.model, ctx, rows)  # the plain model's weights
     med = statistics.median(times)
     del graph, model, cache
     torch.cuda.empty_cache()
@@ -192,7 +193,7 @@ def main(argv: list[str] | None = None) -> dict:
     record = {"benchmark": "step_replay", "git_sha": git_sha(), "device": torch.cuda.get_device_name(),
               "date": datetime.date.today().isoformat(), "torch": torch.__version__, "triton": triton.__version__,
               "config": {"cases": a.cases, "ctx": a.ctx, "cap": a.cap, "rounds": a.rounds, "inner": a.inner,
-                         "dtype": a.dtype, "kernels": "conf/kernels/graphs.yaml per role (runtime.model.role_kernels)"},
+                         "dtype": a.dtype, "kernels": "conf/kernels/graphs.yaml per role (KernelPlan.for_role)"},
               "results": results}
     if a.out is not None:
         a.out.parent.mkdir(parents=True, exist_ok=True)

@@ -54,7 +54,7 @@ class KernelsConfig(_Frozen):
     """Use the one-shot GEMM + all-reduce for row-parallel linears (GPU, TP > 1)."""
     skinny: bool = False
     """Decode-sized steps run their projections through the Triton skinny GEMM, the o and down ones as split-K
-    partials summed inside the next add + RMSNorm (`Transformer.use_fused_kernels`; needs backend triton)."""
+    partials summed inside the next add + RMSNorm (`runtime.fused_decode`; needs backend triton)."""
     pdl: bool = False
     """Programmatic dependent launch for the Triton kernels (kernels/pdl.py; takes effect on sm90+ GPUs)."""
     pdl_policy: PdlPolicy = field(default_factory=PdlPolicy)
@@ -69,7 +69,7 @@ class KernelsConfig(_Frozen):
     fewer per layer than the skinny GEMM + `kernels.rope_kv_write` (tree steps) or the fused RoPE attention
     (single-token steps, which it replaces for the target). Llama-3-8B CUDA-graph steps on the H200: -1.2 / -2.3% at
     rows 1 / 8 (ctx 1024), -1.4 / -2.9% at ctx 2000. The draft keeps `rope_attention` (its 1B single-token step was
-    5% slower this way), and so does a target whose QKV has a bias (Qwen2; `runtime.model.role_kernels`). Needs
+    5% slower this way), and so does a target whose QKV has a bias (Qwen2; `KernelPlan.for_role`). Needs
     kernels.skinny. The simulator does not switch on it: its verify cost is the calibrated
     profile's, timed with the switch as conf/kernels/graphs.yaml had it at calibration (bench/profile_steps.py)."""
     draft_head: bool = False

@@ -1,6 +1,6 @@
 """Fused decode-step QKV projection + RoPE + KV-cache write: ``skinny_linear`` and ``rope_kv_write`` in one launch.
 
-The runtime's target under ``kernels.target_qkv_rope`` (``Transformer.use_fused_kernels(skinny=True,
+The runtime's target under ``kernels.target_qkv_rope`` (``runtime.fused_decode.KernelPlan(skinny=True,
 qkv_rope=True)``; bench/bench_step_variants.py variants skinny_pdl_late_qkvrope and qkvrope_pre_early), tested
 under the Triton CPU interpreter (tests/kernels/test_qkv_rope.py, tests/runtime/test_model.py). In the CUDA-graph
 step on the H200, two programs per head (PAIR_SPLIT) released early with the attention loading its prefix beside it:

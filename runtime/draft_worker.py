@@ -24,9 +24,9 @@ import torch
 
 from conf.messages import DraftProposal
 from runtime.attention import AttentionBackend
+from runtime.fused_decode import Decoder
 from runtime.graphs import PrefillGraphs, ReplayTimer, StepGraph
 from runtime.kv_cache import KVCache
-from runtime.model import Transformer
 from runtime.tree import DraftTree, Reroot, StepInputs, TreeStats
 from runtime.tree_cache import compaction_sources, keep_slots, prefill, step_meta
 
@@ -34,7 +34,7 @@ from runtime.tree_cache import compaction_sources, keep_slots, prefill, step_met
 class DraftWorker:
     """The draft model, its KV cache and the current request's tree."""
 
-    def __init__(self, model: Transformer, attn: AttentionBackend, *, w: int, topk: int, max_tree_nodes: int,
+    def __init__(self, model: Decoder, attn: AttentionBackend, *, w: int, topk: int, max_tree_nodes: int,
                  max_seq_len: int, temperature: float, cuda_graphs: bool = False, graph_events: bool = False,
                  fused_head: bool = False, refill_graph: bool = False, prefill_graph: bool = False) -> None:
         """Allocate the cache: `max_seq_len` prefix slots plus the `max_tree_nodes` tree region.
@@ -62,7 +62,7 @@ class DraftWorker:
             from kernels.topk_logprobs import topk_logprobs
 
             self._fused_head = topk_logprobs
-        self.device = model.norm.weight.device
+        self.device = model.device
         layers, heads, head_dim = model.cache_spec()
         # Preallocated once for all requests (static shapes).
         self.cache = KVCache(layers, max_seq_len + max_tree_nodes, heads, head_dim, model.dtype, self.device)

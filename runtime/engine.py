@@ -45,11 +45,11 @@ from conf.trace import TraceRecord
 from runtime.attention import make_attention_backend
 from runtime.controller import DepthTuner, Emitter, load_workload, prompt_source, request_generator, stop_reason
 from runtime.draft_worker import DraftWorker
+from runtime.fused_decode import WEIGHT_BITS, decode_model
 from runtime.gc_policy import gc_policy
 from runtime.launch import report_partial
 from runtime.loader import build_model
 from runtime.metrics import Progress, Timeline, device_name, summarize
-from runtime.model import WEIGHT_BITS, role_kernels
 from runtime.oracle import AcceptanceOracle, OracleOutcome, oracle_belief, resolve_bonus
 from runtime.parallel import ParallelContext, leader_ranks
 from runtime.target_worker import TargetWorker
@@ -135,12 +135,10 @@ class Engine:
                 worker.prefill_graphs.prepare([len(p) - 1 for p in prompts])
 
     def _model(self, mcfg: Any, target: bool = False) -> Any:
-        """The model of `mcfg` on this rank, set to the configured kernels (fused Triton ones or torch) for its role
-        (`runtime.model.role_kernels`: the target's QKV GEMM may do RoPE + the KV write)."""
-        kcfg, model = self.cfg.kernels, self._build_model(mcfg)
-        return model.use_fused_kernels(kcfg.backend == "triton", **role_kernels(
-            model.shape, skinny=kcfg.skinny, rope_attention=kcfg.rope_attention,
-            target_qkv_rope=kcfg.target_qkv_rope, target=target, weight_bits=mcfg.weight_bits))
+        """The decoder of `mcfg` on this rank with the configured kernels for its role
+        (`runtime.fused_decode.decode_model`: the plain model, or the fused Triton path given the model's TP group)."""
+        return decode_model(self._build_model(mcfg), self.cfg.kernels, target=target, weight_bits=mcfg.weight_bits,
+                            tp_group=self.ctx.tp_group)
 
     def _build_model(self, mcfg: Any) -> Any:
         """Build (load or seed) the model's shard on this rank; benchmarks override this to cache models."""

@@ -16,9 +16,9 @@ import torch
 
 from conf.messages import DraftProposal
 from runtime.attention import AttentionBackend
+from runtime.fused_decode import Decoder
 from runtime.graphs import PrefillGraphs, ReplayTimer, StepGraph
 from runtime.kv_cache import KVCache
-from runtime.model import Transformer
 from runtime.oracle import AcceptanceOracle
 from runtime.tree import proposal_inputs
 from runtime.tree_cache import apply_compaction, compaction_sources, keep_accepted, prefill, step_meta
@@ -28,7 +28,7 @@ from runtime.verify import Verdict, verify_proposal
 class TargetWorker:
     """The target model and its KV cache for one request at a time."""
 
-    def __init__(self, model: Transformer, attn: AttentionBackend, *, rows: int, max_seq_len: int,
+    def __init__(self, model: Decoder, attn: AttentionBackend, *, rows: int, max_seq_len: int,
                  temperature: float, backend: str, cuda_graphs: bool = False, graph_events: bool = False,
                  oracle: bool = False, prefill_graph: bool = False) -> None:
         """Allocate the cache: `max_seq_len` prefix slots plus `rows` verify slots; capture the verify step.
@@ -43,7 +43,7 @@ class TargetWorker:
         `prefill_graph` (`kernels.prefill_graph`, CUDA graphs only): prompt prefills replay graphs per length bucket."""
         self.model, self.attn = model, attn
         self.rows, self.temperature, self.backend = rows, temperature, backend
-        self.device = model.norm.weight.device
+        self.device = model.device
         layers, heads, head_dim = model.cache_spec()
         # Preallocated once for all requests (static shapes).
         self.cache = KVCache(layers, max_seq_len + rows, heads, head_dim, model.dtype, self.device)

@@ -4,7 +4,8 @@ Megatron-style sharding, applied to a model that knows nothing about it (runtime
 
 - q/k/v (fused `wqkv`) and gate/up (fused `w13`) are column-parallel: each rank holds some heads / some
   intermediate columns; `wo` and `w2` are row-parallel: each rank produces a partial sum of the hidden state,
-  and a forward hook all-reduces the attention and MLP outputs on `group` (and only on it);
+  and a forward hook all-reduces the attention and MLP outputs on `group` (and only on it; the fused decode path,
+  runtime/fused_decode.py, is given that group and calls the same `all_reduce_partial` itself);
 - the embedding is vocab-parallel (each rank looks up its vocabulary range, zeros elsewhere, all-reduce) and
   the LM head is vocab-parallel too, with an all-gather so every rank returns the full [T, vocab] logits.
 
@@ -133,12 +134,20 @@ def _reshard(param: nn.Parameter, spec: ShardSpec) -> nn.Parameter:
     return nn.Parameter(take_shard(param.detach(), spec), requires_grad=False)
 
 
+def all_reduce_partial(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+    """In place: sum a row-parallel output's per-rank partial sums over `group` (and only it); returns `x`.
+
+    The one all-reduce of a layer's attention and MLP outputs: the plain model's forward hooks call it, the fused
+    decode path (runtime/fused_decode.py, which bypasses the modules' calls) calls it itself."""
+    dist.all_reduce(x, op=dist.ReduceOp.SUM, group=group)
+    return x
+
+
 def _all_reduce_hook(group: dist.ProcessGroup):
     """Forward hook that sums a row-parallel module's partial output over `group`, in place."""
 
     def hook(_module: nn.Module, _args: tuple, output: torch.Tensor) -> torch.Tensor:
-        dist.all_reduce(output, op=dist.ReduceOp.SUM, group=group)
-        return output
+        return all_reduce_partial(output, group)
 
     return hook
 

@@ -61,8 +61,8 @@ EAGER_LAUNCH_S = 5.0e-6
 ROLES = ("target", "draft")
 """What a group's decode steps are: target forwards (verifies, autoregressive steps) or draft expansions."""
 SKINNY_MAX_ROWS = 64
-"""The runtime's skinny-GEMM row limit (runtime.model.SKINNY_MAX_ROWS, a test keeps them equal): the target's fused
-QKV + RoPE GEMM serves steps of up to this many rows."""
+"""The runtime's skinny-GEMM row limit (runtime.fused_decode.SKINNY_MAX_ROWS, a test keeps them equal): the target's
+fused QKV + RoPE GEMM serves steps of up to this many rows."""
 LOGITS_GATHER_BYTES_PER_TOKEN = 16
 """TP > 1: each rank contributes its shard's best (value, index) per token to a small gather."""
 
@@ -96,9 +96,9 @@ def lm_head_matrix(shape: ModelShape, tp: int) -> tuple[int, int]:
 
 
 def streams_fp8(name: str, tp: int, tokens: int, qkv_bias: bool = False) -> bool:
-    """Whether a step of `tokens` rows streams the fp8 copy of layer matrix `name` at weight_bits 8 (runtime/model.py):
-    only the skinny kernels read fp8 (steps of at most SKINNY_MAX_ROWS rows); a biased QKV and, under TP, the
-    row-parallel o / down projections stay on cuBLAS with the 16-bit weights."""
+    """Whether a step of `tokens` rows streams the fp8 copy of layer matrix `name` at weight_bits 8
+    (runtime/fused_decode.py): only the skinny kernels read fp8 (steps of at most SKINNY_MAX_ROWS rows); a biased QKV
+    and, under TP, the row-parallel o / down projections stay on cuBLAS with the 16-bit weights."""
     if tokens > SKINNY_MAX_ROWS:
         return False
     if name == "qkv":

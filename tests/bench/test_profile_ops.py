@@ -177,15 +177,18 @@ def test_gemm_plan_keeps_each_kernel_of_a_shape(monkeypatch):
 def test_graph_steps_give_each_role_its_kernels(monkeypatch):
     """A verify step is timed with the target's kernels (kernels.target_qkv_rope: the QKV GEMM does RoPE + the KV
     write), an expansion with the draft's (the fused RoPE attention, the fused head), as the Engine builds them."""
+    import runtime.fused_decode
     from bench import profile_steps as S
 
     class FakeModel:
         shape = MODEL_PRESETS["tiny-llama"]
 
-        def use_fused_kernels(self, enabled=True, skinny=False, qkv_rope=False, rope_attention=False, weight_bits=16):
-            assert weight_bits == 16  # the profiled steps are the bf16 models'
-            self.kernels = (enabled, skinny, qkv_rope, rope_attention)
-            return self
+    class FakeDecoder:
+        def __init__(self, model, plan):
+            assert plan.weight_bits == 16  # the profiled steps are the bf16 models'
+            self.kernels = (True, plan.skinny, plan.qkv_rope, plan.rope_attention)
+
+    monkeypatch.setattr(runtime.fused_decode, "FusedDecoder", FakeDecoder)
 
     class FakeProfiler:
         def opt(self, key, full):

@@ -15,6 +15,7 @@ import torch
 from conf.presets import MODEL_PRESETS
 from kernels.pdl import pdl
 from runtime.attention import AttnMeta, make_attention_backend
+from runtime.fused_decode import FusedDecoder, KernelPlan
 from runtime.graphs import StepGraph
 from runtime.kv_cache import KVCache
 from runtime.loader import build_model
@@ -32,7 +33,7 @@ def _staging_case(names: tuple[str, ...], prefixes: tuple[int, ...]) -> tuple:
     """The staging tests' setup: the tiny bf16 model (skinny GEMMs), the Triton attention, one 200-slot cache per name
     with the same 150-token prompt prefilled, and one step per prefix length ((8 random token ids, prefix))."""
     shape = MODEL_PRESETS["tiny-llama"]
-    model = build_model(shape, "bfloat16", "cuda", seed=3).use_fused_kernels(skinny=True)
+    model = FusedDecoder(build_model(shape, "bfloat16", "cuda", seed=3), KernelPlan(skinny=True))
     attn = make_attention_backend("triton")
     layers, heads, head_dim = model.cache_spec()
     caches = {s: KVCache(layers, 200, heads, head_dim, model.dtype, "cuda") for s in names}
@@ -59,7 +60,7 @@ def test_early_norms_replay_like_late(monkeypatch, qkv_rope):
     so that its 8-row norms take the role whatever the default."""
     norm = importlib.import_module("kernels.norm")
     model, attn, caches, steps = _staging_case(("late", "early"), (20, 77, 141))
-    model.use_fused_kernels(skinny=True, qkv_rope=qkv_rope)
+    model = FusedDecoder(model.model, KernelPlan(skinny=True, qkv_rope=qkv_rope))
     monkeypatch.setattr(norm, "EARLY_MAX_ROWS_TINY", 8)
     with pdl(True, norm="late"):
         late = StepGraph(model, caches["late"], attn, 8, 8)

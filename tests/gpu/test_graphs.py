@@ -25,6 +25,7 @@ from conf.schema import ExperimentConfig
 from runtime.attention import AttnMeta, ReferenceAttention, make_attention_backend
 from runtime.engine import run_rank
 from runtime.fetch_smollm2 import DEFAULT_DEST as GGUF_PATH
+from runtime.fused_decode import FusedDecoder, KernelPlan
 from runtime.graphs import StepGraph
 from runtime.kv_cache import KVCache
 from runtime.launch import launch
@@ -108,7 +109,8 @@ def test_step_graph_replays_match_eager_forwards(dtype, tol, skinny, use_pdl, ro
     from kernels.pdl import launch_pdl, pdl
 
     shape = MODEL_PRESETS["tiny-llama"]
-    model = build_model(shape, dtype, "cuda", seed=3).use_fused_kernels(skinny=skinny, rope_attention=rope_attention)
+    model = FusedDecoder(build_model(shape, dtype, "cuda", seed=3),
+                         KernelPlan(skinny=skinny, rope_attention=rope_attention))
     attn = make_attention_backend("triton")
     attn.rope_max_tokens = 64  # the 8-row step through rope_tree_attention (the runtime fuses 1-token steps only)
     layers, heads, head_dim = model.cache_spec()
@@ -116,7 +118,7 @@ def test_step_graph_replays_match_eager_forwards(dtype, tol, skinny, use_pdl, ro
     with pdl(use_pdl):
         assert launch_pdl(torch.device("cuda")) == (use_pdl and torch.cuda.get_device_capability()[0] >= 9)
         graph = StepGraph(model, cache, attn, 8, 8)
-    model.use_fused_kernels()  # the eager reference: the base fused path
+    model = FusedDecoder(model.model)  # the eager reference: the base fused path
     g = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, shape.vocab_size, (150,), generator=g)
     model(prompt.cuda(), AttnMeta.causal(0, 150, "cuda"), cache, attn)
@@ -139,7 +141,7 @@ def _cuda_draft(graphs: bool, fused_head: bool = False):
     `fused_head`: kernels.draft_head."""
     from runtime.draft_worker import DraftWorker
 
-    model = build_model(MODEL_PRESETS["tiny-llama-draft"], "float32", "cuda", seed=2).use_fused_kernels()
+    model = FusedDecoder(build_model(MODEL_PRESETS["tiny-llama-draft"], "float32", "cuda", seed=2))
     return DraftWorker(model, make_attention_backend("triton"), w=4, topk=3, max_tree_nodes=32, max_seq_len=128,
                        temperature=0.0, cuda_graphs=graphs, fused_head=fused_head)
 
@@ -221,7 +223,7 @@ def test_step_graph_applies_a_staged_compaction_before_its_forward():
     from runtime.tree_cache import step_meta
 
     shape = MODEL_PRESETS["tiny-llama"]
-    model = build_model(shape, "float32", "cuda", seed=3).use_fused_kernels()
+    model = FusedDecoder(build_model(shape, "float32", "cuda", seed=3))
     attn = make_attention_backend("triton")
     layers, heads, head_dim = model.cache_spec()
     caches = [KVCache(layers, 400, heads, head_dim, model.dtype, "cuda") for _ in range(2)]
@@ -399,7 +401,8 @@ def test_graph_events_time_the_verify_replay():
     from conf.messages import DraftProposal
     from runtime.target_worker import TargetWorker
 
-    model = build_model(MODEL_PRESETS["tiny-llama"], "bfloat16", "cuda", seed=3).use_fused_kernels(skinny=True)
+    model = FusedDecoder(build_model(MODEL_PRESETS["tiny-llama"], "bfloat16", "cuda", seed=3),
+                         KernelPlan(skinny=True))
     worker = TargetWorker(model, make_attention_backend("triton"), rows=4, max_seq_len=64, temperature=0.0,
                           backend="triton", cuda_graphs=True, graph_events=True)
     worker.start(list(range(10, 30)))
@@ -424,7 +427,8 @@ def test_graph_events_time_the_draft_expansion():
 
     from runtime.draft_worker import DraftWorker
 
-    model = build_model(MODEL_PRESETS["tiny-llama"], "bfloat16", "cuda", seed=4).use_fused_kernels(skinny=True)
+    model = FusedDecoder(build_model(MODEL_PRESETS["tiny-llama"], "bfloat16", "cuda", seed=4),
+                         KernelPlan(skinny=True))
     draft = DraftWorker(model, make_attention_backend("triton"), w=4, topk=4, max_tree_nodes=16, max_seq_len=64,
                         temperature=0.0, cuda_graphs=True, graph_events=True)
     draft.start(list(range(10, 30)))
@@ -479,7 +483,8 @@ def test_verdict_in_the_verify_graph_matches_the_verdict_after_it(rows):
         def walk(self, parents):
             return OracleOutcome((0, 1) if len(parents) > 1 else (0,), NO_RANK)
 
-    model = build_model(MODEL_PRESETS["tiny-llama"], "bfloat16", "cuda", seed=3).use_fused_kernels(skinny=True)
+    model = FusedDecoder(build_model(MODEL_PRESETS["tiny-llama"], "bfloat16", "cuda", seed=3),
+                         KernelPlan(skinny=True))
     vocab = MODEL_PRESETS["tiny-llama"].vocab_size
     gen = torch.Generator().manual_seed(5)
     proposals = [(-1, 0, 0, 1), (-1, 0, 1), (-1,), (-1, 0, 0, 0, 1, 2, 3, 4)[:rows]]
@@ -526,7 +531,8 @@ def test_prefill_graph_writes_the_kv_of_an_eager_prefill(preset):
     from runtime.tree_cache import prefill
 
     shape = MODEL_PRESETS[preset]
-    model = build_model(shape, "bfloat16", "cuda", seed=1).use_fused_kernels(skinny=True, rope_attention=True)
+    model = FusedDecoder(build_model(shape, "bfloat16", "cuda", seed=1),
+                         KernelPlan(skinny=True, rope_attention=True))
     attn = make_attention_backend("triton")
     layers, heads, dim = model.cache_spec()
     eager_cache, graph_cache = (KVCache(layers, CAPACITY, heads, dim, torch.bfloat16, "cuda") for _ in range(2))

@@ -30,9 +30,9 @@ from conf.schema import (
 )
 from runtime.controller import request_generator
 from runtime.engine import run_rank
+from runtime.fused_decode import FusedDecoder
 from runtime.launch import launch
 from runtime.loader import build_model
-from runtime.model import Transformer
 from runtime.reference import reference_decode
 
 MAX_NEW, CAPACITY = 24, 48
@@ -123,14 +123,13 @@ def test_an_fp8_draft_is_lossless_and_refused_where_its_kernels_are_off(monkeypa
     from runtime.engine import check_runtime_support
 
     calls: list[int] = []
-    fuse = Transformer.use_fused_kernels
+    init = FusedDecoder.__init__
 
     def spy(self, *args, **kwargs):
-        out = fuse(self, *args, **kwargs)
-        calls.append(sum(layer.mlp.w13_q8 is not None for layer in self.layers))
-        return out
+        init(self, *args, **kwargs)
+        calls.append(0 if self.fp8 is None else len(self.fp8))
 
-    monkeypatch.setattr(Transformer, "use_fused_kernels", spy)
+    monkeypatch.setattr(FusedDecoder, "__init__", spy)
     expected, eos = reference_outputs("tiny-llama")
     cfg = make_cfg("serial_tree", backend="triton", skinny=True, rope_attention=True, bs=6, w=3, topk=3)
     fp8 = dataclasses.replace(cfg, model=dataclasses.replace(
@@ -150,19 +149,19 @@ def test_target_qkv_rope_is_lossless_and_on_the_target_only(monkeypatch):
     """kernels.target_qkv_rope: the target's QKV GEMM does RoPE + the KV write (kernels.qkv_rope), the draft keeps the
     fused RoPE attention; the outputs stay the reference's (Triton's interpreter on CPU)."""
     pytest.importorskip("kernels")
-    calls: list[dict] = []
-    fuse = Transformer.use_fused_kernels
+    calls: list = []
+    init = FusedDecoder.__init__
 
     def spy(self, *args, **kwargs):
-        calls.append(kwargs)
-        return fuse(self, *args, **kwargs)
+        init(self, *args, **kwargs)
+        calls.append(self.plan)
 
-    monkeypatch.setattr(Transformer, "use_fused_kernels", spy)
+    monkeypatch.setattr(FusedDecoder, "__init__", spy)
     expected, eos = reference_outputs("tiny-llama")
     cfg = make_cfg("serial_tree", backend="triton", skinny=True, rope_attention=True, target_qkv_rope=True, bs=6, w=3,
                    topk=3)
     assert run(cfg, prompts=PROMPTS[:1], eos=eos)["outputs"] == expected[:1]
-    assert [(c["qkv_rope"], c["rope_attention"]) for c in calls] == [(True, False), (False, True)]  # target, draft
+    assert [(c.qkv_rope, c.rope_attention) for c in calls] == [(True, False), (False, True)]  # target, draft
 
 
 def test_self_speculation_accepts_everything_and_always_hits():

@@ -11,6 +11,7 @@ import torch
 
 from conf.presets import MODEL_PRESETS
 from runtime.attention import AttnMeta, make_attention_backend
+from runtime.fused_decode import FusedDecoder, KernelPlan
 from runtime.loader import build_model
 from tests.runtime import new_cache
 
@@ -42,8 +43,8 @@ def test_prefix_ready_attention_follows_its_pre_attention_qkv(monkeypatch, mode)
     the prefill's too, after the fused QKV + RoPE GEMM."""
     log = _record(monkeypatch)
     shape = MODEL_PRESETS["tiny-llama"]
-    model = build_model(shape, torch.float32, "cpu", seed=0).use_fused_kernels(
-        True, skinny=True, rope_attention=mode != "qkv_rope", qkv_rope=mode == "qkv_rope")
+    model = FusedDecoder(build_model(shape, torch.float32, "cpu", seed=0), KernelPlan(
+        skinny=True, rope_attention=mode != "qkv_rope", qkv_rope=mode == "qkv_rope"))
     attn = make_attention_backend("triton")  # created after the wrapping: it binds the wrapped entry points
     cache = new_cache(model, 16)
     ids = torch.randint(0, shape.vocab_size, (8,), generator=torch.Generator().manual_seed(0))

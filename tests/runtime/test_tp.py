@@ -1,8 +1,9 @@
 """Tensor parallelism: TP = 2 and 3 (gloo, one process per rank) give the TP = 1 logits; layouts are exact.
 
 The multi-process test spawns the ranks once and runs every case in them (random weights of several shapes,
-an HF safetensors folder and a quantised GGUF, each rank reading only its shard); the parent compares every
-rank's logits with a TP = 1 model built in-process.
+an HF safetensors folder and a quantised GGUF, each rank reading only its shard, and the fused Triton decode path
+told its TP group, in Triton's interpreter); the parent compares every rank's logits with a TP = 1 model built
+in-process.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conf.presets import MODEL_PRESETS, ModelShape
-from runtime.attention import AttnMeta, ReferenceAttention
+from runtime.attention import AttentionBackend, AttnMeta, ReferenceAttention, make_attention_backend
+from runtime.fused_decode import FusedDecoder, KernelPlan
 from runtime.loader import build_model, random_param
 from runtime.model import Transformer
 from runtime.tp import head_layout, shard_model, shard_plan
@@ -43,9 +45,10 @@ def _cases(root: Path) -> list[tuple[str, ModelShape, str | None]]:
             ("gguf-tiny-qwen2", MODEL_PRESETS["tiny-qwen2"], str(gguf_file))]
 
 
-def workload(model: Transformer) -> torch.Tensor:
-    """Logits of a prefill (9 tokens), two decode steps and a 4-node tree verify, concatenated [15, vocab]."""
-    attn, cache = ReferenceAttention(), new_cache(model, 32)
+def workload(model: Transformer | FusedDecoder, attn: AttentionBackend | None = None) -> torch.Tensor:
+    """Logits of a prefill (9 tokens), two decode steps and a 4-node tree verify, concatenated [15, vocab] (the
+    reference attention unless `attn`)."""
+    attn, cache = attn or ReferenceAttention(), new_cache(model, 32)
     ids = torch.randint(0, 200, (15,), generator=torch.Generator().manual_seed(0))
     tree_mask = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)
     with torch.inference_mode():
@@ -57,6 +60,8 @@ def workload(model: Transformer) -> torch.Tensor:
 
 
 GROUPS = [[0, 1], [2, 3, 4]]  # a TP = 2 group and a TP = 3 group side by side in one world of 5 ranks
+FUSED_CASE = "tiny-llama"
+"""The case also run through the fused decode path (skinny QKV, cuBLAS o / down all-reduced on the group)."""
 
 
 def _rank_main(rank: int, port: int, root: str) -> None:
@@ -72,6 +77,10 @@ def _rank_main(rank: int, port: int, root: str) -> None:
             if tp <= shape.num_heads:
                 model = build_model(shape, torch.float32, "cpu", seed=11, group=groups[mine], checkpoint=ckpt)
                 torch.save(workload(model), Path(root) / f"{name}-tp{tp}-rank{tp_rank}.pt")
+                if name == FUSED_CASE:
+                    fused = FusedDecoder(model, KernelPlan(skinny=True, rope_attention=True), tp_group=groups[mine])
+                    torch.save(workload(fused, make_attention_backend("triton")),
+                               Path(root) / f"fused-{name}-tp{tp}-rank{tp_rank}.pt")
     finally:
         dist.destroy_process_group()
 
@@ -99,11 +108,13 @@ def test_tp2_and_tp3_logits_equal_tp1(tmp_path):
             if tp > shape.num_heads:  # tiny-llama-draft has 2 heads: TP 3 is refused by conf.presets.check_tp
                 continue
             for rank in range(tp):
-                got = torch.load(tmp_path / f"{name}-tp{tp}-rank{rank}.pt")
-                assert_close(got, ref, torch.float32, reduction=forward_terms(shape, 15),
-                             what=f"{name} TP={tp} rank {rank}")
-                checked += 1
-    assert checked == 2 * 7 + 3 * 6
+                runs = [name] + ([f"fused-{name}"] if name == FUSED_CASE else [])
+                for run in runs:
+                    got = torch.load(tmp_path / f"{run}-tp{tp}-rank{rank}.pt")
+                    assert_close(got, ref, torch.float32, reduction=forward_terms(shape, 15),
+                                 what=f"{run} TP={tp} rank {rank}")
+                    checked += 1
+    assert checked == 2 * 8 + 3 * 7
 
 
 @settings(max_examples=200, deadline=None)

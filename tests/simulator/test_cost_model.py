@@ -260,7 +260,7 @@ def test_graph_kernel_counts_equal_the_recorded_captured_steps():
     the cost model's skinny row limit is the runtime's."""
     import json
 
-    from runtime.model import SKINNY_MAX_ROWS as RUNTIME_SKINNY_MAX_ROWS
+    from runtime.fused_decode import SKINNY_MAX_ROWS as RUNTIME_SKINNY_MAX_ROWS
     from simulator.calibrate import GRAPH_ROLES
     from simulator.cost_model import SKINNY_MAX_ROWS, GraphKernels
 
