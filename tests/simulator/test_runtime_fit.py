@@ -243,7 +243,7 @@ def test_replay_belief_uniform_grows_breadth_first():
     """acceptance.replay_belief=uniform: every rank weighs alike, so the tree grows level by level; the
     geometric belief goes deep along rank 0 first. topk 4, w 2, three forwards: the root, 2 children, then
     the other 2 children (uniform) or a grandchild first (geometric)."""
-    from simulator.acceptance import ReplayAcceptance
+    from policy.acceptance import ReplayAcceptance
     from simulator.tree import TreeStates
 
     uni = ReplayAcceptance([(0, False)], beyond=4, belief="uniform").belief(4)
@@ -280,7 +280,7 @@ def test_serial_auto_d_is_the_runtimes():
 def test_d_rule_runtime_runs_the_runtimes_depth_tuner():
     """sim.d_rule=runtime: the runtime's DepthTuner picks each round's d on simulated time, so the first
     SKIP + WARMUP rounds overlap one expansion, the trials try r and r + 1, and the run settles on one d."""
-    from runtime.depth_tuner import DepthTuner
+    from policy.depth_tuner import DepthTuner
 
     config = cfg(*BASE, "spec=async_tree", "spec.d=auto", "sim.d_rule=runtime", "workload.max_new_tokens=256")
     sim = simulate(config)
@@ -298,8 +298,8 @@ def test_replay_belief_table_is_the_positional_tables_belief():
     same rows (runtime.oracle.oracle_belief), and a measured run's metrics pick it (bench/validate.py)."""
     from bench.validation_replay import replay_belief_of
     from conf.schema import AcceptanceConfig
+    from policy.acceptance import PositionalAcceptance, ReplayAcceptance
     from runtime.oracle import oracle_belief
-    from simulator.acceptance import PositionalAcceptance, ReplayAcceptance
 
     table = [[0.6, 0.2, 0.1], [0.8, 0.1]]
     replay = ReplayAcceptance([(1, True)], beyond=4, belief="table", table=table).belief(4)
@@ -352,7 +352,7 @@ def test_a_replay_keeps_the_runs_acceptance_table_from_its_file():
     """A run composed with `acceptance=smollm2` (a positional table in a file): its replay takes the file field,
     so sim_config keeps the run's table inline, the one replay_belief=table grows by and draws from."""
     from bench.validation_replay import sim_config
-    from simulator.acceptance import load_acceptance
+    from policy.acceptance import load_acceptance
 
     config = cfg(*BASE, "spec=async_tree", "acceptance=smollm2", "spec.oracle=true")
     table = load_acceptance(config.acceptance, 8).raw

@@ -24,7 +24,7 @@ def test_loop_shapes_fit_their_own_host_costs_and_their_configs_take_them(tmp_pa
     (`runtime.loops`) and the top-level ones on the rest; the simulator charges a loop's entry to configs of that
     loop only (tree modes on two groups and TP > 1 colocated drafts keep the top level; a profile without entries: the
     top level everywhere)."""
-    from simulator.checks import loop_shape
+    from policy.predicates import loop_shape
     from simulator.main import run as run_sim
     from simulator.runtime_fit import loop_costs
 
