@@ -1,6 +1,6 @@
 """Host costs of the runtime's own loop, fitted on measured runtime run dirs (the profile's `runtime` block).
 
-The operator profile (bench/profile_ops.py -> calibrate) times device work and isolated worker steps. A
+The operator profile (calibration/profile_ops.py -> calibrate) times device work and isolated worker steps. A
 decoding run also spends host time the operator traces never see: Python around each CUDA-graph replay,
 the verdict's device-to-host copy, sending and taking messages, re-rooting the draft tree. Those costs are
 fitted here from the spans a runtime run writes (`traces.jsonl`, conf/trace.py), as the numbers of
@@ -41,7 +41,7 @@ and round costs (the profile's `runtime.loops`), and the top-level ones come fro
 954a1bf / 9f74ecf / 5c7897b runs the residual per chain expansion is ~0.05 ms on two groups and 0.02-0.07 ms
 colocated, against 0.09-0.18 ms for tree expansions; a colocated verify 0.06-0.14 ms against 0.11-0.24 ms.
 
-The runs fitted here must not be the runs a validation compares against (bench/validate.py compare
+The runs fitted here must not be the runs a validation compares against (calibration/validate.py compare
 --exclude names them). Leaders only: TP peers repeat the same steps.
 """
 

@@ -1,8 +1,8 @@
 """Validation of the simulator against the runtime: measured runs, the same runs simulated, autoconfig check.
 
-    python bench/validate.py run --out OUT/validation [--profile profiles/h200.json] [--budget-s 230]   # GPU
-    python bench/validate.py compare --runs OUT/validation/runtime --profile profiles/h200.json            # CPU
-    python bench/validate.py run --smoke --out /tmp/val && python bench/validate.py compare --smoke ...   # CPU test
+    python -m calibration.validate run --out OUT/validation [--profile profiles/h200.json] [--budget-s 230]   # GPU
+    python -m calibration.validate compare --runs OUT/validation/runtime --profile profiles/h200.json            # CPU
+    python -m calibration.validate run --smoke --out /tmp/val && python -m calibration.validate compare --smoke ...
 
 `run` (2 GPUs): decodes each configuration of `CONFIGS` (mode x bs x w x d on the Llama-3-8B target +
 Llama-3.2-1B draft pair, random weights, acceptance oracle, 1 request of 512 prompt + 256 new tokens; plus
@@ -21,7 +21,7 @@ verify and draft-step time, per-config error, median / max |error|), the parity 
 configurations (with the oracle's acceptance table, not the replay) against the measured ranking, and the
 autoconfig search's pick on 2 GPUs (1:1 split) against the best measured configuration.
 
-The profile is fitted from operator traces only (bench/profile_ops.py -> calibrate.py); no run made here
+The profile is fitted from operator traces only (calibration/profile_ops.py -> calibrate.py); no run made here
 enters the fit, so every configuration validated is held out by construction. Simulator settings the
 profile format cannot carry (`sim.tree_op_s`) come from the calibration report of the same operator
 traces (`suggested_sim_settings`), and the validation says so.
@@ -46,8 +46,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench.validation_doc import fmt, pct, write_doc  # noqa: E402
-from bench.validation_replay import replay_belief_of, sim_config, with_oracle_ranks  # noqa: E402
+from calibration.validation_doc import fmt, pct, write_doc  # noqa: E402
+from calibration.validation_replay import replay_belief_of, sim_config, with_oracle_ranks  # noqa: E402
 from conf.rundir import (  # noqa: E402
     MEASURED_DIR,
     REPO_ROOT,
@@ -196,7 +196,7 @@ def run_configs(ctx: Any, cfg: Any, jobs: list[tuple[str, Any]] = (), out_dir: s
             if ctx.rank == 0 and result is not None:
                 m = result["metrics"]
                 run_name = name if rep == 0 else f"{name}{REPEAT_SEP}r{rep}"
-                meta = run_meta(job.seed, f"bench/validate.py run ({run_name})", m["gpu"],
+                meta = run_meta(job.seed, f"calibration/validate.py run ({run_name})", m["gpu"],
                                 workload_seed=job.workload.seed, source="runtime",
                                 oracle=bool(job.spec.oracle and job.spec.mode != "autoregressive"),
                                 validation={"name": name, "repeat": rep, "warmup_run": warmup,
@@ -244,7 +244,7 @@ def autoconfig_pick(base: Any, profile: str, settings: dict[str, float]) -> tupl
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Measured runs (GPU, or CPU with --smoke)."""
-    import bench.validate as this  # spawned ranks import the rank function by module name
+    import calibration.validate as this  # spawned ranks import the rank function by module name
     from runtime.launch import launch
 
     out = Path(args.out) / "runtime"
@@ -380,7 +380,7 @@ def simulate_run(run_dir: Path, profile: str | None, settings: dict[str, float],
     costs = build_costs(cfg)
     sim = Simulation(cfg, costs, d=pin).run()
     metrics = metrics_of(cfg, sim.tally, sim.d_used, costs.source)
-    write_outputs(sim_root / run_dir.name, cfg, sim, metrics, f"bench/validate.py compare ({run_dir.name})")
+    write_outputs(sim_root / run_dir.name, cfg, sim, metrics, f"calibration/validate.py compare ({run_dir.name})")
     meas_expand = measured_expand_s(run_dir)
     row: dict[str, Any] = {
         "name": run_dir.name, "config": run_dir.name.split(REPEAT_SEP)[0], "mode": cfg.spec.mode,

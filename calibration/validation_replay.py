@@ -1,6 +1,6 @@
 """A measured runtime run as a simulator run: its config with the profile and a replay of its verify outcomes
 (`sim_config`), the belief the replayed tree grows by (`replay_belief_of`), and the draft ranks of runs recorded
-before iterations.csv had its `ranks` column (`with_oracle_ranks`). Used by bench/validate.py compare."""
+before iterations.csv had its `ranks` column (`with_oracle_ranks`). Used by calibration/validate.py compare."""
 
 from __future__ import annotations
 
