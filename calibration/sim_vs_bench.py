@@ -33,8 +33,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from calibration.validate import error_summary, relative_error  # noqa: E402
-from calibration.validation_doc import fmt, pct  # noqa: E402
+from calibration.compare import error_summary, relative_error  # noqa: E402
+from calibration.report import fmt, pct  # noqa: E402
 from conf import compose_config  # noqa: E402
 from conf.rundir import BENCH_DIR, atomic_write_json, git_sha  # noqa: E402
 

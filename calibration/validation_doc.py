@@ -1,29 +1,18 @@
-"""docs/VALIDATION.md: the method, the table and the known limits, from `calibration/validate.py compare`'s result.
-
-Split from calibration/validate.py (which measures and compares); this module only formats.
-"""
+"""docs/VALIDATION.md: the method, the table and the known limits, from `calibration/validate.py compare`'s result
+(calibration/compare.py); this module only formats. A user's shorter table: calibration/report.py."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from calibration.report import agreement_lines, fmt, pct
 from conf.rundir import atomic_write_text
-
-
-def pct(x: float | None) -> str:
-    """A relative error as a signed percentage, "-" when missing."""
-    return "-" if x is None else f"{100 * x:+.1f}%"
 
 
 def _d(x: object) -> str:
     """A measured d (the runtime's d_used: an int, or the DepthTuner's settled value); '-' when not recorded."""
     return "-" if x is None else str(x)
-
-
-def fmt(x: float | None, scale: float = 1.0, digits: int = 2) -> str:
-    """x * scale with `digits` decimals, "-" when missing."""
-    return "-" if x is None else f"{x * scale:.{digits}f}"
 
 
 METHOD = """\
@@ -330,6 +319,8 @@ def write_doc(path: Path, result: dict[str, Any]) -> None:
         lines += ["", f"Run-to-run spread of measured tokens/s between repeats of one configuration (max / min - 1, "
                       f"{noise['n']} configs): median {100 * noise['median']:.1f}%, max {100 * noise['max']:.1f}%; "
                       f"the measurement's own error floor."]
+    if "decision_agreement" in result:
+        lines += ["", *agreement_lines(result["decision_agreement"], "replayed acceptance")]
     rows = result.get("rows", [])
     diverged = [(r["name"], r["replay_divergences"]) for r in rows if r.get("replay_divergences")]
     if any("replay_divergences" in r for r in rows):

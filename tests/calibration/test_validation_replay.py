@@ -25,7 +25,7 @@ def test_validation_replay_reproduces_a_recorded_run(mode, tmp_path):
     alone: it follows the top-ranked chain for the recorded accepted length, which a best-first proposal
     almost always holds (measured: 0% AR / chain, -0.3% async, -3.4% serial at this seed).
     """
-    from calibration.validate import simulate_run
+    from calibration.compare import simulate_run
     from simulator.main import run as run_sim
 
     config = cfg("model=llama3-8b_llama3.2-1b", "parallel=1x1", f"spec={mode}", "kernels=triton", "sim=analytic",

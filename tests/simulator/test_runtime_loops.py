@@ -150,7 +150,7 @@ def test_the_shipped_profile_prices_held_out_colocated_runs(folder, name, tmp_pa
     -22.2%), replayed as calibration/validate.py compare does."""
     from pathlib import Path
 
-    from calibration.validate import load_settings, simulate_run
+    from calibration.compare import load_settings, simulate_run
 
     repo = Path(__file__).resolve().parents[2]
     run_dir = MEASURED_DIR / folder / name
