@@ -56,5 +56,5 @@ test:
 	bash scripts/test.sh
 
 validate:
-	$(PY) bench/validate.py compare --runs $(FIG09_RUNS) --profile profiles/h200.json --sim-out runs/validate/sim \
+	$(PY) -m calibration.validate compare --runs $(FIG09_RUNS) --profile profiles/h200.json --sim-out runs/validate/sim \
 	    --results runs/validate/validation.json --doc runs/validate/VALIDATION.md --figure runs/validate/fig04_parity_h200

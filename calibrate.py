@@ -3,7 +3,7 @@
 Thin Hydra entry point (conf/calibrate.yaml, conf/calibrate_schema.py): compose -> validate/freeze ->
 `simulator.calibrate` (read traces, fit every operator in the profile's functional forms, held-out error)
 -> write the versioned profile (simulator/profile.py) and a fit report -> print a table, end with ONE JSON
-line. The traces come from `bench/profile_ops.py` on the GPU; a `<trace>.meta.json` next to a trace file
+line. The traces come from `calibration/profile_ops.py` on the GPU; a `<trace>.meta.json` next to a trace file
 (device, versions, git SHA) is copied into the profile's `software` block.
 
     python calibrate.py 'traces=[data/measured/profile_traces_2026-12-01_954a1bf.jsonl]' output=profiles/h200.json

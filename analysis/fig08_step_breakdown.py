@@ -2,7 +2,7 @@
 
 Input: results files of `bench/bench_step_variants.py --profile-kernels N` (data/measured/step_variants_*.json), not
 run dirs: each case (model preset, rows) of a file is one panel; each variant one horizontal bar, stacked by the
-kernels' exposed time in a replay (bench/graph_profile.py: how far each kernel moves the replay's end; these sum to
+kernels' exposed time in a replay (calibration.graph_profile: how far each kernel moves the replay's end; these sum to
 the replay's span). A kernel is named as the profile names it, "name [grid]", so the skinny GEMM's roles (QKV, o,
 down, LM head) stay apart; the panel's largest kernels get their own segment, the rest one "other". A dashed line
 marks the byte floor (weights + the context's K/V over 4.29 TB/s), and each bar is labelled with its replay time

@@ -2,7 +2,7 @@
 
 Input: runtime run dirs with a draft group and traces.jsonl whose unix-channel `comm.recv` spans carry the
 arrival marks (`arrive_s`; `decoded_s` since git bf54e5f: runtime/unix_channel.py). For every message whose
-receiver was already waiting when the send span ended (`bench.message_latency.deliveries`), the delivery (send end
+receiver was already waiting when the send span ended (`calibration.message_latency.deliveries`), the delivery (send end
 -> receive end) splits into the hop (send end -> bytes out of the socket), the decode (bytes out -> message
 decoded) and the rest of the receive span (its bookkeeping); medians per direction over the iterations after the
 first `skip`, repeats of one configuration averaged.
@@ -24,7 +24,7 @@ from analysis import cli, style
 from analysis.fig09_miss_cost import run_label
 from analysis.figdata import FigureData, Panel
 from analysis.runs import Run, RunDirError, require
-from bench.message_latency import DIRECTIONS, deliveries, receive_parts
+from calibration.message_latency import DIRECTIONS, deliveries, receive_parts
 from simulator.runtime_fit import leader_spans
 
 SKIP = 10

@@ -11,7 +11,7 @@ and results: docs/BENCHMARKS_RUNTIME.md.
 Phases, in one process; a phase or system that fails becomes a row with its error and the rest continues:
 1. ours: one `runtime.launch` over the workload's split runs every mode of `modes` (`autoregressive`,
    `chain`, `serial_tree`, `async_tree`), each composed from conf/generate.yaml like `python generate.py`;
-   models are built once per rank process (bench/validate.py's caching engine) and reused by every mode;
+   models are built once per rank process (calibration/validate.py's caching engine) and reused by every mode;
    per mode `warmup_runs` short runs, then `repeats` measured ones. Rank 0 writes each mode's repeats (and a
    run dir per repeat) as it finishes; a failed launch is relaunched for the modes left.
 2. deepspeed: a second launch of `deepspeed_tp_size` target ranks (bench/peers.py `run_deepspeed`).
@@ -173,7 +173,7 @@ def workload_skip_reason(wl: BenchWorkloadConfig, cfg: Any) -> str | None:
 def decode(ctx: Any, cfg: Any, prompts: list[list[int]], eos_token_id: int | None) -> dict[str, Any] | None:
     """`runtime.engine.run_rank` with models cached across runs (the device is synchronised around the timed
     region there); rank 0 returns metrics, outputs, iteration rows and traces."""
-    from bench.validate import caching_engine_class
+    from calibration.validate import caching_engine_class
     from runtime.engine import run_rank
 
     return run_rank(ctx, cfg, prompts, eos_token_id, engine_cls=caching_engine_class())
@@ -183,7 +183,7 @@ def run_modes(ctx: Any, cfg: Any, *, jobs: list[ModeJob], prompts: list[list[int
               out_dir: str, deadline: float, repeats: int, warmup_runs: int) -> list[str]:
     """Rank function: per mode, warm-up runs then `repeats` measured runs; rank 0 writes <mode>.json (the
     repeats' metrics and outputs) and a run dir per repeat into `out_dir` as each mode finishes."""
-    from bench.validate import _agree
+    from calibration.validate import _agree
     from conf.rundir import run_meta
     from runtime.metrics import output_records, write_run_dir
 

@@ -42,7 +42,7 @@ from conf.trace import CHROME_FILE  # noqa: E402
 
 MANIFEST = "MANIFEST.json"
 ENTRY_KEYS = ("path", "kind", "what", "device", "date", "commit", "command", "source", "files")
-ABOUT = ("Curated measured results read by figures (make figures), tests, validation (bench/validate.py compare) "
+ABOUT = ("Curated measured results read by figures (make figures), tests, validation (calibration/validate.py compare) "
          "and docs. One entry per result: its path under data/measured/, what it is, the device, date and commit "
          "it was measured on, the command that made it, where it was copied from, and its files. Add to it only "
          "with `python -m bench.promote` (which writes this file); raw runs stay under runs/ (ignored by git). "

@@ -5,15 +5,15 @@
 
 A case is `preset:role:rows[:tree_len]` (tree_len defaults to rows, as a verify graph's). Per case the model is built
 with random weights (seed 0) and set to the kernels the runtime gives that role under conf/kernels/graphs.yaml
-(`bench.runtime_kernels.graphs_kernels` and `runtime.fused_decode.KernelPlan.for_role`, as bench/profile_steps.py
-builds its graph-mode steps; PDL launches on when the config has them), its step captured once as a
-`runtime.graphs.StepGraph` of `rows` tree nodes (a binary tree) over a KV cache of `--cap` slots, then the cache
+(`calibration.runtime_kernels.graphs_kernels` and `runtime.fused_decode.KernelPlan.for_role`, as
+calibration.profile_steps builds its graph-mode steps; PDL launches on when the config has them), its step captured once
+as a `runtime.graphs.StepGraph` of `rows` tree nodes (a binary tree) over a KV cache of `--cap` slots, then the cache
 filled with `--ctx` tokens of a random prompt. The step is the model's forward alone (no draft head, verdict or
 read-back).
 
 Timing: `--rounds` rounds of one untimed replay then `--inner` replays between two CUDA events; the median per
 replay. The floor: every weight byte once + the K/V of ctx + rows tokens over the H200's HBM bandwidth
-(bench/profile_step.py `byte_floor_s`). Plain argparse, no Hydra: it runs on a bare GPU machine. Writes the record
+(calibration/profile_step.py `byte_floor_s`). Plain argparse, no Hydra: it runs on a bare GPU machine. Writes the record
 (git SHA, device, date, config, one row per case) to `--out` and prints a table.
 """
 
@@ -84,7 +84,7 @@ def tree_inputs(rows: int, ctx: int, vocab: int, gen: torch.Generator) -> tuple:
 
 def runtime_model(preset: str, role: str, dtype: str, device: torch.device) -> tuple[Any, bool]:
     """(the FusedDecoder the runtime gives `role` under kernels=graphs, whether PDL launches are on)."""
-    from bench.runtime_kernels import graphs_kernels
+    from calibration.runtime_kernels import graphs_kernels
     from runtime.fused_decode import FusedDecoder, KernelPlan
     from runtime.loader import build_model
 
@@ -117,7 +117,7 @@ def run_case(preset: str, role: str, rows: int, tree_len: int, *, ctx: int, cap:
     """Build, capture and time one case (module docstring); its result row."""
     import contextlib
 
-    from bench.profile_step import byte_floor_s
+    from calibration.profile_step import byte_floor_s
     from runtime.attention import AttnMeta, make_attention_backend
     from runtime.graphs import StepGraph
     from runtime.kv_cache import KVCache

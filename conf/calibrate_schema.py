@@ -22,7 +22,7 @@ class CalibrateConfig(_Frozen):
     """What calibrate.py fits, from which traces, and where the profile goes."""
 
     traces: list[str] = field(default_factory=list)
-    """Trace files (JSON Lines, conf/trace.py; globs allowed) written by bench/profile_ops.py."""
+    """Trace files (JSON Lines, conf/trace.py; globs allowed) written by calibration/profile_ops.py."""
     output: str = "profiles/h200.json"
     """Profile file to write (simulator/profile.py format)."""
     report: str | None = None

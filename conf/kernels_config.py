@@ -71,7 +71,7 @@ class KernelsConfig(_Frozen):
     rows 1 / 8 (ctx 1024), -1.4 / -2.9% at ctx 2000. The draft keeps `rope_attention` (its 1B single-token step was
     5% slower this way), and so does a target whose QKV has a bias (Qwen2; `KernelPlan.for_role`). Needs
     kernels.skinny. The simulator does not switch on it: its verify cost is the calibrated
-    profile's, timed with the switch as conf/kernels/graphs.yaml had it at calibration (bench/profile_steps.py)."""
+    profile's, timed with the switch as conf/kernels/graphs.yaml had it at calibration (calibration.profile_steps)."""
     draft_head: bool = False
     """The draft expansion's top-k children and their log-probs from `kernels.topk_logprobs` (two small launches)
     instead of torch's log_softmax + topk (~0.1 ms per expansion at a 128K vocabulary on an H200; needs backend

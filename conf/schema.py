@@ -148,7 +148,7 @@ class ParallelConfig(_Frozen):
 ACCEPTANCE_KINDS = ("positional", "family", "replay")
 """`acceptance.kind` values."""
 FAMILY_RANGES = {"top1": (0.0, 1.0), "decay": (0.0, 10.0), "depth_gain": (0.0, 1.0)}
-"""The acceptance family's parameters (kind=family) and their closed valid ranges (simulator/acceptance_family.py)."""
+"""The acceptance family's parameters (kind=family) and their closed valid ranges (policy/acceptance_family.py)."""
 
 
 @dataclass

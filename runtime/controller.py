@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from conf.presets import model_preset
 from conf.schema import ExperimentConfig
-from runtime.depth_tuner import DepthTuner as _DepthTuner
+from policy.depth_tuner import DepthTuner as _DepthTuner
 from runtime.parallel import ParallelContext, wait_bounded
 
 _STREAMS = {"sample": 1, "oracle": 2}
@@ -182,8 +182,10 @@ def broadcast_d(ctx: ParallelContext) -> Callable[[int], int]:
 
 
 class DepthTuner(_DepthTuner):
-    """runtime.depth_tuner.DepthTuner whose group shares d by a broadcast (see `broadcast_d`)."""
+    """policy.depth_tuner.DepthTuner of a draft group's rank: its leader decides, a group of several shares d by a
+    broadcast (see `broadcast_d`)."""
 
     def __init__(self, fixed: int | None, ctx: ParallelContext, d_max: int | None = None,
                  clock: Callable[[], float] = time.perf_counter) -> None:
-        super().__init__(fixed, ctx, d_max=d_max, clock=clock, share=broadcast_d(ctx))
+        super().__init__(fixed, d_max=d_max, clock=clock, leader=ctx.is_leader,
+                         share=broadcast_d(ctx) if ctx.group_size > 1 else None)

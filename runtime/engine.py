@@ -42,6 +42,7 @@ from conf.messages import DraftProposal, VerifiedPath
 from conf.presets import model_preset
 from conf.schema import ExperimentConfig, SpecConfig
 from conf.trace import TraceRecord
+from policy.predicates import chained_autoregressive
 from runtime.attention import make_attention_backend
 from runtime.controller import DepthTuner, Emitter, load_workload, prompt_source, request_generator, stop_reason
 from runtime.draft_worker import DraftWorker
@@ -55,7 +56,6 @@ from runtime.parallel import ParallelContext, leader_ranks
 from runtime.target_worker import TargetWorker
 from runtime.tree_cache import in_place
 from runtime.unix_channel import make_channel, recv_spin_s
-from simulator.checks import chained_autoregressive
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """CUDA-graph capture of decode steps: one graph per (model, rows, tree_len), persistent input buffers.
 
 The eager runtime is host-bound on a GPU: a Llama-3-8B verify forward issues ~1,270 kernel launches, whose host time
-is several times the kernels' (bench/profile_step.py).
+is several times the kernels' (calibration/profile_step.py).
 A `StepGraph` records one forward (plus an optional `head`, e.g. the draft's log-softmax + top-k) once and
 replays it for every step:
 

@@ -103,7 +103,7 @@ class Timeline:
         reading right after it on every rank of rank 0's host (one system-wide clock there: their spans compare
         exactly), and the rank's own reading elsewhere (within one barrier exit of rank 0's). Ranks leave a barrier
         at different times: with per-rank readings the two leaders' spans were offset by tens of microseconds,
-        which skewed cross-rank gaps such as a message's delivery (bench/message_latency.py).
+        which skewed cross-rank gaps such as a message's delivery (calibration/message_latency.py).
 
         Args:
             ctx: the rank's `runtime.parallel.ParallelContext`.

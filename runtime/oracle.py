@@ -7,7 +7,7 @@ still runs for real. Off by default (`spec.oracle`); a run that used it is label
 and outputs, and its tokens are not a model's output.
 
 Models:
-- positional (and family: the acceptance family's table, simulator/acceptance_family.py): at an accepted node
+- positional (and family: the acceptance family's table, policy/acceptance_family.py): at an accepted node
   of depth `k` (root = 0), the target's next token is the draft's rank-r child with probability
   `positional[k][r]` (depths beyond the table reuse its last row; entries are multiplied by `scale`), and none
   of them otherwise.
@@ -42,6 +42,7 @@ from pathlib import Path
 import torch
 
 from conf.schema import AcceptanceConfig
+from policy.acceptance import PositionalAcceptance, load_acceptance, read_replay
 
 NO_RANK = -1  # the target's token is none of the draft's ranked children
 UNIFORM, MULTINOMIAL = "uniform", "multinomial"
@@ -61,10 +62,8 @@ class OracleOutcome:
 
 def load_positional(cfg: AcceptanceConfig) -> list[list[float]]:
     """The positional table (from `cfg.file` if given: {"positional": rows} or the rows; kind=family: the family
-    member's), scaled by `cfg.scale`: the simulator's reading of it (simulator/acceptance.py, torch-free), so both
+    member's), scaled by `cfg.scale`: the simulator's reading of it (policy/acceptance.py, torch-free), so both
     validate it alike (every row must sum to <= 1, before and after the scale)."""
-    from simulator.acceptance import PositionalAcceptance, load_acceptance
-
     acc = load_acceptance(cfg, topk=1)
     assert isinstance(acc, PositionalAcceptance)
     return acc.table
@@ -74,17 +73,13 @@ def oracle_belief(cfg: AcceptanceConfig, topk: int) -> list[list[float]]:
     """The draft's tree-growth log-probs under `spec.oracle_belief=table`: the simulator's belief of the same
     acceptance model (log of the unscaled positional table, non-increasing in rank, floored; a replay's
     `acceptance.replay_belief`), one row per depth and `topk` ranks, so runtime and simulator grow one tree."""
-    from simulator.acceptance import load_acceptance  # torch-free; shared with the simulator on purpose
-
     return load_acceptance(cfg, topk).belief(topk)
 
 
 def load_replay(path: str | Path) -> list[tuple[int, bool]]:
     """(accepted, hit) per iteration of a recorded run (its iterations.csv, or JSON), read as the simulator reads
-    it (`simulator.acceptance.read_replay`: errors name the file and row); an unrecorded hit counts as a miss.
+    it (`policy.acceptance.read_replay`: errors name the file and row); an unrecorded hit counts as a miss.
     JSON entries need an integer `accepted` and a boolean or null `hit` (no "2" / "true" strings)."""
-    from simulator.acceptance import read_replay
-
     verifies, _ = read_replay(str(path))
     if not verifies:
         raise ValueError(f"acceptance.file: {path} holds no iterations to replay")

@@ -297,7 +297,7 @@ class DraftTree:
     def expected_tokens(self, selection: list[int]) -> float:
         """Expected tokens of verifying `selection` (from `select`, root first) if the weights were the acceptance
         log-probabilities: 1 for the bonus token (the root's weight is 0) + each node's exp(weight), the
-        probability that its whole path is accepted. The DepthTuner's trial yield (runtime/depth_tuner.py)."""
+        probability that its whole path is accepted. The DepthTuner's trial yield (policy/depth_tuner.py)."""
         return sum(math.exp(self.weights[i]) for i in selection)
 
     def proposal(self, selection: list[int]) -> tuple[list[int], list[int]]:

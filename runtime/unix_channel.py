@@ -16,7 +16,7 @@ Contract: the one of `LeaderChannel` (same methods, same spans, same error texts
   socket, which the receiver reports at once (RuntimeError) instead of waiting for the deadline;
 - each leader's `comm.recv` span also records, in its extra fields, when the bytes came out of the socket
   (`arrive_s`, from the span's start), when they were decoded (`decoded_s`) and whether the receive slept in
-  poll (`slept`): bench/message_latency.py splits a message's delivery into the hop and the receiver's own work.
+  poll (`slept`): calibration/message_latency.py splits a message's delivery into the hop and the receiver's own work.
 Set-up: the target leader binds and listens, hands the address and its host name to the draft leader over
 the leader group (`broadcast_object_list`), and accepts (bounded by `timeout_s`); the draft leader connects.
 """

@@ -35,12 +35,17 @@ tests() {
 }
 
 # ---- pack: REF's code (what `ab` runs) into DIR, and DIR/SOURCE naming the commit -----------------------------------
-PACK_PATHS=(runtime kernels conf simulator profiles generate.py bench ":(exclude)bench/results")
+PACK_PATHS=(runtime kernels conf policy simulator calibration profiles generate.py bench ":(exclude)bench/results")
+# (a path the commit does not have, e.g. policy/ before it existed, is left out)
 pack() {
   local ref=${1:?usage: scripts/gpu.sh pack REF DIR} dir=${2:?usage: scripts/gpu.sh pack REF DIR} sha
   sha=$(git rev-parse --verify -q "$ref^{commit}") || { echo "pack: $ref is not a commit here" >&2; exit 2; }
   rm -rf "$dir" && mkdir -p "$dir" || exit 2
-  git archive "$sha" -- "${PACK_PATHS[@]}" | tar -x -C "$dir" || { echo "pack: git archive $ref failed" >&2; exit 2; }
+  local paths=() p
+  for p in "${PACK_PATHS[@]}"; do
+    [[ $p == :* || -n $(git ls-tree --name-only "$sha" -- "$p") ]] && paths+=("$p")
+  done
+  git archive "$sha" -- "${paths[@]}" | tar -x -C "$dir" || { echo "pack: git archive $ref failed" >&2; exit 2; }
   echo "$ref $sha" > "$dir/SOURCE"
   echo "pack: $ref ($sha) -> $dir ($(du -sh "$dir" | cut -f1))"
 }
@@ -133,17 +138,17 @@ calibrate() {
     "import torch, triton, hydra, simpy; print(torch.__version__, torch.version.cuda, triton.__version__)"; } \
     2>&1 | tee "$work/logs/env.log"
   stage "1/4 profile operators (budget $pb s)"
-  timeout $((pb + 35)) $py bench/profile_ops.py --out "$trace" --budget-s "$pb" ${profile_extra[@]+"${profile_extra[@]}"} \
+  timeout $((pb + 35)) $py -m calibration.profile_ops --out "$trace" --budget-s "$pb" ${profile_extra[@]+"${profile_extra[@]}"} \
     2>&1 | tee "$work/logs/profile_ops.log"
   stage "2/4 calibrate"
   timeout 60 $py calibrate.py "traces=[$trace]" output="$profile" hydra.run.dir="$work/logs/calibrate_hydra" \
     2>&1 | tee "$work/logs/calibrate.log"
   [ -f "$profile" ] && profile_args=(--profile "$profile")
   stage "3/4 validation runs (budget $vb s)"
-  timeout $((vb + 30)) $py bench/validate.py run --out "$work/validation" --budget-s "$vb" \
+  timeout $((vb + 30)) $py -m calibration.validate run --out "$work/validation" --budget-s "$vb" \
     ${profile_args[@]+"${profile_args[@]}"} ${validate_extra[@]+"${validate_extra[@]}"} 2>&1 | tee "$work/logs/validate_run.log"
   stage "4/4 simulate the measured runs, validation table"
-  timeout 90 $py bench/validate.py compare --runs "$work/validation/runtime" ${profile_args[@]+"${profile_args[@]}"} \
+  timeout 90 $py -m calibration.validate compare --runs "$work/validation/runtime" ${profile_args[@]+"${profile_args[@]}"} \
     --results "$out/validation_${date}.json" --doc "$out/VALIDATION.md" \
     --figure "$work/validation/figures/fig04_parity_h200" 2>&1 | tee "$work/logs/validate_compare.log"
   stage "pack"

@@ -1,12 +1,13 @@
 """SimPy discrete-event simulator of disaggregated, asynchronous speculative decoding (SwiftSpec).
 
-Never imports torch, kernels/ or runtime/; depends on conf/ (schema, presets, messages, trace, run dirs).
+Never imports torch, kernels/ or runtime/; depends on conf/ (schema, presets, messages, trace, run dirs) and policy/.
 
 Modules (one concept each):
 - `cost_model`: pure per-operator step costs (analytic roofline prior; fitted profile where one exists);
 - `profile`: the versioned profile file format (calibrate.py writes it), loader and per-operator `predict`;
 - `interconnect`: alpha-beta links, all-reduce algorithms (oneshot, ring, tree), cross-group messages;
-- `acceptance`: positional acceptance (truth per depth and rank) and replay of a recorded run;
+- acceptance (truth per depth and rank, replay of a recorded run) and the depth tuner: policy/, shared with the
+  runtime;
 - `tree`: the draft tree of ranks (best-first growth, top-bs selection, re-rooting), memoised states;
 - `processes`: SimPy processes, one per GPU group and one per link direction;
 - `records`, `metrics`: what a run records and the metrics contract;

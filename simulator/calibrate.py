@@ -1,6 +1,6 @@
 """Calibration: fit the cost model's per-operator coefficients from operator traces, write a profile.
 
-Input: trace files (JSON Lines of `conf.trace.TraceRecord`, written by bench/profile_ops.py) whose `extra`
+Input: trace files (JSON Lines of `conf.trace.TraceRecord`, written by calibration/profile_ops.py) whose `extra`
 carries each operator's features. Output: a `simulator.profile.Profile` (the versioned profile file) and a
 report dict (fit details, diagnostics, suggested simulator settings).
 

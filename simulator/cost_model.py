@@ -173,7 +173,7 @@ class GraphKernels:
 
     def counts(self, shape: ModelShape, tokens: int) -> tuple[int, int]:
         """(small kernels, RoPE + KV-write kernels) of one captured decode step of `tokens` rows, per rank: the
-        kernels that are neither GEMMs nor attention (bench/graph_profile.py `kernel_class` "other"), the separate
+        kernels that are neither GEMMs nor attention (calibration/graph_profile.py `kernel_class` "other"), the separate
         RoPE launches apart.
 
         Small kernels: two norms per layer (residual add included) and, per step, the embedding, the final norm and
@@ -192,7 +192,7 @@ class GraphKernels:
 def profile_is_eager(profile: Profile) -> bool:
     """Whether the profile's whole-step overheads were measured without CUDA graphs."""
     sw = profile.software
-    if "steps_mode" in sw:  # bench/profile_ops.py since graph timing
+    if "steps_mode" in sw:  # calibration/profile_ops.py since graph timing
         return sw["steps_mode"] != "graphs"
     return sw.get("cuda_graphs") is False or "eager" in str(sw.get("runtime", "")).lower()
 

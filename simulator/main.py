@@ -23,7 +23,7 @@ from typing import Any
 from conf.rundir import ITERATIONS_FILE, atomic_write_csv, atomic_write_json, run_meta, write_run
 from conf.schema import ExperimentConfig
 from conf.trace import CHROME_FILE, TRACE_FILE, to_chrome_trace, write_traces
-from simulator.checks import draft_tp
+from policy.predicates import draft_tp
 from simulator.metrics import metrics_of, summary_table
 from simulator.records import iteration_dicts, to_trace_records
 from simulator.simulation import Simulation, simulate

@@ -34,7 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 from conf.schema import ExperimentConfig
-from simulator.acceptance import load_acceptance
+from policy.acceptance import load_acceptance
 from simulator.records import Tally
 
 

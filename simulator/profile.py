@@ -135,7 +135,7 @@ LOOP_SHAPES: dict[str, str] = {
     "chain": "chain drafting with the draft on its own GPUs (parallel=NxM, M > 0): one-row draft steps, no tree "
              "selection",
 }
-"""Runtime loops whose host costs the `runtime` block may hold apart (`runtime.loops.<shape>`, `checks.loop_shape`);
+"""Runtime loops whose host costs the `runtime` block may hold apart (`runtime.loops.<shape>`, `predicates.loop_shape`);
 every other configuration (tree modes on two groups, autoregressive runs) takes the block's top-level costs."""
 LOOP_COSTS = ("step_extra_s", "expand_extra_s", "expand_extra_per_row_s", "expand_extra_per_real_row_s",
               "verify_message_s", "draft_round_s")

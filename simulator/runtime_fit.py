@@ -1,6 +1,6 @@
 """Host costs of the runtime's own loop, fitted on measured runtime run dirs (the profile's `runtime` block).
 
-The operator profile (bench/profile_ops.py -> calibrate) times device work and isolated worker steps. A
+The operator profile (calibration/profile_ops.py -> calibrate) times device work and isolated worker steps. A
 decoding run also spends host time the operator traces never see: Python around each CUDA-graph replay,
 the verdict's device-to-host copy, sending and taking messages, re-rooting the draft tree. Those costs are
 fitted here from the spans a runtime run writes (`traces.jsonl`, conf/trace.py), as the numbers of
@@ -36,12 +36,12 @@ Each cost is the median over the fit runs of the per-run medians (runs without t
 
 Loops. The colocated one-GPU loop (one Python loop drives the target and its draft: no messages) and chain drafting
 on two groups (one-row draft steps, no tree selection) run other host code per step than the tree modes on two
-groups: runs of a loop in simulator/profile.py LOOP_SHAPES (`checks.loop_shape`) give that loop's own step, expansion
+groups: runs of a loop in simulator/profile.py LOOP_SHAPES (`loop_shape`) give that loop's own step, expansion
 and round costs (the profile's `runtime.loops`), and the top-level ones come from the other runs. On the
 954a1bf / 9f74ecf / 5c7897b runs the residual per chain expansion is ~0.05 ms on two groups and 0.02-0.07 ms
 colocated, against 0.09-0.18 ms for tree expansions; a colocated verify 0.06-0.14 ms against 0.11-0.24 ms.
 
-The runs fitted here must not be the runs a validation compares against (bench/validate.py compare
+The runs fitted here must not be the runs a validation compares against (calibration/validate.py compare
 --exclude names them). Leaders only: TP peers repeat the same steps.
 """
 
@@ -56,8 +56,8 @@ import numpy as np
 
 from conf.rundir import config_from_dict, read_run
 from conf.trace import TRACE_FILE, TraceRecord, read_traces
+from policy.predicates import loop_shape
 from simulator.calibrate import median_or_none
-from simulator.checks import loop_shape
 from simulator.profile import LOOP_SHAPES, RUNTIME_COSTS, Profile, runtime_bound
 
 SKIP_ITERATIONS = 1
@@ -235,7 +235,7 @@ def fit_runtime_costs(run_dirs: Sequence[str | Path], profile: Profile) -> tuple
     SIGNED_RUNTIME_COSTS: the fused graph step with skinny GEMMs and PDL beats the sum of its profiled operators), and
     the report keeps the signed value.
 
-    Runs of a loop in LOOP_SHAPES (`checks.loop_shape`: colocated, chain) give that loop's LOOP_COSTS alone:
+    Runs of a loop in LOOP_SHAPES (`predicates.loop_shape`: colocated, chain) give that loop's LOOP_COSTS alone:
     `report["loops"][shape]["costs"]`, the profile's `runtime.loops` (calibrate.py writes them); the top-level
     LOOP_COSTS come from the other runs (tree modes on two groups). The autoregressive, TP > 1 and KV bookkeeping costs
     are pooled over all runs.

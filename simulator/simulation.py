@@ -15,7 +15,7 @@ Mode -> shape of the speculation (all modes share the processes of processes.py)
 **d = poll** (async_tree): the draft expands one forward at a time while no verified path is in its inbox
 (and the tree has room), as the runtime does; the reported d is the mean number of overlapped expansions.
 
-**d = auto**: the runtime (runtime/controller.py DepthTuner) skips the first rounds (compilation), then
+**d = auto**: the runtime (policy/depth_tuner.py DepthTuner) skips the first rounds (compilation), then
 measures t_verify (send of a proposal -> receipt of its verified path) and t_expand (one draft forward of w
 leaves), takes r = floor(t_verify / t_expand) clamped to [1, max_tree_nodes // w], runs trial rounds at r
 and r + 1 and keeps the faster. The simulator takes
@@ -40,10 +40,13 @@ import numpy as np
 import simpy
 
 from conf.messages import DraftProposal
+from conf.paths import resolve_path
 from conf.presets import GPU_PRESETS, LINK_PRESETS, model_preset
 from conf.schema import ExperimentConfig
-from simulator.acceptance import load_acceptance, resolve_path
-from simulator.checks import chained_autoregressive, check_config, draft_tp, loop_shape, uses_draft
+from policy.acceptance import load_acceptance
+from policy.depth_tuner import DepthTuner
+from policy.predicates import chained_autoregressive, draft_tp, loop_shape, uses_draft
+from simulator.checks import check_config
 from simulator.cost_model import GraphKernels, GroupCost, Operators
 from simulator.interconnect import message_bytes, node_of_rank
 from simulator.processes import (
@@ -107,7 +110,7 @@ DRAFT_HOST_KEYS = ("expand_extra_s", "expand_extra_per_row_s", "expand_extra_per
 
 def runtime_costs_for(profile: Profile, config: ExperimentConfig) -> dict[str, float]:
     """The profile's runtime host costs for the config's runtime loop: the top-level ones, overlaid by the loop's
-    entry (`runtime.loops[checks.loop_shape(config)]`) where the profile has one. An entry with any draft expansion
+    entry (`runtime.loops[predicates.loop_shape(config)]`) where the profile has one. An entry with any draft expansion
     cost replaces all of them (its constant and per-row parts are one fit)."""
     host = dict(profile.runtime)
     entry = profile.runtime_loops.get(loop_shape(config), {})
@@ -151,7 +154,7 @@ def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Cos
     `profile` (already loaded) replaces `sim.profile`. Its `runtime` block, where present, adds the runtime
     loop's fitted host costs: per target forward, per draft forward, per verify's messages (target) and per
     draft round (replacing `sim.tree_op_s`); the last two only with a separate draft group. A config whose runtime
-    loop has its own entry in the block (`runtime.loops`, `checks.loop_shape`: colocated, chain) takes that entry's
+    loop has its own entry in the block (`runtime.loops`, `predicates.loop_shape`: colocated, chain) takes that entry's
     costs in place of the top-level ones (`runtime_costs_for`). A TP > 1 target's verify also carries its in-group
     verdict broadcast (one message).
     """
@@ -297,12 +300,7 @@ class Simulation:
         self.tuner = None
         if (self.mode == "async_tree" and d is None and spec.d_fixed is None and not spec.d_poll
                 and config.sim.d_rule == "runtime"):
-            from types import SimpleNamespace
-
-            from runtime.depth_tuner import DepthTuner  # torch-free
-
-            self.tuner = DepthTuner(None, SimpleNamespace(is_leader=True, group_size=1),
-                                    d_max=max(1, spec.max_tree_nodes // self.w), clock=lambda: self.env.now)
+            self.tuner = DepthTuner(None, d_max=max(1, spec.max_tree_nodes // self.w), clock=lambda: self.env.now)
         self._seed = (config.seed, wl.seed)
         self._children: dict[tuple[tuple[int, ...], tuple[int, ...]], dict[tuple[int, int], int]] = {}
         self.tally = Tally()

@@ -1,5 +1,5 @@
 """Calibration's input: operator trace files (JSON Lines of `conf.trace.TraceRecord`, written by
-bench/profile_ops.py) read into samples, each with the features its operator's functional form takes
+calibration/profile_ops.py) read into samples, each with the features its operator's functional form takes
 (`simulator.profile.FEATURES`). `simulator.calibrate` fits them.
 
 Records used (others, e.g. the runtime's `step.*` spans, are counted and ignored):
@@ -150,7 +150,7 @@ def _sample(rec: TraceRecord, extra: dict[str, Any], where: str) -> tuple[str, S
     if op is None:
         return None
     if op == "message" and "unix" in str(extra.get("transport", "")).lower():
-        op = "message_unix"  # bench/profile_comm.py: the same ping-pong over the Unix socket
+        op = "message_unix"  # calibration/profile_comm.py: the same ping-pong over the Unix socket
     if op == "gemm" and "weight_bits" in extra:
         bits = _number(extra, "weight_bits", where)
         if bits not in (8, 16):

@@ -13,8 +13,7 @@ split), each run on the CPU in its cheapest form. The rules, the first that matc
 6. `python simulate.py ...`: runs as written with `workload.num_requests=1 workload.max_new_tokens=32` appended
    (and `hydra.sweeper.n_trials=2` for the Optuna sweeper); `python calibrate.py ...` runs as written.
 7. `python -m pytest ...`: `--collect-only`; any other `python -m <module> [subcommand] ...`: `--help` (of the
-   subcommand). A module in `PENDING`
-   (named by the README before the branch that adds it is merged) is skipped while it does not exist.
+   subcommand).
 
 Paths under `runs/` and the run / sweep dirs go to a temporary folder; the commands run in README order, so a later
 one reads what an earlier one wrote (calibrate.py's profile).
@@ -33,7 +32,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
-PENDING = {"calibration.validate": "bench/validate.py's move to the calibration/ package, on another branch"}
 """Module -> the change that adds it; skipped while absent."""
 CHEAP_SIM = ["workload.num_requests=1", "workload.max_new_tokens=32"]
 CHEAP_GEN = ["workload.num_requests=1", "workload.max_new_tokens=4"]
@@ -107,8 +105,6 @@ def plan(cmd: str, comment: str, tmp: Path, index: int) -> tuple[str, list[str] 
             return "download: module exists", None
         if module == "pytest":
             return "pytest --collect-only", [sys.executable, *py, "--collect-only", "-q", "-p", "no:cacheprovider"]
-        if module in PENDING and importlib.util.find_spec(module.split(".")[0]) is None:
-            return f"pending: {PENDING[module]}", None
         words = list(itertools.takewhile(lambda a: re.fullmatch(r"[a-z_]+", a), py[2:]))  # a subcommand
         return "--help", [sys.executable, "-m", module, *words, "--help"]
     script, args = py[0], to_tmp(py[1:], tmp)

@@ -44,7 +44,8 @@ def test_pack_writes_the_commits_code_and_its_source(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     assert (tmp_path / "a" / "SOURCE").read_text().split() == ["HEAD", sha]
-    for path in ("runtime/engine.py", "bench/bench_runtime.py", "conf/generate.yaml", "generate.py"):
+    for path in ("runtime/engine.py", "policy/depth_tuner.py", "calibration/runtime_kernels.py",
+                 "bench/bench_runtime.py", "conf/generate.yaml", "generate.py"):
         assert (tmp_path / "a" / path).is_file(), path
     assert not (tmp_path / "a" / "bench" / "results").exists() and not (tmp_path / "a" / "docs").exists()
     proc = _run("pack", "no-such-ref", str(tmp_path / "b"))

@@ -1,6 +1,6 @@
 """The runtime's acceptance oracle and the simulator draw verify outcomes from one distribution.
 
-Both read the acceptance model through simulator/acceptance.py (one torch-free implementation); they draw with
+Both read the acceptance model through policy/acceptance.py (one torch-free implementation); they draw with
 different generators (the oracle: a torch.Generator per request; the simulator: numpy uniforms per token
 position). On the proposals the simulator's draft sends (fresh trees of the presets), N walks of each are compared
 with Pearson's two-sample chi-square test on (accepted length, bonus rank) outcomes, bins with a pooled count
@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from conf.schema import AcceptanceConfig
+from policy.acceptance import BEYOND_TABLE, load_acceptance
 from runtime.oracle import NO_RANK, AcceptanceOracle
-from simulator.acceptance import BEYOND_TABLE, load_acceptance
 from simulator.tree import EMPTY, TreeStates
 from tests.conftest import build
 

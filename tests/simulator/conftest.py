@@ -32,7 +32,7 @@ def fixed_costs(verify_s: float = 1e-2, expand_s: float = 1e-3, message_s: float
 def span_record(name: str, group: str, rank: int, it: int, dur: float, tokens: int = 0, ctx: int = 0,
                 start_s: float = 0.0, **extra) -> TraceRecord:
     """One trace span as a runtime run dir records it (conf.trace.TraceRecord), `extra` as its JSON fields: for the
-    tests of what reads measured run dirs (simulator/runtime_fit.py, bench/span_split.py)."""
+    tests of what reads measured run dirs (simulator/runtime_fit.py, calibration/span_split.py)."""
     return TraceRecord(name=name, shapes="", tp=1, ctx=ctx, device="sim", start_s=start_s, duration_s=dur,
                        run_id="t", group=group, rank=rank, iteration=it, tokens=tokens,
                        extra=json.dumps(extra) if extra else "")

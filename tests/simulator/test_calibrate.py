@@ -2,7 +2,7 @@
 
 The round-trip tests use a SYNTHETIC trace: every operator time is the simulator's analytic roofline prior
 (cost_model.Operators without a profile) times seeded log-normal noise (sigma 3%), over the shapes
-bench/profile_ops.py sweeps; whole-step records add a known step overhead. It checks the fitting machinery
+calibration/profile_ops.py sweeps; whole-step records add a known step overhead. It checks the fitting machinery
 (NNLS in relative error, held-out split, step residual), not the hardware. The recorded-trace test
 (`test_recorded_trace_round_trip`) runs the same check on data/measured/profile_traces_*.jsonl from the
 GPU profiler when such a file exists, and is skipped otherwise.
@@ -94,7 +94,7 @@ def synthetic_records(seed: int = 0) -> list[TraceRecord]:
     for nodes in (4, 16, 64, 256, 1024):
         rec("op.message", ops.message_s(message_bytes(nodes), 1), bytes=message_bytes(nodes))
         rec("op.message", ops.message_s(message_bytes(nodes), 1, "unix"), bytes=message_bytes(nodes),
-            transport="runtime.unix_channel.UnixLeaderChannel")  # bench/profile_comm.py, leaders on one host
+            transport="runtime.unix_channel.UnixLeaderChannel")  # calibration/profile_comm.py, leaders on one host
     for preset in PRESETS:
         shape = model_preset(preset)
         for kind, tokens in (("verify", 1), ("verify", 8), ("verify", 16), ("expand", 4), ("expand", 8)):
@@ -155,7 +155,7 @@ GRAPH_OTHER_B = 0.8e-6  # per kernel of the small kernels' exposed time
 
 
 def graph_step_records(seed: int = 0, noise: float = 0.0) -> list[TraceRecord]:
-    """op.step_graph records (bench/profile_steps.py's format) whose class times follow known coefficients."""
+    """op.step_graph records (calibration/profile_steps.py's format) whose class times follow known coefficients."""
     from simulator.cost_model import step_operator_features
 
     rng = np.random.default_rng(seed)
@@ -499,35 +499,11 @@ def test_recorded_step_graphs_fit_the_captured_steps(tmp_path):
         assert float(np.mean(errors)) <= 0.10, (graph_ops, float(np.mean(errors)))
 
 
-@pytest.mark.parametrize("mode", ["autoregressive", "chain", "serial_tree", "async_tree"])
-def test_validation_replay_reproduces_a_recorded_run(mode, tmp_path):
-    """bench/validate.py's comparison path: re-simulating a recorded run dir with its own verify outcomes
-    replayed (acceptance.kind=replay on its iterations.csv; d as the run's, auto: the DepthTuner) reproduces its
-    throughput.
-
-    The recorded run here is a simulator run (the same cost model), so any difference comes from the replay
-    alone: it follows the top-ranked chain for the recorded accepted length, which a best-first proposal
-    almost always holds (measured: 0% AR / chain, -0.3% async, -3.4% serial at this seed).
-    """
-    from bench.validate import simulate_run
-    from simulator.main import run as run_sim
-
-    config = cfg("model=llama3-8b_llama3.2-1b", "parallel=1x1", f"spec={mode}", "kernels=triton", "sim=analytic",
-                 "workload.num_requests=1",
-                 "workload.prompt_tokens=512", "workload.max_new_tokens=128", "trace.chrome=false")
-    recorded = run_sim(config, tmp_path / "recorded" / mode, verbose=False)
-    row = simulate_run(tmp_path / "recorded" / mode, None, {}, tmp_path / "sim")
-    assert row["tokens_per_s"]["measured"] == pytest.approx(recorded["tokens_per_s"])
-    assert abs(row["tokens_per_s"]["error"]) <= 0.05, row["tokens_per_s"]
-    assert abs(row["mean_accept_len"]["error"]) <= 0.08, row["mean_accept_len"]
-    assert (tmp_path / "sim" / mode / "metrics.json").is_file()
-
-
 def test_calibrate_runs_fit_the_runtime_block_and_validation_leaves_them_out(synthetic_trace, tmp_path):
     """calibrate.py runs=[...] writes the profile's `runtime` block and lists the runs in the report;
-    bench/validate.py compare then leaves those configurations out of the validation table."""
+    calibration/validate.py compare then leaves those configurations out of the validation table."""
     import calibrate as entry
-    from bench.validate import main as validate_main
+    from calibration.validate import main as validate_main
     from simulator.main import run as run_sim
 
     base = ("model=llama3-8b_llama3.2-1b", "parallel=1x1", "kernels=triton", "sim=analytic", "workload.num_requests=1",

@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from conf.rundir import MEASURED_DIR
 from conf.trace import TRACE_FILE, TraceRecord, write_traces
 from simulator.profile import Profile, ProfileError, load_profile, parse_profile, write_profile
 from simulator.runtime_fit import fit_runtime_costs
@@ -243,7 +242,7 @@ def test_replay_belief_uniform_grows_breadth_first():
     """acceptance.replay_belief=uniform: every rank weighs alike, so the tree grows level by level; the
     geometric belief goes deep along rank 0 first. topk 4, w 2, three forwards: the root, 2 children, then
     the other 2 children (uniform) or a grandchild first (geometric)."""
-    from simulator.acceptance import ReplayAcceptance
+    from policy.acceptance import ReplayAcceptance
     from simulator.tree import TreeStates
 
     uni = ReplayAcceptance([(0, False)], beyond=4, belief="uniform").belief(4)
@@ -280,7 +279,7 @@ def test_serial_auto_d_is_the_runtimes():
 def test_d_rule_runtime_runs_the_runtimes_depth_tuner():
     """sim.d_rule=runtime: the runtime's DepthTuner picks each round's d on simulated time, so the first
     SKIP + WARMUP rounds overlap one expansion, the trials try r and r + 1, and the run settles on one d."""
-    from runtime.depth_tuner import DepthTuner
+    from policy.depth_tuner import DepthTuner
 
     config = cfg(*BASE, "spec=async_tree", "spec.d=auto", "sim.d_rule=runtime", "workload.max_new_tokens=256")
     sim = simulate(config)
@@ -290,81 +289,6 @@ def test_d_rule_runtime_runs_the_runtimes_depth_tuner():
     assert overlapped[:warm] == [1] * warm and overlapped[-1] == sim.tuner.chosen
     with pytest.raises(Exception, match="sim.d_rule"):
         cfg(*BASE, "sim.d_rule=tuner")
-
-
-def test_replay_belief_table_is_the_positional_tables_belief():
-    """acceptance.replay_belief=table (a runtime oracle run with spec.oracle_belief=table): the replayed tree
-    grows by the inline positional table's belief, exactly the positional model's; the runtime's draft reads the
-    same rows (runtime.oracle.oracle_belief), and a measured run's metrics pick it (bench/validate.py)."""
-    from bench.validation_replay import replay_belief_of
-    from conf.schema import AcceptanceConfig
-    from runtime.oracle import oracle_belief
-    from simulator.acceptance import PositionalAcceptance, ReplayAcceptance
-
-    table = [[0.6, 0.2, 0.1], [0.8, 0.1]]
-    replay = ReplayAcceptance([(1, True)], beyond=4, belief="table", table=table).belief(4)
-    assert replay == PositionalAcceptance(table).belief(4)
-    assert oracle_belief(AcceptanceConfig(positional=table), 4) == replay
-    assert replay[1][2] == replay[1][3] < replay[1][1]  # beyond the row: floored, non-increasing
-    with pytest.raises(ValueError, match="replay_belief=table"):
-        ReplayAcceptance([(1, True)], beyond=4, belief="table")
-    config = cfg(*BASE, "spec=async_tree")
-    assert replay_belief_of({"source": "runtime", "oracle": True, "oracle_belief": "table"}, config) == "table"
-    # model belief with a random-weight draft (no checkpoint): flat log-probs, a breadth-first tree
-    assert replay_belief_of({"source": "runtime", "oracle": True, "oracle_belief": "model"}, config) == "uniform"
-
-
-def test_measured_h200_runs_get_their_oracle_ranks_back(tmp_path):
-    """The H200 validation runs of 2026-11-30 (git e92dbf1) predate the `ranks` column: bench/validate.py
-    reconstructs every verify's draft ranks from the run's seed, consistent with the recorded accepted
-    counts and hits (a contradicting stream would return None), and the simulator's replay then reproduces
-    the recorded accepted counts except in the verifies it counts as divergences (few)."""
-    import csv
-
-    from bench.validate import REPO
-    from bench.validation_replay import replay_belief_of, sim_config, with_oracle_ranks
-    from conf.rundir import config_from_dict, read_run
-    from simulator.simulation import Simulation, build_costs
-
-    run_dir = MEASURED_DIR / "runtime_runs_2026-11-30_e92dbf1/async_bs8_w8_dauto"
-    run = read_run(run_dir)
-    config = config_from_dict(run["config"])
-    path = with_oracle_ranks(run_dir, config, run["metrics"], tmp_path)
-    assert path is not None
-    verifies = json.loads(path.read_text())["verifies"]
-    with (run_dir / "iterations.csv").open() as f:
-        rows = list(csv.DictReader(f))
-    assert len(verifies) == len(rows) == run["metrics"]["iterations"]
-    for v, r in zip(verifies, rows):
-        assert v["accepted"] == int(r["accepted"]) and len(v["ranks"]) == v["accepted"] + 1
-    assert any(x > 0 for v in verifies for x in v["ranks"][:-1])  # the oracle accepted off the rank-0 chain
-    assert with_oracle_ranks(run_dir, config, {**run["metrics"], "oracle": False}, tmp_path) is None
-
-    cfg = sim_config(config, str(REPO / "profiles/h200.json"), {}, acceptance_file=str(path),
-                     replay_belief=replay_belief_of(run["metrics"], config))
-    sim = Simulation(cfg, build_costs(cfg), d=int(run["metrics"]["d_used"])).run()
-    mismatched = sum(int(a[10] != v["accepted"]) for a, v in zip(sim.rows, verifies))
-    assert len(sim.rows) == len(verifies)
-    assert mismatched <= sim.acceptance.divergences <= len(verifies) // 20, (mismatched, sim.acceptance.divergences)
-
-
-def test_a_replay_keeps_the_runs_acceptance_table_from_its_file():
-    """A run composed with `acceptance=smollm2` (a positional table in a file): its replay takes the file field,
-    so sim_config keeps the run's table inline, the one replay_belief=table grows by and draws from."""
-    from bench.validation_replay import sim_config
-    from simulator.acceptance import load_acceptance
-
-    config = cfg(*BASE, "spec=async_tree", "acceptance=smollm2", "spec.oracle=true")
-    table = load_acceptance(config.acceptance, 8).raw
-    assert len(table) > 1  # the measured SmolLM2 table, not the one-row inline default
-    replay = MEASURED_DIR / "runtime_runs_2026-11-30_e92dbf1/async_bs8_w8_dauto/iterations.csv"
-    out = sim_config(config, None, {}, acceptance_file=str(replay), replay_belief="table")
-    assert out.acceptance.kind == "replay" and [list(r) for r in out.acceptance.positional] == table
-    # a run of one prompt domain's table (acceptance.domain): that table inline, and no domain left on the replay
-    config = cfg(*BASE, "spec=async_tree", "acceptance=smollm2_instruction", "spec.oracle=true")
-    table = load_acceptance(config.acceptance, 8).raw
-    out = sim_config(config, None, {}, acceptance_file=str(replay), replay_belief="table")
-    assert out.acceptance.domain is None and [list(r) for r in out.acceptance.positional] == table
 
 
 def test_a_tp2_target_verify_carries_its_verdict_broadcast():

@@ -24,7 +24,7 @@ def test_loop_shapes_fit_their_own_host_costs_and_their_configs_take_them(tmp_pa
     (`runtime.loops`) and the top-level ones on the rest; the simulator charges a loop's entry to configs of that
     loop only (tree modes on two groups and TP > 1 colocated drafts keep the top level; a profile without entries: the
     top level everywhere)."""
-    from simulator.checks import loop_shape
+    from policy.predicates import loop_shape
     from simulator.main import run as run_sim
     from simulator.runtime_fit import loop_costs
 
@@ -147,10 +147,10 @@ COLOCATED_HELD_OUT = (
 def test_the_shipped_profile_prices_held_out_colocated_runs(folder, name, tmp_path):
     """The default profile against colocated one-GPU runs it was not fitted on (two calls; the real pair's shapes and
     the 8B / 1B shapes): tokens/s within 10% (measured 2026-12-01: -8.1% to +8.3%; the 954a1bf profile -3.8% to
-    -22.2%), replayed as bench/validate.py compare does."""
+    -22.2%), replayed as calibration/validate.py compare does."""
     from pathlib import Path
 
-    from bench.validate import load_settings, simulate_run
+    from calibration.compare import load_settings, simulate_run
 
     repo = Path(__file__).resolve().parents[2]
     run_dir = MEASURED_DIR / folder / name

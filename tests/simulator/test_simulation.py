@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from simulator.acceptance import chain_accept_length
+from policy.acceptance import chain_accept_length
 from simulator.metrics import metrics_of
 from simulator.records import END, EXPAND, HIT, MESSAGE, REFILLS, REROOT, START, VERIFY
 from simulator.simulation import Simulation, build_costs, simulate

@@ -1,7 +1,7 @@
 """Which kernel the `kernels=graphs` runtime runs for each weight matrix, for the operator and step profilers.
 
-bench/profile_ops.py times every GEMM by the kernel the runtime would run for it (`runtime_gemm`, `gemm_call`),
-and bench/profile_steps.py builds its graph-mode steps with the config's switches (`graphs_kernels`), so that
+calibration/profile_ops.py times every GEMM by the kernel the runtime would run for it (`runtime_gemm`, `gemm_call`),
+and calibration/profile_steps.py builds its graph-mode steps with the config's switches (`graphs_kernels`), so that
 the calibrated profile describes the runtime as it runs. The row limits are the fused decode path's own
 (runtime/fused_decode.py `SKINNY_MAX_ROWS`, `SWIGLU_MAX_ROWS`).
 """
@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 STEP_SWITCHES = ("skinny", "pdl", "draft_head", "rope_attention", "target_qkv_rope")
-"""The `kernels` switches a graph-mode step is built with (bench/profile_steps.py)."""
+"""The `kernels` switches a graph-mode step is built with (calibration/profile_steps.py)."""
 
 
 def graphs_kernels() -> dict[str, bool]:

@@ -9,7 +9,7 @@ leaders are offset by their start barrier's exit skew, so only the mean of the t
 direction, split by how long the receiver had been waiting (a short wait spins, a long one may sleep in poll:
 runtime/unix_channel.py).
 
-    python bench/message_latency.py RUN_DIR [RUN_DIR ...] [--short-wait-ms 0.8] [--json OUT]
+    python -m calibration.message_latency RUN_DIR [RUN_DIR ...] [--short-wait-ms 0.8] [--json OUT]
         -> one line per run: median delivery in ms (count) per direction and wait class; where the receive spans
            carry the unix channel's arrival mark (runs since the twelfth session), also the hop (send end -> bytes
            out of the socket), the receiver's work after it, and how many receives slept in poll

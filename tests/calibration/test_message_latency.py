@@ -1,4 +1,4 @@
-"""bench/message_latency.py: deliveries read off synthetic leader spans with known times."""
+"""calibration/message_latency.py: deliveries read off synthetic leader spans with known times."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bench.message_latency import deliveries, main, message_latency
+from calibration.message_latency import deliveries, main, message_latency
 from conf.trace import TRACE_FILE, TraceRecord, write_traces
 
 

@@ -1,6 +1,6 @@
 """Where a CUDA-graph replay's time goes, kernel by kernel, as the runtime runs it (PDL and all).
 
-`bench/profile_step.py` profiles an *eager* step: every kernel alone, launch gaps included. The runtime replays
+`calibration/profile_step.py` profiles an *eager* step: every kernel alone, launch gaps included. The runtime replays
 graphs whose kernels overlap under programmatic dependent launch (a kernel starts while its predecessor drains
 and waits in `griddepcontrol.wait`), so a kernel's own duration there includes waiting. This module profiles
 replays of a captured graph with torch.profiler (CUPTI records each kernel node of a replay) and charges every

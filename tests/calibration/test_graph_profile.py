@@ -1,10 +1,10 @@
-"""bench/graph_profile.py on CPU: synthetic Chrome traces of overlapping (PDL) kernels, split and attributed."""
+"""calibration/graph_profile.py on CPU: synthetic Chrome traces of overlapping (PDL) kernels, split and attributed."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.graph_profile import (
+from calibration.graph_profile import (
     attribute,
     class_totals,
     exposed_times,

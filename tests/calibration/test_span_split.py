@@ -1,11 +1,11 @@
-"""bench/span_split.py: a span's residual split into the device model's error and host time (graph-event runs)."""
+"""calibration/span_split.py: a span's residual split into the device model's error and host time (graph-event runs)."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from bench.span_split import main, split_run
+from calibration.span_split import main, split_run
 from conf.rundir import MEASURED_DIR
 from conf.trace import TRACE_FILE, TraceRecord, write_traces
 from simulator.profile import Profile, load_profile

@@ -1,5 +1,5 @@
 """d for async_tree (DepthTuner): fixed, or auto from measured times. Torch-free: the runtime's draft leader
-runs it on host time (runtime.controller shares its d over the draft group), the simulator on SimPy time
+runs it on host time (runtime.controller passes its group's broadcast as `share`), the simulator on SimPy time
 (`sim.d_rule=runtime`), so a simulated auto-d run pays the same warm-up and trial rounds as a measured one.
 
 [P] §3.1.3: r = floor(t_verify / t_expand) after skipping the compile-laden first rounds, try d = r and
@@ -13,7 +13,6 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 
 class DepthTuner:
@@ -68,17 +67,20 @@ class DepthTuner:
     """A round is credited with the proposal it grew (the next one sent); False: with the one it verified, the
     earlier policy, one round off (a trial round's d shaped the next proposal, not the one being verified)."""
 
-    def __init__(self, fixed: int | None, ctx: Any, d_max: int | None = None,
-                 clock: Callable[[], float] = time.perf_counter,
+    def __init__(self, fixed: int | None, d_max: int | None = None,
+                 clock: Callable[[], float] = time.perf_counter, *, leader: bool = True,
                  share: Callable[[int], int] | None = None) -> None:
         """`fixed` = spec d as an int, None = auto; `d_max` bounds auto d (None = unbounded); `clock` in seconds.
 
-        `ctx` needs `is_leader` and `group_size`; `share(d)` hands the leader's d to every rank of a group of
-        more than one (runtime.controller broadcasts it over the group; the simulator's group is one leader).
+        `leader`: this rank decides d (a group's other ranks take it from `share`). `share(d)` hands the leader's d
+        to every rank of a group of more than one and returns it (the runtime broadcasts over the draft group);
+        None: a group of one, the leader alone (the simulator's draft group).
         """
+        if not leader and share is None:
+            raise ValueError("DepthTuner: a rank that is not its group's leader needs `share` to learn d")
         if d_max is not None and d_max < 1:
             raise ValueError(f"d_max must be >= 1 (or None), got {d_max}")
-        self.ctx, self.fixed, self.d_max, self.clock, self.share = ctx, fixed, d_max, clock, share
+        self.leader, self.fixed, self.d_max, self.clock, self.share = leader, fixed, d_max, clock, share
         self.chosen: int | None = fixed
         self._expand_s: list[float] = []
         self._verify_s: list[float] = []
@@ -96,7 +98,7 @@ class DepthTuner:
 
     def _warming_up(self) -> bool:
         """True while auto d collects warm-up samples (on the leader, past the skipped rounds)."""
-        return self.ctx.is_leader and self.chosen is None and not self._candidates and self._rounds > self.SKIP
+        return self.leader and self.chosen is None and not self._candidates and self._rounds > self.SKIP
 
     def expanded(self, seconds: float) -> None:
         """Record one expansion's duration."""
@@ -144,10 +146,8 @@ class DepthTuner:
         if self.fixed is not None:  # every rank of the group knows it: nothing to share
             self.round_d = self.fixed
             return self.fixed
-        d = self._decide() if self.ctx.is_leader else 0
-        if self.ctx.group_size > 1:
-            if self.share is None:
-                raise RuntimeError("DepthTuner: a group of more than one rank needs `share` to agree on d")
+        d = self._decide() if self.leader else 0
+        if self.share is not None:
             d = self.share(d)
         self.round_d = d
         return d

@@ -1,19 +1,13 @@
-"""docs/VALIDATION.md: the method, the table and the known limits, from `bench/validate.py compare`'s result.
-
-Split from bench/validate.py (which measures and compares); this module only formats.
-"""
+"""docs/VALIDATION.md: the method, the table and the known limits, from `calibration/validate.py compare`'s result
+(calibration/compare.py); this module only formats. A user's shorter table: calibration/report.py."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from calibration.report import agreement_lines, fmt, pct
 from conf.rundir import atomic_write_text
-
-
-def pct(x: float | None) -> str:
-    """A relative error as a signed percentage, "-" when missing."""
-    return "-" if x is None else f"{100 * x:+.1f}%"
 
 
 def _d(x: object) -> str:
@@ -21,15 +15,10 @@ def _d(x: object) -> str:
     return "-" if x is None else str(x)
 
 
-def fmt(x: float | None, scale: float = 1.0, digits: int = 2) -> str:
-    """x * scale with `digits` decimals, "-" when missing."""
-    return "-" if x is None else f"{x * scale:.{digits}f}"
-
-
 METHOD = """\
 ## Method
 
-1. **Operator profile (GPU).** `bench/profile_ops.py` times the operators of the model presets on one H200
+1. **Operator profile (GPU).** `calibration/profile_ops.py` times the operators of the model presets on one H200
    (GEMMs of every weight matrix at TP shards 1..8 and M 1..64 (+256, 1024), the runtime's attention
    backend over context 256..16K and tree sizes 1..64, KV compaction), whole runtime steps on random-weight
    models (`TargetWorker` verify, `DraftWorker` expand, tree bookkeeping) and, on 2 GPUs, all-reduce (eager
@@ -42,14 +31,14 @@ METHOD = """\
    fits: `attention_graph` and `step_overhead_graph` (the small kernels, counted per role and rows). The fitted
    profile is `profiles/h200.json`; the fit report (`profiles/h200.report.json`) also yields `sim.tree_op_s`
    (median select + re-root host time).
-3. **Measured runs (GPU).** `bench/validate.py run` decodes each configuration with the real runtime
+3. **Measured runs (GPU).** `calibration/validate.py run` decodes each configuration with the real runtime
    (`runtime.launch`, `runtime.engine`): Llama-3-8B target on GPU 0, Llama-3.2-1B draft on GPU 1, random
    weights with the acceptance oracle, one request of {workload}, `kernels=graphs` (fused
    Triton kernels, every verify and draft expansion replayed as a CUDA graph). Each configuration runs once
    to warm up, then twice measured (`__r1`: the second repeat; their spread is the run-to-run noise).
    Since git e92dbf1 the oracle's draft grows its tree by the acceptance table's belief
    (`spec.oracle_belief=table`), as the simulator does.
-4. **Simulated runs (CPU).** `bench/validate.py compare` simulates each measured configuration from the
+4. **Simulated runs (CPU).** `calibration/validate.py compare` simulates each measured configuration from the
    profile, replaying that run's verify outcomes (`acceptance.kind=replay` on its iterations.csv). A fixed d
    (and a serial run's) is the run's; an async run with d auto runs the runtime's own DepthTuner
    (`sim.d_rule=runtime`, as the autoconfig search does), so its trial rounds at d + 1 cost what they cost
@@ -70,7 +59,7 @@ verify); the draft step is one draft forward (`step.expand` span). Tokens/s incl
 LIMITS = """\
 ## Known limits of the cost model this validation exercises
 
-- Operators are timed inside CUDA graphs (`bench/profile_ops.py`, L2-overflowing operand rotation) and whole
+- Operators are timed inside CUDA graphs (`calibration/profile_ops.py`, L2-overflowing operand rotation) and whole
   steps as graph replays (`steps_mode: graphs`). Host costs the operator traces cannot see (the runtime loop's
   step, expansion, message and draft-round overheads) come from the profile's `runtime` block, fitted on the
   measured runs of the configurations item 5 names (simulator/runtime_fit.py).
@@ -85,7 +74,7 @@ LIMITS = """\
   runs: 0.50 ms since 954a1bf, against the verify's 0.35 ms (TP-2 autoregressive steps measure 3.96 ms median against
   3.87 ms for TP-2 chain verifies of 5 tokens). Fitted on tp2_ar, so that configuration left this table; on the other
   calls' TP-2 autoregressive runs, which the fit never saw, it gives -2.2% to +3.0% tokens/s, against +1.6% to +7.1%
-  when those steps took `tp_step_extra_s` (`bench/validate.py compare --keep-fitted`:
+  when those steps took `tp_step_extra_s` (`calibration/validate.py compare --keep-fitted`:
   bench/results/validation_2026-12-01_{0bfafc6,72bd305,c52c1c3}_profile954a1bf_tpar.json).
 - The draft expansion's host cost grows with its real (not padding) rows: a refill after a miss expands the root
   alone, an overlapped expansion w rows, each creating top-k tree nodes. Measured with `trace.graph_events`
@@ -105,7 +94,7 @@ LIMITS = """\
   twenty-seventh section of docs/BENCHMARKS_RUNTIME.md compares async expansions' host time across calls).
 - Leader messages (proposals, verified paths) are priced by the channel the runtime resolves
   (`parallel.leader_channel`, auto: a Unix socket when both leaders sit on one node): the profile's `message_unix`
-  (bench/profile_comm.py times it since a7cab77's parent), else the `unix-socket` link preset (8-27 us one way,
+  (calibration/profile_comm.py times it since a7cab77's parent), else the `unix-socket` link preset (8-27 us one way,
   measured by a leader-channel ping-pong on the H200 host). Before, every message was priced as the NCCL channel
   (~0.14 ms one way), which put the simulated target idle after a hit at 0.41 ms against 0.16-0.19 ms measured
   (docs/FIGURES.md, Fig. 9) and hid other costs: on these runs the change moved tokens/s from 1.7% median /
@@ -114,7 +103,7 @@ LIMITS = """\
   0.172 ms, was 0.123 ms as a sum of spans); with async d-auto runs then simulated through the runtime's
   DepthTuner (method, item 4): 2.2% / 2.2% / 5.0% (on the 1bed0ab runs). A leader message then took 0.07-0.15 ms
   inside the runs against 8 us in the channel's ping-pong: a receive that had waited over ~1 ms slept in poll
-  and woke 30-130 us late (bench/message_latency.py, twelfth session); since a3e6e83 GPU ranks spin up to 50 ms
+  and woke 30-130 us late (calibration/message_latency.py, twelfth session); since a3e6e83 GPU ranks spin up to 50 ms
   (`parallel.recv_spin_ms`) and the hop is 2-7 us; the receiver's own unpack, decode and span still take 15-40 us
   per message, which the simulator does not charge apart.
 - The profile (2026-12-01, twenty-sixth session) takes the operator traces of 954a1bf and the captured steps of
@@ -144,7 +133,7 @@ LIMITS = """\
   tokens/s), verify 2.9% / 4.6% and draft forward 3.4% / 9.4% (median / max) on these 24 rows
   (bench/results/validation_2026-12-01_954a1bf_profilefb00b9b.json): it prices the verify 0.1-0.2 ms long, as the
   host-path and norm changes since it predicted. On workload a (1K-token prompts, a workload no validation run has;
-  `python bench/sim_vs_bench.py` on the same call's bench_runtime results, acceptance drawn from the table, not
+  `python -m calibration.sim_vs_bench` on the same call's bench_runtime results, acceptance drawn from the table, not
   replayed) the new profile is within 0.3-3.5% of the six measured modes and shapes (median 1.0%), the old one within
   0.8-3.9% (median 1.4%) (bench/results/sim_vs_bench_2026-12-01_954a1bf{,_profilefb00b9b}.json). On the 0bfafc6
   call's runs (an older runtime: multinomial oracle walks, pageable staging) the old profile stays closer on the same
@@ -219,7 +208,7 @@ LIMITS = """\
   w 32 is again the best measured configuration (477.3 / 457.1 tok/s) and the simulator's pick among the measured.
 - Since git 23cfdda a one-GPU target runs its projections through the skinny GEMMs with PDL launches
   (`kernels=graphs`). Since 68741c4 the operator profile times each GEMM with the kernel the runtime runs for
-  that matrix, TP degree and row count (bench/runtime_kernels.py) and whole steps with the `kernels=graphs`
+  that matrix, TP degree and row count (calibration/runtime_kernels.py) and whole steps with the `kernels=graphs`
   switches, but still sums kernels timed one by one: the fitted `step_extra_s` (and `ar_step_extra_s`) may be
   negative (down to -1 ms) to correct the sum (68741c4: -0.10 ms and -0.37 ms, from -0.51 / -0.76 ms with the
   cuBLAS-shaped operators); a TP > 1 target keeps cuBLAS for its all-reduced projections, hence its own
@@ -247,7 +236,7 @@ LIMITS = """\
   where the 954a1bf profile gives -3.8% / +4.9% and -11.3% / -12.7% / -11.9%
   (`validation_2026-12-01_5fa8232_colocated_profile{191a51e,954a1bf}.json`). Fitted on the small shapes' colocated
   runs alone, the colocated costs price the 8B / 1B colocated runs 5-6% optimistic; hence the fit on both sizes. Why
-  the sizes differ (`bench/span_split.py`, runs with `trace.graph_events=true`,
+  the sizes differ (`calibration/span_split.py`, runs with `trace.graph_events=true`,
   `span_split_2026-12-01_82f9825_colocated_events.json`): the operator model prices the 8B verify's device time 2%
   short in the run (+83 to +91 us: its GEMMs, priced by the standalone fit) and the small draft's within 8 us; the
   host part of a chain step is the same at both sizes (75-88 us), of a serial one not (153-201 us at 8B / 1B against
@@ -301,7 +290,7 @@ def write_doc(path: Path, result: dict[str, Any]) -> None:
     lines = ["# Simulator validation against the runtime", "",
              f"Measured on {result.get('gpu') or '?'} (runs in `{result['runs']}`); compared {result['date']}, git "
              f"{result['git_sha']}; profile `{result['profile']}` ({result.get('profile_cost_model', '')}). "
-             f"Generated by `bench/validate.py compare`; raw numbers in `{result['json']}`.", "",
+             f"Generated by `calibration/validate.py compare`; raw numbers in `{result['json']}`.", "",
              "> Result files cited here as `bench/results/...` are in git history (commit 5ced2b87: `git show "
              "5ced2b87:bench/results/NAME`); those that figures, tests and validation read are in `data/measured/` "
              "(see its MANIFEST.json).", "",
@@ -330,6 +319,8 @@ def write_doc(path: Path, result: dict[str, Any]) -> None:
         lines += ["", f"Run-to-run spread of measured tokens/s between repeats of one configuration (max / min - 1, "
                       f"{noise['n']} configs): median {100 * noise['median']:.1f}%, max {100 * noise['max']:.1f}%; "
                       f"the measurement's own error floor."]
+    if "decision_agreement" in result:
+        lines += ["", *agreement_lines(result["decision_agreement"], "replayed acceptance")]
     rows = result.get("rows", [])
     diverged = [(r["name"], r["replay_divergences"]) for r in rows if r.get("replay_divergences")]
     if any("replay_divergences" in r for r in rows):

@@ -1,6 +1,6 @@
 """Where a runtime step's time goes beyond the simulator's device price (CPU, over measured run dirs).
 
-    python bench/span_split.py RUN_DIR [RUN_DIR ...] [--profile profiles/h200.json] [--out FILE]
+    python -m calibration.span_split RUN_DIR [RUN_DIR ...] [--profile profiles/h200.json] [--out FILE]
 
 For runs recorded with `trace.graph_events=true`, every replayed verify and expansion span carries its in-run
 device time (`gpu_replay_s`: CUDA events around the graph replay). Per (run, span kind, rows) this prints the medians

@@ -3,8 +3,8 @@
 The eager runtime measured 27-45 ms per Llama-3-8B verify step on an H200 against a 3.7 ms byte floor
 (docs/LOG.md, 2026-11-29): this script answers "host or device, which ops, how many launches" in one call.
 
-    python bench/profile_step.py --preset llama3-8b --dtype bfloat16 --backend triton --rows 8 --ctx 512
-    python bench/profile_step.py --preset tiny-llama --device cpu --backend reference     # CPU smoke run
+    python -m calibration.profile_step --preset llama3-8b --dtype bfloat16 --backend triton --rows 8 --ctx 512
+    python -m calibration.profile_step --preset tiny-llama --device cpu --backend reference     # CPU smoke run
 
 Prints: wall time per step (median of --reps, synchronised), device time per step (sum of kernel times),
 kernel launches per step, and the top ops by host (self CPU) time; writes the table + a Chrome trace

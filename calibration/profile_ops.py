@@ -1,7 +1,7 @@
 """Operator profiler for the simulator's calibration: time operator shapes on the GPU, write traces.
 
-    python bench/profile_ops.py --out runs/bench/profile_traces_<date>.jsonl [--budget-s 170]
-    python bench/profile_ops.py --device cpu --quick --out /tmp/t.jsonl      # smoke test of every code path
+    python -m calibration.profile_ops --out runs/bench/profile_traces_<date>.jsonl [--budget-s 170]
+    python -m calibration.profile_ops --device cpu --quick --out /tmp/t.jsonl      # smoke test of every code path
 
 A plain argparse script (no Hydra), so it runs on a bare GPU machine. Output: the trace file (JSON Lines of
 `conf.trace.TraceRecord`, one record per measured operator shape, `extra` = the features calibrate.py fits
@@ -13,7 +13,7 @@ each gets a share of `--budget-s`, unused time rolls over; the trace is rewritte
 |------------|-------------------------------------------|------------------------------------------------------------|
 | launch     | op.step_overhead kind launch|graph_replay | host cost of a tiny eager launch, of a 1-kernel graph replay|
 | gemm       | op.gemm                                   | every weight matrix of the presets, by the runtime's kernel|
-|            |                                           | (bench/runtime_kernels.py: cuBLAS, skinny, SwiGLU; `impl`) |
+|            |                                           | (runtime_kernels.py: cuBLAS, skinny, SwiGLU; `impl`)       |
 |            |                                           | (qkv, o, gate_up, down, lm_head) at TP shards 1..8, M in   |
 |            |                                           | {1, 4, 8, 16, 32, 64} (+ 256, 1024 at TP 1-2 for prefill)  |
 | gemm_fp8   | op.gemm with weight_bits 8                | the layer matrices whose `weight_bits=8` copies the runtime|
@@ -31,8 +31,8 @@ each gets a share of `--budget-s`, unused time rolls over; the trace is rewritte
 |            |                                           | eager                                                      |
 | step_graphs| op.step_graph                             | the same steps' CUDA graphs (graph steps only), profiled:  |
 |            |                                           | exposed time per kernel class (gemm, attention, other)     |
-|            |                                           | inside a replay, PDL overlap included (bench/graph_profile)|
-| comm       | op.allreduce (eager, graph), op.message,  | 2 GPUs, NCCL (bench/profile_comm.py, spawned ranks):       |
+|            |                                           | inside a replay, PDL overlap included (graph_profile.py)    |
+| comm       | op.allreduce (eager, graph), op.message,  | 2 GPUs, NCCL (profile_comm.py, spawned ranks):             |
 |            | op.p2p                                    | 16 B..16 MB eager and inside a CUDA graph; the runtime's    |
 |            |                                           | LeaderChannel ping-pong (one way = RTT / 2); raw send/recv  |
 
@@ -80,7 +80,7 @@ for _k, _v in NCCL_ENV.items():
 
 import torch  # noqa: E402
 
-from bench.runtime_kernels import gemm_call, graphs_kernels, runtime_gemm  # noqa: E402
+from calibration.runtime_kernels import gemm_call, graphs_kernels, runtime_gemm  # noqa: E402
 from conf.presets import MODEL_PRESETS, ModelShape, check_tp  # noqa: E402
 from conf.rundir import BENCH_DIR  # noqa: E402
 from conf.trace import TraceRecord, shapes_str, write_traces  # noqa: E402
@@ -98,7 +98,7 @@ ATTN_T = (1, 8, 16, 32, 64)  # 32: the 1B draft's w 32 expansion (128 query rows
 COMPACT_PRESETS = ("llama3-8b", "llama3.2-1b")
 COMPACT_N = (1, 4, 16, 64)
 STEP_WARMUP, STEP_REPS = 3, 10  # host-timed calls: warm-up, then the median of these repetitions
-# The steps section's plan and its worker loops live in bench/profile_steps.py.
+# The steps section's plan and its worker loops live in calibration/profile_steps.py.
 SHARES = {"launch": 2, "gemm": 50, "gemm_fp8": 15, "attention": 35, "compaction": 6, "steps": 75, "step_graphs": 40,
           "comm": 32}
 """Relative share of the time budget per section (unused time rolls over to the later sections). Steps had 45 until
@@ -113,7 +113,7 @@ QUICK = {  # --quick (CPU smoke test): tiny shapes, few repetitions
     "compact_presets": ("tiny-llama",), "compact_n": (1, 8),
     "step_plan": (("tiny-llama", (1, 4), (2,)), ("tiny-llama-draft", (1,), (2,))), "step_ctx": (40,),
 }
-# The comm section's sizes and its rank function live in bench/profile_comm.py.
+# The comm section's sizes and its rank function live in calibration/profile_comm.py.
 ROTATE_BYTES, MAX_COPIES = 256 << 20, 64  # graph timing: operand copies cycled per measurement (> 4 x L2)
 
 
@@ -450,15 +450,15 @@ def section_compaction(p: Profiler) -> None:
 
 
 def section_steps(p: Profiler) -> None:
-    """Whole runtime steps on random-weight models (bench/profile_steps.py)."""
-    from bench.profile_steps import run_steps
+    """Whole runtime steps on random-weight models (calibration/profile_steps.py)."""
+    from calibration.profile_steps import run_steps
 
     run_steps(p)
 
 
 def section_step_graphs(p: Profiler) -> None:
-    """The steps' CUDA graphs profiled: exposed time per kernel class inside a replay (bench/profile_steps.py)."""
-    from bench.profile_steps import GRAPH_REPS, run_steps
+    """The steps' CUDA graphs profiled: exposed time per kernel class inside a replay (calibration/profile_steps.py)."""
+    from calibration.profile_steps import GRAPH_REPS, run_steps
 
     run_steps(p, graph_reps=GRAPH_REPS)
 
@@ -548,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.comm_worker:
-        from bench.profile_comm import comm_worker
+        from calibration.profile_comm import comm_worker
 
         return comm_worker(args.comm_worker, args.device, args.quick)
 

@@ -1,6 +1,6 @@
 """The acceptance family: positional tables from three interpretable parameters, weak draft to strong.
 
-A positional table (simulator/acceptance.py) gives `p[d][r]`, the probability that the target's next token is
+A positional table (policy/acceptance.py) gives `p[d][r]`, the probability that the target's next token is
 the draft's rank-r child of a correct node at depth d. The family writes it through the **miss survival**
 S_d(r): the probability that the target's token is not among the draft's top r children,
 

@@ -1,10 +1,10 @@
-"""bench/profile_step.py on CPU: a tiny model's step is timed, profiled and written."""
+"""calibration/profile_step.py on CPU: a tiny model's step is timed, profiled and written."""
 
 from __future__ import annotations
 
 import json
 
-from bench.profile_step import main
+from calibration.profile_step import main
 
 
 def test_profile_step_on_cpu_writes_a_summary(tmp_path):

@@ -1,11 +1,11 @@
-"""bench/sim_vs_bench.py: the simulator against a recorded runtime benchmark (workload a at 954a1bf, 2 x H200)."""
+"""calibration/sim_vs_bench.py: the simulator against a recorded runtime benchmark (workload a at 954a1bf, 2 x H200)."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from bench.sim_vs_bench import main, parse_shape
+from calibration.sim_vs_bench import main, parse_shape
 from conf.rundir import MEASURED_DIR
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,7 +77,7 @@ def test_draft_rows_without_an_oracle_need_an_acceptance_table(tmp_path):
 def test_a_run_without_the_prefill_switch_is_simulated_with_eager_prefills():
     """The results' recorded kernels config decides kernels.prefill_graph: absent (runs before the switch) means the
     eager prefill those runs had; none recorded adds nothing (the workload's kernels group decides)."""
-    from bench.sim_vs_bench import row_overrides
+    from calibration.sim_vs_bench import row_overrides
 
     wl = {"model": "smollm2", "parallel": "1x1", "kernels": "graphs", "max_new_tokens": 16}
     row = {"mode": "autoregressive", "spec": ""}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conf.schema import AcceptanceConfig
-from simulator.acceptance import (
+from policy.acceptance import (
     BEYOND_TABLE,
     PositionalAcceptance,
     ReplayAcceptance,

@@ -1,4 +1,4 @@
-"""The steps section of bench/profile_ops.py: whole runtime steps on random-weight models.
+"""The steps section of calibration/profile_ops.py: whole runtime steps on random-weight models.
 
 Per preset of STEP_PLAN and prefix length of STEP_CTX: `TargetWorker` verify steps (forward + verdict + KV
 keep) at each verify width, and `DraftWorker` expansions at each draft width with the async loop's
@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from bench.profile_ops import STEP_REPS, STEP_WARMUP, Profiler, _random_parents, choose_attention_backend
-from bench.runtime_kernels import STEP_SWITCHES, graphs_kernels
+from calibration.profile_ops import STEP_REPS, STEP_WARMUP, Profiler, _random_parents, choose_attention_backend
+from calibration.runtime_kernels import STEP_SWITCHES, graphs_kernels
 from conf.presets import MODEL_PRESETS
 
 # (preset, verify rows, expand widths): the validation pair's shapes plus other presets for the step fit. The 1B
@@ -179,10 +179,10 @@ GRAPH_REPS = 5
 
 
 def _emit_graph_profile(p: Profiler, graph: Any, reps: int, *, rows: int, ctx: int, **labels: Any) -> None:
-    """Profile `reps` replays of a worker's StepGraph (bench/graph_profile.py: each kernel's exposed time) and emit an
+    """Profile `reps` replays of a worker's StepGraph (graph_profile.py: each kernel's exposed time) and emit an
     `op.step_graph` record: seconds = the replay's span, extra = the exposed and own time and calls per operator class
     (gemm, attention, other; `graph_profile.kernel_class`) and `labels` (kind, preset, kv_len, backend)."""
-    from bench.graph_profile import class_totals, profile_graph
+    from calibration.graph_profile import class_totals, profile_graph
 
     if graph is None:
         raise RuntimeError("step_graphs: the worker has no CUDA graph to profile")

@@ -1,8 +1,8 @@
-"""bench/validation_doc.py: the method text names where the profile's runtime block was fitted."""
+"""calibration/validation_doc.py: the method text names where the profile's runtime block was fitted."""
 
 from __future__ import annotations
 
-from bench.validation_doc import method_text
+from calibration.validation_doc import method_text
 
 
 def test_held_out_item_names_the_fitted_configurations_and_their_folder():

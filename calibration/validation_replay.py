@@ -1,6 +1,6 @@
 """A measured runtime run as a simulator run: its config with the profile and a replay of its verify outcomes
 (`sim_config`), the belief the replayed tree grows by (`replay_belief_of`), and the draft ranks of runs recorded
-before iterations.csv had its `ranks` column (`with_oracle_ranks`). Used by bench/validate.py compare."""
+before iterations.csv had its `ranks` column (`with_oracle_ranks`). Used by calibration/validate.py compare."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def sim_config(config: Any, profile: str | None, settings: dict[str, float], acc
     if acceptance_file is not None:
         if cfg.acceptance.kind == "positional" and cfg.acceptance.file is not None:
             # the replay takes the file field: keep the run's table inline (replay_belief=table grows by it)
-            from simulator.acceptance import load_acceptance
+            from policy.acceptance import load_acceptance
 
             cfg.acceptance.positional = load_acceptance(cfg.acceptance, 1).raw
         # the replay file replaces the report: its domain (acceptance.domain) went into the inline table above
@@ -50,8 +50,8 @@ def with_oracle_ranks(run_dir: Path, config: Any, measured: dict[str, Any], out_
     oracle drew, reconstructed from the run's seed (runtime.oracle.reconstruct_ranks, with the multinomial draws
     of those runs: the ranks column is older than the uniform draws), as a replay JSON `out_dir/<run>.json`; None
     when the run has ranks, is not such a run, or its stream does not match."""
+    from policy.acceptance import read_replay_csv
     from runtime.oracle import MULTINOMIAL, reconstruct_ranks
-    from simulator.acceptance import read_replay_csv
 
     if not measured.get("oracle") or config.acceptance.kind != "positional" or config.spec.mode == "autoregressive":
         return None  # (an autoregressive run never draws from the oracle, whatever spec.oracle says)

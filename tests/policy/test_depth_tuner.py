@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import SimpleNamespace
 
 import pytest
 
-from runtime.controller import DepthTuner
+from policy.depth_tuner import DepthTuner
 
-LEADER = SimpleNamespace(is_leader=True, group_size=1)
 SETTLE = DepthTuner.SKIP + DepthTuner.WARMUP + 2 * DepthTuner.TRIAL + 4
 """Rounds after which a steady run has chosen its d (skipped, warm-up and both candidates' trials, and slack)."""
 
@@ -49,7 +47,7 @@ def drive(tuner: DepthTuner, clock: FakeClock, rounds: int, verify: Callable[[in
 
 def make(d_max: int | None = None, fixed: int | None = None) -> tuple[DepthTuner, FakeClock]:
     clock = FakeClock()
-    return DepthTuner(fixed, LEADER, d_max=d_max, clock=clock), clock
+    return DepthTuner(fixed, d_max=d_max, clock=clock), clock
 
 
 def test_steady_times_give_r_or_r_plus_one():
@@ -96,7 +94,7 @@ def test_unbounded_by_default():
 
 def test_d_max_must_be_positive():
     with pytest.raises(ValueError):
-        DepthTuner(None, LEADER, d_max=0)
+        DepthTuner(None, d_max=0)
 
 
 def test_fixed_d_is_taken_as_given():
@@ -147,13 +145,26 @@ def test_retunes_once_when_round_time_drifts():
     assert tuner.chosen in (30, 31) and used[-1] == tuner.chosen
 
 
-def test_non_leader_collects_nothing():
-    tuner = DepthTuner(None, SimpleNamespace(is_leader=False, group_size=1), d_max=8, clock=FakeClock())
+def test_non_leader_collects_nothing_and_takes_the_leaders_d():
+    shared: list[int] = []
+
+    def share(d: int) -> int:  # the group's broadcast: this rank offers 0, the leader's 5 comes back
+        shared.append(d)
+        return 5
+
+    tuner = DepthTuner(None, d_max=8, clock=FakeClock(), leader=False, share=share)
     for k in range(10):
         tuner.sent(new_request=k == 0)
+        assert tuner.shared_d() == 5
         tuner.expanded(0.01)
         tuner.received(2)
     assert tuner._verify_s == [] and tuner._expand_s == [] and tuner.chosen is None
+    assert shared == [0] * 10
+
+
+def test_a_non_leader_without_share_is_refused():
+    with pytest.raises(ValueError, match="not its group's leader needs `share`"):
+        DepthTuner(None, leader=False)
 
 
 @pytest.mark.parametrize("alternate", [False, True])

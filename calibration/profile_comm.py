@@ -1,4 +1,4 @@
-"""The comm section of bench/profile_ops.py: collectives and messages between 2 ranks.
+"""The comm section of calibration/profile_ops.py: collectives and messages between 2 ranks.
 
 `comm_worker` (the `--comm-worker` subprocess of profile_ops.py) spawns 2 ranks with `runtime.launch`; both
 run `comm_rank`, the same calls in the same order, and rank 0 appends one JSON row per measurement to a file
@@ -155,7 +155,7 @@ def comm_worker(rows_path: str, device: str, quick: bool) -> int:
     cfg = ExperimentConfig(parallel=ParallelConfig(target_gpus=1, draft_gpus=1, device=device, timeout_s=60.0),
                            spec=SpecConfig(mode="autoregressive"), run_name="profile_comm")
     cfg.validate()
-    import bench.profile_comm as this  # spawned ranks import the rank function by module name
+    import calibration.profile_comm as this  # spawned ranks import the rank function by module name
 
     launch(partial(this.comm_rank, rows_path=rows_path, quick=quick), freeze(cfg))
     return 0

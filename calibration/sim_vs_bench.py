@@ -1,19 +1,19 @@
 """The simulator against a runtime benchmark (CPU): simulate every row of our runtime in a `bench/bench_runtime.py`
 results file with a profile, and compare tokens/s, iteration and verify time, accepted length.
 
-    python bench/sim_vs_bench.py data/measured/runtime_shape_realistic_<date>_<sha>.json [more files ...]
+    python -m calibration.sim_vs_bench data/measured/runtime_shape_realistic_<date>_<sha>.json [more files ...]
         [--profile profiles/h200.json] [--requests 4] [--seeds 3] [--acceptance smollm2] [--max-new-tokens N]
         [--out FILE]
 
 Each of our rows (system swiftspec, status ok) becomes one simulation per seed (`workload.seed` 0..seeds-1), of the
 results file's workload (model, prompt length, new tokens, kernels, its experiment overrides: e.g. the acceptance
 table the oracle was fed) with `--requests` requests, in the row's mode and shape (chain gamma; bs, w, d of the
-trees; an async d auto runs the runtime's DepthTuner, `sim.d_rule=runtime`, as bench/validate.py compare does).
+trees; an async d auto runs the runtime's DepthTuner, `sim.d_rule=runtime`, as calibration/validate.py compare does).
 The medians over the seeds are compared with the measured medians. Peers' rows are skipped: the simulator models
 our runtime only. So are draft rows of a run without the acceptance oracle (the real pair) unless `--acceptance`
 names a table for them; the prompt length is the measured prompts' mean.
 
-Unlike bench/validate.py compare, which replays a measured run's own verify outcomes, this draws acceptance from
+Unlike calibration/validate.py compare, which replays a measured run's own verify outcomes, this draws acceptance from
 the table: it checks the profile on the benchmark's workload (e.g. workload a's 1K-token prompts, which no
 validation run has) and the acceptance model together. Writes a JSON (git SHA, date, profile, every row) and
 prints a table.
@@ -33,8 +33,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from bench.validate import error_summary, relative_error  # noqa: E402
-from bench.validation_doc import fmt, pct  # noqa: E402
+from calibration.compare import error_summary, relative_error  # noqa: E402
+from calibration.report import fmt, pct  # noqa: E402
 from conf import compose_config  # noqa: E402
 from conf.rundir import BENCH_DIR, atomic_write_json, git_sha  # noqa: E402
 

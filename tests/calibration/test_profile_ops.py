@@ -1,4 +1,4 @@
-"""bench/profile_ops.py on CPU: the operator sweep's code paths, and the graph-timing helpers."""
+"""calibration/profile_ops.py on CPU: the operator sweep's code paths, and the graph-timing helpers."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench import profile_ops as P
-from bench import runtime_kernels as R
+from calibration import profile_ops as P
+from calibration import runtime_kernels as R
 from conf.presets import MODEL_PRESETS
 from tests.tolerances import assert_close
 
@@ -69,7 +69,7 @@ def test_graph_steps_run_the_kernels_graphs_config():
     """Graph-mode steps stand for the kernels=graphs runtime: its skinny / pdl switches, read from the YAML."""
     import yaml
 
-    from bench.runtime_kernels import graphs_kernels
+    from calibration.runtime_kernels import graphs_kernels
     from conf.schema import KernelsConfig
 
     data = yaml.safe_load(Path("conf/kernels/graphs.yaml").read_text())
@@ -178,7 +178,7 @@ def test_graph_steps_give_each_role_its_kernels(monkeypatch):
     """A verify step is timed with the target's kernels (kernels.target_qkv_rope: the QKV GEMM does RoPE + the KV
     write), an expansion with the draft's (the fused RoPE attention, the fused head), as the Engine builds them."""
     import runtime.fused_decode
-    from bench import profile_steps as S
+    from calibration import profile_steps as S
 
     class FakeModel:
         shape = MODEL_PRESETS["tiny-llama"]

@@ -44,9 +44,9 @@ import math
 from bisect import bisect_right
 from typing import Any
 
-from conf.paths import resolve_path  # noqa: F401 (re-exported: the one rule for data paths)
-from conf.schema import AcceptanceConfig, check_scale, max_scale  # noqa: F401 (max_scale re-exported)
-from simulator.acceptance_family import family_table
+from conf.paths import resolve_path
+from conf.schema import AcceptanceConfig, check_scale
+from policy.acceptance_family import family_table
 
 BELIEF_FLOOR = 1.0e-6
 """Smallest probability the draft's belief assigns to a ranked child (keeps log finite)."""
