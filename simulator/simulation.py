@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import simpy
@@ -54,7 +54,7 @@ from simulator.processes import (
     verify_proposals,
 )
 from simulator.profile import Profile, ProfileError, load_profile, runtime_bound
-from simulator.records import Event, Tally
+from simulator.records import Event, IterationRow, Tally
 from simulator.stores import MessageStore
 from simulator.tree import TreeStates
 
@@ -306,7 +306,7 @@ class Simulation:
         self._seed = (config.seed, wl.seed)
         self._children: dict[tuple[tuple[int, ...], tuple[int, ...]], dict[tuple[int, int], int]] = {}
         self.tally = Tally()
-        self.rows: list[list[Any]] = []
+        self.rows: list[IterationRow] = []
         self.row_base: list[int] = []
         self.events: list[Event] = []
         self.env = simpy.Environment()
