@@ -62,7 +62,7 @@ def decode_autoregressive(sim: Simulation) -> Generator[Any, Any, None]:
             if record:
                 events.append(Event("step.verify", "target", t0, dt, req, it, 1, ctx))
             yield env.timeout(dt)
-            rows.append(IterationRow(req, it, t0, t0 + dt, dt, 0.0, 0.0, 0, 1))
+            rows.append(IterationRow(req, it, t0, t0 + dt, dt, 0.0, 0.0, 0, 1))  # no messages, no wait; 1 token
             ctx += 1
             tally.verify_s += dt
             tally.target_busy_s += dt
