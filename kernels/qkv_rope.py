@@ -167,6 +167,47 @@ def _block_k(t: int, k: int, block_half: int, elem_bytes: int, num_stages: int) 
     return bk
 
 
+def _check_x(x: torch.Tensor) -> tuple[int, int]:
+    """x [T, K]: 2-d, T <= MAX_M, floating point, contiguous last dim. Returns (T, K)."""
+    if x.dim() != 2:
+        raise ValueError(f"{FN}: x must be 2-d [T, K], got {tuple(x.shape)}")
+    t, k = x.shape
+    if t > MAX_M:
+        raise ValueError(f"{FN}: x has T={t} rows, more than MAX_M={MAX_M} (use the two-kernel path with cuBLAS)")
+    if not x.dtype.is_floating_point:
+        raise ValueError(f"{FN}: x must be floating point, got {x.dtype}")
+    if x.stride(-1) != 1:
+        raise ValueError(f"{FN}: x needs a contiguous last dim")
+    return t, k
+
+
+def _check_w_qkv(w_qkv: torch.Tensor, x: torch.Tensor, num_heads: int, num_kv_heads: int, d: int) -> None:
+    """w_qkv [(Hq + 2 Hkv) * D, K] of x's dtype and device, contiguous last dim."""
+    n, k = (num_heads + 2 * num_kv_heads) * d, x.shape[1]
+    if w_qkv.dim() != 2 or tuple(w_qkv.shape) != (n, k):
+        raise ValueError(f"{FN}: w_qkv must be [(Hq + 2 Hkv) * D, K] = [({num_heads} + 2 * {num_kv_heads}) * {d}, "
+                         f"{k}] = [{n}, {k}], got {tuple(w_qkv.shape)}")
+    if w_qkv.dtype != x.dtype:
+        raise ValueError(f"{FN}: w_qkv dtype {w_qkv.dtype} must match x's {x.dtype}")
+    if w_qkv.stride(-1) != 1:
+        raise ValueError(f"{FN}: w_qkv needs a contiguous last dim")
+    if w_qkv.device != x.device:
+        raise ValueError(f"{FN}: w_qkv is on {w_qkv.device}, x on {x.device}")
+
+
+def _tiles(t: int, k: int, half: int, elem_bytes: int, num_stages: int, block_k: int | None) -> tuple[int, int]:
+    """(BLOCK_HALF, BLOCK_K): a program's chunk of the D/2 rotation pairs (PAIR_SPLIT chunks per head, masked up to
+    a power of two >= MIN_DOT), and the K tile: `block_k` as given (checked), else `_block_k`."""
+    if isinstance(PAIR_SPLIT, bool) or PAIR_SPLIT not in (1, 2, 4):
+        raise ValueError(f"kernels.qkv_rope.PAIR_SPLIT: expected 1, 2 or 4, got {PAIR_SPLIT!r}")
+    block_half = max(MIN_DOT, triton.next_power_of_2(triton.cdiv(half, PAIR_SPLIT)))
+    if block_k is None:
+        block_k = _block_k(t, k, block_half, elem_bytes, num_stages)
+    elif not isinstance(block_k, int) or block_k < MIN_DOT or block_k & (block_k - 1):
+        raise ValueError(f"{FN}: block_k must be a power of two >= {MIN_DOT}, got {block_k!r}")
+    return block_half, block_k
+
+
 def qkv_rope_kv_write(
     x: torch.Tensor,
     w_qkv: torch.Tensor,
@@ -203,40 +244,17 @@ def qkv_rope_kv_write(
     Returns:
         q [T, Hq, D]: ``q_out`` if given, else a new contiguous tensor of x's dtype.
     """
-    if x.dim() != 2:
-        raise ValueError(f"{FN}: x must be 2-d [T, K], got {tuple(x.shape)}")
-    t, k = x.shape
-    if t > MAX_M:
-        raise ValueError(f"{FN}: x has T={t} rows, more than MAX_M={MAX_M} (use the two-kernel path with cuBLAS)")
-    if not x.dtype.is_floating_point:
-        raise ValueError(f"{FN}: x must be floating point, got {x.dtype}")
-    if x.stride(-1) != 1:
-        raise ValueError(f"{FN}: x needs a contiguous last dim")
+    t, k = _check_x(x)
     d = check_rope_operands(FN, t, x.device, positions, inv_freq, k_cache, v_cache, write_slots, num_heads,
                             num_kv_heads)
-    n = (num_heads + 2 * num_kv_heads) * d
-    if w_qkv.dim() != 2 or tuple(w_qkv.shape) != (n, k):
-        raise ValueError(f"{FN}: w_qkv must be [(Hq + 2 Hkv) * D, K] = [({num_heads} + 2 * {num_kv_heads}) * {d}, "
-                         f"{k}] = [{n}, {k}], got {tuple(w_qkv.shape)}")
-    if w_qkv.dtype != x.dtype:
-        raise ValueError(f"{FN}: w_qkv dtype {w_qkv.dtype} must match x's {x.dtype}")
-    if w_qkv.stride(-1) != 1:
-        raise ValueError(f"{FN}: w_qkv needs a contiguous last dim")
-    if w_qkv.device != x.device:
-        raise ValueError(f"{FN}: w_qkv is on {w_qkv.device}, x on {x.device}")
+    _check_w_qkv(w_qkv, x, num_heads, num_kv_heads, d)
     q_out = q_out_buffer(FN, q_out, t, num_heads, d, x.dtype, x.device)
     for name, v in (("num_warps", num_warps), ("num_stages", num_stages)):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"{FN}: {name} must be a positive int, got {v!r}")
     check_role(FN, pdl_role)
-    if isinstance(PAIR_SPLIT, bool) or PAIR_SPLIT not in (1, 2, 4):
-        raise ValueError(f"kernels.qkv_rope.PAIR_SPLIT: expected 1, 2 or 4, got {PAIR_SPLIT!r}")
     half = d // 2
-    block_half = max(MIN_DOT, triton.next_power_of_2(triton.cdiv(half, PAIR_SPLIT)))
-    if block_k is None:
-        block_k = _block_k(t, k, block_half, x.element_size(), num_stages)
-    elif not isinstance(block_k, int) or block_k < MIN_DOT or block_k & (block_k - 1):
-        raise ValueError(f"{FN}: block_k must be a power of two >= {MIN_DOT}, got {block_k!r}")
+    block_half, block_k = _tiles(t, k, half, x.element_size(), num_stages, block_k)
     if t == 0:
         return q_out
 

@@ -6,7 +6,7 @@ the metrics (metrics.py contract), and writes into `run_dir` (conf.rundir, atomi
 
     config.json        resolved config + meta (git SHA, seed, date, command, device "sim:<gpu>", oracle false)
     metrics.json/.csv  the metrics contract
-    iterations.csv     per-iteration breakdown (conf/rundir.py ITERATION_COLUMNS; records.py: its cells)
+    iterations.csv     per-iteration breakdown (conf/rundir.py ITERATION_COLUMNS; records.IterationRow: its cells)
     traces.jsonl       conf.trace records: step.prefill / step.verify / step.expand / step.reroot (groups
                        target, draft) and msg.proposal / msg.verified (group link)   [trace.enabled]
     chrome_trace.json  the same as a Chrome / Perfetto trace                          [trace.chrome]

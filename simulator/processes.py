@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from conf.messages import DraftProposal, VerifiedPath
-from simulator.records import DRAFT_IDLE, EXPAND, HIT, REFILLS, REROOT
+from simulator.records import Event, IterationRow
 
 if TYPE_CHECKING:
     from collections.abc import Generator
@@ -51,7 +51,7 @@ def decode_autoregressive(sim: Simulation) -> Generator[Any, Any, None]:
     for req in range(sim.num_requests):
         pf = cost.prefill_s(sim.prompt_tokens - 1)
         if record:
-            events.append(("step.prefill", "target", env.now, pf, req, -1, sim.prompt_tokens - 1, 0))
+            events.append(Event("step.prefill", "target", env.now, pf, req, -1, sim.prompt_tokens - 1, 0))
         yield env.timeout(pf)
         tally.prefill_s += pf
         tally.target_busy_s += pf
@@ -60,9 +60,9 @@ def decode_autoregressive(sim: Simulation) -> Generator[Any, Any, None]:
             t0 = env.now
             dt = cost.forward_s(1, ctx + 1)
             if record:
-                events.append(("step.verify", "target", t0, dt, req, it, 1, ctx))
+                events.append(Event("step.verify", "target", t0, dt, req, it, 1, ctx))
             yield env.timeout(dt)
-            rows.append([req, it, t0, t0 + dt, dt, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 1, None, None])
+            rows.append(IterationRow(req, it, t0, t0 + dt, dt, 0.0, 0.0, 0, 1))  # no messages, no wait; 1 token
             ctx += 1
             tally.verify_s += dt
             tally.target_busy_s += dt
@@ -85,7 +85,7 @@ def verify_proposals(sim: Simulation) -> Generator[Any, Any, None]:
         uniforms = sim.uniforms(req)
         pf = cost.prefill_s(sim.prompt_tokens - 1)
         if record:
-            events.append(("step.prefill", "target", env.now, pf, req, -1, sim.prompt_tokens - 1, 0))
+            events.append(Event("step.prefill", "target", env.now, pf, req, -1, sim.prompt_tokens - 1, 0))
         yield env.timeout(pf)
         tally.prefill_s += pf
         tally.target_busy_s += pf
@@ -102,14 +102,13 @@ def verify_proposals(sim: Simulation) -> Generator[Any, Any, None]:
             tv = tf + tk
             before = tk if sim.colocated else 0.0  # a separate draft group takes the path before the keep
             if record:
-                events.append(("step.verify", "target", t1, tv, req, it, n, ctx))
+                events.append(Event("step.verify", "target", t1, tv, req, it, n, ctx))
             yield env.timeout(tf + host + before)  # the verify, then taking the proposal + sending the path (host)
             emit = min(accepted + 1, max_new - emitted)
             emitted += emit
             ctx += accepted + 1
             stop = emitted >= max_new
-            rows.append([req, it, t0, t1 + tv + host, tv, 0.0, 0.0, message_s, t1 - t0, 0.0, accepted,
-                         accepted + 1, None, None])
+            rows.append(IterationRow(req, it, t0, t1 + tv + host, tv, message_s, t1 - t0, accepted, accepted + 1))
             put(VerifiedPath(req, it, (proposal.token_ids[0], *ranks), nodes, stop))
             if tk - before:
                 yield env.timeout(tk - before)
@@ -172,51 +171,103 @@ def _expand_s(sim: Simulation, n: int, ctx: int, expanded: int, grown: int, lone
     return sum(times)
 
 
+def _first_proposal(sim: Simulation, req: int) -> Generator[Any, Any, int]:
+    """A request's start on the async draft: prefill, grow a fresh tree to bs nodes (its root expanded alone),
+    send the first proposal. Returns the tree."""
+    env, tally, trees = sim.env, sim.tally, sim.trees
+    trees.maybe_trim()
+    ctx = sim.prompt_tokens - 1
+    pf = sim.draft_cost.prefill_s(ctx)
+    sid, n = trees.refill(0, sim.bs)
+    tx = _expand_s(sim, n, ctx, 0, trees.num_expanded(sid), lone=True)
+    busy = pf + tx + sim.tree_op_s
+    if sim.record_events:
+        sim.events.append(Event("step.prefill", "draft", env.now, pf, req, -1, ctx, 0))
+        sim.events.append(Event("step.expand", "draft", env.now + pf, tx, req, -1, n * sim.w, ctx))
+    yield env.timeout(busy)
+    tally.draft_busy_s += busy
+    tally.draft_forwards += n
+    tally.expand_s += tx
+    _send(sim, sid, req, 0)
+    return sid
+
+
+def _expand_d(sim: Simulation, sid: int, ctx: int) -> tuple[int, int, float]:
+    """A round's d expansions while the verify runs (d from the DepthTuner under sim.d_rule=runtime):
+    (the tree, its forwards, their seconds)."""
+    e0 = sim.trees.num_expanded(sid)
+    sid, n = sim.trees.expand(sid, sim.d if sim.tuner is None else sim.tuner.shared_d())
+    return sid, n, _expand_s(sim, n, ctx, e0, sim.trees.num_expanded(sid) - e0)
+
+
+def _expand_until_verified(sim: Simulation, sid: int, req: int, it: int,
+                           ctx: int) -> Generator[Any, Any, tuple[int, int, float]]:
+    """spec.d=poll: one expansion at a time while no verified path is in the inbox and the tree has room:
+    (the tree, its forwards, their seconds)."""
+    env, tally, trees, inbox = sim.env, sim.tally, sim.trees, sim.draft_inbox
+    te, n = 0.0, 0
+    while not inbox.items:
+        e0 = trees.num_expanded(sid)
+        sid, k = trees.expand(sid, 1)
+        if not k:
+            break
+        t1 = _expand_s(sim, 1, ctx, e0, trees.num_expanded(sid) - e0)
+        if sim.record_events:
+            sim.events.append(Event("step.expand", "draft", env.now, t1, req, it, sim.w, ctx))
+        yield env.timeout(t1)
+        tally.draft_busy_end_s = env.now
+        te, n = te + t1, n + 1
+    tally.polled_expansions += n
+    tally.polled_rounds += 1
+    return sid, n, te
+
+
+def _reroot_and_refill(sim: Simulation, sid: int, ranks: tuple[int, ...], ctx: int,
+                       row: IterationRow) -> tuple[int, float, float]:
+    """The async draft on a verified path (its draft `ranks`, `row` its verify's): re-root, refill to bs nodes,
+    and price both: tree bookkeeping + the KV compaction, then the refill's forwards (the compaction runs before
+    the refill's first forward, or after the send when no refill is needed, as the runtime's DraftWorker defers
+    it). Fills the row's draft fields and the tally, records the events. Returns (the tree, seconds until the
+    next proposal leaves, seconds after it: the deferred compaction)."""
+    trees, tally = sim.trees, sim.tally
+    old, (sid, hit, kept) = sid, trees.reroot(sid, ranks)
+    pending = not hit and trees.pending(old, ranks)  # a hit never leaves one
+    e0, lone = trees.num_expanded(sid), trees.size(sid) == 1
+    sid, n = trees.refill(sid, sim.bs)
+    deferred = n == 0 and not sim.colocated  # no refill: the proposal leaves before the compaction
+    tc = _compaction_s(sim, kept + len(ranks), deferred)
+    tr = sim.tree_op_s + tc
+    tx = _expand_s(sim, n, ctx, e0, trees.num_expanded(sid) - e0, lone, pending)
+    if sim.record_events:
+        now, req, it = sim.env.now, row.request, row.iteration
+        sim.events.append(Event("step.reroot", "draft", now, tr, req, it, kept, ctx))
+        if n:
+            sim.events.append(Event("step.expand", "draft", now + tr, tx, req, it, n * sim.w, ctx))
+    row.expand_s += tx
+    row.reroot_s, row.hit, row.refills = tr, hit, n
+    tally.reroots += 1
+    tally.hits += hit
+    tally.draft_forwards += n
+    tally.expand_s += tx
+    tally.draft_busy_s += tr + tx
+    late = tc if deferred else 0.0
+    return sid, tr - late + tx, late
+
+
 def grow_tree_async(sim: Simulation) -> Generator[Any, Any, None]:
     """Draft group of async_tree: keep expanding while the target verifies; re-root on each result."""
-    env, tally, rows, events, trees = sim.env, sim.tally, sim.rows, sim.events, sim.trees
-    get, record, d, bs, w = sim.draft_inbox.get, sim.record_events, sim.d, sim.bs, sim.w
-    inbox, poll = sim.draft_inbox, sim.poll
-    expand, refill, reroot, num_expanded = trees.expand, trees.refill, trees.reroot, trees.num_expanded
+    env, tally, rows, events, get, w = sim.env, sim.tally, sim.rows, sim.events, sim.draft_inbox.get, sim.w
     for req in range(sim.num_requests):
-        trees.maybe_trim()
-        ctx = sim.prompt_tokens - 1
-        pf = sim.draft_cost.prefill_s(ctx)
-        sid, n = refill(0, bs)
-        tx = _expand_s(sim, n, ctx, 0, num_expanded(sid), lone=True)
-        busy = pf + tx + sim.tree_op_s
-        if record:
-            events.append(("step.prefill", "draft", env.now, pf, req, -1, ctx, 0))
-            events.append(("step.expand", "draft", env.now + pf, tx, req, -1, n * w, ctx))
-        yield env.timeout(busy)
-        tally.draft_busy_s += busy
-        tally.draft_forwards += n
-        tally.expand_s += tx
-        _send(sim, sid, req, 0)
-        it = 0
+        sid = yield from _first_proposal(sim, req)
+        ctx, it = sim.prompt_tokens - 1, 0
         while True:
-            if poll:  # one expansion at a time while no verified path has arrived (and the tree has room)
-                te, n = 0.0, 0
-                while not inbox.items:
-                    e0 = num_expanded(sid)
-                    sid, k = expand(sid, 1)
-                    if not k:
-                        break
-                    t1 = _expand_s(sim, 1, ctx, e0, num_expanded(sid) - e0)
-                    if record:
-                        events.append(("step.expand", "draft", env.now, t1, req, it, w, ctx))
-                    yield env.timeout(t1)
-                    tally.draft_busy_end_s = env.now
-                    te, n = te + t1, n + 1
-                tally.polled_expansions += n
-                tally.polled_rounds += 1
+            if sim.poll:
+                sid, n, te = yield from _expand_until_verified(sim, sid, req, it, ctx)
             else:
-                e0 = num_expanded(sid)
-                sid, n = expand(sid, d if sim.tuner is None else sim.tuner.shared_d())
-                te = _expand_s(sim, n, ctx, e0, num_expanded(sid) - e0)
+                sid, n, te = _expand_d(sim, sid, ctx)
                 if te:
-                    if record:
-                        events.append(("step.expand", "draft", env.now, te, req, it, n * w, ctx))
+                    if sim.record_events:
+                        events.append(Event("step.expand", "draft", env.now, te, req, it, n * w, ctx))
                     yield env.timeout(te)
                     tally.draft_busy_end_s = env.now
             t0 = env.now
@@ -224,8 +275,7 @@ def grow_tree_async(sim: Simulation) -> Generator[Any, Any, None]:
             if sim.tuner is not None:
                 sim.tuner.received(len(msg.node_indices))  # accepted + bonus, as the runtime's
             row = rows[sim.row_base[req] + it]
-            row[EXPAND] = te
-            row[DRAFT_IDLE] = env.now - t0
+            row.expand_s, row.draft_idle_s = te, env.now - t0
             tally.draft_forwards += n
             tally.expand_s += te
             tally.draft_busy_s += te
@@ -233,29 +283,8 @@ def grow_tree_async(sim: Simulation) -> Generator[Any, Any, None]:
                 break
             ranks = msg.token_ids[1:]
             ctx += len(ranks)
-            old, (sid, hit, kept) = sid, reroot(sid, ranks)
-            pending = not hit and trees.pending(old, ranks)  # a hit never leaves one
-            e0, lone = num_expanded(sid), trees.size(sid) == 1
-            sid, n = refill(sid, bs)
-            deferred = n == 0 and not sim.colocated  # no refill: the proposal leaves before the compaction
-            tc = _compaction_s(sim, kept + len(ranks), deferred)
-            tr = sim.tree_op_s + tc
-            tx = _expand_s(sim, n, ctx, e0, num_expanded(sid) - e0, lone, pending)
-            if record:
-                events.append(("step.reroot", "draft", env.now, tr, req, it, kept, ctx))
-                if n:
-                    events.append(("step.expand", "draft", env.now + tr, tx, req, it, n * w, ctx))
-            late = tc if deferred else 0.0
-            yield env.timeout(tr - late + tx)
-            row[EXPAND] = te + tx
-            row[REROOT] = tr
-            row[HIT] = hit
-            row[REFILLS] = n
-            tally.reroots += 1
-            tally.hits += hit
-            tally.draft_forwards += n
-            tally.expand_s += tx
-            tally.draft_busy_s += tr + tx
+            sid, busy, late = _reroot_and_refill(sim, sid, ranks, ctx, row)
+            yield env.timeout(busy)
             it += 1
             _send(sim, sid, req, it)
             if late:
@@ -274,7 +303,7 @@ def grow_tree_serial(sim: Simulation) -> Generator[Any, Any, None]:
         ctx = sim.prompt_tokens - 1
         pf = sim.draft_cost.prefill_s(ctx)
         if record:
-            events.append(("step.prefill", "draft", env.now, pf, req, -1, ctx, 0))
+            events.append(Event("step.prefill", "draft", env.now, pf, req, -1, ctx, 0))
         yield env.timeout(pf)
         tally.draft_busy_s += pf
         sid, it, tr, tc, deferred, pending = 0, 0, sim.tree_op_s, 0.0, False, False  # first round: a fresh tree
@@ -285,8 +314,8 @@ def grow_tree_serial(sim: Simulation) -> Generator[Any, Any, None]:
             tx = _expand_s(sim, n + n2, ctx, e0, trees.num_expanded(sid) - e0, lone, pending)
             if record:
                 if it > 0:
-                    events.append(("step.reroot", "draft", env.now, tr, req, it - 1, 0, ctx))
-                events.append(("step.expand", "draft", env.now + tr, tx, req, it, (n + n2) * w, ctx))
+                    events.append(Event("step.reroot", "draft", env.now, tr, req, it - 1, 0, ctx))
+                events.append(Event("step.expand", "draft", env.now + tr, tx, req, it, (n + n2) * w, ctx))
             late = tc if deferred else 0.0  # no forward this round: the proposal leaves before the compaction
             yield env.timeout(tr - late + tx)
             tally.draft_busy_s += tr + tx
@@ -294,7 +323,7 @@ def grow_tree_serial(sim: Simulation) -> Generator[Any, Any, None]:
             tally.expand_s += tx
             if it > 0:  # this round re-rooted on verify it - 1 and built the proposal of verify it
                 row = rows[sim.row_base[req] + it - 1]
-                row[EXPAND], row[REROOT], row[REFILLS] = tx, tr, n2
+                row.expand_s, row.reroot_s, row.refills = tx, tr, n2
             _send(sim, sid, req, it)
             if late:
                 yield env.timeout(late)
@@ -302,7 +331,7 @@ def grow_tree_serial(sim: Simulation) -> Generator[Any, Any, None]:
             t0 = env.now
             msg = yield get()
             row = rows[sim.row_base[req] + it]
-            row[DRAFT_IDLE] = env.now - t0
+            row.draft_idle_s = env.now - t0
             if msg.stop:
                 break
             ranks = msg.token_ids[1:]
@@ -315,7 +344,7 @@ def grow_tree_serial(sim: Simulation) -> Generator[Any, Any, None]:
             tc = _compaction_s(sim, kept + len(ranks), deferred)
             tr = sim.tree_op_s + tc
             if count_hits:
-                row[HIT] = hit
+                row.hit = hit
                 tally.reroots += 1
                 tally.hits += hit
             it += 1
@@ -329,6 +358,6 @@ def carry_messages(sim: Simulation, inbox: MessageStore, outbox: MessageStore, d
         msg = yield inbox.get()
         if delay_s > 0.0:
             if record:
-                events.append((name, "link", env.now, delay_s, msg.request_id, msg.iteration, 0, 0))
+                events.append(Event(name, "link", env.now, delay_s, msg.request_id, msg.iteration, 0, 0))
             yield env.timeout(delay_s)
         outbox.put(msg)

@@ -1,39 +1,86 @@
-"""What a simulation records: running totals (`Tally`), per-iteration rows and step events.
+"""What a simulation records: running totals (`Tally`), one `IterationRow` per verify and step `Event`s.
 
-Hot-path rule: processes append plain lists and tuples here; `TraceRecord` objects, CSV rows and metric
-dicts are built once at the end (metrics.py, `to_trace_records`).
+Hot-path rule: processes append rows and events here (slotted types built from positional arguments);
+`TraceRecord` objects, CSV rows and metric dicts are built once at the end (metrics.py, `to_trace_records`).
 
-Iteration row (`ITERATION_COLUMNS`, one per verify; AR: one per forward). Times in seconds:
-
-- start_s: the target starts waiting for this iteration's proposal (end of its previous verify or prefill);
-  end_s: the verify ends. Rows of a request tile the target's timeline after its prefill;
-- verify_s: the target forward (+ its KV compaction); target_idle_s = end_s - start_s - verify_s;
-- expand_s, reroot_s, draft_idle_s, hit: the draft's round that follows this verify's proposal: the draft
-  forwards after sending it (overlapping the verify in async_tree) and the refill after re-rooting, the
-  re-root + selection + KV compaction, the wait for the verified path, whether its bonus token was already
-  a tree node (empty for autoregressive and chain, and for the last verify of a request);
-- message_s: this proposal's delay + its verified path's delay;
-- accepted: draft tokens accepted; emitted: accepted + bonus, before the stop at max_new_tokens truncates
-  the last verify of a request (as the runtime's iterations.csv; `generated_tokens` is after truncation);
-- refills: the draft forwards the next proposal waited for after this verify's re-root (the refill to bs nodes;
-  a chain's gamma forwards); empty for autoregressive runs and a request's last verify.
-
-Event tuple: (name, group, start_s, duration_s, request, iteration, tokens, ctx).
+`IterationRow` holds the cells of iterations.csv (`ITERATION_COLUMNS` without `ranks`: the runtime's verified
+draft ranks, written empty by the simulator). The target writes a row when its verify ends; the draft fills in
+its round's fields when that verify's path arrives and when it has re-rooted on it.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from conf.rundir import ITERATION_COLUMNS
 from conf.trace import TraceRecord
 
-(REQUEST, ITERATION, START, END, VERIFY, EXPAND, REROOT, MESSAGE, TARGET_IDLE, DRAFT_IDLE, ACCEPTED, EMITTED,
- HIT, REFILLS) = range(len(ITERATION_COLUMNS) - 1)
-"""Row indices (a row holds no `ranks`: the runtime's verified draft ranks, written empty by the simulator)."""
 
-Event = tuple[str, str, float, float, int, int, int, int]
+@dataclass(slots=True)
+class IterationRow:
+    """One verify (autoregressive: one forward), a row of iterations.csv. Times in seconds.
+
+    Rows of a request tile the target's timeline after its prefill. The target builds the row when its verify
+    ends, from its own fields (the first nine, positional in the hot path); the draft fields that follow describe
+    the draft's round after this verify's proposal and keep their defaults for autoregressive runs (hit and
+    refills also for chain runs and a request's last verify). CSV order: `to_dict`.
+    """
+
+    request: int
+    iteration: int
+    start_s: float
+    """The target starts waiting for this iteration's proposal (end of its previous verify or prefill)."""
+    end_s: float
+    """The verify ends."""
+    verify_s: float
+    """The target forward (+ its KV compaction); target_idle_s = end_s - start_s - verify_s."""
+    message_s: float
+    """This proposal's delay + its verified path's delay."""
+    target_idle_s: float
+    accepted: int
+    """Draft tokens accepted."""
+    emitted: int
+    """accepted + bonus, before the stop at max_new_tokens truncates the last verify of a request (as the
+    runtime's iterations.csv; `Tally.generated_tokens` is after truncation)."""
+    expand_s: float = 0.0
+    """The draft forwards after sending the proposal (overlapping the verify in async_tree) and the refill after
+    re-rooting on this verify's path."""
+    reroot_s: float = 0.0
+    """The re-root + selection + KV compaction."""
+    draft_idle_s: float = 0.0
+    """The draft's wait for the verified path."""
+    hit: bool | None = None
+    """Whether the bonus token was already a tree node (None: no re-root)."""
+    refills: int | None = None
+    """The draft forwards the next proposal waited for after this verify's re-root (the refill to bs nodes; a
+    chain's gamma forwards); None for autoregressive runs and a request's last verify."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row keyed by ITERATION_COLUMNS, in their order (ranks: ''; hit: 0/1, refills: a count, or '' where
+        they do not apply)."""
+        out = {c: "" if c == "ranks" else getattr(self, c) for c in ITERATION_COLUMNS}
+        out["hit"] = "" if self.hit is None else int(self.hit)
+        out["refills"] = "" if self.refills is None else int(self.refills)
+        return out
+
+
+class Event(NamedTuple):
+    """One span on a group's timeline: a step (group target / draft) or a message in flight (group link)."""
+
+    name: str
+    """step.prefill | step.verify | step.expand | step.reroot | msg.proposal | msg.verified."""
+    group: str
+    start_s: float
+    duration_s: float
+    request: int
+    iteration: int
+    """-1: the prefill and the first proposal's growth."""
+    tokens: int
+    """Query rows of the step (expand: forwards x w; reroot: kept tokens; 0 for messages)."""
+    ctx: int
+    """Context (KV) tokens before the step."""
 
 
 class Tally:
@@ -68,23 +115,16 @@ class Tally:
         self.polled_rounds = 0
 
 
-def iteration_dicts(rows: list[list[Any]]) -> list[dict[str, Any]]:
-    """Rows as dicts keyed by ITERATION_COLUMNS (hit: 0/1, refills: a count, or '' where they do not apply)."""
-    out = []
-    for row in rows:
-        d = dict(zip(ITERATION_COLUMNS[:HIT], row))
-        d["hit"] = "" if row[HIT] is None else int(row[HIT])
-        d["ranks"] = ""
-        d["refills"] = "" if row[REFILLS] is None else int(row[REFILLS])
-        out.append(d)
-    return out
+def iteration_dicts(rows: list[IterationRow]) -> list[dict[str, Any]]:
+    """Rows as dicts keyed by ITERATION_COLUMNS, in order (`IterationRow.to_dict`)."""
+    return [row.to_dict() for row in rows]
 
 
 def to_trace_records(events: list[Event], run_id: str, device: str, tp: dict[str, int]) -> list[TraceRecord]:
     """Events as conf.trace records (group target / draft / link; the request id in `extra`)."""
     return [
-        TraceRecord(name=name, shapes="", tp=tp.get(group, 1), ctx=ctx, device=device, start_s=start,
-                    duration_s=dur, run_id=run_id, group=group, rank=0, iteration=it, tokens=tokens,
-                    extra=json.dumps({"request": req}))
-        for name, group, start, dur, req, it, tokens, ctx in events
+        TraceRecord(name=e.name, shapes="", tp=tp.get(e.group, 1), ctx=e.ctx, device=device, start_s=e.start_s,
+                    duration_s=e.duration_s, run_id=run_id, group=e.group, rank=0, iteration=e.iteration,
+                    tokens=e.tokens, extra=json.dumps({"request": e.request}))
+        for e in events
     ]

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import simpy
@@ -57,7 +57,7 @@ from simulator.processes import (
     verify_proposals,
 )
 from simulator.profile import Profile, ProfileError, load_profile, runtime_bound
-from simulator.records import Event, Tally
+from simulator.records import Event, IterationRow, Tally
 from simulator.stores import MessageStore
 from simulator.tree import TreeStates
 
@@ -148,98 +148,127 @@ def leader_transport(config: ExperimentConfig) -> str:
     return "unix" if node_of_rank(0, gpn) == node_of_rank(par.target_gpus, gpn) else "dist"
 
 
-def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Costs:
-    """The cost model the config describes: analytic prior, with a fitted profile where one is configured.
-
-    `profile` (already loaded) replaces `sim.profile`. Its `runtime` block, where present, adds the runtime
-    loop's fitted host costs: per target forward, per draft forward, per verify's messages (target) and per
-    draft round (replacing `sim.tree_op_s`); the last two only with a separate draft group. A config whose runtime
-    loop has its own entry in the block (`runtime.loops`, `predicates.loop_shape`: colocated, chain) takes that entry's
-    costs in place of the top-level ones (`runtime_costs_for`). A TP > 1 target's verify also carries its in-group
-    verdict broadcast (one message).
-    """
-    gpu = GPU_PRESETS[config.hardware.gpu]
-    ic = config.interconnect
+def _checked_profile(config: ExperimentConfig, profile: Profile | None) -> Profile | None:
+    """The profile to price with: `profile` if given, else `sim.profile` loaded; None: the analytic prior. A
+    ProfileError when it was measured on another GPU than `hardware.gpu`."""
     if profile is None and config.sim.profile:
         profile = load_profile(resolve_path(config.sim.profile))
     if profile is not None and profile.gpu != config.hardware.gpu:
         raise ProfileError(f"{profile.path}: hardware.gpu: profile measured on {profile.gpu!r} but "
                            f"hardware.gpu={config.hardware.gpu!r}")
-    intra, cross = ic.links(config.hardware.gpu)  # "gpu": the GPU preset's own link
-    ops = Operators(gpu, LINK_PRESETS[intra], ic.allreduce, LINK_PRESETS[cross],
-                    ic.host_overhead_s, config.sim.step_overhead_s, config.kernels.cuda_graphs, profile,
-                    intra_name=intra, cross_name=cross)
-    fused = config.kernels.backend == "triton"
-    par = config.parallel
+    return profile
+
+
+def host_costs(config: ExperimentConfig, profile: Profile | None) -> dict[str, float]:
+    """The fitted runtime host costs the config's loop pays (`runtime_costs_for`; empty without a profile), after
+    the config's what-ifs: `sim.draft_host_scale` on the draft's, then `sim.runtime_delta`."""
     host = runtime_costs_for(profile, config) if profile is not None else {}
-    for key in DRAFT_HOST_KEYS:  # sim.draft_host_scale: a what-if on the draft's host time
+    for key in DRAFT_HOST_KEYS:
         if key in host:
             host[key] *= config.sim.draft_host_scale
     _apply_runtime_deltas(host, config.sim.runtime_delta.nonzero(), profile)
-    # A TP > 1 target's leader broadcasts every verdict (the verified path) to its group inside the verify
-    # (runtime/engine.py _verify; 0.18 ms per step in the H200 TP-2 runs of e92dbf1): charged as one
-    # leader-channel message of that size, the profiled operator of the same NCCL hop and host copies.
-    nbytes = message_bytes(proposal_nodes(config))  # a proposal or a verified path: the same fixed-size wire
-    verdict_s = ops.message_s(nbytes, par.target_gpus) if par.target_gpus > 1 else 0.0
-    # Chained autoregressive steps (the runtime queues step i + 1 before reading token i) have no host gap.
-    # A TP > 1 target's steps have their own host cost (the verdict decided on the leader, peers waiting for it).
+    return host
+
+
+def _target_step_extra_s(config: ExperimentConfig, host: dict[str, float]) -> float:
+    """The target's fitted host time per step beyond its operators, by loop shape. Chained autoregressive steps
+    (the runtime queues step i + 1 before reading token i) have no host gap of their own. A TP > 1 target's steps
+    have their own host cost (the verdict decided on the leader, peers waiting for it): without a TP fit, not the
+    one-GPU saving (a TP target's all-reduced projections stay cuBLAS); an autoregressive TP run has its own fit
+    when one was among the fit runs."""
     step_extra = host.get("step_extra_s", 0.0)
     if chained_autoregressive(config):
-        step_extra = host.get("ar_step_extra_s", 0.0)
-    elif par.target_gpus > 1:
-        # without a TP fit, not the one-GPU saving (a TP target's all-reduced projections stay cuBLAS)
+        return host.get("ar_step_extra_s", 0.0)
+    if config.parallel.target_gpus > 1:
         step_extra = host.get("tp_step_extra_s", max(step_extra, 0.0))
-        if config.spec.mode == "autoregressive":  # its own fit when an autoregressive TP run was among the fit runs
+        if config.spec.mode == "autoregressive":
             step_extra = host.get("tp_ar_step_extra_s", step_extra)
-    # the Triton backend's eager prefill (a group that does not replay its prefills, as the runtime decides) is
-    # host-bound: a floor of launches x host time
-    def prefill_launch_s(tp: int) -> float:
-        eager = not config.kernels.prefill_graph_for(tp)
-        return config.sim.eager_prefill_launch_s if fused and eager else 0.0
+    return step_extra
 
+
+def _prefill_launch_s(config: ExperimentConfig, tp: int) -> float:
+    """The launch floor of a group's prefill: the Triton backend's eager prefill (a group that does not replay its
+    prefills, as the runtime decides) is host-bound, launches x host time; 0 otherwise."""
+    eager = not config.kernels.prefill_graph_for(tp)
+    return config.sim.eager_prefill_launch_s if config.kernels.backend == "triton" and eager else 0.0
+
+
+def _draft_cost(config: ExperimentConfig, ops: Operators, host: dict[str, float]) -> GroupCost:
+    """The draft group's step costs: its model on draft_tp GPUs (the target's with draft_gpus = 0), the fitted
+    host time per draft forward (constant, per row, per real row), `sim.draft_device_scale`."""
+    assert config.model.draft is not None
+    tp = draft_tp(config)
+    return GroupCost(ops, model_preset(config.model.draft.preset), config.model.draft.weight_bits, tp,
+                     config.kernels.backend == "triton", extra_s=host.get("expand_extra_s", 0.0),
+                     extra_per_token_s=host.get("expand_extra_per_row_s", 0.0),
+                     extra_per_real_row_s=host.get("expand_extra_per_real_row_s", 0.0),
+                     prefill_launch_s=_prefill_launch_s(config, tp),
+                     kernels=GraphKernels("draft", False, config.kernels.rope_attention),
+                     device_scale=config.sim.draft_device_scale)
+
+
+def _cost_source(config: ExperimentConfig, profile: Profile | None, ops: Operators, host: dict[str, float],
+                 transport: str, has_draft: bool) -> str:
+    """`Costs.source`: analytic, or profile:<file> (+ runtime when its host costs apply), naming the operators that
+    fell back to the prior and the weight widths priced without a fit of their own."""
+    if profile is None:
+        return "analytic"
+    # the leader messages go one way: the other transport's operator is not used (a TP > 1 target's verdict
+    # broadcast is a dist message)
+    unused = {"message_unix"} if transport == "dist" else {"message"} if config.parallel.target_gpus == 1 else set()
+    prior = [op for op, src in ops.sources.items() if src == "analytic" and op not in unused]
+    source = (f"profile:{config.sim.profile or profile.path}" + (" + runtime" if host else "")
+              + (f" (analytic: {', '.join(prior)})" if prior else ""))
+    # narrower weights without a fit of their own (gemm_fp8 for 8 bits; 4 bits never) are priced by their bytes at
+    # the 16-bit fit's rate, which the runtime's fp8 draft step did not reach
+    narrow = [f"{role} {m.weight_bits}" for role, m in (("target", config.model.target),
+                                                          ("draft", config.model.draft if has_draft else None))
+              if m is not None and m.weight_bits != 16
+              and not (m.weight_bits == 8 and ops.sources["gemm_fp8"] == "profile")]
+    if narrow:
+        source += f" [weight bits {', '.join(narrow)}: GEMM bytes at the 16-bit fit's rate, not calibrated]"
+    return source
+
+
+def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Costs:
+    """The cost model the config describes: analytic prior, with a fitted profile where one is configured.
+
+    `profile` (already loaded) replaces `sim.profile`. Its `runtime` block, where present, adds the runtime
+    loop's fitted host costs (`host_costs`): per target forward, per draft forward, per verify's messages (target)
+    and per draft round (replacing `sim.tree_op_s`); the last two only with a separate draft group. A config whose
+    runtime loop has its own entry in the block (`runtime.loops`, `predicates.loop_shape`: colocated, chain) takes
+    that entry's costs in place of the top-level ones (`runtime_costs_for`). A TP > 1 target's verify also carries
+    its in-group verdict broadcast (one message).
+    """
+    profile = _checked_profile(config, profile)
+    ic, par, kcfg = config.interconnect, config.parallel, config.kernels
+    intra, cross = ic.links(config.hardware.gpu)  # "gpu": the GPU preset's own link
+    ops = Operators(GPU_PRESETS[config.hardware.gpu], LINK_PRESETS[intra], ic.allreduce, LINK_PRESETS[cross],
+                    ic.host_overhead_s, config.sim.step_overhead_s, kcfg.cuda_graphs, profile,
+                    intra_name=intra, cross_name=cross)
+    host = host_costs(config, profile)
+    # A TP > 1 target's leader broadcasts every verdict (the verified path) to its group inside the verify
+    # (runtime/engine.py _verify): charged as one leader-channel message of that size, the profiled operator of
+    # the same NCCL hop and host copies.
+    nbytes = message_bytes(proposal_nodes(config))  # a proposal or a verified path: the same fixed-size wire
+    verdict_s = ops.message_s(nbytes, par.target_gpus) if par.target_gpus > 1 else 0.0
     # which small kernels each group's captured steps launch (the in-graph step overhead counts them)
-    kcfg = config.kernels
     target = GroupCost(ops, model_preset(config.model.target.preset), config.model.target.weight_bits,
-                       par.target_gpus, fused, extra_s=step_extra, broadcast_s=verdict_s,
-                       prefill_launch_s=prefill_launch_s(par.target_gpus),
+                       par.target_gpus, kcfg.backend == "triton", extra_s=_target_step_extra_s(config, host),
+                       broadcast_s=verdict_s, prefill_launch_s=_prefill_launch_s(config, par.target_gpus),
                        kernels=GraphKernels("target", kcfg.target_qkv_rope and kcfg.skinny, kcfg.rope_attention))
-    draft = None
+    draft = _draft_cost(config, ops, host) if uses_draft(config) else None
     proposal_s = verified_s = 0.0
     transport = "dist"
-    if uses_draft(config):
-        assert config.model.draft is not None
-        draft = GroupCost(ops, model_preset(config.model.draft.preset), config.model.draft.weight_bits,
-                          draft_tp(config), fused, extra_s=host.get("expand_extra_s", 0.0),
-                          extra_per_token_s=host.get("expand_extra_per_row_s", 0.0),
-                          extra_per_real_row_s=host.get("expand_extra_per_real_row_s", 0.0),
-                          prefill_launch_s=prefill_launch_s(draft_tp(config)),
-                          kernels=GraphKernels("draft", False, kcfg.rope_attention),
-                          device_scale=config.sim.draft_device_scale)
-        if par.draft_gpus > 0:
-            transport = leader_transport(config)
-            proposal_s = ops.message_s(nbytes, par.target_gpus, transport)
-            verified_s = ops.message_s(nbytes, par.draft_gpus, transport)
     tree_op_s, verify_host_s = config.sim.tree_op_s, 0.0
-    if draft is not None and par.draft_gpus > 0:
+    if draft is not None and par.draft_gpus > 0:  # a separate draft group: messages between the two leaders
+        transport = leader_transport(config)
+        proposal_s = ops.message_s(nbytes, par.target_gpus, transport)
+        verified_s = ops.message_s(nbytes, par.draft_gpus, transport)
         tree_op_s = host.get("draft_round_s", tree_op_s)
         verify_host_s = host.get("verify_message_s", 0.0)
-    source = "analytic"
-    if profile is not None:
-        # the leader messages go one way: the other transport's operator is not used (a TP > 1 target's verdict
-        # broadcast is a dist message)
-        unused = {"message_unix"} if transport == "dist" else {"message"} if par.target_gpus == 1 else set()
-        prior = [op for op, src in ops.sources.items() if src == "analytic" and op not in unused]
-        source = (f"profile:{config.sim.profile or profile.path}" + (" + runtime" if host else "")
-                  + (f" (analytic: {', '.join(prior)})" if prior else ""))
-        # narrower weights without a fit of their own (gemm_fp8 for 8 bits; 4 bits never) are priced by their bytes at
-        # the 16-bit fit's rate, which the runtime's fp8 draft step did not reach (BENCHMARKS_RUNTIME, 28th section)
-        narrow = [f"{role} {m.weight_bits}" for role, m in (("target", config.model.target),
-                                                              ("draft", config.model.draft if draft else None))
-                  if m is not None and m.weight_bits != 16
-                  and not (m.weight_bits == 8 and ops.sources["gemm_fp8"] == "profile")]
-        if narrow:
-            source += f" [weight bits {', '.join(narrow)}: GEMM bytes at the 16-bit fit's rate, not calibrated]"
-    return Costs(target, draft, proposal_s, verified_s, tree_op_s, source, verify_host_s,
+    return Costs(target, draft, proposal_s, verified_s, tree_op_s,
+                 _cost_source(config, profile, ops, host, transport, draft is not None), verify_host_s,
                  host.get("keep_s"), host.get("compact_s"))
 
 
@@ -304,7 +333,7 @@ class Simulation:
         self._seed = (config.seed, wl.seed)
         self._children: dict[tuple[tuple[int, ...], tuple[int, ...]], dict[tuple[int, int], int]] = {}
         self.tally = Tally()
-        self.rows: list[list[Any]] = []
+        self.rows: list[IterationRow] = []
         self.row_base: list[int] = []
         self.events: list[Event] = []
         self.env = simpy.Environment()

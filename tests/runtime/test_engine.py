@@ -309,7 +309,6 @@ def test_recorded_ranks_let_the_simulator_replay_the_run_exactly(tmp_path):
 
     from conf.rundir import config_from_dict
     from conf.schema import freeze
-    from simulator.records import ACCEPTED, HIT, REFILLS
     from simulator.simulation import simulate
 
     acc = AcceptanceConfig(positional=[[0.7, 0.1, 0.05, 0.03, 0.02, 0.01, 0.01, 0.01]])
@@ -331,13 +330,13 @@ def test_recorded_ranks_let_the_simulator_replay_the_run_exactly(tmp_path):
     sim_cfg.workload.num_requests = 1
     sim_cfg.validate()
     sim = simulate(freeze(sim_cfg))
-    assert [r[ACCEPTED] for r in sim.rows] == [r["accepted"] for r in rows]
-    assert [bool(r[HIT]) for r in sim.rows] == [bool(r["hit"]) for r in rows]
+    assert [r.accepted for r in sim.rows] == [r["accepted"] for r in rows]
+    assert [bool(r.hit) for r in sim.rows] == [bool(r["hit"]) for r in rows]
     # `refills`: the forwards the next proposal waited for; every miss refills, so do hits on never-expanded
     # leaves, and the simulator's trees refill exactly when the runtime's did (none after the last verify)
     assert rows[-1]["refills"] is None and all(r["refills"] >= 1 for r in rows[:-1] if not r["hit"])
     assert any(r["hit"] and r["refills"] for r in rows)  # this narrow tree (w 2, d 1) refills after most hits
-    assert [r[REFILLS] for r in sim.rows] == [r["refills"] for r in rows]
+    assert [r.refills for r in sim.rows] == [r["refills"] for r in rows]
 
 
 def test_oracle_ranks_are_reconstructed_from_the_seed():

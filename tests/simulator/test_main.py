@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 
 import pytest
@@ -161,6 +162,11 @@ def test_iteration_columns_are_the_documented_contract():
     from simulator import records
 
     assert records.ITERATION_COLUMNS is ITERATION_COLUMNS
+    # the simulator's row holds every column but the runtime's `ranks`, and writes them in the contract's order
+    fields = {f.name for f in dataclasses.fields(records.IterationRow)}
+    assert fields == set(ITERATION_COLUMNS) - {"ranks"}
+    row = records.IterationRow(0, 0, 0.0, 1.0, 1.0, 0.0, 0.0, 0, 1)
+    assert tuple(row.to_dict()) == ITERATION_COLUMNS
     text = " ".join((REPO / "docs" / "CONTRACTS.md").read_text().split())
     documented = re.search(r"iterations\.csv: ([a-z_, ]+)\.", text)
     assert documented is not None, "docs/CONTRACTS.md: no 'iterations.csv: <columns>.' line"

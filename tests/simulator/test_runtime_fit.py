@@ -223,8 +223,8 @@ def test_serial_draft_refills_then_expands_d_more():
     forwards, + d = 2: 4 forwards per round (the old order, d then refill, ran 2)."""
     config = cfg(*BASE, "spec=serial_tree", "spec.bs=16", "spec.w=4", "spec.d=2", "acceptance.scale=0.0")
     sim = Simulation(config, build_costs(config)).run()
-    rounds = [e for e in sim.events if e[0] == "step.expand" and e[5] >= 1]
-    assert rounds and all(e[6] == 4 * 4 for e in rounds)  # tokens = forwards x w
+    rounds = [e for e in sim.events if e.name == "step.expand" and e.iteration >= 1]
+    assert rounds and all(e.tokens == 4 * 4 for e in rounds)  # tokens = forwards x w
 
 
 def test_expand_cost_line_in_w():
@@ -284,7 +284,7 @@ def test_d_rule_runtime_runs_the_runtimes_depth_tuner():
     config = cfg(*BASE, "spec=async_tree", "spec.d=auto", "sim.d_rule=runtime", "workload.max_new_tokens=256")
     sim = simulate(config)
     assert sim.tuner is not None and sim.tuner.chosen is not None and sim.d_used == sim.tuner.chosen
-    overlapped = [e[6] // sim.w for e in sim.events if e[0] == "step.expand" and e[5] >= 0][1::2]
+    overlapped = [e.tokens // sim.w for e in sim.events if e.name == "step.expand" and e.iteration >= 0][1::2]
     warm = DepthTuner.SKIP + DepthTuner.WARMUP
     assert overlapped[:warm] == [1] * warm and overlapped[-1] == sim.tuner.chosen
     with pytest.raises(Exception, match="sim.d_rule"):

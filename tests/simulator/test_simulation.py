@@ -9,7 +9,6 @@ import pytest
 
 from policy.acceptance import chain_accept_length
 from simulator.metrics import metrics_of
-from simulator.records import END, EXPAND, HIT, MESSAGE, REFILLS, REROOT, START, VERIFY
 from simulator.simulation import Simulation, build_costs, simulate
 from simulator.tree import TreeStates
 from tests.simulator.conftest import cfg, fixed_costs
@@ -38,7 +37,7 @@ def test_same_seed_gives_identical_metrics_and_event_log():
 def test_different_seed_changes_the_outcome():
     a = simulate(cfg(*SMALL))
     b = simulate(cfg(*SMALL, "seed=1"))
-    assert [r[10] for r in a.rows] != [r[10] for r in b.rows]
+    assert [r.accepted for r in a.rows] != [r.accepted for r in b.rows]
 
 
 def test_two_interleaved_simulations_do_not_interfere():
@@ -61,12 +60,12 @@ def test_conservation_tokens_busy_time_and_timeline(mode):
     expected = config.workload.num_requests * config.workload.max_new_tokens
     assert m["generated_tokens"] == expected
     # emitted is counted before the stop truncates each request's last verify (as in the runtime)
-    overshoot = sum(r[11] for r in sim.rows) - expected
+    overshoot = sum(r.emitted for r in sim.rows) - expected
     assert 0 <= overshoot < config.workload.num_requests * config.spec.bs
     for group, frac in m["busy_fraction"].items():
         assert frac is None or 0.0 < frac <= 1.0 + 1e-12, group
     # iteration rows tile the target's timeline after each prefill
-    assert sum(r[END] - r[START] for r in sim.rows) + sim.tally.prefill_s == pytest.approx(m["wall_s"], rel=1e-9)
+    assert sum(r.end_s - r.start_s for r in sim.rows) + sim.tally.prefill_s == pytest.approx(m["wall_s"], rel=1e-9)
     assert m["mean_accept_len"] >= 1.0
     assert sum(m["accept_len_hist"].values()) == m["iterations"]
 
@@ -147,10 +146,10 @@ def test_serial_iteration_is_verify_plus_draft_time():
     sim = Simulation(config, fixed_costs(verify_s=1e-2, expand_s=1e-3, message_s=5e-5, tree_op_s=2e-5)).run()
     checked = 0
     for prev, row in zip(sim.rows, sim.rows[1:]):
-        if row[0] != prev[0]:
+        if row.request != prev.request:
             continue  # first verify of a request: preceded by the draft's initial build
-        cycle = row[END] - row[START]
-        assert cycle == pytest.approx(row[VERIFY] + prev[EXPAND] + prev[REROOT] + row[MESSAGE], rel=1e-9)
+        cycle = row.end_s - row.start_s
+        assert cycle == pytest.approx(row.verify_s + prev.expand_s + prev.reroot_s + row.message_s, rel=1e-9)
         checked += 1
     assert checked > 10
 
@@ -192,7 +191,7 @@ def test_poll_expands_until_the_verified_path_arrives():
     # The target's cycle (verify end to verify end): the draft sends at 0 and expands at 0-3-6-9-12 ms; the
     # path arrives at 10.2 ms, mid-expansion, so the next proposal leaves at 12 ms: 4 expansions per cycle,
     # plus one refill expansion after a miss that left fewer than bs nodes.
-    cycles = sorted(row[END] - row[START] for prev, row in zip(sim.rows, sim.rows[1:]) if row[0] == prev[0])
+    cycles = sorted(row.end_s - row.start_s for prev, row in zip(sim.rows, sim.rows[1:]) if row.request == prev.request)
     assert cycles[0] == pytest.approx(4 * t_expand, rel=1e-9)
     assert cycles[-1] <= 5 * t_expand + 1e-9
 
@@ -219,7 +218,7 @@ def test_refill_graph_prices_a_lone_root_expansion_as_one_row(mode):
     draft's expansion time drops by no more than those forwards' w-row cost."""
     on, off = (simulate(cfg(*SMALL, *MODES[mode], f"kernels.refill_graph={v}")) for v in ("true", "false"))
     assert on.refill_graph and not off.refill_graph
-    assert [r[10] for r in on.rows] == [r[10] for r in off.rows]  # accepted per verify: the same draws
+    assert [r.accepted for r in on.rows] == [r.accepted for r in off.rows]  # accepted per verify: the same draws
     lone = on.tally.reroots + on.config.workload.num_requests  # lone roots: at most one per re-root and request
     work = on.config.workload
     w_row = off.draft_cost.forward_s(off.w, work.prompt_tokens + work.max_new_tokens + on.config.spec.max_tree_nodes,
@@ -242,7 +241,7 @@ def test_a_pending_token_adds_one_row_to_its_refill(mode, refill_graph, monkeypa
     monkeypatch.setattr(TreeStates, "pending",
                         lambda self, sid, ranks: pendings.append(real(self, sid, ranks)) or False)
     off = simulate(config)  # every refill priced without the pending row
-    assert [r[10] for r in on.rows] == [r[10] for r in off.rows]  # the same draws
+    assert [r.accepted for r in on.rows] == [r.accepted for r in off.rows]  # the same draws
     assert any(pendings)
     work, w = config.workload, on.w
     kv = work.prompt_tokens + work.max_new_tokens + config.spec.max_tree_nodes
@@ -273,15 +272,15 @@ def test_refills_count_the_forwards_each_next_proposal_waited_for(mode):
     without a draft."""
     sim = simulate(cfg(*SMALL, *MODES[mode]))
     rows = sim.rows
-    last = {r[0]: r[1] for r in rows}
+    last = {r.request: r.iteration for r in rows}
     if mode == "autoregressive":
-        assert all(r[REFILLS] is None for r in rows)
+        assert all(r.refills is None for r in rows)
         return
-    assert all((r[REFILLS] is None) == (r[1] == last[r[0]]) for r in rows)
-    done = [r for r in rows if r[REFILLS] is not None]
+    assert all((r.refills is None) == (r.iteration == last[r.request]) for r in rows)
+    done = [r for r in rows if r.refills is not None]
     if mode != "chain":
-        assert all(r[REFILLS] >= 1 for r in done if r[HIT] is False)
+        assert all(r.refills >= 1 for r in done if r.hit is False)
     if mode == "async_tree":
-        assert any(r[HIT] and r[REFILLS] == 0 for r in done) and any(r[HIT] is False for r in done)
+        assert any(r.hit and r.refills == 0 for r in done) and any(r.hit is False for r in done)
     if mode == "chain":  # a chain proposal is gamma fresh forwards, all of them refills
-        assert {r[REFILLS] for r in done} == {sim.config.spec.gamma}
+        assert {r.refills for r in done} == {sim.config.spec.gamma}
