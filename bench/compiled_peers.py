@@ -341,9 +341,11 @@ def step_stamps_processor(clock: Clock) -> Any:
     return StepStamps()
 
 
-def static_cache_generation(model: Any, eos_token_id: int | None, compile_cfg: Any, capacity: int) -> dict[str, Any]:
-    """In place: greedy decoding with our stop rule (bench.peers.set_greedy) on a static cache, `generate` compiling
-    the decode forward with `compile_cfg` (disabled: eager). Returns what was set (recorded in the row)."""
+def static_cache_generation(model: Any, eos_token_id: int | None, compile_cfg: Any, slots: int) -> dict[str, Any]:
+    """In place: greedy decoding with our stop rule (bench.peers.set_greedy) on a static cache of `slots` positions
+    where transformers lets one size serve every call (`max_cache_len`; else each call sizes it to its prompt + new
+    tokens), `generate` compiling the decode forward with `compile_cfg` (disabled: eager). Returns what was set
+    (recorded in the row)."""
     from transformers import CompileConfig
 
     from bench.peers import set_greedy
@@ -353,8 +355,8 @@ def static_cache_generation(model: Any, eos_token_id: int | None, compile_cfg: A
     gc.cache_implementation = "static"
     done: dict[str, Any] = {"cache_implementation": "static"}
     if hasattr(gc, "max_cache_len"):  # one cache size (and graph) for every prompt; newer transformers only
-        gc.max_cache_len = capacity
-        done["max_cache_len"] = capacity
+        gc.max_cache_len = slots
+        done["max_cache_len"] = slots
     if compile_cfg.enabled:
         cc = CompileConfig(fullgraph=compile_cfg.fullgraph, mode=compile_cfg.mode)
         if model.device.type != "cuda":
@@ -424,8 +426,9 @@ def apply_inductor_settings(compile_cfg: Any) -> None:
 
 
 def cache_slots(prompts: list[list[int]], max_new_tokens: int, capacity: int, gamma: int) -> int:
-    """Static cache size of the gptfast decoders: the longest request (within `capacity`) plus a chain verify's
-    lookahead (gamma + 1 rows past the last emitted position)."""
+    """Static cache size of the compiled peers: the longest request (within `capacity`) plus a chain verify's
+    lookahead (gamma + 1 rows past the last emitted position). gpt-fast sizes its cache to the request the same way;
+    attention reads every slot, so a cache sized to `capacity` would cost reads for nothing."""
     longest = max(len(p) + max_new(p, max_new_tokens, capacity) for p in prompts)
     return longest + gamma + 1
 
@@ -508,7 +511,7 @@ def run_compiled_phase(bc: Any, cfg: Any, prompts: list[list[int]], eos_token_id
                 raw["gamma"] = gamma
             else:
                 target = hf_model("target")
-                raw_setup = static_cache_generation(target, eos_token_id, bc.peer_compile, capacity)
+                raw_setup = static_cache_generation(target, eos_token_id, bc.peer_compile, slots)
                 assistant = None
                 if mode == "assisted":
                     from bench.peers import set_greedy
@@ -539,3 +542,55 @@ def run_compiled_phase(bc: Any, cfg: Any, prompts: list[list[int]], eos_token_id
         if on_result is not None:
             on_result(results)
     return results
+
+
+# ---- the short table of a `scripts/gpu.sh peers` call ---------------------------------------------------------------
+def summary(results: list[dict[str, Any]]) -> str:
+    """Markdown: per results JSON of bench/bench_runtime.py, its comparison table (ours against the compiled peers)
+    and one line per row: tok/s, decode time per output token, chain iteration, compile time, outputs, status."""
+    from bench.bench_runtime import comparison_table, peer_comparison
+
+    out = []
+    for res in results:
+        out += [f"### {res['workload']} ({res['device']}, git {res['git_sha'][:7]}, {res['date']})", ""]
+        out += [f"- note: {n}" for n in res.get("notes", [])]
+        out += ["", comparison_table(res["workload"], res.get("comparison") or peer_comparison(res["rows"])), "",
+                "| system | mode | tok/s | decode TPOT (ms) | iteration (ms) | floor fwd / iter (ms) | compile (s) | "
+                "outputs | status |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in res["rows"]:
+            def ms(x: float | None) -> str:
+                return "-" if x is None else f"{1e3 * x:.3f}"
+
+            floors = ms(r.get("byte_floor_s")) + (f" / {ms(r['iteration_floor_s'])}" if "iteration_floor_s" in r
+                                                   else "")
+            check = r["outputs_check"]["status"] if r.get("outputs_check") else "-"
+            status = r["status"] if r["status"] == "ok" else f"{r['status']}: {str(r.get('reason'))[:90]}"
+            tps = "-" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:.1f}"
+            compile_s = "-" if r.get("compile_s") is None else f"{r['compile_s']:.0f}"
+            mode = f"{r['mode']} ({r['spec']})" if r.get("spec") else r["mode"]
+            out.append(f"| {r['system']} | {mode} | {tps} | {ms(r.get('decode_tpot_s'))} | "
+                       f"{ms(r.get('iteration_time_s'))} | {floors} | {compile_s} | {check} | {status} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m bench.compiled_peers RESULTS.json ...`: print `summary` of the files (a missing one is named)."""
+    import argparse
+    import json
+    import sys
+    from pathlib import Path
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("results", nargs="*", type=Path, help="runtime_<preset>_<date>_<sha>.json files")
+    args = ap.parse_args(argv)
+    missing = [str(p) for p in args.results if not p.is_file()]
+    if missing:
+        print(f"compiled_peers: no such results file: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    print(summary([json.loads(p.read_text()) for p in args.results]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
