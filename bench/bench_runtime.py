@@ -15,8 +15,14 @@ Phases, in one process; a phase or system that fails becomes a row with its erro
    per mode `warmup_runs` short runs, then `repeats` measured ones. Rank 0 writes each mode's repeats (and a
    run dir per repeat) as it finishes; a failed launch is relaunched for the modes left.
 2. deepspeed: a second launch of `deepspeed_tp_size` target ranks (bench/peers.py `run_deepspeed`).
-3. transformers in this process (GPU 0 or CPU): greedy, then assisted with our draft; then every system's
-   tokens are checked against the greedy tokens (tie-aware, `bench.peers.check_outputs`).
+3. transformers in this process (GPU 0 or CPU): greedy, then assisted with our draft (eager, bench/peers.py).
+4. the compiled single-GPU peers in this process (bench/compiled_peers.py): our model decoded the gpt-fast way
+   (`gptfast_compiled`: autoregressive, chain at the chain mode's gamma), transformers' static cache + compiled forward
+   (`transformers_compiled`: greedy, assisted); their compile settings and warm-up (compile) time go in their rows.
+Then every system's tokens are checked against a greedy transformers run's (eager if it ran, else compiled;
+tie-aware, `bench.peers.check_outputs`). With compiled peers the result also holds `comparison` (`peer_comparison`:
+our autoregressive decode time per token against the best compiled peer's, our chain iteration against gptfast's, each
+with its byte floor) and its `comparison_table`.
 Every system decodes the same token-id prompts with the same stop rule (EOS of the tokenizer, or none for
 random weights, and `max_new_tokens`).
 

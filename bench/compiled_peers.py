@@ -417,6 +417,15 @@ def compile_record(compile_cfg: Any) -> dict[str, Any]:
     return rec
 
 
+def compile_counters() -> dict[str, int]:
+    """Process-wide dynamo / inductor counters a row records as its delta: graphs compiled, and compiled graphs that
+    run without CUDA graphs (`cudagraph_skips`: e.g. a mutated input without a static address; the log says why)."""
+    from torch._dynamo.utils import counters
+
+    return {"unique_graphs": int(counters["stats"]["unique_graphs"]),
+            "cudagraph_skips": int(counters["inductor"]["cudagraph_skips"])}
+
+
 def apply_inductor_settings(compile_cfg: Any) -> None:
     """Process-wide inductor settings of the compiled peers (set before their first compile)."""
     if compile_cfg.enabled:
@@ -497,6 +506,7 @@ def run_compiled_phase(bc: Any, cfg: Any, prompts: list[list[int]], eos_token_id
             results[key] = {"skipped": "the workload has no draft model"}
             continue
         print(f"[bench] {key}: warm-up (compiles) and {bc.repeats} repeats", flush=True)
+        before = compile_counters()
         try:
             if system == GPTFAST and mode == "autoregressive":
                 run = partial(decode_autoregressive, decoder("target"), capacity=capacity, eos=eos_token_id,
@@ -528,7 +538,8 @@ def run_compiled_phase(bc: Any, cfg: Any, prompts: list[list[int]], eos_token_id
                 raw["attn_implementation"] = target.config._attn_implementation
                 if mode == "assisted":
                     raw["gamma"] = gamma
-            raw["compile"] = record
+            after = compile_counters()
+            raw["compile"] = {**record, **{k: after[k] - before[k] for k in after}}
             if system == GPTFAST:
                 raw["cache_slots"] = slots
         except Exception as exc:  # reported as the row's reason; the benchmark goes on

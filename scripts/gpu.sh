@@ -280,7 +280,7 @@ peers() {
     else
       limit=${PEERS_REAL_S:-170} peer_list="[gptfast_compiled,transformers_compiled,transformers_compiled_assisted]"
       if ! bash scripts/assemble_gguf.sh > "$out/gguf.log" 2>&1; then
-        echo "real pair skipped: $(tail -1 "$out/gguf.log")" | tee "$out/peers_real_pair.log"
+        echo "- real pair skipped: $(tail -1 "$out/gguf.log")" | tee "$out/peers_real_pair.log" "$out/peers_notes.md"
         continue
       fi
     fi
@@ -295,7 +295,8 @@ peers() {
   done
   stage "summary"
   # shellcheck disable=SC2012
-  python3 -m bench.compiled_peers $(ls "$out"/runtime_*.json 2>/dev/null) > "$out/peers_table.md" 2>&1
+  { cat "$out/peers_notes.md" 2>/dev/null; python3 -m bench.compiled_peers $(ls "$out"/runtime_*.json 2>/dev/null); } \
+    > "$out/peers_table.md" 2>&1
   cat "$out/peers_table.md"
 }
 

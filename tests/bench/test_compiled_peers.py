@@ -151,6 +151,7 @@ def test_the_benchmark_measures_the_compiled_peers_beside_ours(tmp_path, capsys)
             assert r["outputs_check"]["status"] == "identical", (key, r["outputs_check"])
         if key[0] != B.OURS:
             assert r["compile"]["enabled"] is False and r["compile"]["mode"] == "reduce-overhead"
+            assert r["compile"]["unique_graphs"] == 0 and r["compile"]["cudagraph_skips"] == 0  # eager
             assert r["compile_s"] > 0
     for key in ((B.OURS, "chain"), ("gptfast_compiled", "chain")):
         assert rows[key]["spec"] == "gamma 4" and rows[key]["iteration_floor_s"] > rows[key]["byte_floor_s"]
