@@ -182,3 +182,25 @@ def test_compiled_gptfast_steps_give_the_eager_tokens(tiny):
     t, d = C.StaticDecoder(target, 64, cfg), C.StaticDecoder(draft, 64, cfg)
     assert C.decode_autoregressive(t, prompt, 12, 128, None, CLOCK)["tokens"] == want
     assert C.decode_chain(t, d, prompt, 12, 128, None, 4, CLOCK)["tokens"] == want
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(600)
+def test_compiled_gptfast_on_the_gpu_replays_cuda_graphs_and_gives_the_reference_tokens():
+    """On CUDA the compiled steps run as CUDA graphs (no skip: the cache is a static address), and the chain and
+    autoregressive decodes give the reference tokens (tiny pair, fp32: margins far above rounding)."""
+    target = build_model(model_preset("tiny-llama"), torch.float32, "cuda", seed=0)
+    draft = build_model(model_preset("tiny-llama-draft"), torch.float32, "cuda", seed=1)
+    prompt = torch.randint(0, target.shape.vocab_size, (24,), generator=torch.Generator().manual_seed(0)).tolist()
+    want = reference_decode(target, prompt, 24, 128)
+    cfg = PeerCompileConfig(coordinate_descent_tuning=False)
+    C.apply_inductor_settings(cfg)
+    before = C.compile_counters()
+    clock = C.Clock("cuda")
+    t, d = C.StaticDecoder(target, 64, cfg), C.StaticDecoder(draft, 64, cfg)
+    for _ in range(3):  # warm-up, recording, replay
+        assert C.decode_autoregressive(t, prompt, 24, 128, None, clock)["tokens"] == want
+        assert C.decode_chain(t, d, prompt, 24, 128, None, 4, clock)["tokens"] == want
+    after = C.compile_counters()
+    assert after["unique_graphs"] - before["unique_graphs"] == 3  # target 1 and 5 rows, draft 1 row
+    assert after["cudagraph_skips"] == before["cudagraph_skips"]
