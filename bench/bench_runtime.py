@@ -15,8 +15,14 @@ Phases, in one process; a phase or system that fails becomes a row with its erro
    per mode `warmup_runs` short runs, then `repeats` measured ones. Rank 0 writes each mode's repeats (and a
    run dir per repeat) as it finishes; a failed launch is relaunched for the modes left.
 2. deepspeed: a second launch of `deepspeed_tp_size` target ranks (bench/peers.py `run_deepspeed`).
-3. transformers in this process (GPU 0 or CPU): greedy, then assisted with our draft; then every system's
-   tokens are checked against the greedy tokens (tie-aware, `bench.peers.check_outputs`).
+3. transformers in this process (GPU 0 or CPU): greedy, then assisted with our draft (eager, bench/peers.py).
+4. the compiled single-GPU peers in this process (bench/compiled_peers.py): our model decoded the gpt-fast way
+   (`gptfast_compiled`: autoregressive, chain at the chain mode's gamma), transformers' static cache + compiled forward
+   (`transformers_compiled`: greedy, assisted); their compile settings and warm-up (compile) time go in their rows.
+Then every system's tokens are checked against a greedy transformers run's (eager if it ran, else compiled;
+tie-aware, `bench.peers.check_outputs`). With compiled peers the result also holds `comparison` (`peer_comparison`:
+our autoregressive decode time per token against the best compiled peer's, our chain iteration against gptfast's, each
+with its byte floor) and its `comparison_table`.
 Every system decodes the same token-id prompts with the same stop rule (EOS of the tokenizer, or none for
 random weights, and `max_new_tokens`).
 
@@ -55,9 +61,13 @@ register_bench_configs()
 OURS = "swiftspec"
 """System name of our runtime in the rows."""
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-ROW_METRICS = ("tokens_per_s", "time_per_output_token_s", "mean_accept_len", "iteration_time_s", "verify_time_s",
-               "expand_time_s", "generated_tokens", "wall_s")
-"""Per-repeat values a row reports as medians over its repeats."""
+ROW_METRICS = ("tokens_per_s", "time_per_output_token_s", "decode_tpot_s", "mean_accept_len", "iteration_time_s",
+               "verify_time_s", "expand_time_s", "generated_tokens", "wall_s")
+"""Per-repeat values a row reports as medians over its repeats. `time_per_output_token_s`: wall time (prefills
+included) / generated tokens; `decode_tpot_s`: (time of the last token - time of the first) / (n - 1) summed over the
+requests (`decode_tpot`; the compiled peers and ours only)."""
+SPEED_TARGET = 1.15
+"""Target of the compiled-peer comparison (`peer_comparison`): our time <= the best compiled peer's / 1.15."""
 
 
 @dataclass(frozen=True)
@@ -195,6 +205,8 @@ def run_modes(ctx: Any, cfg: Any, *, jobs: list[ModeJob], prompts: list[list[int
             decode(ctx, job.warmup_cfg, prompts, eos_token_id)
         reps = [decode(ctx, job.repeat_cfg(k), prompts, eos_token_id) for k in range(repeats)]
         if ctx.rank == 0:
+            for rep in reps:
+                rep["metrics"]["decode_tpot_s"] = decode_tpot(rep["iterations"], rep["outputs"])
             for k, rep in enumerate(reps):
                 cfg_k = job.repeat_cfg(k)
                 meta = run_meta(cfg_k.seed, f"bench/bench_runtime.py ({job.name} repeat {k})", rep["metrics"]["gpu"],
@@ -241,6 +253,18 @@ def run_ours(bc: BenchRuntimeConfig, jobs: list[ModeJob], prompts: list[list[int
     return results
 
 
+def decode_tpot(iterations: list[dict[str, Any]], outputs: list[list[int] | None]) -> float | None:
+    """Decode time per output token of one of our runs: per request, the end of its last iteration minus the end of
+    its first (which emits the first token), summed, over the sum of (tokens - 1). The iteration spans are the
+    host's (a token is known when it reaches the host), so host work per token is included."""
+    ends: dict[int, list[float]] = {}
+    for row in iterations:
+        ends.setdefault(int(row["request"]), []).append(float(row["end_s"]))
+    decode = sum(max(e) - min(e) for e in ends.values())
+    after_first = sum(len(o) - 1 for rid, o in enumerate(outputs) if o and rid in ends)
+    return decode / after_first if after_first > 0 else None
+
+
 # ---- rows, floors, tables --------------------------------------------------------------------------------
 def byte_floor(shape: ModelShape, dtype: str, ctx_tokens: float, tp: int, hbm_bytes_per_s: float) -> dict[str, Any]:
     """Lower bound of one target forward: every weight and the KV cache read once from HBM, over `tp` GPUs.
@@ -278,7 +302,11 @@ def make_row(system: str, mode: str, raw: dict[str, Any], *, gpus: int, tp: int,
     row["byte_floor_s"] = floor["floor_s"]
     row["measured_over_floor"] = row["per_forward_s"] / floor["floor_s"] if row["per_forward_s"] else None
     row["outputs_check"] = check
-    row["spec"] = spec_label(mode, reps[0]) if system == OURS and reps else ""
+    row["spec"] = spec_label(mode, reps[0]) if system == OURS and reps else (
+        f"gamma {raw['gamma']}" if "gamma" in raw else "")
+    for key in ("compile_s", "compile", "generation", "cache_slots"):  # the compiled peers'
+        if key in raw:
+            row[key] = raw[key]
     return row
 
 
@@ -293,8 +321,10 @@ def spec_label(mode: str, metrics: dict[str, Any]) -> str:
 
 
 def build_rows(bc: BenchRuntimeConfig, cfg: Any, prompts: list[list[int]], ours: dict[str, Any],
-               ds: dict[str, Any] | None, hf: dict[str, Any], checks: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every system's row, in table order: our modes, transformers, DeepSpeed."""
+               ds: dict[str, Any] | None, hf: dict[str, Any], checks: dict[str, Any],
+               compiled: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Every system's row, in table order: our modes, transformers, DeepSpeed, the compiled peers. Chain rows also
+    get `iteration_floor_s`: one target forward's floor + gamma draft forwards' (`chain_floor`)."""
     wl = bc.selected
     shape, dtype = model_preset(cfg.model.target.preset), cfg.model.target.dtype
     ctx_tokens = statistics.fmean(len(p) for p in prompts) + wl.max_new_tokens / 2
@@ -318,7 +348,67 @@ def build_rows(bc: BenchRuntimeConfig, cfg: Any, prompts: list[list[int]], ours:
         tp = bc.deepspeed_tp_size
         rows.append(make_row("deepspeed", f"autotp_tp{tp}", ds, gpus=tp, tp=tp, floor=floor(tp), oracle=False,
                              check=checks.get("deepspeed"), notes=peer_note))
+    for key, raw in (compiled or {}).items():
+        system, mode = key.split("/")
+        note = peer_note or (f"attention: {raw['attn_implementation']}" if "attn_implementation" in raw else "")
+        rows.append(make_row(system, mode, raw, gpus=1, tp=1, floor=floor(1), oracle=False, check=checks.get(key),
+                             notes=note))
+    draft = cfg.model.draft
+    for row in rows:
+        if row["mode"] == "chain" and draft is not None and row["target_tp"] == 1 and row["spec"].startswith("gamma"):
+            row["iteration_floor_s"] = chain_floor(row["byte_floor"], model_preset(draft.preset), draft.dtype,
+                                                   int(row["spec"].split()[1]))
     return rows
+
+
+def chain_floor(target_floor: dict[str, Any], draft_shape: ModelShape, draft_dtype: str, gamma: int) -> float:
+    """Lower bound of one chain iteration on one GPU: the target's verify forward (its weights and KV read once,
+    `target_floor`) plus gamma one-token draft forwards, each reading the draft's weights and its KV at the same
+    mean context."""
+    draft = byte_floor(draft_shape, draft_dtype, target_floor["ctx_tokens"], 1, target_floor["hbm_bytes_per_s"])
+    return target_floor["floor_s"] + gamma * draft["floor_s"]
+
+
+def peer_comparison(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Ours against the compiled peers on what does not depend on acceptance: autoregressive decode time per output
+    token against the best compiled peer's (gptfast autoregressive, transformers compiled greedy), and our chain
+    iteration against gptfast's compiled chain iteration. `speedup` = peer / ours; the target is `SPEED_TARGET`.
+    Measures a side lacks are None."""
+    by = {(r["system"], r["mode"]): r for r in rows if r["status"] == "ok"}
+
+    def entry(ours: dict[str, Any] | None, peers: list[tuple[str, str]], key: str, floor_key: str) -> dict[str, Any]:
+        cands = [(by[p][key], f"{p[0]}/{p[1]}") for p in peers if p in by and by[p].get(key)]
+        best = min(cands) if cands else None
+        ours_v = ours.get(key) if ours else None
+        speedup = best[0] / ours_v if best and ours_v else None
+        return {"ours_s": ours_v, "best_peer": best[1] if best else None, "best_peer_s": best[0] if best else None,
+                "peers_s": {name: v for v, name in cands}, "speedup": speedup, "target": SPEED_TARGET,
+                "met": None if speedup is None else speedup >= SPEED_TARGET,
+                "floor_s": (ours or by.get(peers[0], {})).get(floor_key),
+                "spec": (ours or by.get(peers[0], {})).get("spec", "")}
+
+    out = {"autoregressive_tpot": entry(by.get((OURS, "autoregressive")),
+                                        [("gptfast_compiled", "autoregressive"), ("transformers_compiled", "greedy")],
+                                        "decode_tpot_s", "byte_floor_s"),
+           "chain_iteration": entry(by.get((OURS, "chain")), [("gptfast_compiled", "chain")], "iteration_time_s",
+                                    "iteration_floor_s")}
+    out["tokens_per_s"] = {f"{r['system']}/{r['mode']}": r["tokens_per_s"] for r in rows if r["status"] == "ok"}
+    out["outputs"] = {f"{r['system']}/{r['mode']}": r["outputs_check"]["status"] for r in rows if r["outputs_check"]}
+    return out
+
+
+def comparison_table(workload: str, comparison: dict[str, Any]) -> str:
+    """The comparison as a short markdown table (one line per measure)."""
+    lines = [f"| {workload} | ours (ms) | best compiled peer (ms) | peer / ours (target >= {SPEED_TARGET}) | "
+             "floor (ms) |", "|---|---|---|---|---|"]
+    for name, label in (("autoregressive_tpot", "AR time per output token"), ("chain_iteration", "chain iteration")):
+        c = comparison[name]
+        label += f", {c['spec']}" if c.get("spec") else ""
+        peer = f"{_ms(c['best_peer_s'])} ({c['best_peer']})" if c["best_peer"] else "-"
+        met = "" if c["met"] is None else (" met" if c["met"] else " NOT met")
+        lines.append(f"| {label} | {_ms(c['ours_s'])} | {peer} | {_num(c['speedup'], 2)}{met} | "
+                     f"{_ms(c['floor_s'])} |")
+    return "\n".join(lines)
 
 
 def _ms(x: float | None) -> str:
@@ -329,19 +419,27 @@ def _num(x: float | None, digits: int = 1) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
+REFERENCES = (("transformers", "greedy"), ("transformers_compiled", "greedy"))
+"""Whose tokens the others are checked against: the first of these that ran (eager greedy, else the compiled one)."""
+
+
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     """The results table: medians over repeats; per-forward = the target's verify / decode forward."""
-    lines = ["| system | mode | GPUs | tok/s | TPOT (ms) | accept len | iteration (ms) | verify / fwd (ms) | "
-             "floor (ms) | meas / floor | outputs | status |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| system | mode | GPUs | tok/s | TPOT (ms) | decode TPOT (ms) | accept len | iteration (ms) | "
+             "verify / fwd (ms) | floor (ms) | meas / floor | outputs | status |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     has_checks = any(r["outputs_check"] for r in rows)
+    reference = next((f"{r['system']}/{r['mode']}" for r in rows if r["status"] == "ok" and
+                      (r["system"], r["mode"]) in REFERENCES), None)
     for r in rows:
         check = r["outputs_check"]["status"] if r["outputs_check"] else ("oracle" if r["oracle"] else "-")
-        if (r["system"], r["mode"]) == ("transformers", "greedy") and has_checks:
+        if f"{r['system']}/{r['mode']}" == reference and has_checks:
             check = "reference"
         mode = f"{r['mode']} ({r['spec']})" if r["spec"] else r["mode"]
         status = r["status"] if r["status"] == "ok" else f"{r['status']}: {str(r.get('reason')).splitlines()[0][:80]}"
         lines.append(f"| {r['system']} | {mode} | {r['gpus']} | {_num(r['tokens_per_s'])} | "
-                     f"{_ms(r['time_per_output_token_s'])} | {_num(r['mean_accept_len'], 2)} | "
+                     f"{_ms(r['time_per_output_token_s'])} | {_ms(r['decode_tpot_s'])} | "
+                     f"{_num(r['mean_accept_len'], 2)} | "
                      f"{_ms(r['iteration_time_s'])} | {_ms(r['verify_time_s'])} | {_ms(r['byte_floor_s'])} | "
                      f"{_num(r['measured_over_floor'], 1)} | {check} | {status} |")
     return "\n".join(lines)
@@ -377,6 +475,7 @@ def run_bench(bc: BenchRuntimeConfig, run_dir: Path, command: str) -> dict[str, 
     import torch
 
     from bench import peers
+    from bench.compiled_peers import COMPILED_PEERS, run_compiled_phase
 
     t_start = time.time()
     deadline = t_start + bc.budget_s
@@ -425,21 +524,50 @@ def run_bench(bc: BenchRuntimeConfig, run_dir: Path, command: str) -> dict[str, 
         except Exception as exc:  # e.g. the TP degree does not fit the model: a row, not an abort
             ds = {"error": f"{type(exc).__name__}: {exc}"[:4000]}
         finish(bc, result, probe, prompts, ours, ds, {}, {}, t_start, write_doc=False)
-    to_check = {f"{OURS}/{m}": r["repeats"][-1]["outputs"] for m, r in ours.items() if "repeats" in r}
+    hf = peers.run_hf_phase(bc, probe, prompts, eos, device, deadline)
+    compiled: dict[str, Any] = {}
+    if any(p in wl.peers for p in COMPILED_PEERS):
+        # the chain's gamma (spec=chain) where there is a draft; a target-only workload runs the autoregressive peers
+        peer_cfg = probe if probe.model.draft is None else compose_experiment([*base, "spec=chain",
+                                                                                "run_name=bench_compiled_peers"])
+        compiled = run_compiled_phase(
+            bc, peer_cfg, prompts, eos, device, deadline,
+            on_result=lambda so_far: finish(bc, result, probe, prompts, ours, ds, hf, {}, t_start, write_doc=False,
+                                            compiled=so_far))
+    checks: dict[str, Any] = {}
+    if wl.check_outputs:
+        outputs = output_sets(ours, ds, hf, compiled)
+        reference = next((f"{s}/{m}" for s, m in REFERENCES if f"{s}/{m}" in outputs), None)
+        if reference is None:
+            result["notes"].append("outputs not checked: no greedy transformers reference ran")
+        else:
+            checks = peers.run_checks(probe, prompts, device, reference, outputs)
+    return finish(bc, result, probe, prompts, ours, ds, hf, checks, t_start, write_doc=True, compiled=compiled)
+
+
+def output_sets(ours: dict[str, Any], ds: dict[str, Any] | None, hf: dict[str, Any],
+                compiled: dict[str, Any]) -> dict[str, list[list[int]]]:
+    """{"<system>/<mode>" (deepspeed: "deepspeed"): the last repeat's tokens} of every system that ran."""
+    out = {f"transformers/{m}": hf[p]["repeats"][-1]["outputs"] for p, m in (("hf_greedy", "greedy"),
+                                                                             ("hf_assisted", "assisted"))
+           if "repeats" in hf.get(p, {})}
+    out.update({k: r["repeats"][-1]["outputs"] for k, r in compiled.items() if "repeats" in r})
+    out.update({f"{OURS}/{m}": r["repeats"][-1]["outputs"] for m, r in ours.items() if "repeats" in r})
     if ds is not None and "repeats" in ds:
-        to_check["deepspeed"] = ds["repeats"][-1]["outputs"]
-    hf, checks = peers.run_hf_phase(bc, probe, prompts, eos, device, deadline, to_check)
-    if wl.check_outputs and not checks:
-        result["notes"].append("outputs not checked: no transformers greedy reference")
-    return finish(bc, result, probe, prompts, ours, ds, hf, checks, t_start, write_doc=True)
+        out["deepspeed"] = ds["repeats"][-1]["outputs"]
+    return out
 
 
 def finish(bc: BenchRuntimeConfig, result: dict[str, Any], cfg: Any, prompts: list[list[int]], ours: dict[str, Any],
            ds: dict[str, Any] | None, hf: dict[str, Any], checks: dict[str, Any], t_start: float,
-           write_doc: bool) -> dict[str, Any]:
-    """Rows + table into `result`; write the JSON (and, if asked and anything was measured, the doc section)."""
-    rows = build_rows(bc, cfg, prompts, ours, ds, hf, checks)
+           write_doc: bool, compiled: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Rows + tables into `result`; write the JSON (and, if asked and anything was measured, the doc section).
+    With compiled peers, `comparison` (`peer_comparison`) and its `comparison_table` too."""
+    rows = build_rows(bc, cfg, prompts, ours, ds, hf, checks, compiled)
     result["rows"], result["table"] = rows, markdown_table(rows)
+    if compiled:
+        result["comparison"] = peer_comparison(rows)
+        result["comparison_table"] = comparison_table(result["workload"], result["comparison"])
     result["wall_s"] = round(time.time() - t_start, 1)
     bad = [f"{k}: {c['status']}" for k, c in checks.items() if c["status"] == "error"]
     if bad:
@@ -459,6 +587,8 @@ def print_summary(result: dict[str, Any]) -> None:
         print(f"[bench] {r['system']:<12} {r['mode']:<15} tok/s {_num(r['tokens_per_s']):>7}{extra}", flush=True)
     for note in result["notes"]:
         print(f"[bench] note: {note}")
+    if result.get("comparison_table"):
+        print(result["comparison_table"])
     counts = {s: sum(r["status"] == s for r in result["rows"]) for s in ("ok", "error", "skipped")}
     checks = {f"{r['system']}/{r['mode']}": r["outputs_check"]["status"] for r in result["rows"] if r["outputs_check"]}
     print(json.dumps({"json": result["json"], "workload": result["workload"], "wall_s": result["wall_s"],

@@ -386,20 +386,20 @@ def run_deepspeed_phase(bc: Any, cfg: Any, prompts: list[list[int]], eos_token_i
 
 
 def run_hf_phase(bc: Any, cfg: Any, prompts: list[list[int]], eos_token_id: int | None, device: torch.device,
-                 deadline: float, to_check: dict[str, list[list[int]]]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Phase 3, in the calling process (GPU 0 or CPU): hf_greedy and hf_assisted as the workload asks, then
-    the tie-aware check of every output in `to_check` (and of assisted) against the greedy tokens.
+                 deadline: float) -> dict[str, Any]:
+    """Phase 3, in the calling process (GPU 0 or CPU): hf_greedy and hf_assisted as the workload asks.
 
-    Returns ({peer: {"repeats"} | {"error"} | {"skipped"}}, {system key: check_outputs result}).
+    Returns {peer: {"repeats"} | {"error"} | {"skipped"}}.
     """
     wl = bc.selected
     wanted = [p for p in ("hf_greedy", "hf_assisted") if p in wl.peers]
     results: dict[str, Any] = {}
-    checks: dict[str, Any] = {}
+    if not wanted:
+        return results
     try:
         import transformers  # noqa: F401
     except Exception as exc:  # an ImportError, or a broken install failing at import
-        return {p: {"skipped": f"transformers is not importable: {exc}"} for p in wanted}, checks
+        return {p: {"skipped": f"transformers is not importable: {exc}"} for p in wanted}
     kw = dict(repeats=bc.repeats, warmup_runs=bc.warmup_runs, warmup_new_tokens=bc.warmup_new_tokens)
     dev = "cuda:0" if device.type == "cuda" else "cpu"
     target = None
@@ -420,12 +420,16 @@ def run_hf_phase(bc: Any, cfg: Any, prompts: list[list[int]], eos_token_id: int 
             del draft
         except Exception as exc:  # reported as the peer's row; the benchmark goes on
             results[peer] = {"error": f"{type(exc).__name__}: {exc}"[:4000]}
-    greedy = results.get("hf_greedy", {})
-    if wl.check_outputs and "repeats" in greedy:
-        reference = greedy["repeats"][-1]["outputs"]
-        assisted = results.get("hf_assisted", {})
-        if "repeats" in assisted:
-            to_check = {**to_check, "transformers/assisted": assisted["repeats"][-1]["outputs"]}
-        for key, outputs in to_check.items():
-            checks[key] = check_outputs(target, prompts, reference, outputs, cfg.model.target.dtype)
-    return results, checks
+    return results
+
+
+def run_checks(cfg: Any, prompts: list[list[int]], device: torch.device, reference: str,
+               outputs: dict[str, list[list[int]]]) -> dict[str, Any]:
+    """The tie-aware check of every system's tokens in `outputs` against those of `outputs[reference]` (a greedy
+    transformers run), margins from an eager transformers target (`load_hf`).
+
+    Returns {system key: check_outputs result} for every key but the reference's.
+    """
+    target = load_hf(cfg.model.target, "cuda:0" if device.type == "cuda" else "cpu")
+    return {key: check_outputs(target, prompts, outputs[reference], out, cfg.model.target.dtype)
+            for key, out in outputs.items() if key != reference}

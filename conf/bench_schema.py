@@ -15,11 +15,35 @@ from dataclasses import dataclass, field
 from conf.presets import GPU_PRESETS
 from conf.schema import MODES, _Frozen, _require, freeze
 
-PEERS = ("hf_greedy", "hf_assisted", "deepspeed")
-"""Peer systems: transformers `generate` (greedy; assisted with `assistant_model=` the same draft) and
-DeepSpeed-Inference AutoTP (autoregressive, `tensor_parallel={"tp_size": N}`)."""
+PEERS = ("hf_greedy", "hf_assisted", "deepspeed", "gptfast_compiled", "transformers_compiled",
+         "transformers_compiled_assisted")
+"""Peer systems: transformers `generate` eager (greedy; assisted with `assistant_model=` the same draft),
+DeepSpeed-Inference AutoTP (autoregressive, `tensor_parallel={"tp_size": N}`), and the compiled single-GPU peers of
+bench/compiled_peers.py: our plain model decoded the gpt-fast way (autoregressive, and chain speculation when the
+workload has a draft) and transformers' static cache + compiled forward (greedy; assisted)."""
 DTYPES = ("float32", "bfloat16", "float16")
 DEVICES = ("auto", "cuda", "cpu")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+@dataclass
+class PeerCompileConfig(_Frozen):
+    """torch.compile settings of the compiled peers (recorded in their rows)."""
+
+    enabled: bool = True
+    """False: the compiled peers run their step functions eagerly (CPU tests: a cold compile costs ~20 s there)."""
+    mode: str = "reduce-overhead"
+    """torch.compile mode; reduce-overhead = CUDA graphs (transformers' documented setting, gpt-fast's)."""
+    fullgraph: bool = True
+    """One graph per step, no graph breaks (a break is an error, not a silent slowdown)."""
+    coordinate_descent_tuning: bool = True
+    """torch._inductor.config.coordinate_descent_tuning (gpt-fast turns it on): tunes each generated kernel's launch
+    configuration at compile time; longer cold compiles."""
+
+    def validate(self) -> None:
+        """Check the mode name."""
+        _require(self.mode in COMPILE_MODES, "peer_compile.mode",
+                 f"{self.mode!r} is not one of {', '.join(COMPILE_MODES)}")
 
 
 @dataclass
@@ -58,7 +82,7 @@ class BenchWorkloadConfig(_Frozen):
     max_seq_len_tokens: int = 2048
     """Our runtime's KV-cache prefix capacity (prompt + generated)."""
     peers: list[str] = field(default_factory=lambda: list(PEERS))
-    """Peer systems to run (subset of hf_greedy, hf_assisted, deepspeed)."""
+    """Peer systems to run (subset of `PEERS`)."""
     check_outputs: bool = True
     """Compare every system's tokens with transformers' greedy output (tie-aware); off for oracle runs."""
     experiment_overrides: list[str] = field(default_factory=list)
@@ -96,6 +120,8 @@ class BenchRuntimeConfig(_Frozen):
     """Tokens per request of a warm-up run (a short decode warms every code path the long one uses)."""
     deepspeed_tp_size: int = 2
     """DeepSpeed-Inference AutoTP degree (GPUs of the peer's target)."""
+    peer_compile: PeerCompileConfig = field(default_factory=PeerCompileConfig)
+    """torch.compile settings of the compiled peers (gptfast_compiled, transformers_compiled*)."""
     device: str = "auto"
     """auto (cuda if available) | cuda | cpu: where our runtime and the peers run."""
     gpu: str = "h200"
@@ -129,6 +155,7 @@ class BenchRuntimeConfig(_Frozen):
         _require(self.warmup_runs >= 0, "warmup_runs", f"must be >= 0, got {self.warmup_runs}")
         _require(self.warmup_new_tokens >= 1, "warmup_new_tokens", f"must be >= 1, got {self.warmup_new_tokens}")
         _require(self.deepspeed_tp_size >= 1, "deepspeed_tp_size", f"must be >= 1, got {self.deepspeed_tp_size}")
+        self.peer_compile.validate()
         _require(self.device in DEVICES, "device", f"{self.device!r} is not one of {', '.join(DEVICES)}")
         _require(self.gpu in GPU_PRESETS, "gpu", f"unknown GPU preset {self.gpu!r}; allowed: {sorted(GPU_PRESETS)}")
         _require(self.timeout_s > 0, "timeout_s", f"must be > 0, got {self.timeout_s}")

@@ -1,6 +1,7 @@
 """scripts/gpu.sh on CPU: unknown recipes and bad arguments are refused; `pack` writes a commit's code; `ab` runs both
 trees round by round and summarises them (the tiny pair through AB_RUNTIME; the step replays need a GPU and are
-listed as missing here)."""
+listed as missing here); `peers` measures ours beside the compiled peers per shape and skips the real pair without
+its GGUF."""
 
 from __future__ import annotations
 
@@ -69,3 +70,20 @@ def test_ab_runs_both_trees_and_writes_the_summary(tmp_path):
     assert log.index("round 1, a: step replays") < log.index("round 1, b: step replays")
     assert "needs a CUDA GPU" in log and (out / "ab_runs.tar.gz").is_file()
     assert "| chain |" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif((ROOT / ".cache" / "models" / "smollm2-135m-instruct.gguf").exists(),
+                    reason="the GGUF is here: the real pair would run on CPU")
+def test_peers_runs_each_shape_and_skips_the_real_pair_without_its_gguf(tmp_path):
+    out = tmp_path / "out"
+    proc = _run("peers", str(out), timeout=500, PEERS_SHAPES="tiny real_pair", PEERS_A_S="400",
+                PEERS_EXTRA="device=cpu repeats=1 warmup_new_tokens=4 peer_compile.enabled=false")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    [path] = out.glob("runtime_tiny_*.json")
+    rows = {(r["system"], r["mode"]): r for r in json.loads(path.read_text())["rows"]}
+    assert {("gptfast_compiled", "chain"), ("transformers_compiled", "greedy")} <= set(rows)
+    assert all(r["status"] == "ok" for r in rows.values()), {k: r.get("reason") for k, r in rows.items()}
+    assert "real pair skipped: missing .cache/models/smollm2-135m-instruct.gguf" in proc.stdout
+    table = (out / "peers_table.md").read_text()
+    assert "| AR time per output token |" in table and table.strip() in proc.stdout

@@ -1,0 +1,607 @@
+"""The compiled single-GPU peers of the runtime benchmark (bench/bench_runtime.py phase 4): what a user picks for
+one request at a time on one GPU without a serving engine.
+
+- `gptfast_compiled`: the project's plain model (`runtime.loader.build_model`, decoded through the forward
+  `model(ids, AttnMeta, KVCache, backend)` exactly as runtime/reference.py calls it) decoded the way gpt-fast decodes:
+  a static KV cache addressed by position, attention over every slot of it under a mask (`StaticCacheAttention`), an
+  eager prefill that yields the first token, and one `torch.compile`d greedy step per row count (`StaticDecoder`).
+  `autoregressive`: the one-token step. `chain`: an iteration is gamma one-token draft steps, one verify of the
+  gamma + 1 rows [last token, drafts] by the target, greedy acceptance on the host (one read per iteration: the
+  longest prefix of drafts equal to the target's argmax, then the target's token after it), and, when every draft was
+  accepted, one more draft step that writes the last draft's K/V (the draft never saw it).
+- `transformers_compiled` (`greedy`) and `transformers_compiled_assisted` (`assisted`): transformers' documented fast
+  path: `generation_config.cache_implementation = "static"` and `generate` compiling the decode forward itself
+  (`generation_config.compile_config = CompileConfig(fullgraph, mode)`; the prefill stays eager). Assisted
+  generation keeps that static, compiled target and takes `assistant_model=` the draft with `num_assistant_tokens`
+  = gamma on a constant schedule; the assistant decodes eagerly on a dynamic cache (transformers hands the assistant
+  its own cache object, which a static `cache_implementation` on it refuses). A transformers version that cannot run
+  assisted generation on a static cache reports the error as the row's reason.
+
+Weights: the same as our runtime's. The runtime model is built once per role and shared: gptfast decodes it, and
+transformers decodes views of it (bench.peers.hf_from_runtime), except for a Hugging Face folder checkpoint, which
+transformers reads itself (`from_pretrained`).
+
+Compile settings (`peer_compile`, conf/bench_schema.py PeerCompileConfig) apply to both peers and are recorded in
+their rows with the torch and transformers versions. Warm-up runs (compiles and CUDA-graph recording included) are
+timed apart: `compile_s` is their wall time.
+
+Timing. Every system's decode time per output token is `decode_tpot_s` = (time the last token was known - time the
+first was) / (n - 1), over all requests: sum of decode times / sum of (n - 1). gptfast: a CUDA event after each
+token's (or iteration's) copy to the host, in stream order; transformers: a CUDA event recorded by a logits processor,
+which `generate` calls after each target forward, outside the compiled forward. A chain iteration's time is the gap
+between consecutive iteration events (host work and idle gaps included). CPU: `perf_counter` stamps instead.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import torch
+
+from runtime.attention import AttentionBackend, AttnMeta
+from runtime.kv_cache import KVCache
+
+GPTFAST = "gptfast_compiled"
+TRANSFORMERS = "transformers_compiled"
+COMPILED_PEERS = (GPTFAST, TRANSFORMERS, "transformers_compiled_assisted")
+"""`peers` names of this module, in the order they run (conf/bench_schema.py PEERS)."""
+
+
+# ---- time stamps ------------------------------------------------------------------------------------------------
+class Clock:
+    """Stamps on the device's timeline: CUDA events on GPU (recorded in stream order, read once synchronised),
+    `perf_counter` on CPU (where every op is synchronous)."""
+
+    def __init__(self, device: torch.device | str) -> None:
+        """A clock for `device`."""
+        self.cuda = torch.device(device).type == "cuda"
+
+    def stamp(self) -> Any:
+        """Now, in stream order."""
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def wait(self, stamp: Any) -> None:
+        """Block the host until the device has passed `stamp`."""
+        if self.cuda:
+            stamp.synchronize()
+
+    def seconds(self, a: Any, b: Any) -> float:
+        """Seconds from stamp `a` to stamp `b` (both passed)."""
+        return a.elapsed_time(b) / 1e3 if self.cuda else b - a
+
+    def sync(self) -> None:
+        """Wait for the whole device."""
+        if self.cuda:
+            torch.cuda.synchronize()
+
+
+# ---- gpt-fast-style decoding of our model ------------------------------------------------------------------------
+def visible_slots(meta: AttnMeta, slots: int, device: torch.device) -> torch.Tensor:
+    """[T, slots] bool: slot s is visible to query i iff s < prefix_len, or s = prefix_len + j is in the tree block
+    with tree_mask[i, j] (runtime/attention.py). Static shape: `prefix_len` may be a one-element tensor."""
+    rel = torch.arange(slots, device=device) - meta.prefix_len  # [slots]: the slot's place in the tree block
+    cols = meta.tree_mask[:, rel.clamp(0, meta.tree_len - 1)]  # [T, slots]
+    return (rel < 0) | ((rel < meta.tree_len) & cols)
+
+
+class StaticCacheAttention(AttentionBackend):
+    """Attention of T queries over every slot of the cache under the visibility mask (gpt-fast's static-cache
+    attention): static shapes whatever the context length, so one compiled step serves every position.
+
+    Grouped-query heads are folded into the query rows (query head h = kv head h // group), so K and V are read once
+    per kv head and never repeated: scores = q_g @ K^T in the model's dtype, softmax in float32, then @ V (the
+    numerics of transformers' eager attention)."""
+
+    name = "static_mask"
+
+    def __call__(
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttnMeta, scale: float,
+        prefix_ready: bool = False, out_dtype: torch.dtype | None = None,
+    ) -> torch.Tensor:
+        """q [T, Hq, D], k_cache / v_cache [slots, Hkv, D] -> [T, Hq, D] in q's dtype or `out_dtype`."""
+        t, hq, d = q.shape
+        slots, hkv = k_cache.shape[0], k_cache.shape[1]
+        g = hq // hkv
+        qg = q.view(t, hkv, g, d).permute(1, 2, 0, 3).reshape(hkv, g * t, d)  # rows (group, query) per kv head
+        scores = torch.matmul(qg, k_cache.permute(1, 2, 0)).float() * scale  # [Hkv, G*T, slots]
+        mask = visible_slots(meta, slots, q.device).repeat(g, 1)  # [G*T, slots]
+        probs = torch.softmax(scores.masked_fill(~mask, -math.inf), dim=-1).to(v_cache.dtype)
+        out = torch.matmul(probs, v_cache.transpose(0, 1))  # [Hkv, G*T, D]
+        return out.view(hkv, g, t, d).permute(2, 0, 1, 3).reshape(t, hq, d).to(out_dtype or q.dtype)
+
+
+class StaticDecoder:
+    """One model with its static KV cache (slot = position) and a greedy step per row count, compiled or eager.
+
+    `prefill(prompt)` fills slots [0, len) and returns the greedy next token; `self(tokens, start)` runs rows
+    `tokens` [T] at positions start .. start + T - 1 (`start`: a one-element device tensor) and returns the argmax
+    after each row [T] (a copy: safe past the next CUDA-graph replay). Slots past the current position may hold K/V
+    of rejected tokens; the causal mask by position hides them until they are overwritten.
+    """
+
+    def __init__(self, model: torch.nn.Module, slots: int, compile_cfg: Any | None) -> None:
+        """Allocate the cache of `slots` positions; `compile_cfg` (PeerCompileConfig) None or disabled: eager."""
+        self.model = model
+        self.device = model.norm.weight.device
+        layers, heads, head_dim = model.cache_spec()
+        self.cache = KVCache(layers, slots, heads, head_dim, model.dtype, self.device)
+        self.attn = StaticCacheAttention()
+        self.compiled = compile_cfg is not None and compile_cfg.enabled
+        self.compile_cfg = compile_cfg
+        self.start = torch.zeros(1, dtype=torch.long, device=self.device)  # the step's first position (filled)
+        self._steps: dict[int, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {}
+        if self.compiled:  # the cache is mutated inside the CUDA graph: its address must stay fixed
+            torch._dynamo.mark_static_address(self.cache.kv)
+
+    @torch.no_grad()
+    def prefill(self, prompt: list[int]) -> torch.Tensor:
+        """Eager forward of the prompt into slots [0, len(prompt)); the greedy next token [1] on the device."""
+        ids = torch.tensor(prompt, device=self.device)
+        logits = self.model(ids, AttnMeta.causal(0, len(prompt), self.device), self.cache, self.attn)
+        return logits[-1:].argmax(dim=-1)
+
+    def _make_step(self, rows: int) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+        model, cache, attn = self.model, self.cache, self.attn
+        offsets = torch.arange(rows, device=self.device)
+        causal = torch.ones(rows, rows, dtype=torch.bool, device=self.device).tril()
+
+        def step(tokens: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+            positions = start + offsets
+            meta = AttnMeta(positions=positions, write_slots=positions, prefix_len=start, tree_len=rows,
+                            tree_mask=causal)
+            return model(tokens, meta, cache, attn).argmax(dim=-1)
+
+        if not self.compiled:
+            return step
+        for t in (offsets, causal):
+            torch._dynamo.mark_static_address(t)
+        c = self.compile_cfg
+        return torch.compile(step, mode=c.mode, fullgraph=c.fullgraph, dynamic=False)
+
+    @torch.no_grad()
+    def __call__(self, tokens: torch.Tensor, start: int) -> torch.Tensor:
+        """Greedy tokens after each of `tokens` [T] at positions start .. start + T - 1 (a fresh tensor [T])."""
+        fn = self._steps.get(tokens.shape[0])
+        if fn is None:
+            fn = self._steps[tokens.shape[0]] = self._make_step(tokens.shape[0])
+        self.start.fill_(start)
+        if self.compiled and self.device.type == "cuda":
+            torch.compiler.cudagraph_mark_step_begin()  # outputs of earlier replays are dead (copied below)
+        return fn(tokens, self.start).clone()
+
+
+def max_new(prompt: list[int], max_new_tokens: int, capacity: int) -> int:
+    """Tokens a request may generate under the runtime's stop rule (runtime/reference.py): at most
+    `max_new_tokens`, and prompt + output stays within `capacity`."""
+    return max(0, min(max_new_tokens, capacity - len(prompt)))
+
+
+def decode_autoregressive(dec: StaticDecoder, prompt: list[int], max_new_tokens: int, capacity: int,
+                          eos: int | None, clock: Clock) -> dict[str, Any]:
+    """Greedy decoding, one compiled step per token, one step queued ahead of the host's read of the last token
+    (as our engine's chained autoregressive loop): the host's stop check overlaps the next step.
+
+    Returns {"tokens", "start", "end", "token_stamps" (one per token, when it reached the host buffer),
+    "iter_stamps" (the same: an iteration is a token)}."""
+    n_max = max_new(prompt, max_new_tokens, capacity)
+    host = torch.empty(n_max, dtype=torch.long, pin_memory=clock.cuda)
+    stamps: list[Any] = []
+
+    def land(k: int, tok: torch.Tensor) -> None:
+        host[k : k + 1].copy_(tok, non_blocking=True)
+        stamps.append(clock.stamp())
+
+    start = clock.stamp()
+    cur = dec.prefill(prompt)
+    land(0, cur)
+    out: list[int] = []
+    for k in range(n_max):
+        if k + 1 < n_max:  # token k + 1 from token k, queued before the host reads token k
+            cur = dec(cur, len(prompt) + k)
+            land(k + 1, cur)
+        clock.wait(stamps[k])
+        out.append(int(host[k]))
+        if out[-1] == eos:
+            break
+    end = clock.stamp()
+    return {"tokens": out, "start": start, "end": end, "token_stamps": stamps[: len(out)],
+            "iter_stamps": stamps[: len(out)], "verify": [], "expand": []}
+
+
+def decode_chain(target: StaticDecoder, draft: StaticDecoder, prompt: list[int], max_new_tokens: int, capacity: int,
+                 eos: int | None, gamma: int, clock: Clock) -> dict[str, Any]:
+    """Greedy chain speculation: per iteration gamma draft steps, one verify of gamma + 1 rows, greedy acceptance
+    (accept drafts while each equals the target's argmax before it, then emit the target's next token).
+
+    Returns the stamps of `decode_autoregressive` with one `iter_stamps` entry per iteration (the first: the prefill's
+    token), and per iteration (start, end) stamp pairs of the verify and of the gamma draft steps."""
+    n_max = max_new(prompt, max_new_tokens, capacity)
+    host = torch.empty(2 * gamma + 1, dtype=torch.long, pin_memory=clock.cuda)
+    start = clock.stamp()
+    cur = target.prefill(prompt)
+    draft.prefill(prompt)
+    host[:1].copy_(cur, non_blocking=True)
+    stamps = [clock.stamp()]
+    clock.wait(stamps[0])
+    out = [int(host[0])]
+    token_stamps = [stamps[0]]
+    verify, expand = [], []
+    pos = len(prompt)  # position of `cur`, the last emitted token
+    while out[-1] != eos and len(out) < n_max:
+        e0 = clock.stamp()
+        drafts, d_in = [], cur
+        for i in range(gamma):
+            d_in = draft(d_in, pos + i)
+            drafts.append(d_in)
+        e1 = clock.stamp()
+        rows = torch.cat([cur, *drafts])  # [gamma + 1]
+        verdict = target(rows, pos)  # [gamma + 1]: the target's argmax after each row
+        e2 = clock.stamp()
+        host.copy_(torch.cat([rows[1:], verdict]), non_blocking=True)
+        stamps.append(clock.stamp())
+        clock.wait(stamps[-1])
+        d, v = host[:gamma].tolist(), host[gamma:].tolist()
+        k = 0
+        while k < gamma and d[k] == v[k]:
+            k += 1
+        if k == gamma:  # the last draft was accepted: write its K/V into the draft's cache
+            draft(drafts[-1], pos + gamma)
+        verify.append((e1, e2))
+        expand.append((e0, e1))
+        for tok in [*d[:k], v[k]]:
+            out.append(tok)
+            token_stamps.append(stamps[-1])
+            if tok == eos or len(out) >= n_max:
+                break
+        cur = verdict[k : k + 1].clone()
+        pos += k + 1
+    end = clock.stamp()
+    return {"tokens": out, "start": start, "end": end, "token_stamps": token_stamps, "iter_stamps": stamps,
+            "verify": verify, "expand": expand}
+
+
+def request_times(req: dict[str, Any], clock: Clock, gamma: int = 0) -> dict[str, Any]:
+    """Seconds of one decoded request: decode (first -> last token), its iterations, verifies and draft steps."""
+    ts, its = req["token_stamps"], req["iter_stamps"]
+    return {"n": len(req["tokens"]), "decode_s": clock.seconds(ts[0], ts[-1]) if len(ts) > 1 else 0.0,
+            "prefill_s": clock.seconds(req["start"], its[0]),
+            "iterations": [clock.seconds(a, b) for a, b in zip(its, its[1:])],
+            "verify": [clock.seconds(a, b) for a, b in req["verify"]],
+            "expand": [clock.seconds(a, b) / gamma for a, b in req["expand"]] if gamma else []}
+
+
+def repeat_metrics(outputs: list[list[int]], wall_s: float, times: list[dict[str, Any]]) -> dict[str, Any]:
+    """One repeat's row metrics (bench/bench_runtime.py ROW_METRICS) from per-request `request_times`-like dicts
+    (keys n, decode_s; optional iterations, verify, expand, prefill_s)."""
+    generated = sum(len(o) for o in outputs)
+    after_first = sum(max(0, t["n"] - 1) for t in times)
+    iterations = [x for t in times for x in t.get("iterations", [])]
+    verify = [x for t in times for x in t.get("verify", [])]
+    expand = [x for t in times for x in t.get("expand", [])]
+    emitted_by_iterations = sum(max(0, t["n"] - 1) for t in times)  # the first token comes from the prefill
+    return {
+        "outputs": outputs, "wall_s": wall_s, "generated_tokens": generated,
+        "tokens_per_s": generated / wall_s if wall_s > 0 else None,
+        "time_per_output_token_s": wall_s / generated if generated else None,
+        "decode_tpot_s": sum(t["decode_s"] for t in times) / after_first if after_first else None,
+        "iteration_time_s": statistics.fmean(iterations) if iterations else None,
+        "verify_time_s": statistics.fmean(verify) if verify else (statistics.fmean(iterations) if iterations
+                                                                   else None),
+        "expand_time_s": statistics.fmean(expand) if expand else None,
+        "mean_accept_len": emitted_by_iterations / len(iterations) if iterations else None,
+        "target_forwards": len(iterations) + len(times) if iterations else None,
+        "prefill_s": statistics.fmean(t["prefill_s"] for t in times) if all("prefill_s" in t for t in times)
+        else None,
+    }
+
+
+def measure_gptfast(decode: Callable[..., dict[str, Any]], prompts: list[list[int]],
+                    max_new_tokens: int, clock: Clock, *, repeats: int, warmup_runs: int, warmup_new_tokens: int,
+                    gamma: int = 0) -> dict[str, Any]:
+    """Warm-up runs (timed apart: `compile_s`), then `repeats` timed decodes of every prompt."""
+    t0 = time.perf_counter()
+    for _ in range(warmup_runs):
+        for p in prompts:
+            decode(p, max_new_tokens=min(warmup_new_tokens, max_new_tokens))
+    clock.sync()
+    compile_s = time.perf_counter() - t0
+    reps = []
+    for _ in range(repeats):
+        clock.sync()
+        start = time.perf_counter()
+        reqs = [decode(p, max_new_tokens=max_new_tokens) for p in prompts]
+        clock.sync()
+        wall = time.perf_counter() - start
+        reps.append(repeat_metrics([r["tokens"] for r in reqs], wall, [request_times(r, clock, gamma) for r in reqs]))
+    return {"repeats": reps, "compile_s": compile_s}
+
+
+# ---- transformers: static cache + compiled forward ---------------------------------------------------------------
+def step_stamps_processor(clock: Clock) -> Any:
+    """A transformers LogitsProcessor that stamps every call (after each target forward) into its `stamps` list."""
+    from transformers import LogitsProcessor
+
+    class StepStamps(LogitsProcessor):
+        def __init__(self) -> None:
+            self.stamps: list[Any] = []
+
+        def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+            self.stamps.append(clock.stamp())
+            return scores
+
+    return StepStamps()
+
+
+def static_cache_generation(model: Any, eos_token_id: int | None, compile_cfg: Any, slots: int) -> dict[str, Any]:
+    """In place: greedy decoding with our stop rule (bench.peers.set_greedy) on a static cache of `slots` positions
+    where transformers lets one size serve every call (`max_cache_len`; else each call sizes it to its prompt + new
+    tokens), `generate` compiling the decode forward with `compile_cfg` (disabled: eager). Returns what was set
+    (recorded in the row)."""
+    from transformers import CompileConfig
+
+    from bench.peers import set_greedy
+
+    set_greedy(model, eos_token_id)
+    gc = model.generation_config
+    gc.cache_implementation = "static"
+    done: dict[str, Any] = {"cache_implementation": "static"}
+    if hasattr(gc, "max_cache_len"):  # one cache size (and graph) for every prompt; newer transformers only
+        gc.max_cache_len = slots
+        done["max_cache_len"] = slots
+    if compile_cfg.enabled:
+        cc = CompileConfig(fullgraph=compile_cfg.fullgraph, mode=compile_cfg.mode)
+        if model.device.type != "cuda":
+            cc._compile_all_devices = True  # generate compiles on CUDA-like devices only unless told
+        gc.compile_config = cc
+        done["compile_config"] = {"fullgraph": cc.fullgraph, "mode": cc.mode}
+    else:
+        gc.disable_compile = True
+        done["disable_compile"] = True
+    return done
+
+
+def measure_transformers(model: Any, prompts: list[list[int]], max_new_tokens: int, capacity: int, clock: Clock, *,
+                         repeats: int, warmup_runs: int, assistant: Any = None) -> dict[str, Any]:
+    """Warm-up runs at full length (a static cache is sized per call where transformers has no `max_cache_len`: a
+    shorter warm-up would compile another shape), then `repeats` timed `generate` calls per prompt."""
+    from transformers import LogitsProcessorList
+
+    def run(prompt: list[int]) -> tuple[list[int], dict[str, Any]]:
+        stamps = step_stamps_processor(clock)
+        ids = torch.tensor([prompt], device=model.device)
+        with torch.inference_mode():
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), assistant_model=assistant,
+                                 max_new_tokens=max_new(prompt, max_new_tokens, capacity),
+                                 logits_processor=LogitsProcessorList([stamps]))
+        tokens = out[0, len(prompt):].tolist()
+        s = stamps.stamps
+        return tokens, {"n": len(tokens), "decode_s": clock.seconds(s[0], s[-1]) if len(s) > 1 else 0.0}
+
+    t0 = time.perf_counter()
+    for _ in range(warmup_runs):
+        for p in prompts:
+            run(p)
+    clock.sync()
+    compile_s = time.perf_counter() - t0
+    reps = []
+    for _ in range(repeats):
+        clock.sync()
+        start = time.perf_counter()
+        done = [run(p) for p in prompts]
+        clock.sync()
+        reps.append(repeat_metrics([o for o, _ in done], time.perf_counter() - start, [t for _, t in done]))
+    return {"repeats": reps, "compile_s": compile_s}
+
+
+# ---- the benchmark phase ------------------------------------------------------------------------------------------
+def compile_record(compile_cfg: Any) -> dict[str, Any]:
+    """The compile settings and library versions a row records."""
+    import dataclasses
+
+    rec: dict[str, Any] = {**dataclasses.asdict(compile_cfg), "dynamic": False, "torch": torch.__version__}
+    try:
+        import transformers
+
+        rec["transformers"] = transformers.__version__
+    except Exception:  # transformers is only needed by its own peers
+        rec["transformers"] = None
+    return rec
+
+
+def compile_counters() -> dict[str, int]:
+    """Process-wide dynamo / inductor counters a row records as its delta: graphs compiled, and compiled graphs that
+    run without CUDA graphs (`cudagraph_skips`: e.g. a mutated input without a static address; the log says why)."""
+    from torch._dynamo.utils import counters
+
+    return {"unique_graphs": int(counters["stats"]["unique_graphs"]),
+            "cudagraph_skips": int(counters["inductor"]["cudagraph_skips"])}
+
+
+def apply_inductor_settings(compile_cfg: Any) -> None:
+    """Process-wide inductor settings of the compiled peers (set before their first compile)."""
+    if compile_cfg.enabled:
+        import torch._inductor.config as inductor_config
+
+        inductor_config.coordinate_descent_tuning = compile_cfg.coordinate_descent_tuning
+
+
+def cache_slots(prompts: list[list[int]], max_new_tokens: int, capacity: int, gamma: int) -> int:
+    """Static cache size of the compiled peers: the longest request (within `capacity`) plus a chain verify's
+    lookahead (gamma + 1 rows past the last emitted position). gpt-fast sizes its cache to the request the same way;
+    attention reads every slot, so a cache sized to `capacity` would cost reads for nothing."""
+    longest = max(len(p) + max_new(p, max_new_tokens, capacity) for p in prompts)
+    return longest + gamma + 1
+
+
+def run_compiled_phase(bc: Any, cfg: Any, prompts: list[list[int]], eos_token_id: int | None, device: torch.device,
+                       deadline: float, on_result: Callable[[dict[str, Any]], None] | None = None
+                       ) -> dict[str, dict[str, Any]]:
+    """Phase 4 of bench/bench_runtime.py, in the calling process (GPU 0 or CPU): the compiled peers the workload
+    asks for, gptfast first. Returns {"<system>/<mode>": {"repeats", "compile_s", "compile", ...} | {"error"} |
+    {"skipped"}}; `on_result(results so far)` after each (the caller writes its results file).
+    """
+    from bench.peers import BUDGET_SPENT, hf_from_runtime, load_hf
+    from conf.presets import model_preset
+    from runtime.loader import build_model
+
+    wl = bc.selected
+    has_draft = cfg.model.draft is not None
+    gamma = cfg.spec.gamma
+    wanted = [(GPTFAST, "autoregressive"), (GPTFAST, "chain"), (TRANSFORMERS, "greedy"), (TRANSFORMERS, "assisted")]
+    picked = {(GPTFAST, "autoregressive"): GPTFAST in wl.peers, (GPTFAST, "chain"): GPTFAST in wl.peers,
+              (TRANSFORMERS, "greedy"): TRANSFORMERS in wl.peers,
+              (TRANSFORMERS, "assisted"): "transformers_compiled_assisted" in wl.peers}
+    jobs = [j for j in wanted if picked[j]]
+    if not jobs:
+        return {}
+    dev = torch.device("cuda:0" if device.type == "cuda" else "cpu")
+    clock = Clock(dev)
+    capacity = cfg.workload.max_seq_len_tokens
+    kw = dict(repeats=bc.repeats, warmup_runs=max(1, bc.warmup_runs))
+    record = compile_record(bc.peer_compile)
+    apply_inductor_settings(bc.peer_compile)
+    runtime_models: dict[str, Any] = {}
+    hf_models: dict[str, Any] = {}
+    gptfast: dict[str, StaticDecoder] = {}
+    slots = cache_slots(prompts, wl.max_new_tokens, capacity, gamma)
+
+    def runtime_model(role: str) -> Any:
+        if role not in runtime_models:
+            mcfg = getattr(cfg.model, role)
+            runtime_models[role] = build_model(model_preset(mcfg.preset), mcfg.dtype, dev, mcfg.seed,
+                                               checkpoint=mcfg.checkpoint)
+        return runtime_models[role]
+
+    def decoder(role: str) -> StaticDecoder:
+        if role not in gptfast:
+            gptfast[role] = StaticDecoder(runtime_model(role), slots, bc.peer_compile)
+        return gptfast[role]
+
+    def hf_model(role: str) -> Any:
+        if role not in hf_models:
+            from pathlib import Path
+
+            mcfg = getattr(cfg.model, role)
+            folder = mcfg.checkpoint is not None and (Path(mcfg.checkpoint) / "config.json").is_file()
+            hf_models[role] = (load_hf(mcfg, dev) if folder
+                               else hf_from_runtime(runtime_model(role), model_preset(mcfg.preset)))
+        return hf_models[role]
+
+    results: dict[str, dict[str, Any]] = {}
+    for system, mode in jobs:
+        key = f"{system}/{mode}"
+        if time.time() > deadline:
+            results[key] = {"skipped": BUDGET_SPENT}
+            continue
+        if mode in ("chain", "assisted") and not has_draft:
+            results[key] = {"skipped": "the workload has no draft model"}
+            continue
+        print(f"[bench] {key}: warm-up (compiles) and {bc.repeats} repeats", flush=True)
+        before = compile_counters()
+        try:
+            if system == GPTFAST and mode == "autoregressive":
+                run = partial(decode_autoregressive, decoder("target"), capacity=capacity, eos=eos_token_id,
+                              clock=clock)
+                raw = measure_gptfast(run, prompts, wl.max_new_tokens, clock, warmup_new_tokens=bc.warmup_new_tokens,
+                                      **kw)
+            elif system == GPTFAST:
+                run = partial(decode_chain, decoder("target"), decoder("draft"), capacity=capacity, eos=eos_token_id,
+                              gamma=gamma, clock=clock)
+                raw = measure_gptfast(run, prompts, wl.max_new_tokens, clock, warmup_new_tokens=bc.warmup_new_tokens,
+                                      gamma=gamma, **kw)
+                raw["gamma"] = gamma
+            else:
+                target = hf_model("target")
+                raw_setup = static_cache_generation(target, eos_token_id, bc.peer_compile, slots)
+                assistant = None
+                if mode == "assisted":
+                    from bench.peers import set_greedy
+
+                    assistant = hf_model("draft")
+                    set_greedy(assistant, eos_token_id)
+                    assistant.generation_config.num_assistant_tokens = gamma
+                    assistant.generation_config.num_assistant_tokens_schedule = "constant"
+                    raw_setup["assistant"] = {"num_assistant_tokens": gamma, "schedule": "constant",
+                                              "cache": "dynamic", "compiled": False}
+                raw = measure_transformers(target, prompts, wl.max_new_tokens, capacity, clock, assistant=assistant,
+                                           **kw)
+                raw["generation"] = raw_setup
+                raw["attn_implementation"] = target.config._attn_implementation
+                if mode == "assisted":
+                    raw["gamma"] = gamma
+            after = compile_counters()
+            raw["compile"] = {**record, **{k: after[k] - before[k] for k in after}}
+            if system == GPTFAST:
+                raw["cache_slots"] = slots
+        except Exception as exc:  # reported as the row's reason; the benchmark goes on
+            what = "assisted generation on a static cache: " if mode == "assisted" else ""
+            raw = {"error": f"{what}{type(exc).__name__}: {exc}"[:4000], "compile": record}
+        results[key] = raw
+        status = ("ok: decode " + ", ".join(f"{1e3 * r['decode_tpot_s']:.3f}" for r in raw["repeats"]
+                                            if r["decode_tpot_s"]) + " ms/token, compile "
+                  f"{raw['compile_s']:.1f} s") if "repeats" in raw else raw.get("error", "")[:200]
+        print(f"[bench] {key}: {status}", flush=True)
+        if on_result is not None:
+            on_result(results)
+    return results
+
+
+# ---- the short table of a `scripts/gpu.sh peers` call ---------------------------------------------------------------
+def summary(results: list[dict[str, Any]]) -> str:
+    """Markdown: per results JSON of bench/bench_runtime.py, its comparison table (ours against the compiled peers)
+    and one line per row: tok/s, decode time per output token, chain iteration, compile time, outputs, status."""
+    from bench.bench_runtime import comparison_table, peer_comparison
+
+    out = []
+    for res in results:
+        out += [f"### {res['workload']} ({res['device']}, git {res['git_sha'][:7]}, {res['date']})", ""]
+        out += [f"- note: {n}" for n in res.get("notes", [])]
+        out += ["", comparison_table(res["workload"], res.get("comparison") or peer_comparison(res["rows"])), "",
+                "| system | mode | tok/s | decode TPOT (ms) | iteration (ms) | floor fwd / iter (ms) | compile (s) | "
+                "outputs | status |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in res["rows"]:
+            def ms(x: float | None) -> str:
+                return "-" if x is None else f"{1e3 * x:.3f}"
+
+            floors = ms(r.get("byte_floor_s")) + (f" / {ms(r['iteration_floor_s'])}" if "iteration_floor_s" in r
+                                                   else "")
+            check = r["outputs_check"]["status"] if r.get("outputs_check") else "-"
+            status = r["status"] if r["status"] == "ok" else f"{r['status']}: {str(r.get('reason'))[:90]}"
+            tps = "-" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:.1f}"
+            compile_s = "-" if r.get("compile_s") is None else f"{r['compile_s']:.0f}"
+            mode = f"{r['mode']} ({r['spec']})" if r.get("spec") else r["mode"]
+            out.append(f"| {r['system']} | {mode} | {tps} | {ms(r.get('decode_tpot_s'))} | "
+                       f"{ms(r.get('iteration_time_s'))} | {floors} | {compile_s} | {check} | {status} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m bench.compiled_peers RESULTS.json ...`: print `summary` of the files (a missing one is named)."""
+    import argparse
+    import json
+    import sys
+    from pathlib import Path
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("results", nargs="*", type=Path, help="runtime_<preset>_<date>_<sha>.json files")
+    args = ap.parse_args(argv)
+    missing = [str(p) for p in args.results if not p.is_file()]
+    if missing:
+        print(f"compiled_peers: no such results file: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    print(summary([json.loads(p.read_text()) for p in args.results]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
