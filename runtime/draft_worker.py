@@ -24,7 +24,7 @@ import torch
 
 from conf.messages import DraftProposal
 from runtime.attention import AttentionBackend
-from runtime.graphs import PrefillGraphs, ReplayTimer, StepGraph
+from runtime.graphs import PrefillGraphs, ReplayTimer, StepGraph, StepSpec
 from runtime.kv_cache import KVCache
 from runtime.model import Transformer
 from runtime.tree import DraftTree, Reroot, StepInputs, TreeStats
@@ -74,17 +74,14 @@ class DraftWorker:
         self.graph = self.pending_graph = self.refill_graph = self.pending_refill_graph = None
         self.belief: list[list[float]] | None = None  # oracle runs, spec.oracle_belief=table (runtime/oracle.py)
         if cuda_graphs:
-            self.graph = StepGraph(model, self.cache, attn, w, max_tree_nodes, head=self._top_children,
-                                   keep_rows=max_tree_nodes)
-            self.pending_graph = StepGraph(model, self.cache, attn, w + 1, max_tree_nodes + 1,
-                                           head=self._pending_children, keep_rows=max_tree_nodes)
+            n = max_tree_nodes  # every expansion carries the owed re-root compaction (at most the tree's slots)
+            self.graph = self._capture(StepSpec(w, n, keep_rows=n, head=self._top_children))
+            self.pending_graph = self._capture(StepSpec(w + 1, n + 1, keep_rows=n, head=self._pending_children))
             if refill_graph and w > 1:
-                self.refill_graph = StepGraph(model, self.cache, attn, 1, max_tree_nodes, head=self._top_children,
-                                              keep_rows=max_tree_nodes)
+                self.refill_graph = self._capture(StepSpec(1, n, keep_rows=n, head=self._top_children))
                 # its tree region is max_tree_nodes slots, not + 1 as the w + 1-row graph's: the pending token and the
                 # lone root take 2 of them (a 257-slot region costs the 1B's two-row step more than 256 slots)
-                self.pending_refill_graph = StepGraph(model, self.cache, attn, 2, max_tree_nodes,
-                                                      head=self._pending_children, keep_rows=max_tree_nodes)
+                self.pending_refill_graph = self._capture(StepSpec(2, n, keep_rows=n, head=self._pending_children))
         # kernels.prefill_graph: prompt prefills replayed per length bucket (runtime/graphs.py PrefillGraphs)
         self.prefill_graphs = PrefillGraphs(model, self.cache, attn) if cuda_graphs and prefill_graph else None
         # trace.graph_events: events and host marks around every replayed expansion's input copies and replay
@@ -92,6 +89,9 @@ class DraftWorker:
         self._timed = False  # whether the last expansion was timed (a replay; an eager one is not)
         self.last_rows = 0  # real (not padding) rows of the last expansion: its host cost grows with them
         self.last_step_rows = w  # rows of the last expansion's step: w, or 1 / 2 for the refill graphs
+
+    def _capture(self, spec: StepSpec) -> StepGraph:
+        return StepGraph(self.model, self.cache, self.attn, spec)
 
     @property
     def stats(self) -> TreeStats:

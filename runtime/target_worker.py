@@ -16,7 +16,7 @@ import torch
 
 from conf.messages import DraftProposal
 from runtime.attention import AttentionBackend
-from runtime.graphs import PrefillGraphs, ReplayTimer, StepGraph
+from runtime.graphs import PrefillGraphs, ReplayTimer, StepGraph, StepSpec
 from runtime.kv_cache import KVCache
 from runtime.model import Transformer
 from runtime.oracle import AcceptanceOracle
@@ -55,8 +55,8 @@ class TargetWorker:
         chain = rows == 1 and temperature == 0
         # A tree verify's graph also applies the last verdict's KV keep in front of its forward (`keep`).
         verdict = None if chain or temperature > 0 or backend != "triton" else "argmax" if oracle else "greedy"
-        self.graph = (StepGraph(model, self.cache, attn, rows, rows, chain=chain, keep_rows=0 if chain else rows,
-                                verdict=verdict) if cuda_graphs else None)
+        spec = StepSpec(rows, rows, keep_rows=0 if chain else rows, chain=chain, verdict=verdict)
+        self.graph = StepGraph(model, self.cache, attn, spec) if cuda_graphs else None
         self._owed_keep: tuple[int, list[int]] | None = None  # (destination, source slots) for the next graph
         # trace.graph_events: events and host marks around every verify's input copies and replay
         self._timer = ReplayTimer("inputs") if graph_events and self.graph is not None else None

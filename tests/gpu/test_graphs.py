@@ -25,7 +25,7 @@ from conf.schema import ExperimentConfig
 from runtime.attention import AttnMeta, ReferenceAttention, make_attention_backend
 from runtime.engine import run_rank
 from runtime.fetch_smollm2 import DEFAULT_DEST as GGUF_PATH
-from runtime.graphs import StepGraph
+from runtime.graphs import StepGraph, StepSpec
 from runtime.kv_cache import KVCache
 from runtime.launch import launch
 from runtime.loader import build_model
@@ -115,7 +115,7 @@ def test_step_graph_replays_match_eager_forwards(dtype, tol, skinny, use_pdl, ro
     cache = KVCache(layers, 200, heads, head_dim, model.dtype, "cuda")
     with pdl(use_pdl):
         assert launch_pdl(torch.device("cuda")) == (use_pdl and torch.cuda.get_device_capability()[0] >= 9)
-        graph = StepGraph(model, cache, attn, 8, 8)
+        graph = StepGraph(model, cache, attn, StepSpec(8, 8))
     model.use_fused_kernels()  # the eager reference: the base fused path
     g = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, shape.vocab_size, (150,), generator=g)
@@ -225,7 +225,7 @@ def test_step_graph_applies_a_staged_compaction_before_its_forward():
     attn = make_attention_backend("triton")
     layers, heads, head_dim = model.cache_spec()
     caches = [KVCache(layers, 400, heads, head_dim, model.dtype, "cuda") for _ in range(2)]
-    graph = StepGraph(model, caches[1], attn, 8, 8, keep_rows=128)
+    graph = StepGraph(model, caches[1], attn, StepSpec(8, 8, keep_rows=128))
     g = torch.Generator().manual_seed(4)
     prompt = torch.randint(0, shape.vocab_size, (300,), generator=g).cuda()
     for cache in caches:
@@ -252,8 +252,8 @@ def test_step_graph_refuses_other_shapes_and_backends():
     layers, heads, head_dim = model.cache_spec()
     cache = KVCache(layers, 64, heads, head_dim, model.dtype, "cuda")
     with pytest.raises(ValueError, match="kernels.backend=triton"):
-        StepGraph(model, cache, ReferenceAttention(), 4, 4)
-    graph = StepGraph(model, cache, make_attention_backend("triton"), 4, 4)
+        StepGraph(model, cache, ReferenceAttention(), StepSpec(4, 4))
+    graph = StepGraph(model, cache, make_attention_backend("triton"), StepSpec(4, 4))
     with pytest.raises(ValueError, match="captured for 4 rows"):
         graph.replay(torch.zeros(5, dtype=torch.long), torch.arange(5), torch.arange(5), 0,
                      torch.ones(5, 5, dtype=torch.bool))

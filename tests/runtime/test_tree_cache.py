@@ -21,7 +21,7 @@ from conf.presets import MODEL_PRESETS
 from kernels import kv_compact
 from runtime.attention import AttnMeta, ReferenceAttention
 from runtime.draft_worker import DraftWorker
-from runtime.graphs import StepBuffers, readback_outputs, verdict_outputs, wait_for_ticket
+from runtime.graphs import StepBuffers, StepSpec, readback_outputs, verdict_outputs, wait_for_ticket
 from runtime.kv_cache import KVCache
 from runtime.tree import DraftTree, proposal_inputs
 from runtime.tree_cache import keep_accepted, keep_slots, step_meta
@@ -205,19 +205,18 @@ def test_in_place_keeps_launch_no_copy(monkeypatch):
 
 class CpuStepGraph:
     """Stands in for `runtime.graphs.StepGraph` on CPU, same constructor (patched into the workers, so their own
-    `rows`, `tree_len` and `keep_rows` choices are what runs): stages the inputs in a real `StepBuffers` and copies
+    `StepSpec`s are what runs): stages the inputs in a real `StepBuffers` and copies
     them as the graph's first node does, applies the owed compaction from them with `kernels.kv_compact`
     (interpreted) as the graph's first kernel does, then runs the step eagerly and applies the head. With a head or a
     verdict: the outputs' host copies (numpy), then the load's ticket, as the graph's last copies write them;
     `host_outputs` waits on that ticket with `wait_for_ticket`. Not for chained steps."""
 
-    def __init__(self, model, cache, attn, rows: int, tree_len: int, *, head=None, pool=None, chain: bool = False,
-                 keep_rows: int = 0, verdict: str | None = None) -> None:
-        assert not chain, "the CPU stand-in does not chain autoregressive steps"
-        self.model, self.cache, self.attn, self.head, self.verdict = model, cache, attn, head, verdict
-        self.rows, self.tree_len, self.readback = rows, tree_len, head is not None or verdict is not None
-        self.inputs = StepBuffers(rows, tree_len, "cpu", keep_rows)
-        self.chained, self.keep_rows, self.loaded, self.calls, self.moved = False, keep_rows, None, 0, 0
+    def __init__(self, model, cache, attn, spec: StepSpec, *, pool=None) -> None:
+        assert not spec.chain, "the CPU stand-in does not chain autoregressive steps"
+        self.model, self.cache, self.attn, self.head, self.verdict = model, cache, attn, spec.head, spec.verdict
+        self.rows, self.tree_len, self.readback = spec.rows, spec.tree_len, spec.readback
+        self.inputs = StepBuffers(spec.rows, spec.tree_len, "cpu", spec.keep_rows)
+        self.chained, self.keep_rows, self.loaded, self.calls, self.moved = False, spec.keep_rows, None, 0, 0
         self.flag, self.host = torch.zeros(1, dtype=torch.long).numpy(), ()
 
     def host_outputs(self):
