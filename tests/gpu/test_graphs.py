@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from bench.peers import TIE_EPSILON, first_divergence
+from conf.kernels_config import KernelsConfig
 from conf.presets import MODEL_PRESETS
 from conf.schema import ExperimentConfig
 from runtime.attention import AttnMeta, ReferenceAttention, make_attention_backend
@@ -31,6 +32,7 @@ from runtime.launch import launch
 from runtime.loader import build_model
 from runtime.reference import reference_decode
 from runtime.tree import ancestor_mask
+from runtime.worker_spec import WorkerSpec
 from tests.runtime.test_engine import make_cfg
 from tests.runtime.test_tree_cache import path_to_unexpanded_leaf
 from tests.tolerances import assert_bitwise, assert_close
@@ -140,8 +142,8 @@ def _cuda_draft(graphs: bool, fused_head: bool = False):
     from runtime.draft_worker import DraftWorker
 
     model = build_model(MODEL_PRESETS["tiny-llama-draft"], "float32", "cuda", seed=2).use_fused_kernels()
-    return DraftWorker(model, make_attention_backend("triton"), w=4, topk=3, max_tree_nodes=32, max_seq_len=128,
-                       temperature=0.0, cuda_graphs=graphs, fused_head=fused_head)
+    return DraftWorker(model, make_attention_backend("triton"), WorkerSpec(4, 128, topk=3, max_tree_nodes=32),
+                       KernelsConfig(backend="triton", cuda_graphs=graphs, draft_head=fused_head))
 
 
 @pytest.mark.parametrize("fused_head", [False, True], ids=["torch_head", "fused_head"])
@@ -400,8 +402,8 @@ def test_graph_events_time_the_verify_replay():
     from runtime.target_worker import TargetWorker
 
     model = build_model(MODEL_PRESETS["tiny-llama"], "bfloat16", "cuda", seed=3).use_fused_kernels(skinny=True)
-    worker = TargetWorker(model, make_attention_backend("triton"), rows=4, max_seq_len=64, temperature=0.0,
-                          backend="triton", cuda_graphs=True, graph_events=True)
+    worker = TargetWorker(model, make_attention_backend("triton"), WorkerSpec(4, 64, graph_events=True),
+                          KernelsConfig(backend="triton", cuda_graphs=True))
     worker.start(list(range(10, 30)))
     assert worker.last_device_s() is None  # no verify yet
     t0 = time.perf_counter()
@@ -425,8 +427,9 @@ def test_graph_events_time_the_draft_expansion():
     from runtime.draft_worker import DraftWorker
 
     model = build_model(MODEL_PRESETS["tiny-llama"], "bfloat16", "cuda", seed=4).use_fused_kernels(skinny=True)
-    draft = DraftWorker(model, make_attention_backend("triton"), w=4, topk=4, max_tree_nodes=16, max_seq_len=64,
-                        temperature=0.0, cuda_graphs=True, graph_events=True)
+    draft = DraftWorker(model, make_attention_backend("triton"),
+                        WorkerSpec(4, 64, topk=4, max_tree_nodes=16, graph_events=True),
+                        KernelsConfig(backend="triton", cuda_graphs=True))
     draft.start(list(range(10, 30)))
     assert draft.last_device_split() is None  # no expansion yet
     t0 = time.perf_counter()
@@ -485,8 +488,8 @@ def test_verdict_in_the_verify_graph_matches_the_verdict_after_it(rows):
     proposals = [(-1, 0, 0, 1), (-1, 0, 1), (-1,), (-1, 0, 0, 0, 1, 2, 3, 4)[:rows]]
     accepted = 0
     for kind in ("greedy", "oracle"):
-        worker = TargetWorker(model, make_attention_backend("triton"), rows=rows, max_seq_len=96, temperature=0.0,
-                              backend="triton", cuda_graphs=True, oracle=kind == "oracle")
+        worker = TargetWorker(model, make_attention_backend("triton"), WorkerSpec(rows, 96, oracle=kind == "oracle"),
+                              KernelsConfig(backend="triton", cuda_graphs=True))
         worker.start(list(range(10, 40)))
         for it, parents in enumerate(proposals):
             ids = [int(t) for t in torch.randint(1, vocab, (len(parents),), generator=gen)]
