@@ -262,7 +262,7 @@ class CpuStepGraph:
 
 
 def _draft_worker(graphs: bool, refill_graph: bool = False) -> DraftWorker:
-    """The tiny draft (w 4, top-k 3); `graphs`: `DraftWorker(cuda_graphs=True)` with `CpuStepGraph` standing in for
+    """The tiny draft (w 4, top-k 3); `graphs`: kernels.cuda_graphs with `CpuStepGraph` standing in for
     its expansion graphs (`refill_graph`: the one-row one too)."""
     with mock.patch("runtime.draft_worker.StepGraph", CpuStepGraph):
         return DraftWorker(_model("tiny-llama-draft", 2), ATTN, DRAFT,
@@ -494,7 +494,7 @@ def test_keep_slots_takes_only_forward_compaction():
 @pytest.mark.parametrize("graphs", [False, True], ids=["eager", "graphs"])
 @torch.no_grad()
 def test_fused_head_grows_the_same_tree(graphs):
-    """`kernels.draft_head` (`DraftWorker(fused_head=True)`: kernels.topk_logprobs, the Triton interpreter here)
+    """`kernels.draft_head` (`KernelsConfig(draft_head=True)`: kernels.topk_logprobs, the Triton interpreter here)
     grows the tree the torch head grows, through a pending expansion (its head drops the pending row), with the
     same log-probs to float32 rounding."""
     runs = []
