@@ -23,7 +23,7 @@ A step may also carry a KV compaction owed by the last re-root or keep (`keep_ro
 then costs no host time of its own, where a separate launch (a `torch.tensor` on the device and a Triton launch)
 would sit on the draft's critical path between the proposal's send and its next expansion.
 
-Chained autoregressive steps (`chain=True`, rows = 1, greedy): the captured step ends by writing its argmax
+Chained autoregressive steps (`StepSpec.chain`, rows = 1, greedy): the captured step ends by writing its argmax
 into the token-id buffer and advancing the prefix length and the position by one, so `replay_chained()` runs
 the next token's step with no host input at all and the host can queue step i + 1 before it reads token i
 (runtime/engine.py `_autoregressive_chained`): the GPU never waits for the host between steps. An ordinary
@@ -463,7 +463,7 @@ class StepGraph:
         return self.out
 
     def replay_chained(self) -> torch.Tensor:
-        """A chained graph (`chain=True`): the next autoregressive step, fed on the device by the previous replay
+        """A chained graph (`StepSpec.chain`): the next autoregressive step, fed on the device by the previous replay
         (which must have been a `replay` of this graph or a `replay_chained`). Queues it without waiting; returns
         the [1] int64 device buffer that holds this step's greedy token once it ran (overwritten by the next)."""
         if not self.chained:

@@ -105,7 +105,7 @@ class TargetWorker:
             return Verdict(tuple(path_list[: n + 1]), bonus)
         if self.graph is not None and self.graph.chained:
             # A greedy one-row step (a TP > 1 or unchained autoregressive target): its graph already wrote the
-            # argmax of its logits (`StepGraph` chain=True), which is the verdict: one device -> host read instead
+            # argmax of its logits (`StepSpec.chain`), which is the verdict: one device -> host read instead
             # of the verify's argmax, kernel, copies and concatenation (~0.1-0.2 ms of host time on the H200 host).
             return Verdict((0,), int(self.graph.next_ids.item()))
         if self.temperature > 0:  # sampled: the tree walk reads ids and parents on the host (no read-back)
