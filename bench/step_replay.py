@@ -119,7 +119,7 @@ def run_case(preset: str, role: str, rows: int, tree_len: int, *, ctx: int, cap:
 
     from calibration.profile_step import byte_floor_s
     from runtime.attention import AttnMeta, make_attention_backend
-    from runtime.graphs import StepGraph
+    from runtime.graphs import StepGraph, StepSpec
     from runtime.kv_cache import KVCache
 
     device = torch.device("cuda")
@@ -135,7 +135,7 @@ def run_case(preset: str, role: str, rows: int, tree_len: int, *, ctx: int, cap:
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
         with launches:  # the launch attributes are recorded in the graph
-            graph = StepGraph(model, cache, attn, rows, tree_len)
+            graph = StepGraph(model, cache, attn, StepSpec(rows, tree_len))
         # after the capture (which wrote slots [0, rows)): a real context, so the attention reads non-zero K/V; a
         # replay writes K/V at ctx + its tree slots only
         prompt = torch.randint(0, model.shape.vocab_size, (ctx,), generator=gen).to(device)

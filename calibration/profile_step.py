@@ -73,10 +73,10 @@ def byte_floor_s(model: torch.nn.Module, ctx: int, rows: int, hbm: float = HBM_B
 def time_graph(model: torch.nn.Module, cache: KVCache, attn: object, rows: int, ctx: int, reps: int,
                gen: torch.Generator) -> dict:
     """The step as a CUDA graph (runtime/graphs.py): median replay time alone and with input staging."""
-    from runtime.graphs import StepGraph
+    from runtime.graphs import StepGraph, StepSpec
     from runtime.tree import ancestor_mask
 
-    graph = StepGraph(model, cache, attn, rows, rows)
+    graph = StepGraph(model, cache, attn, StepSpec(rows, rows))
     parents = [-1] + [max(0, (i - 1) // 2) for i in range(1, rows)]  # a binary tree of `rows` nodes
     depth = [0] * rows
     for i in range(1, rows):

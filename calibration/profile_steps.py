@@ -26,7 +26,9 @@ import torch
 
 from calibration.profile_ops import STEP_REPS, STEP_WARMUP, Profiler, _random_parents, choose_attention_backend
 from calibration.runtime_kernels import STEP_SWITCHES, graphs_kernels
+from conf.kernels_config import KernelsConfig
 from conf.presets import MODEL_PRESETS
+from runtime.worker_spec import WorkerSpec
 
 # (preset, verify rows, expand widths): the validation pair's shapes plus other presets for the step fit. The 1B
 # draft's widths span what the runtime replays: 1 (a lone root's refill graph) to 16 (the autoconfig pick's w), and
@@ -56,8 +58,8 @@ def _verify_steps(p: Profiler, model: Any, attn: Any, backend: str, preset: str,
 
     vocab = model.shape.token_count
     # each verify keeps the root and any accepted nodes: room for all rows of every step
-    tw = TargetWorker(model, attn, rows=rows, max_seq_len=ctx + (STEP_WARMUP + STEP_REPS) * rows + 8,
-                      temperature=0.0, backend=backend, cuda_graphs=p.graph_steps(backend))
+    tw = TargetWorker(model, attn, WorkerSpec(rows, ctx + (STEP_WARMUP + STEP_REPS) * rows + 8),
+                      KernelsConfig(backend=backend, cuda_graphs=p.graph_steps(backend)))
     tw.start(_step_prompt(vocab, ctx, gen))
     times, prefixes = [], []
     for i in range(STEP_WARMUP + STEP_REPS):
@@ -90,8 +92,8 @@ def _expand_steps(p: Profiler, model: Any, attn: Any, backend: str, preset: str,
 
     vocab = model.shape.token_count
     prompt = _step_prompt(vocab, ctx, gen)
-    dw = DraftWorker(model, attn, w=w, topk=TOPK, max_tree_nodes=MAX_TREE_NODES, max_seq_len=ctx + 64,
-                     temperature=0.0, cuda_graphs=p.graph_steps(backend), fused_head=fused_head)
+    dw = DraftWorker(model, attn, WorkerSpec(w, ctx + 64, topk=TOPK, max_tree_nodes=MAX_TREE_NODES),
+                     KernelsConfig(backend=backend, cuda_graphs=p.graph_steps(backend), draft_head=fused_head))
     dw.start(prompt)
     expand, kv_lens, select, reroot = [], [], [], []
     it, since_round = 0, 0

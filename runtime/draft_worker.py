@@ -22,50 +22,54 @@ from __future__ import annotations
 
 import torch
 
+from conf.kernels_config import KernelsConfig
 from conf.messages import DraftProposal
 from runtime.attention import AttentionBackend
 from runtime.fused_decode import Decoder
-from runtime.graphs import PrefillGraphs, ReplayTimer, StepGraph
+from runtime.graphs import PrefillGraphs, ReplayTimer, StepGraph, StepSpec
 from runtime.kv_cache import KVCache
 from runtime.tree import DraftTree, Reroot, StepInputs, TreeStats
 from runtime.tree_cache import compaction_sources, keep_slots, prefill, step_meta
+from runtime.worker_spec import WorkerSpec
 
 
 class DraftWorker:
     """The draft model, its KV cache and the current request's tree."""
 
-    def __init__(self, model: Decoder, attn: AttentionBackend, *, w: int, topk: int, max_tree_nodes: int,
-                 max_seq_len: int, temperature: float, cuda_graphs: bool = False, graph_events: bool = False,
-                 fused_head: bool = False, refill_graph: bool = False, prefill_graph: bool = False) -> None:
-        """Allocate the cache: `max_seq_len` prefix slots plus the `max_tree_nodes` tree region.
+    def __init__(self, model: Decoder, attn: AttentionBackend, spec: WorkerSpec,
+                 kernels: KernelsConfig | None = None) -> None:
+        """Allocate the cache: `spec.max_seq_len` prefix slots plus the `spec.max_tree_nodes` tree region; expansions
+        run `spec.rows` (w) tree rows and keep `spec.topk` children per node.
 
-        `cuda_graphs`: capture the expansion step (w rows over the whole tree region, log-softmax and top-k
+        `kernels.cuda_graphs`: capture the expansion step (w rows over the whole tree region, log-softmax and top-k
         included) as one CUDA graph, and a second one for an expansion that carries one pending verified
         token in front (w + 1 rows over 1 + the tree region; `with_pending`): eager, that catch-up step is
         host-bound, several times the replay. More than one pending token (never produced by
         DraftTree.reroot, which leaves at most the path's last node without KV) runs eagerly. Both graphs
-        start with the owed re-root compaction (at most `max_tree_nodes` slots: `runtime.graphs` keep_rows), and
+        start with the owed re-root compaction (at most `max_tree_nodes` slots: `StepSpec.keep_rows`), and
         end by copying their top-k children to pinned host memory, which the host spins on (`StepGraph.host_outputs`).
-        `graph_events` (`trace.graph_events`, CUDA graphs only): CUDA events around every replayed expansion's
-        input copies + replay (`last_device_split`). `fused_head` (`kernels.draft_head`): the top-k children from
-        `kernels.topk_logprobs` instead of torch's log_softmax + topk (eager and captured alike). `refill_graph`
-        (`kernels.refill_graph`, CUDA graphs only): a third graph, one row, for the expansion of a lone root, and a
+        `spec.graph_events` (`trace.graph_events`, CUDA graphs only): CUDA events around every replayed expansion's
+        input copies + replay (`last_device_split`). `kernels.draft_head`: the top-k children from
+        `kernels.topk_logprobs` instead of torch's log_softmax + topk (eager and captured alike).
+        `kernels.refill_graph` (CUDA graphs only): a third graph, one row, for the expansion of a lone root, and a
         fourth, two rows over max_tree_nodes tree slots, for a lone root behind one pending token (a miss at a
         never-expanded leaf, frequent in serial_tree: the w + 1-row pending graph ran 9 rows for these 2 at w 8).
-        `prefill_graph` (`kernels.prefill_graph`, CUDA graphs only): prompt prefills replay graphs per length bucket.
+        `kernels.prefill_graph` (CUDA graphs, one-GPU groups): prompt prefills replay graphs per length bucket.
         """
+        kernels = kernels or KernelsConfig()
+        w, max_tree_nodes, cuda_graphs = spec.rows, spec.max_tree_nodes, kernels.cuda_graphs
         self.model, self.attn = model, attn
-        self.w, self.topk, self.max_len = w, topk, max_tree_nodes
-        self.temperature = temperature
+        self.w, self.topk, self.max_len = w, spec.topk, max_tree_nodes
+        self.temperature = spec.temperature
         self._fused_head = None  # kernels.draft_head: kernels.topk_logprobs, else torch's log_softmax + topk
-        if fused_head:
+        if kernels.draft_head:
             from kernels.topk_logprobs import topk_logprobs
 
             self._fused_head = topk_logprobs
         self.device = model.device
         layers, heads, head_dim = model.cache_spec()
         # Preallocated once for all requests (static shapes).
-        self.cache = KVCache(layers, max_seq_len + max_tree_nodes, heads, head_dim, model.dtype, self.device)
+        self.cache = KVCache(layers, spec.max_seq_len + max_tree_nodes, heads, head_dim, model.dtype, self.device)
         self.prefix_len = 0
         self.tree = DraftTree(0)
         self.pending: tuple[int, ...] = ()  # verified tokens whose KV the draft has not computed yet
@@ -74,24 +78,29 @@ class DraftWorker:
         self.graph = self.pending_graph = self.refill_graph = self.pending_refill_graph = None
         self.belief: list[list[float]] | None = None  # oracle runs, spec.oracle_belief=table (runtime/oracle.py)
         if cuda_graphs:
-            self.graph = StepGraph(model, self.cache, attn, w, max_tree_nodes, head=self._top_children,
-                                   keep_rows=max_tree_nodes)
-            self.pending_graph = StepGraph(model, self.cache, attn, w + 1, max_tree_nodes + 1,
-                                           head=self._pending_children, keep_rows=max_tree_nodes)
-            if refill_graph and w > 1:
-                self.refill_graph = StepGraph(model, self.cache, attn, 1, max_tree_nodes, head=self._top_children,
-                                              keep_rows=max_tree_nodes)
-                # its tree region is max_tree_nodes slots, not + 1 as the w + 1-row graph's: the pending token and the
-                # lone root take 2 of them (a 257-slot region costs the 1B's two-row step more than 256 slots)
-                self.pending_refill_graph = StepGraph(model, self.cache, attn, 2, max_tree_nodes,
-                                                      head=self._pending_children, keep_rows=max_tree_nodes)
+            self._capture_expansions(refill=kernels.refill_graph)
         # kernels.prefill_graph: prompt prefills replayed per length bucket (runtime/graphs.py PrefillGraphs)
-        self.prefill_graphs = PrefillGraphs(model, self.cache, attn) if cuda_graphs and prefill_graph else None
+        prefill_graph = cuda_graphs and kernels.prefill_graph_for(spec.group_gpus)
+        self.prefill_graphs = PrefillGraphs(model, self.cache, attn) if prefill_graph else None
         # trace.graph_events: events and host marks around every replayed expansion's input copies and replay
-        self._timer = ReplayTimer("planned") if graph_events and cuda_graphs else None
+        self._timer = ReplayTimer("planned") if spec.graph_events and cuda_graphs else None
         self._timed = False  # whether the last expansion was timed (a replay; an eager one is not)
         self.last_rows = 0  # real (not padding) rows of the last expansion: its host cost grows with them
         self.last_step_rows = w  # rows of the last expansion's step: w, or 1 / 2 for the refill graphs
+
+    def _capture_expansions(self, refill: bool) -> None:
+        """kernels.cuda_graphs: capture the expansion steps (see `__init__`); each carries the owed re-root compaction
+        (at most the tree's slots) and its top-k head."""
+        w, n, model, cache, attn = self.w, self.max_len, self.model, self.cache, self.attn
+        self.graph = StepGraph(model, cache, attn, StepSpec(w, n, keep_rows=n, head=self._top_children))
+        self.pending_graph = StepGraph(model, cache, attn,
+                                       StepSpec(w + 1, n + 1, keep_rows=n, head=self._pending_children))
+        if refill and w > 1:
+            self.refill_graph = StepGraph(model, cache, attn, StepSpec(1, n, keep_rows=n, head=self._top_children))
+            # its tree region is max_tree_nodes slots, not + 1 as the w + 1-row graph's: the pending token and the
+            # lone root take 2 of them (a 257-slot region costs the 1B's two-row step more than 256 slots)
+            self.pending_refill_graph = StepGraph(model, cache, attn,
+                                                  StepSpec(2, n, keep_rows=n, head=self._pending_children))
 
     @property
     def stats(self) -> TreeStats:
@@ -125,26 +134,33 @@ class DraftWorker:
         self.last_rows = len(nodes)  # real rows of this expansion (the rest of its step rows are padding)
         if shift:
             inp = with_pending(inp, self.pending, self.prefix_len)
-        if graph is not None:  # the owed compaction rides in the replay (owed until the load succeeded)
-            if timer is not None:
-                timer.loading()
-            graph.load_inputs(inp, self.prefix_len, self._owed_compaction())
-            self._deferred = None
-            if timer is not None:
-                timer.loaded()
-            graph.launch()
-            if timer is not None:
-                timer.launched()
-            top_lp, top_tok = graph.host_outputs()  # numpy views of the graph's pinned copies (spins until they arrive)
-        else:
-            self.compact(force=True)
-            logits = self.model(inp.token_ids.to(self.device), step_meta(inp, self.prefix_len, self.device),
-                                self.cache, self.attn)  # [shift + w, vocab]
-            top_lp, top_tok = self._top_children(logits[shift:])
+        top_lp, top_tok = self._replay(graph, inp, timer) if graph is not None else self._forward(inp, shift)
         self.prefix_len += shift
         self.pending = ()
         self.tree.grow_topk(nodes, top_lp, top_tok, self.belief)
         return True
+
+    def _replay(self, graph: StepGraph, inp: StepInputs, timer: ReplayTimer | None) -> tuple:
+        """A captured expansion: the owed compaction rides in the replay (owed until the load succeeded); returns the
+        top-k children as numpy views of the graph's pinned copies (spins until they arrive)."""
+        if timer is not None:
+            timer.loading()
+        graph.load_inputs(inp, self.prefix_len, self._owed_compaction())
+        self._deferred = None
+        if timer is not None:
+            timer.loaded()
+        graph.launch()
+        if timer is not None:
+            timer.launched()
+        return graph.host_outputs()
+
+    def _forward(self, inp: StepInputs, shift: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """An eager expansion (after the owed compaction) over `shift` pending rows and the tree rows: the tree rows'
+        top-k children, on the device."""
+        self.compact(force=True)
+        logits = self.model(inp.token_ids.to(self.device), step_meta(inp, self.prefix_len, self.device),
+                            self.cache, self.attn)  # [shift + w, vocab]
+        return self._top_children(logits[shift:])
 
     def _step_graph(self) -> tuple[StepGraph | None, int, int]:
         """(the captured step the next expansion replays, None: eager; the tree rows it plans; its step rows as the

@@ -56,6 +56,7 @@ from runtime.parallel import ParallelContext, leader_ranks
 from runtime.target_worker import TargetWorker
 from runtime.tree_cache import in_place
 from runtime.unix_channel import make_channel, recv_spin_s
+from runtime.worker_spec import WorkerSpec
 
 
 @dataclass(frozen=True)
@@ -85,33 +86,22 @@ class Engine:
                  eos_token_id: int | None) -> None:
         """Build this rank's models (sharded on its group) and workers."""
         check_runtime_support(cfg)
-        self.ctx, self.cfg, self.tl, self.eos = ctx, cfg, timeline, eos_token_id
-        spec, self.shape = cfg.spec, spec_shape(cfg.spec)
-        self.mode, self.oracle_on = spec.mode, spec.oracle and spec.mode != "autoregressive"
-        self.colocated = ctx.num_draft == 0
         if cfg.kernels.cuda_graphs and ctx.device.type != "cuda":
             raise ValueError(f"kernels.cuda_graphs: needs CUDA devices, this rank runs on {ctx.device}; "
                              f"use kernels=triton or kernels=reference")
+        self.ctx, self.cfg, self.tl, self.eos = ctx, cfg, timeline, eos_token_id
+        spec, self.shape = cfg.spec, spec_shape(cfg.spec)
+        self.mode, self.oracle_on = spec.mode, spec.oracle and spec.mode != "autoregressive"
+        self.serial = self.mode in ("chain", "serial_tree")  # the draft's d expansions follow its refill
+        self.colocated = ctx.num_draft == 0
         attn = make_attention_backend(cfg.kernels.backend)
-        if cfg.kernels.backend == "triton" or "kernels.pdl" in sys.modules:  # (a reference run imports no Triton)
-            from kernels.pdl import set_pdl
-
-            # process-wide: every Triton launch of this rank (no-op before sm90, on CPU)
-            set_pdl(cfg.kernels.pdl, **cfg.kernels.pdl_policy.overrides())
-        seq, graphs = cfg.workload.max_seq_len_tokens, cfg.kernels.cuda_graphs
-        prefill_graph = cfg.kernels.prefill_graph_for(ctx.group_size)
+        set_launch_policy(cfg)
+        target_spec, draft_spec = worker_specs(cfg, self.shape, ctx.group_size)
         self.target = self.draft = None
         if ctx.role == "target":
-            self.target = TargetWorker(self._model(cfg.model.target, target=True), attn, rows=self.shape.rows,
-                                       max_seq_len=seq, temperature=spec.temperature, backend=cfg.kernels.backend,
-                                       cuda_graphs=graphs, graph_events=cfg.trace.graph_events,
-                                       oracle=self.oracle_on, prefill_graph=prefill_graph)
+            self.target = TargetWorker(self._model(cfg.model.target, target=True), attn, target_spec, cfg.kernels)
         if self.mode != "autoregressive" and (ctx.role == "draft" or self.colocated):
-            self.draft = DraftWorker(self._model(cfg.model.draft), attn, w=self.shape.w, topk=self.shape.topk,
-                                     max_tree_nodes=spec.max_tree_nodes, max_seq_len=seq,
-                                     temperature=spec.temperature, cuda_graphs=graphs,
-                                     graph_events=cfg.trace.graph_events, fused_head=cfg.kernels.draft_head,
-                                     refill_graph=cfg.kernels.refill_graph, prefill_graph=prefill_graph)
+            self.draft = DraftWorker(self._model(cfg.model.draft), attn, draft_spec, cfg.kernels)
             if self.oracle_on and spec.oracle_belief == "table":
                 self.draft.belief = oracle_belief(cfg.acceptance, self.shape.topk)
         # Greedy autoregressive decoding on one GPU with graphs: step i + 1 is queued before token i is read.
@@ -145,7 +135,7 @@ class Engine:
         return build_model(model_preset(mcfg.preset), mcfg.dtype, self.ctx.device, mcfg.seed,
                            group=self.ctx.tp_group, checkpoint=mcfg.checkpoint)
 
-    # ---- one request -------------------------------------------------------------------------------------
+    # ---- one request: the loops ----------------------------------------------------------------------------
     def generate(self, rid: int, prompt: list[int]) -> list[int] | None:
         """Decode one request; the generated tokens on the target leader, None elsewhere."""
         if self.ctx.role == "target":
@@ -162,24 +152,62 @@ class Engine:
             self._draft_loop(rid, prompt)
         return None
 
+    def _target_loop(self, rid: int, prompt: list[int], emitter: Emitter) -> None:
+        """[P] Algorithm 1, target worker: receive a subtree, verify it, send the verified path, keep its KV."""
+        gen, oracle, _ = self._generators(rid)
+        self._prefill(prompt)
+        while True:
+            start, it = self.tl.now(), self._next_iteration()
+            prop = self._receive_proposal(rid, it)
+            vp = self._verify(prop, emitter, gen, oracle)
+            if self.ctx.is_leader:
+                self.channel.send(vp)
+            self._keep(vp)  # after the send: the draft's re-root does not wait for it
+            self._iteration_done(start, it, rid, emitter)
+            if vp.stop:
+                return
+
+    def _draft_loop(self, rid: int, prompt: list[int]) -> None:
+        """[P] Algorithm 1, draft worker: propose (refill + select), send, compact the last re-root's KV, expand d
+        times while the target verifies (async_tree; d = 0 in the serial modes), receive the verified path, re-root."""
+        oracle = self._generators(rid)[2]
+        self._prefill(prompt)
+        first = True  # the request's first round (the depth tuner does not time it)
+        while True:
+            it = self._next_iteration()
+            prop = self._propose(rid, it)
+            self._send_proposal(prop, first)
+            d = self.tuner.shared_d() if self.mode == "async_tree" else 0  # overlapped expansions this round
+            # the last re-root's KV gather, after the send (a refill already ran it); with graphs the next
+            # expansion's replay applies it, so it runs here only if no expansion follows before the next re-root
+            self._compact(it, force=not (d > 0 and self.draft.can_expand()))
+            # Oracle runs: draw this proposal's outcome now, while the target verifies (same seeded stream as
+            # the target's): oracle bookkeeping, which a real draft does not have, stays off the critical path.
+            outcome = oracle.walk(prop.parent_indices) if oracle is not None else None
+            for _ in range(d):
+                self._expand(it, "overlap")
+            vp = self._receive_verified()
+            self._advance(prop, vp, oracle, outcome)
+            if vp.stop:
+                return
+            first = False
+
     def _colocated_loop(self, rid: int, prompt: list[int], emitter: Emitter) -> None:
+        """Draft and target on the same ranks, in turn (chain, serial_tree; autoregressive: no draft, the root alone):
+        propose, verify, keep, advance."""
         gen, t_oracle, d_oracle = self._generators(rid)
         self._prefill(prompt)
         while True:
-            start = self.tl.now()
-            it = self._next_iteration()
+            start, it = self.tl.now(), self._next_iteration()
             if self.draft is not None:
                 prop = self._propose(rid, it)
             else:  # autoregressive: the root alone, i.e. the last token so far
                 prop = DraftProposal(rid, it, ((emitter.tokens or prompt)[-1],), (-1,))
-            if t_oracle is not None and emitter.tokens:
-                emitter.replace_last(prop.token_ids[0])
             vp = self._verify(prop, emitter, gen, t_oracle)
             self._keep(vp)
-            self.progress.update(self.tokens_done + len(emitter.tokens))
             if self.draft is not None:
                 self._advance(prop, vp, d_oracle)
-            self.tl.add("step.iteration", start, self.tl.now() - start, iteration=it, extra={"request": rid})
+            self._iteration_done(start, it, rid, emitter)
             if vp.stop:
                 return
 
@@ -219,57 +247,7 @@ class Engine:
                 return
             k += 1
 
-    def _target_loop(self, rid: int, prompt: list[int], emitter: Emitter) -> None:
-        gen, oracle, _ = self._generators(rid)
-        self._prefill(prompt)
-        while True:
-            start = self.tl.now()
-            it = self._next_iteration()
-            prop = self.channel.recv()
-            if (prop.request_id, prop.iteration) != (rid, it):
-                raise RuntimeError(f"{self.ctx.label}: expected request {rid} iteration {it}, got {prop}")
-            if oracle is not None and emitter.tokens:
-                emitter.replace_last(prop.token_ids[0])
-            vp = self._verify(prop, emitter, gen, oracle)
-            if self.ctx.is_leader:
-                self.channel.send(vp)
-            self._keep(vp)  # after the send: the draft's re-root does not wait for it
-            self.progress.update(self.tokens_done + len(emitter.tokens))
-            self.tl.add("step.iteration", start, self.tl.now() - start, iteration=it, extra={"request": rid})
-            if vp.stop:
-                return
-
-    def _draft_loop(self, rid: int, prompt: list[int]) -> None:
-        _, _, oracle = self._generators(rid)
-        self._prefill(prompt)
-        it = self._next_iteration()
-        prop = self._propose(rid, it)
-        first = True
-        while True:
-            if self.ctx.is_leader:
-                self.channel.send(prop)
-            # the proposal's expected yield feeds auto d's trials (runtime/depth_tuner.py); a fixed d needs none
-            self.tuner.sent(new_request=first,
-                            expected_tokens=self.draft.expected_tokens() if self.tuner.fixed is None else None)
-            first = False
-            d = self.tuner.shared_d() if self.mode == "async_tree" else 0  # overlapped expansions this round
-            # the last re-root's KV gather, after the send (a refill already ran it); with graphs the next
-            # expansion's replay applies it, so it runs here only if no expansion follows before the next re-root
-            self._compact(it, force=not (d > 0 and self.draft.can_expand()))
-            # Oracle runs: draw this proposal's outcome now, while the target verifies (same seeded stream as
-            # the target's): oracle bookkeeping, which a real draft does not have, stays off the critical path.
-            outcome = oracle.walk(prop.parent_indices) if oracle is not None else None
-            for _ in range(d):
-                self._expand(it, "overlap")
-            vp = self.channel.recv()
-            self.tuner.received(vp.num_accepted + 1)
-            self._advance(prop, vp, oracle, outcome)
-            if vp.stop:
-                return
-            it = self._next_iteration()
-            prop = self._propose(rid, it)
-
-    # ---- steps -------------------------------------------------------------------------------------------
+    # ---- steps: prefill, propose, expand, verify, keep, compact, advance ---------------------------------------
     def _prefill(self, prompt: list[int]) -> None:
         for worker in (self.target, self.draft):
             if worker is not None:
@@ -279,18 +257,18 @@ class Engine:
     def _propose(self, rid: int, it: int) -> DraftProposal:
         """Refill (+ serial modes' extra expansions), then select the top-bs subtree. A re-root's KV compaction
         runs first (its own span) when a forward follows here, else after the send (`_draft_loop`)."""
-        serial = self.mode in ("chain", "serial_tree") and self.shape.d > 0
-        if len(self.draft.tree) < self.shape.rows or serial:
+        rows, serial_d = self.shape.rows, self.shape.d if self.serial else 0
+        if len(self.draft.tree) < rows or serial_d > 0:
             self._compact(it, deferred=False)
-        while len(self.draft.tree) < self.shape.rows and self._expand(it, "refill"):
+        while len(self.draft.tree) < rows and self._expand(it, "refill"):
             pass
-        if self.mode in ("chain", "serial_tree"):
-            for _ in range(self.shape.d):
-                self._expand(it, "serial")
-        with self.tl.span("step.select", iteration=it, tokens=self.shape.rows):
-            return self.draft.propose(rid, it, self.shape.rows)
+        for _ in range(serial_d):
+            self._expand(it, "serial")
+        with self.tl.span("step.select", iteration=it, tokens=rows):
+            return self.draft.propose(rid, it, rows)
 
     def _expand(self, it: int, phase: str) -> bool:
+        """Draft: one expansion (`phase`: refill, serial or overlap), timed for the depth tuner; False if none fits."""
         start = self.tl.now()
         done = self.draft.expand()
         if done:
@@ -309,33 +287,38 @@ class Engine:
 
     def _verify(self, prop: DraftProposal, emitter: Emitter, gen: torch.Generator | None,
                 oracle: AcceptanceOracle | None) -> VerifiedPath:
-        """Target group: forward, verdict on the leader (broadcast to TP peers); the KV keep is `_keep`'s."""
-        start = self.tl.now()
-        t0 = time.perf_counter()
+        """Target group: one forward over the proposal; the leader decides and emits, its TP peers get the verified
+        path by broadcast and mirror the output. The KV keep is `_keep`'s."""
+        if oracle is not None and emitter.tokens:  # the draft resolved the last bonus (a placeholder): the new root
+            emitter.replace_last(prop.token_ids[0])
+        start, t0 = self.tl.now(), time.perf_counter()
         self.target.forward(prop)
-        vp = None
+        vp = decided = None
         if self.ctx.is_leader:
             verdict = self.target.decide(gen, oracle)
             decided = time.perf_counter() - t0
             tokens = tuple(prop.token_ids[k] for k in verdict.path) + (verdict.bonus,)
-            stop = emitter.emit(list(tokens[1:]))
-            vp = VerifiedPath(prop.request_id, prop.iteration, tokens, verdict.path, stop)
+            vp = VerifiedPath(prop.request_id, prop.iteration, tokens, verdict.path, emitter.emit(list(tokens[1:])))
         if self.ctx.group_size > 1:
             vp = self.channel.broadcast_in_group(vp)
             if not self.ctx.is_leader:  # mirror the leader's output: autoregressive steps feed its last token
                 emitter.emit(list(vp.token_ids[1:]))
         duration = self.tl.now() - start
-        extra = {"request": prop.request_id, "accepted": vp.num_accepted, "emitted": vp.num_accepted + 1}
-        if self.ctx.is_leader:  # trace.graph_events: the replay's device time inside this span (the verdict synced)
-            split = self.target.last_device_split()
-            if split is not None:  # its parts, and the host's marks (s after the start): inputs built, copied,
-                marks = self.target.host_marks  # replay queued, verdict decided
-                extra.update(device_s=split["copies_s"] + split["replay_s"],
-                             **{f"gpu_{k}": v for k, v in split.items()},
-                             **{f"{k}_s": marks[k] - t0 for k in ("inputs", "copied", "launched")}, decided_s=decided)
         self.tl.add("step.verify", start, duration, iteration=prop.iteration, tokens=self.shape.rows,
-                    ctx_len=self.target.prefix_len, extra=extra)
+                    ctx_len=self.target.prefix_len, extra=self._verify_extra(vp, t0, decided))
         return vp
+
+    def _verify_extra(self, vp: VerifiedPath, t0: float, decided: float | None) -> dict[str, Any]:
+        """The step.verify span's extra: the verdict, and on the leader with trace.graph_events the replay's device
+        time and its parts, and the host's marks in seconds after the start (`t0`): inputs built, copied, replay
+        queued, verdict decided (the verdict synchronised: reading the events waits for nothing)."""
+        extra: dict[str, Any] = {"request": vp.request_id, "accepted": vp.num_accepted, "emitted": vp.num_accepted + 1}
+        split = self.target.last_device_split() if self.ctx.is_leader else None
+        if split is not None:
+            marks = self.target.host_marks
+            extra.update(device_s=split["copies_s"] + split["replay_s"], **{f"gpu_{k}": v for k, v in split.items()},
+                         **{f"{k}_s": marks[k] - t0 for k in ("inputs", "copied", "launched")}, decided_s=decided)
+        return extra
 
     def _keep(self, vp: VerifiedPath) -> None:
         """Target group: keep the root and accepted nodes' KV of the last verify (a no-op launch-wise for a
@@ -371,7 +354,34 @@ class Engine:
         self.tl.add("step.reroot", start, self.tl.now() - start, iteration=vp.iteration,
                     tokens=len(reroot.keep_slots), extra=extra)
 
+    # ---- messages ------------------------------------------------------------------------------------------
+    def _receive_proposal(self, rid: int, it: int) -> DraftProposal:
+        """Target group: the draft's proposal for iteration `it` of request `rid` (anything else is a bug)."""
+        prop = self.channel.recv()
+        if (prop.request_id, prop.iteration) != (rid, it):
+            raise RuntimeError(f"{self.ctx.label}: expected request {rid} iteration {it}, got {prop}")
+        return prop
+
+    def _send_proposal(self, prop: DraftProposal, first: bool) -> None:
+        """Draft group: the leader sends; every rank starts the depth tuner's round (auto d's trials weigh it by the
+        proposal's expected yield, policy/depth_tuner.py; a fixed d needs none). `first`: the request's first."""
+        if self.ctx.is_leader:
+            self.channel.send(prop)
+        self.tuner.sent(new_request=first,
+                        expected_tokens=self.draft.expected_tokens() if self.tuner.fixed is None else None)
+
+    def _receive_verified(self) -> VerifiedPath:
+        """Draft group: the verified path of the last proposal; the depth tuner's round ends."""
+        vp = self.channel.recv()
+        self.tuner.received(vp.num_accepted + 1)
+        return vp
+
     # ---- helpers -----------------------------------------------------------------------------------------
+    def _iteration_done(self, start: float, it: int, rid: int, emitter: Emitter) -> None:
+        """Target group: the progress display, and the iteration's span (from `start`)."""
+        self.progress.update(self.tokens_done + len(emitter.tokens))
+        self.tl.add("step.iteration", start, self.tl.now() - start, iteration=it, extra={"request": rid})
+
     def _round_d(self) -> int:
         """Expansions per round: overlapped ones in async_tree, serial ones after the refill otherwise."""
         return self.tuner.round_d if self.mode == "async_tree" else self.shape.d
@@ -395,6 +405,25 @@ class Engine:
         """Flush outstanding sends and close the leader channel (leaders)."""
         if self.ctx.is_leader and self.ctx.peer_leader_rank is not None:
             self.channel.close()
+
+
+def worker_specs(cfg: ExperimentConfig, shape: SpecShape, group_gpus: int) -> tuple[WorkerSpec, WorkerSpec]:
+    """The (target, draft) `WorkerSpec`s of a run, on a group of `group_gpus` GPUs."""
+    spec = cfg.spec
+    common = {"max_seq_len": cfg.workload.max_seq_len_tokens, "temperature": spec.temperature,
+              "group_gpus": group_gpus, "graph_events": cfg.trace.graph_events}
+    target = WorkerSpec(shape.rows, oracle=spec.oracle and spec.mode != "autoregressive", **common)
+    draft = WorkerSpec(shape.w, topk=shape.topk, max_tree_nodes=spec.max_tree_nodes, **common)
+    return target, draft
+
+
+def set_launch_policy(cfg: ExperimentConfig) -> None:
+    """kernels.pdl: programmatic dependent launch for every Triton launch of this process (a no-op before sm90 and on
+    CPU; a reference run imports no Triton)."""
+    if cfg.kernels.backend == "triton" or "kernels.pdl" in sys.modules:
+        from kernels.pdl import set_pdl
+
+        set_pdl(cfg.kernels.pdl, **cfg.kernels.pdl_policy.overrides())
 
 
 def check_runtime_support(cfg: ExperimentConfig) -> None:

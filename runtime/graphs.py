@@ -23,7 +23,7 @@ A step may also carry a KV compaction owed by the last re-root or keep (`keep_ro
 then costs no host time of its own, where a separate launch (a `torch.tensor` on the device and a Triton launch)
 would sit on the draft's critical path between the proposal's send and its next expansion.
 
-Chained autoregressive steps (`chain=True`, rows = 1, greedy): the captured step ends by writing its argmax
+Chained autoregressive steps (`StepSpec.chain`, rows = 1, greedy): the captured step ends by writing its argmax
 into the token-id buffer and advancing the prefix length and the position by one, so `replay_chained()` runs
 the next token's step with no host input at all and the host can queue step i + 1 before it reads token i
 (runtime/engine.py `_autoregressive_chained`): the GPU never waits for the host between steps. An ordinary
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -292,87 +293,118 @@ def warm_up(step: Callable[[], Any], device: torch.device, times: int) -> Any:
     return out
 
 
+@dataclass(frozen=True)
+class StepSpec:
+    """What one captured decode step computes: `StepGraph`'s one description of its step (checked when built).
+
+    A replay reads, from `StepBuffers`: prefix_len [1], token ids / positions / tree slots / parent rows [rows] int64,
+    the tree mask [rows, tree_len] bool, and with `keep_rows` a KV compaction's destination [1] and sources
+    [keep_rows] int64 (-1-padded). It returns the logits [rows, vocab] fp32, `head(logits)`, or with a verdict the
+    tuple of `verdict_outputs`.
+    """
+
+    rows: int  # tokens per step: the [rows] inputs and the logits' [rows, vocab]
+    tree_len: int  # tree slots the step attends to: mask [rows, tree_len]; tree_len >= rows
+    keep_rows: int = 0  # a KV compaction in front of the forward, sources [keep_rows] (`load_inputs`'s keep); 0: none
+    chain: bool = False  # greedy autoregressive hand-over (rows 1, no head, no keep): argmax -> ids [1], prefix + 1
+    verdict: str | None = None  # VERDICTS: + argmax [rows] int64; "greedy" + the verdict packed [rows + 2] int64
+    head: Callable[[torch.Tensor], Any] | None = None  # logits [rows, vocab] -> tensors (draft: top-k [rows, k] x 2)
+
+    def __post_init__(self) -> None:
+        if self.rows < 1 or self.tree_len < self.rows or self.keep_rows < 0:
+            raise ValueError(f"StepSpec: need 1 <= rows <= tree_len and keep_rows >= 0, got rows {self.rows}, "
+                             f"tree_len {self.tree_len}, keep_rows {self.keep_rows}")
+        if self.chain and (self.rows != 1 or self.head is not None or self.keep_rows):
+            raise ValueError(f"StepSpec: chain=True needs rows 1, no head and no keep_rows (an autoregressive step), "
+                             f"got rows {self.rows}, head {self.head}, keep_rows {self.keep_rows}")
+        if self.verdict not in VERDICTS or (self.verdict is not None and (self.chain or self.head is not None)):
+            raise ValueError(f"StepSpec: verdict must be one of {VERDICTS} and needs no chain and no head, got "
+                             f"verdict {self.verdict!r}, chain {self.chain}, head {self.head}")
+
+    @property
+    def readback(self) -> bool:
+        """Whether the graph copies small outputs (a head's, a verdict's) to pinned host memory after its forward."""
+        return self.head is not None or self.verdict is not None
+
+
 class StepGraph:
-    """A model forward over `rows` tokens with a [rows, tree_len] tree mask, captured once, replayed per step."""
+    """A model forward over `spec.rows` tokens with a [rows, tree_len] tree mask, captured once, replayed per step.
+
+    `spec` (`StepSpec`) says what the step computes:
+    - the graph's first node copies the inputs a load staged in pinned host memory (`StepBuffers`); a load first
+      waits for the previous replay (its read-back, or an event). A `chain` graph's loads copy the inputs themselves
+      instead (its chained replays must not copy the host buffer again);
+    - `keep_rows`: a KV compaction of up to this many slots in front of the forward (`load_inputs`'s `keep`);
+    - `chain`: also the greedy hand-over to the next autoregressive step (see the module docstring and
+      `replay_chained`);
+    - `verdict` (a tree verify's graph): also what its verdict reads, so that only a small read-back is left after
+      the replay. "argmax": (logits, the rows' argmax: an oracle run's placeholder token); "greedy": (logits,
+      argmax, the greedy verdict of `kernels.greedy_verify` over the loaded token ids and parent rows; padding rows
+      have parent -1, so they are never accepted);
+    - with a head or a verdict (`readback`) the graph ends by copying those outputs (a verdict's: all but the
+      logits) into pinned host memory, then the load's ticket; `host_outputs` spins on that ticket and returns numpy
+      views: no stream sync, no read-back call, no torch op on the host after the replay.
+    """
 
     WARMUP = 2
 
-    def __init__(self, model: torch.nn.Module, cache: KVCache, attn: AttentionBackend, rows: int, tree_len: int,
-                 *, head: Callable[[torch.Tensor], Any] | None = None, pool: Any = None, chain: bool = False,
-                 keep_rows: int = 0, verdict: str | None = None) -> None:
-        """Capture `head(model(...))` (or the fp32 logits [rows, vocab] without a head) on `cache`'s device.
-
-        The graph's first node copies the inputs a load staged in pinned host memory (`StepBuffers`); a load first
-        waits for the previous replay (its read-back, or an event).
-        `chain`: also capture the greedy hand-over to the next autoregressive step (rows = 1, no head): see the
-        module docstring and `replay_chained`. Its loads copy the inputs themselves (its chained replays must not
-        copy the host buffer again).
-        `keep_rows`: capture a KV compaction of up to this many slots in front of the forward (`load_inputs`'s
-        `keep`); 0: none. Not with `chain` (a chained replay reuses the last inputs, which would compact again).
-        `verdict` (a tree verify's graph, no head): also capture what its verdict reads after the replay, so that only a
-        small read-back is left then. "argmax": the outputs are (logits, the rows' argmax [rows] int64: an oracle run's
-        placeholder token); "greedy": (logits, argmax, the greedy verdict packed as [rows + 2] int64: the path padded
-        with -1, the accepted count, the bonus), by `kernels.greedy_verify` over the loaded token ids and parent rows
-        (padding rows have parent -1, so they are never accepted: the verdict of the real nodes alone).
-        With a head or a verdict (`readback`) the graph ends by copying those outputs (a verdict's: all but the
-        logits) into pinned host memory, then the load's ticket; `host_outputs` spins on that ticket and returns
-        numpy views: no stream sync, no read-back call, no torch op on the host after the replay.
-        """
+    def __init__(self, model: torch.nn.Module, cache: KVCache, attn: AttentionBackend, spec: StepSpec, *,
+                 pool: Any = None) -> None:
+        """Capture the step of `spec` on `cache`'s device (`pool`: a CUDA graph memory pool to share)."""
         device = cache.device
         require_capturable(device, attn, "kernels.cuda_graphs",
                            " (the reference attention reads the prefix length on the host)")
-        if rows < 1 or tree_len < rows:
-            raise ValueError(f"StepGraph: need 1 <= rows <= tree_len, got rows {rows}, tree_len {tree_len}")
-        if chain and (rows != 1 or head is not None or keep_rows):
-            raise ValueError(f"StepGraph: chain=True needs rows 1, no head and no keep_rows (an autoregressive "
-                             f"step), got rows {rows}, head {head}, keep_rows {keep_rows}")
-        if verdict not in VERDICTS or (verdict is not None and (chain or head is not None)):
-            raise ValueError(f"StepGraph: verdict must be one of {VERDICTS} and needs no chain and no head, got "
-                             f"verdict {verdict!r}, chain {chain}, head {head}")
-        readback = head is not None or verdict is not None
-        self.rows, self.tree_len, self.chained, self.device = rows, tree_len, chain, device
-        self.inputs = buf = StepBuffers(rows, tree_len, device, keep_rows, copy_in_graph=not chain)  # the graph reads
-        buf.capture_defaults()
+        self.spec, self.model, self.cache, self.attn, self.device = spec, model, cache, attn, device
+        self.rows, self.tree_len, self.chained, self.readback = spec.rows, spec.tree_len, spec.chain, spec.readback
+        # the graph reads these; a chained graph's loads copy them at once
+        self.inputs = StepBuffers(spec.rows, spec.tree_len, device, spec.keep_rows, copy_in_graph=not spec.chain)
+        self.inputs.capture_defaults()
         self._host_out: tuple[torch.Tensor, ...] = ()  # readback: pinned host mirrors of the outputs
         self._host_np: tuple[np.ndarray, ...] = ()
-        self._host_ticket = torch.zeros(1, dtype=torch.long, pin_memory=True) if readback else None
-        self._flag = self._host_ticket.numpy() if readback else None
-        self._done = torch.cuda.Event() if not chain and not readback else None
+        self._host_ticket = torch.zeros(1, dtype=torch.long, pin_memory=True) if self.readback else None
+        self._flag = self._host_ticket.numpy() if self.readback else None
+        self._done = torch.cuda.Event() if not spec.chain and not self.readback else None
         self._inflight = False  # a replay queued and not known to have read the host buffer (not chained)
+        self._capture(pool)
+        # host_outputs' liveness check: the stream the runtime replays on (the current one, as at capture)
+        self._stream_done = torch.cuda.current_stream(device).query
+        self._what = f"StepGraph ({spec.rows} rows x {spec.tree_len})"
 
-        def step() -> Any:
-            if not chain:
-                buf.capture_copy()
-            if keep_rows:  # the owed compaction first (all sources -1: nothing moves)
-                kv_compact(cache.kv, buf.keep_src, buf.keep_dst)
-            meta = AttnMeta(positions=buf.positions, write_slots=buf.prefix + buf.slots,
-                            prefix_len=buf.prefix, tree_len=tree_len, tree_mask=buf.mask)
-            logits = model(buf.ids, meta, cache, attn)
-            if chain:  # the next step's input: this step's greedy token, one slot and position further
-                torch.argmax(logits, dim=-1, out=buf.ids)
-                buf.packed[0:3:2].add_(1)  # [prefix, id, position, slot, parent]: prefix and position
-            if verdict is not None:
-                return verdict_outputs(verdict, logits, buf.ids, buf.parents)
-            return head(logits) if head is not None else logits
+    def _step(self) -> Any:
+        """The step the graph captures (run eagerly by the warm-up): [input copy,] [compaction,] forward, then the
+        chained hand-over, the verdict or the head."""
+        spec, buf = self.spec, self.inputs
+        if not spec.chain:
+            buf.capture_copy()
+        if spec.keep_rows:  # the owed compaction first (all sources -1: nothing moves)
+            kv_compact(self.cache.kv, buf.keep_src, buf.keep_dst)
+        meta = AttnMeta(positions=buf.positions, write_slots=buf.prefix + buf.slots,
+                        prefix_len=buf.prefix, tree_len=spec.tree_len, tree_mask=buf.mask)
+        logits = self.model(buf.ids, meta, self.cache, self.attn)
+        if spec.chain:  # the next step's input: this step's greedy token, one slot and position further
+            torch.argmax(logits, dim=-1, out=buf.ids)
+            buf.packed[0:3:2].add_(1)  # [prefix, id, position, slot, parent]: prefix and position
+        if spec.verdict is not None:
+            return verdict_outputs(spec.verdict, logits, buf.ids, buf.parents)
+        return spec.head(logits) if spec.head is not None else logits
 
+    def _capture(self, pool: Any) -> None:
+        """Warm the step up, then capture it (with a readback: its outputs' copies, then the ticket's, last)."""
+        verdict = self.spec.verdict is not None
         with torch.no_grad():
-            out = warm_up(step, device, self.WARMUP)
-            if readback:
-                mirrored = readback_outputs(out, verdict is not None)
+            out = warm_up(self._step, self.device, self.WARMUP)
+            if self.readback:
+                mirrored = readback_outputs(out, verdict)
                 self._host_out = tuple(torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in mirrored)
                 self._host_np = tuple(h.numpy() for h in self._host_out)
             self.graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(self.graph, pool=pool):
-                self.out = step()
-                if readback:  # the outputs, then the ticket: stream order puts the ticket last on the host
-                    for h, t in zip(self._host_out, readback_outputs(self.out, verdict is not None)):
+                self.out = self._step()
+                if self.readback:  # the outputs, then the ticket: stream order puts the ticket last on the host
+                    for h, t in zip(self._host_out, readback_outputs(self.out, verdict)):
                         h.copy_(t, non_blocking=True)
-                    self._host_ticket.copy_(buf.ticket, non_blocking=True)
-        torch.cuda.synchronize(device)
-        self.readback = readback
-        # host_outputs' liveness check: the stream the runtime replays on (the current one, as at capture)
-        self._stream_done = torch.cuda.current_stream(device).query
-        self._what = f"StepGraph ({rows} rows x {tree_len})"
+                    self._host_ticket.copy_(self.inputs.ticket, non_blocking=True)
+        torch.cuda.synchronize(self.device)
 
     def replay(self, token_ids: torch.Tensor, positions: torch.Tensor, tree_slots: torch.Tensor, prefix_len: int,
                tree_mask: torch.Tensor) -> Any:
@@ -431,7 +463,7 @@ class StepGraph:
         return self.out
 
     def replay_chained(self) -> torch.Tensor:
-        """A chained graph (`chain=True`): the next autoregressive step, fed on the device by the previous replay
+        """A chained graph (`StepSpec.chain`): the next autoregressive step, fed on the device by the previous replay
         (which must have been a `replay` of this graph or a `replay_chained`). Queues it without waiting; returns
         the [1] int64 device buffer that holds this step's greedy token once it ran (overwritten by the next)."""
         if not self.chained:

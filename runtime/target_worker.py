@@ -14,54 +14,48 @@ from __future__ import annotations
 
 import torch
 
+from conf.kernels_config import KernelsConfig
 from conf.messages import DraftProposal
 from runtime.attention import AttentionBackend
 from runtime.fused_decode import Decoder
-from runtime.graphs import PrefillGraphs, ReplayTimer, StepGraph
+from runtime.graphs import PrefillGraphs, ReplayTimer, StepGraph, StepSpec
 from runtime.kv_cache import KVCache
 from runtime.oracle import AcceptanceOracle
 from runtime.tree import proposal_inputs
 from runtime.tree_cache import apply_compaction, compaction_sources, keep_accepted, prefill, step_meta
 from runtime.verify import Verdict, verify_proposal
+from runtime.worker_spec import WorkerSpec
 
 
 class TargetWorker:
     """The target model and its KV cache for one request at a time."""
 
-    def __init__(self, model: Decoder, attn: AttentionBackend, *, rows: int, max_seq_len: int,
-                 temperature: float, backend: str, cuda_graphs: bool = False, graph_events: bool = False,
-                 oracle: bool = False, prefill_graph: bool = False) -> None:
-        """Allocate the cache: `max_seq_len` prefix slots plus `rows` verify slots; capture the verify step.
+    def __init__(self, model: Decoder, attn: AttentionBackend, spec: WorkerSpec,
+                 kernels: KernelsConfig | None = None) -> None:
+        """Allocate the cache: `spec.max_seq_len` prefix slots plus `spec.rows` verify slots; with
+        `kernels.cuda_graphs` capture the verify step (`verify_step`).
 
-        `graph_events` (`trace.graph_events`, CUDA graphs only): CUDA events around every verify's input copies and
-        graph replay, read back (no extra sync) by `last_device_s` once the verdict has synchronised.
-        With CUDA graphs a greedy Triton-backend tree verify's graph also computes what its verdict reads (`StepGraph`
-        verdict): the greedy verdict, or with `oracle` (the verdict is drawn; the target only supplies a placeholder
-        token) the rows' argmax, and copies it to pinned host memory, which `decide` spins on
-        (`StepGraph.host_outputs`): no read-back call and no stream sync after the replay. A chained or sampled target
-        reads its logits on the device.
-        `prefill_graph` (`kernels.prefill_graph`, CUDA graphs only): prompt prefills replay graphs per length bucket."""
+        `spec.graph_events` (`trace.graph_events`, CUDA graphs only): CUDA events around every verify's input copies
+        and graph replay, read back (no extra sync) by `last_device_s` once the verdict has synchronised.
+        `kernels.prefill_graph` (CUDA graphs, one-GPU groups): prompt prefills replay graphs per length bucket."""
+        kernels = kernels or KernelsConfig()
         self.model, self.attn = model, attn
-        self.rows, self.temperature, self.backend = rows, temperature, backend
+        self.rows, self.temperature, self.backend = spec.rows, spec.temperature, kernels.backend
         self.device = model.device
         layers, heads, head_dim = model.cache_spec()
         # Preallocated once for all requests (static shapes).
-        self.cache = KVCache(layers, max_seq_len + rows, heads, head_dim, model.dtype, self.device)
+        self.cache = KVCache(layers, spec.max_seq_len + spec.rows, heads, head_dim, model.dtype, self.device)
         self.prefix_len = 0
         self._logits: torch.Tensor | None = None
         self._inputs = None
-        # One CUDA graph of the verify forward at `rows` (runtime/graphs.py); None = eager forwards. A greedy
-        # autoregressive target's graph also hands its token to the next step on the device (`chain_step`).
-        chain = rows == 1 and temperature == 0
-        # A tree verify's graph also applies the last verdict's KV keep in front of its forward (`keep`).
-        verdict = None if chain or temperature > 0 or backend != "triton" else "argmax" if oracle else "greedy"
-        self.graph = (StepGraph(model, self.cache, attn, rows, rows, chain=chain, keep_rows=0 if chain else rows,
-                                verdict=verdict) if cuda_graphs else None)
+        # One CUDA graph of the verify forward at `rows` (runtime/graphs.py); None = eager forwards.
+        self.graph = StepGraph(model, self.cache, attn, verify_step(spec, kernels)) if kernels.cuda_graphs else None
         self._owed_keep: tuple[int, list[int]] | None = None  # (destination, source slots) for the next graph
         # trace.graph_events: events and host marks around every verify's input copies and replay
-        self._timer = ReplayTimer("inputs") if graph_events and self.graph is not None else None
+        self._timer = ReplayTimer("inputs") if spec.graph_events and self.graph is not None else None
         # kernels.prefill_graph: prompt prefills replayed per length bucket (runtime/graphs.py PrefillGraphs)
-        self.prefill_graphs = PrefillGraphs(model, self.cache, attn) if cuda_graphs and prefill_graph else None
+        prefill_graph = kernels.cuda_graphs and kernels.prefill_graph_for(spec.group_gpus)
+        self.prefill_graphs = PrefillGraphs(model, self.cache, attn) if prefill_graph else None
 
     @torch.no_grad()
     def start(self, prompt: list[int]) -> None:
@@ -111,7 +105,7 @@ class TargetWorker:
             return Verdict(tuple(path_list[: n + 1]), bonus)
         if self.graph is not None and self.graph.chained:
             # A greedy one-row step (a TP > 1 or unchained autoregressive target): its graph already wrote the
-            # argmax of its logits (`StepGraph` chain=True), which is the verdict: one device -> host read instead
+            # argmax of its logits (`StepSpec.chain`), which is the verdict: one device -> host read instead
             # of the verify's argmax, kernel, copies and concatenation (~0.1-0.2 ms of host time on the H200 host).
             return Verdict((0,), int(self.graph.next_ids.item()))
         if self.temperature > 0:  # sampled: the tree walk reads ids and parents on the host (no read-back)
@@ -186,3 +180,19 @@ class TargetWorker:
         if owed is not None:
             apply_compaction(self.cache, *owed)
         return owed is not None
+
+
+def verify_step(spec: WorkerSpec, kernels: KernelsConfig) -> StepSpec:
+    """The target's captured verify step: `spec.rows` rows over as many tree slots.
+
+    A greedy autoregressive target's step (one row, temperature 0) also hands its token to the next step on the
+    device (`chain`, `TargetWorker.chain_step`). Any other applies the last verdict's KV keep in front of its forward
+    (`keep_rows`, `TargetWorker.keep`), and a greedy Triton-backend one also computes what its verdict reads
+    (`verdict`): the greedy verdict, or with `spec.oracle` (the verdict is drawn; the target only supplies a
+    placeholder token) the rows' argmax, copied to pinned host memory, which `decide` spins on
+    (`StepGraph.host_outputs`): no read-back call and no stream sync after the replay. A chained or sampled target
+    reads its logits on the device."""
+    chain = spec.rows == 1 and spec.temperature == 0
+    greedy_triton = not chain and spec.temperature == 0 and kernels.backend == "triton"
+    verdict = ("argmax" if spec.oracle else "greedy") if greedy_triton else None
+    return StepSpec(spec.rows, spec.rows, keep_rows=0 if chain else spec.rows, chain=chain, verdict=verdict)

@@ -16,7 +16,7 @@ from conf.presets import MODEL_PRESETS
 from kernels.pdl import pdl
 from runtime.attention import AttnMeta, make_attention_backend
 from runtime.fused_decode import FusedDecoder, KernelPlan
-from runtime.graphs import StepGraph
+from runtime.graphs import StepGraph, StepSpec
 from runtime.kv_cache import KVCache
 from runtime.loader import build_model
 from runtime.tree import ancestor_mask
@@ -63,10 +63,10 @@ def test_early_norms_replay_like_late(monkeypatch, qkv_rope):
     model = FusedDecoder(model.model, KernelPlan(skinny=True, qkv_rope=qkv_rope))
     monkeypatch.setattr(norm, "EARLY_MAX_ROWS_TINY", 8)
     with pdl(True, norm="late"):
-        late = StepGraph(model, caches["late"], attn, 8, 8)
+        late = StepGraph(model, caches["late"], attn, StepSpec(8, 8))
     with pdl(True, norm="early"):
         assert norm.norm_role(8, 1) == "norm"
-        early = StepGraph(model, caches["early"], attn, 8, 8)
+        early = StepGraph(model, caches["early"], attn, StepSpec(8, 8))
     for k, (ids, p) in enumerate(steps):
         a = _replay(late, ids, p).clone()
         b = _replay(early, ids, p).clone()
@@ -86,8 +86,8 @@ def test_in_graph_staging_and_spin_readback_replay_like_the_logits():
         top = torch.topk(logits.float(), 4, dim=-1)
         return top.values, top.indices
 
-    graphs = {"logits": StepGraph(model, caches["logits"], attn, 8, 8),
-              "head": StepGraph(model, caches["head"], attn, 8, 8, head=head, keep_rows=8)}
+    graphs = {"logits": StepGraph(model, caches["logits"], attn, StepSpec(8, 8)),
+              "head": StepGraph(model, caches["head"], attn, StepSpec(8, 8, keep_rows=8, head=head))}
     assert not graphs["logits"].readback and graphs["head"].readback
     logits = [_replay(graphs["logits"], ids, p).clone() for ids, p in steps]  # back to back: the event guards loads
     want = [tuple(t.clone() for t in head(x)) for x in logits]

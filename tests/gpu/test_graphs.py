@@ -20,18 +20,20 @@ import pytest
 import torch
 
 from bench.peers import TIE_EPSILON, first_divergence
+from conf.kernels_config import KernelsConfig
 from conf.presets import MODEL_PRESETS
 from conf.schema import ExperimentConfig
 from runtime.attention import AttnMeta, ReferenceAttention, make_attention_backend
 from runtime.engine import run_rank
 from runtime.fetch_smollm2 import DEFAULT_DEST as GGUF_PATH
 from runtime.fused_decode import FusedDecoder, KernelPlan
-from runtime.graphs import StepGraph
+from runtime.graphs import StepGraph, StepSpec
 from runtime.kv_cache import KVCache
 from runtime.launch import launch
 from runtime.loader import build_model
 from runtime.reference import reference_decode
 from runtime.tree import ancestor_mask
+from runtime.worker_spec import WorkerSpec
 from tests.runtime.test_engine import make_cfg
 from tests.runtime.test_tree_cache import path_to_unexpanded_leaf
 from tests.tolerances import assert_bitwise, assert_close
@@ -117,7 +119,7 @@ def test_step_graph_replays_match_eager_forwards(dtype, tol, skinny, use_pdl, ro
     cache = KVCache(layers, 200, heads, head_dim, model.dtype, "cuda")
     with pdl(use_pdl):
         assert launch_pdl(torch.device("cuda")) == (use_pdl and torch.cuda.get_device_capability()[0] >= 9)
-        graph = StepGraph(model, cache, attn, 8, 8)
+        graph = StepGraph(model, cache, attn, StepSpec(8, 8))
     model = FusedDecoder(model.model)  # the eager reference: the base fused path
     g = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, shape.vocab_size, (150,), generator=g)
@@ -142,8 +144,8 @@ def _cuda_draft(graphs: bool, fused_head: bool = False):
     from runtime.draft_worker import DraftWorker
 
     model = FusedDecoder(build_model(MODEL_PRESETS["tiny-llama-draft"], "float32", "cuda", seed=2))
-    return DraftWorker(model, make_attention_backend("triton"), w=4, topk=3, max_tree_nodes=32, max_seq_len=128,
-                       temperature=0.0, cuda_graphs=graphs, fused_head=fused_head)
+    return DraftWorker(model, make_attention_backend("triton"), WorkerSpec(4, 128, topk=3, max_tree_nodes=32),
+                       KernelsConfig(backend="triton", cuda_graphs=graphs, draft_head=fused_head))
 
 
 @pytest.mark.parametrize("fused_head", [False, True], ids=["torch_head", "fused_head"])
@@ -227,7 +229,7 @@ def test_step_graph_applies_a_staged_compaction_before_its_forward():
     attn = make_attention_backend("triton")
     layers, heads, head_dim = model.cache_spec()
     caches = [KVCache(layers, 400, heads, head_dim, model.dtype, "cuda") for _ in range(2)]
-    graph = StepGraph(model, caches[1], attn, 8, 8, keep_rows=128)
+    graph = StepGraph(model, caches[1], attn, StepSpec(8, 8, keep_rows=128))
     g = torch.Generator().manual_seed(4)
     prompt = torch.randint(0, shape.vocab_size, (300,), generator=g).cuda()
     for cache in caches:
@@ -254,8 +256,8 @@ def test_step_graph_refuses_other_shapes_and_backends():
     layers, heads, head_dim = model.cache_spec()
     cache = KVCache(layers, 64, heads, head_dim, model.dtype, "cuda")
     with pytest.raises(ValueError, match="kernels.backend=triton"):
-        StepGraph(model, cache, ReferenceAttention(), 4, 4)
-    graph = StepGraph(model, cache, make_attention_backend("triton"), 4, 4)
+        StepGraph(model, cache, ReferenceAttention(), StepSpec(4, 4))
+    graph = StepGraph(model, cache, make_attention_backend("triton"), StepSpec(4, 4))
     with pytest.raises(ValueError, match="captured for 4 rows"):
         graph.replay(torch.zeros(5, dtype=torch.long), torch.arange(5), torch.arange(5), 0,
                      torch.ones(5, 5, dtype=torch.bool))
@@ -403,8 +405,8 @@ def test_graph_events_time_the_verify_replay():
 
     model = FusedDecoder(build_model(MODEL_PRESETS["tiny-llama"], "bfloat16", "cuda", seed=3),
                          KernelPlan(skinny=True))
-    worker = TargetWorker(model, make_attention_backend("triton"), rows=4, max_seq_len=64, temperature=0.0,
-                          backend="triton", cuda_graphs=True, graph_events=True)
+    worker = TargetWorker(model, make_attention_backend("triton"), WorkerSpec(4, 64, graph_events=True),
+                          KernelsConfig(backend="triton", cuda_graphs=True))
     worker.start(list(range(10, 30)))
     assert worker.last_device_s() is None  # no verify yet
     t0 = time.perf_counter()
@@ -429,8 +431,9 @@ def test_graph_events_time_the_draft_expansion():
 
     model = FusedDecoder(build_model(MODEL_PRESETS["tiny-llama"], "bfloat16", "cuda", seed=4),
                          KernelPlan(skinny=True))
-    draft = DraftWorker(model, make_attention_backend("triton"), w=4, topk=4, max_tree_nodes=16, max_seq_len=64,
-                        temperature=0.0, cuda_graphs=True, graph_events=True)
+    draft = DraftWorker(model, make_attention_backend("triton"),
+                        WorkerSpec(4, 64, topk=4, max_tree_nodes=16, graph_events=True),
+                        KernelsConfig(backend="triton", cuda_graphs=True))
     draft.start(list(range(10, 30)))
     assert draft.last_device_split() is None  # no expansion yet
     t0 = time.perf_counter()
@@ -490,8 +493,8 @@ def test_verdict_in_the_verify_graph_matches_the_verdict_after_it(rows):
     proposals = [(-1, 0, 0, 1), (-1, 0, 1), (-1,), (-1, 0, 0, 0, 1, 2, 3, 4)[:rows]]
     accepted = 0
     for kind in ("greedy", "oracle"):
-        worker = TargetWorker(model, make_attention_backend("triton"), rows=rows, max_seq_len=96, temperature=0.0,
-                              backend="triton", cuda_graphs=True, oracle=kind == "oracle")
+        worker = TargetWorker(model, make_attention_backend("triton"), WorkerSpec(rows, 96, oracle=kind == "oracle"),
+                              KernelsConfig(backend="triton", cuda_graphs=True))
         worker.start(list(range(10, 40)))
         for it, parents in enumerate(proposals):
             ids = [int(t) for t in torch.randint(1, vocab, (len(parents),), generator=gen)]

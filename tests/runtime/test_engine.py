@@ -427,3 +427,18 @@ def test_chained_autoregressive_loop_emits_what_the_plain_loop_emits():
     spans = [r for r in out["traces"] if r.name == "step.verify"]
     assert all(json.loads(r.extra)["chained"] for r in spans)
     assert [r.ctx for r in spans[:3]] == [len(PROMPTS[0]) - 1 + k for k in range(3)]
+
+
+def test_worker_specs_size_each_worker_from_its_mode():
+    """`worker_specs`: the target verifies the mode's rows (bs; gamma + 1; 1) and alone learns the oracle; the draft
+    expands w rows (1 in chain mode) into max_tree_nodes slots; both share the cache's prefix and the temperature."""
+    from runtime.engine import spec_shape, worker_specs
+
+    for mode, spec, rows, w in [("async_tree", {"bs": 6, "w": 3, "topk": 2}, 6, 3), ("chain", {"gamma": 3}, 4, 1),
+                                ("autoregressive", {}, 1, 1)]:
+        cfg = make_cfg(mode, temperature=0.5, oracle=True, draft_gpus=int(mode == "async_tree"), **spec)
+        target, draft = worker_specs(cfg, spec_shape(cfg.spec), group_gpus=2)
+        assert (target.rows, draft.rows, draft.max_tree_nodes, target.max_tree_nodes) == (rows, w, 64, 0)
+        assert draft.topk == (spec.get("topk", 1)) and target.oracle == (mode != "autoregressive") and not draft.oracle
+        assert {s.max_seq_len for s in (target, draft)} == {CAPACITY} and target.temperature == draft.temperature == 0.5
+        assert target.group_gpus == draft.group_gpus == 2

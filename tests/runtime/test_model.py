@@ -12,6 +12,7 @@ from runtime.attention import AttnMeta, ReferenceAttention, make_attention_backe
 from runtime.kv_cache import KVCache
 from runtime.loader import build_model
 from runtime.model import rope_inv_freq
+from runtime.worker_spec import WorkerSpec
 from tests.runtime import hf_config, hf_logits, new_cache, prefill_and_steps, save_hf_checkpoint
 from tests.tolerances import assert_bitwise, assert_close, forward_terms
 
@@ -172,8 +173,7 @@ def test_a_chained_one_row_graph_gives_the_verdict_from_its_own_argmax():
     from runtime.verify import verify_proposal
 
     model = build_model(MODEL_PRESETS["tiny-llama"], torch.float32, "cpu", seed=1)
-    worker = TargetWorker(model, make_attention_backend("reference"), rows=1, max_seq_len=32, temperature=0.0,
-                          backend="reference")
+    worker = TargetWorker(model, make_attention_backend("reference"), WorkerSpec(rows=1, max_seq_len=32))
     worker.start([1, 2, 3])
     worker.forward(DraftProposal(0, 0, (4,), (-1,)))
     logits = worker._logits
@@ -189,16 +189,16 @@ def test_graph_events_need_graphs():
     from runtime.target_worker import TargetWorker
 
     model = build_model(MODEL_PRESETS["tiny-llama"], torch.float32, "cpu", seed=1)
-    worker = TargetWorker(model, make_attention_backend("reference"), rows=2, max_seq_len=32, temperature=0.0,
-                          backend="reference", graph_events=True)
+    worker = TargetWorker(model, make_attention_backend("reference"),
+                          WorkerSpec(rows=2, max_seq_len=32, graph_events=True))
     worker.start([1, 2, 3])
     worker.forward(DraftProposal(0, 0, (4, 5), (-1, 0)))
     worker.decide(None)
     assert worker.last_device_s() is None and worker.last_device_split() is None and worker.host_marks == {}
     from runtime.draft_worker import DraftWorker
 
-    draft = DraftWorker(model, make_attention_backend("reference"), w=2, topk=2, max_tree_nodes=8, max_seq_len=32,
-                        temperature=0.0, graph_events=True)
+    draft = DraftWorker(model, make_attention_backend("reference"),
+                        WorkerSpec(rows=2, max_seq_len=32, topk=2, max_tree_nodes=8, graph_events=True))
     draft.start([1, 2, 3])
     assert draft.expand() and draft.last_device_split() is None and draft.host_marks == {}
     # and the engine refuses the option without graphs, naming it

@@ -9,8 +9,10 @@ from unittest import mock
 import pytest
 import torch
 
+from conf.kernels_config import KernelsConfig
 from runtime.attention import AttnMeta
 from runtime.draft_worker import DraftWorker
+from runtime.worker_spec import WorkerSpec
 from tests.runtime.test_tree_cache import (
     ATTN,
     CAPACITY,
@@ -136,11 +138,10 @@ def test_workers_prefill_through_their_buckets_and_decode_as_after_an_eager_pref
                 mock.patch("runtime.draft_worker.StepGraph", CpuStepGraph), \
                 mock.patch("runtime.target_worker.PrefillGraphs", eager_graphs), \
                 mock.patch("runtime.draft_worker.PrefillGraphs", eager_graphs):
-            target = TargetWorker(_model("tiny-llama", 1), ATTN, rows=4, max_seq_len=CAPACITY - 4, temperature=0.0,
-                                  backend="reference", cuda_graphs=True, prefill_graph=graphs)
-            draft = DraftWorker(_model("tiny-llama-draft", 2), ATTN, w=4, topk=3, max_tree_nodes=MAX_LEN,
-                                max_seq_len=CAPACITY - MAX_LEN, temperature=0.0, cuda_graphs=True,
-                                prefill_graph=graphs)
+            kernels = KernelsConfig(cuda_graphs=True, prefill_graph=graphs)
+            target = TargetWorker(_model("tiny-llama", 1), ATTN, WorkerSpec(4, CAPACITY - 4), kernels)
+            draft = DraftWorker(_model("tiny-llama-draft", 2), ATTN,
+                                WorkerSpec(4, CAPACITY - MAX_LEN, topk=3, max_tree_nodes=MAX_LEN), kernels)
         return target, draft
 
     plain, bucketed = workers(False), workers(True)

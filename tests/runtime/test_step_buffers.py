@@ -115,3 +115,21 @@ def test_step_buffers_capture_defaults_on_device_and_host():
     assert not buf.mask[:, 3:].any()
     buf.capture_copy()  # what a replay's first node copies
     assert buf.slots.tolist() == [0, 1, 2] and torch.equal(buf.mask[:, :3], torch.eye(3, dtype=torch.bool))
+
+
+def test_step_spec_refuses_steps_a_graph_cannot_capture():
+    """`StepSpec` checks its combination when built (the graph it describes is GPU-only): rows within the tree
+    slots, a chained step of one row with no head or compaction, a verdict only of the known kinds and without
+    a head; `readback` when a head or a verdict is copied to the host."""
+    from runtime.graphs import StepSpec
+
+    assert not StepSpec(8, 8).readback and StepSpec(8, 8, verdict="greedy").readback
+    assert StepSpec(4, 16, keep_rows=16, head=lambda x: x).readback
+    for bad, field in [(dict(rows=0, tree_len=4), "rows"), (dict(rows=5, tree_len=4), "rows"),
+                       (dict(rows=2, tree_len=2, chain=True), "chain"),
+                       (dict(rows=1, tree_len=1, chain=True, keep_rows=1), "chain"),
+                       (dict(rows=4, tree_len=4, verdict="sampled"), "verdict"),
+                       (dict(rows=4, tree_len=4, verdict="greedy", head=lambda x: x), "verdict"),
+                       (dict(rows=4, tree_len=4, keep_rows=-1), "keep_rows")]:
+        with pytest.raises(ValueError, match=f"StepSpec: .*{field}"):
+            StepSpec(**bad)

@@ -17,19 +17,22 @@ from unittest import mock
 import pytest
 import torch
 
+from conf.kernels_config import KernelsConfig
 from conf.presets import MODEL_PRESETS
 from kernels import kv_compact
 from runtime.attention import AttnMeta, ReferenceAttention
 from runtime.draft_worker import DraftWorker
-from runtime.graphs import StepBuffers, readback_outputs, verdict_outputs, wait_for_ticket
+from runtime.graphs import StepBuffers, StepSpec, readback_outputs, verdict_outputs, wait_for_ticket
 from runtime.kv_cache import KVCache
 from runtime.tree import DraftTree, proposal_inputs
 from runtime.tree_cache import keep_accepted, keep_slots, step_meta
+from runtime.worker_spec import WorkerSpec
 from tests.tolerances import assert_bitwise, assert_close, forward_terms
 
 ATTN = ReferenceAttention()
 MAX_LEN = 32
 CAPACITY = 64
+DRAFT = WorkerSpec(4, CAPACITY - MAX_LEN, topk=3, max_tree_nodes=MAX_LEN)  # the tiny draft: w 4, top-k 3
 
 
 def _model(preset: str, seed: int):
@@ -135,8 +138,7 @@ def path_to_unexpanded_leaf(worker: DraftWorker, proposal, moved: bool = False) 
 def test_draft_miss_with_pending_leaf_then_fused_expansion_equals_plain_decoding():
     """Accepted path ends at a never-expanded leaf, bonus not in the tree: the leaf's KV is computed in the
     next expansion's forward (pending row in front of the new root), with no extra forward."""
-    worker = DraftWorker(_model("tiny-llama-draft", 2), ATTN, w=4, topk=3, max_tree_nodes=MAX_LEN,
-                         max_seq_len=CAPACITY - MAX_LEN, temperature=0.0)
+    worker = DraftWorker(_model("tiny-llama-draft", 2), ATTN, DRAFT)
     worker.start(PROMPT)
     assert worker.expand() and worker.expand()
     prefix, tree = worker.prefix_len, worker.tree
@@ -205,19 +207,18 @@ def test_in_place_keeps_launch_no_copy(monkeypatch):
 
 class CpuStepGraph:
     """Stands in for `runtime.graphs.StepGraph` on CPU, same constructor (patched into the workers, so their own
-    `rows`, `tree_len` and `keep_rows` choices are what runs): stages the inputs in a real `StepBuffers` and copies
+    `StepSpec`s are what runs): stages the inputs in a real `StepBuffers` and copies
     them as the graph's first node does, applies the owed compaction from them with `kernels.kv_compact`
     (interpreted) as the graph's first kernel does, then runs the step eagerly and applies the head. With a head or a
     verdict: the outputs' host copies (numpy), then the load's ticket, as the graph's last copies write them;
     `host_outputs` waits on that ticket with `wait_for_ticket`. Not for chained steps."""
 
-    def __init__(self, model, cache, attn, rows: int, tree_len: int, *, head=None, pool=None, chain: bool = False,
-                 keep_rows: int = 0, verdict: str | None = None) -> None:
-        assert not chain, "the CPU stand-in does not chain autoregressive steps"
-        self.model, self.cache, self.attn, self.head, self.verdict = model, cache, attn, head, verdict
-        self.rows, self.tree_len, self.readback = rows, tree_len, head is not None or verdict is not None
-        self.inputs = StepBuffers(rows, tree_len, "cpu", keep_rows)
-        self.chained, self.keep_rows, self.loaded, self.calls, self.moved = False, keep_rows, None, 0, 0
+    def __init__(self, model, cache, attn, spec: StepSpec, *, pool=None) -> None:
+        assert not spec.chain, "the CPU stand-in does not chain autoregressive steps"
+        self.model, self.cache, self.attn, self.head, self.verdict = model, cache, attn, spec.head, spec.verdict
+        self.rows, self.tree_len, self.readback = spec.rows, spec.tree_len, spec.readback
+        self.inputs = StepBuffers(spec.rows, spec.tree_len, "cpu", spec.keep_rows)
+        self.chained, self.keep_rows, self.loaded, self.calls, self.moved = False, spec.keep_rows, None, 0, 0
         self.flag, self.host = torch.zeros(1, dtype=torch.long).numpy(), ()
 
     def host_outputs(self):
@@ -261,12 +262,11 @@ class CpuStepGraph:
 
 
 def _draft_worker(graphs: bool, refill_graph: bool = False) -> DraftWorker:
-    """The tiny draft (w 4, top-k 3); `graphs`: `DraftWorker(cuda_graphs=True)` with `CpuStepGraph` standing in for
+    """The tiny draft (w 4, top-k 3); `graphs`: kernels.cuda_graphs with `CpuStepGraph` standing in for
     its expansion graphs (`refill_graph`: the one-row one too)."""
     with mock.patch("runtime.draft_worker.StepGraph", CpuStepGraph):
-        return DraftWorker(_model("tiny-llama-draft", 2), ATTN, w=4, topk=3, max_tree_nodes=MAX_LEN,
-                           max_seq_len=CAPACITY - MAX_LEN, temperature=0.0, cuda_graphs=graphs,
-                           refill_graph=refill_graph)
+        return DraftWorker(_model("tiny-llama-draft", 2), ATTN, DRAFT,
+                           KernelsConfig(cuda_graphs=graphs, refill_graph=refill_graph))
 
 
 @torch.no_grad()
@@ -349,8 +349,7 @@ def test_deferred_compaction_runs_before_the_next_expansion_and_in_order():
     and two re-roots without an expansion between them compact in order: the caches end identical to a worker
     that compacts right away."""
     def worker():
-        w = DraftWorker(_model("tiny-llama-draft", 2), ATTN, w=4, topk=3, max_tree_nodes=MAX_LEN,
-                        max_seq_len=CAPACITY - MAX_LEN, temperature=0.0)
+        w = DraftWorker(_model("tiny-llama-draft", 2), ATTN, DRAFT)
         w.start(PROMPT)
         assert w.expand() and w.expand() and w.expand()
         return w
@@ -412,8 +411,7 @@ def test_a_target_graph_applies_the_owed_keep_in_the_next_verify():
 
     def worker(graphs: bool) -> TargetWorker:
         with mock.patch("runtime.target_worker.StepGraph", CpuStepGraph):
-            w = TargetWorker(_model("tiny-llama", 1), ATTN, rows=5, max_seq_len=CAPACITY, temperature=0.0,
-                             backend="reference", cuda_graphs=graphs)
+            w = TargetWorker(_model("tiny-llama", 1), ATTN, WorkerSpec(5, CAPACITY), KernelsConfig(cuda_graphs=graphs))
         w.start(PROMPT)
         return w
 
@@ -453,8 +451,8 @@ def test_a_target_verdict_graph_decides_as_after_the_replay(oracle):
 
     def worker(graphs: bool) -> TargetWorker:
         with mock.patch("runtime.target_worker.StepGraph", CpuStepGraph):
-            w = TargetWorker(_model("tiny-llama", 1), ATTN, rows=5, max_seq_len=CAPACITY, temperature=0.0,
-                             backend="triton", cuda_graphs=graphs, oracle=oracle)
+            w = TargetWorker(_model("tiny-llama", 1), ATTN, WorkerSpec(5, CAPACITY, oracle=oracle),
+                             KernelsConfig(backend="triton", cuda_graphs=graphs))
         w.start(PROMPT)
         return w
 
@@ -496,15 +494,14 @@ def test_keep_slots_takes_only_forward_compaction():
 @pytest.mark.parametrize("graphs", [False, True], ids=["eager", "graphs"])
 @torch.no_grad()
 def test_fused_head_grows_the_same_tree(graphs):
-    """`kernels.draft_head` (`DraftWorker(fused_head=True)`: kernels.topk_logprobs, the Triton interpreter here)
+    """`kernels.draft_head` (`KernelsConfig(draft_head=True)`: kernels.topk_logprobs, the Triton interpreter here)
     grows the tree the torch head grows, through a pending expansion (its head drops the pending row), with the
     same log-probs to float32 rounding."""
     runs = []
     for fused in (False, True):
         with mock.patch("runtime.draft_worker.StepGraph", CpuStepGraph):
-            worker = DraftWorker(_model("tiny-llama-draft", 2), ATTN, w=4, topk=3, max_tree_nodes=MAX_LEN,
-                                 max_seq_len=CAPACITY - MAX_LEN, temperature=0.0, cuda_graphs=graphs,
-                                 fused_head=fused)
+            worker = DraftWorker(_model("tiny-llama-draft", 2), ATTN, DRAFT,
+                                 KernelsConfig(cuda_graphs=graphs, draft_head=fused))
         worker.start(PROMPT)
         assert worker.expand() and worker.expand()
         _, path = path_to_unexpanded_leaf(worker, worker.propose(0, 0, bs=len(worker.tree)))
