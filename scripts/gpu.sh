@@ -2,7 +2,7 @@
 # The GPU machine's recipes, one device call each (results flat in OUT: the device returns at most 8 files, 16 MiB
 # each, no more than 2 folders down). From the repository root of the copied tree:
 #
-#   bash scripts/gpu.sh tests OUT [-k EXPR]      GPU tests (pytest -m "gpu or multi_gpu" tests/gpu tests/bench)
+#   bash scripts/gpu.sh tests OUT [-k EXPR]      GPU tests (pytest -m "gpu or multi_gpu" over tests/{gpu,bench,kernels,runtime})
 #   bash scripts/gpu.sh ab A B OUT               code A/B on 1 GPU: the step replays (bench/step_replay.py) and workload
 #                                                a with the draft colocated (AR, chain, serial_tree tokens/s) of two
 #                                                source trees, interleaved a_1 b_1 a_2 b_2 ..., medians (bench/code_ab.py)
@@ -31,7 +31,7 @@ tests() {
   local out; out=$(outdir "${1:?usage: scripts/gpu.sh tests OUT [pytest args]}") || exit 2
   shift
   source scripts/device_env.sh
-  timeout "${GPU_TEST_TIMEOUT_S:-480}" python3 -m pytest -q -m "gpu or multi_gpu" tests/gpu tests/bench \
+  timeout "${GPU_TEST_TIMEOUT_S:-480}" python3 -m pytest -q -m "gpu or multi_gpu" tests/gpu tests/bench tests/kernels tests/runtime \
     -p no:cacheprovider --timeout=150 "$@" > "$out/gpu_tests.log" 2>&1
   tail -15 "$out/gpu_tests.log"
 }
