@@ -308,21 +308,33 @@ def measure_gptfast(decode: Callable[..., dict[str, Any]], prompts: list[list[in
                     max_new_tokens: int, clock: Clock, *, repeats: int, warmup_runs: int, warmup_new_tokens: int,
                     gamma: int = 0) -> dict[str, Any]:
     """Warm-up runs (timed apart: `compile_s`), then `repeats` timed decodes of every prompt."""
+    compile_s, timed = warm_then_time(lambda p: decode(p, max_new_tokens=min(warmup_new_tokens, max_new_tokens)),
+                                      lambda p: decode(p, max_new_tokens=max_new_tokens), prompts, clock,
+                                      repeats=repeats, warmup_runs=warmup_runs)
+    reps = [repeat_metrics([r["tokens"] for r in reqs], wall, [request_times(r, clock, gamma) for r in reqs])
+            for wall, reqs in timed]
+    return {"repeats": reps, "compile_s": compile_s}
+
+
+def warm_then_time(warm: Callable[[list[int]], Any], timed: Callable[[list[int]], Any], prompts: list[list[int]],
+                   clock: Clock, *, repeats: int, warmup_runs: int) -> tuple[float, list[tuple[float, list[Any]]]]:
+    """`warmup_runs` passes of `warm` over the prompts (their wall time: the compile time, reported apart), then
+    `repeats` passes of `timed`, each timed with the device synchronised at both ends: (compile_s, [(wall_s, the
+    pass's results)])."""
     t0 = time.perf_counter()
     for _ in range(warmup_runs):
         for p in prompts:
-            decode(p, max_new_tokens=min(warmup_new_tokens, max_new_tokens))
+            warm(p)
     clock.sync()
     compile_s = time.perf_counter() - t0
-    reps = []
+    passes = []
     for _ in range(repeats):
         clock.sync()
         start = time.perf_counter()
-        reqs = [decode(p, max_new_tokens=max_new_tokens) for p in prompts]
+        results = [timed(p) for p in prompts]
         clock.sync()
-        wall = time.perf_counter() - start
-        reps.append(repeat_metrics([r["tokens"] for r in reqs], wall, [request_times(r, clock, gamma) for r in reqs]))
-    return {"repeats": reps, "compile_s": compile_s}
+        passes.append((time.perf_counter() - start, results))
+    return compile_s, passes
 
 
 # ---- transformers: static cache + compiled forward ---------------------------------------------------------------
@@ -386,19 +398,8 @@ def measure_transformers(model: Any, prompts: list[list[int]], max_new_tokens: i
         s = stamps.stamps
         return tokens, {"n": len(tokens), "decode_s": clock.seconds(s[0], s[-1]) if len(s) > 1 else 0.0}
 
-    t0 = time.perf_counter()
-    for _ in range(warmup_runs):
-        for p in prompts:
-            run(p)
-    clock.sync()
-    compile_s = time.perf_counter() - t0
-    reps = []
-    for _ in range(repeats):
-        clock.sync()
-        start = time.perf_counter()
-        done = [run(p) for p in prompts]
-        clock.sync()
-        reps.append(repeat_metrics([o for o, _ in done], time.perf_counter() - start, [t for _, t in done]))
+    compile_s, timed = warm_then_time(run, run, prompts, clock, repeats=repeats, warmup_runs=warmup_runs)
+    reps = [repeat_metrics([o for o, _ in done], wall, [t for _, t in done]) for wall, done in timed]
     return {"repeats": reps, "compile_s": compile_s}
 
 

@@ -101,6 +101,8 @@ class Leaf(NamedTuple):
     """The dataclass that declares the field."""
     field: str
     """The field's name in `owner`."""
+    hint: Any
+    """The resolved annotation (typing.get_type_hints), for code that checks values against it."""
 
 
 def leaves(cls: type = ExperimentConfig, prefix: str = "") -> list[Leaf]:
@@ -118,7 +120,7 @@ def leaves(cls: type = ExperimentConfig, prefix: str = "") -> list[Leaf]:
             continue
         default = f.default if f.default is not MISSING else (
             f.default_factory() if f.default_factory is not MISSING else MISSING)
-        out.append(Leaf(f"{prefix}{f.name}", str(f.type), default, cls, f.name))
+        out.append(Leaf(f"{prefix}{f.name}", str(f.type), default, cls, f.name, t))
     return out
 
 

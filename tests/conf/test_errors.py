@@ -14,33 +14,15 @@ import os
 import subprocess
 import sys
 import typing
-from dataclasses import fields, is_dataclass
 from pathlib import Path
 
 import pytest
 
 from conf.cli import entry_config, error_line
-from conf.schema import ExperimentConfig
+from conf.config_doc import leaves as config_leaves
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
-
-
-def leaves(cls=ExperimentConfig, prefix=""):
-    """(dotted name, type) of every leaf of a schema dataclass; optional sub-configs are walked into."""
-    out = []
-    hints = typing.get_type_hints(cls)
-    for f in fields(cls):
-        if f.name.startswith("_"):
-            continue
-        t = hints[f.name]
-        inner = [a for a in typing.get_args(t) if a is not type(None)]
-        sub = t if is_dataclass(t) else inner[0] if len(inner) == 1 and is_dataclass(inner[0]) else None
-        if sub is not None:
-            out += leaves(sub, f"{prefix}{f.name}.")
-        else:
-            out.append((f"{prefix}{f.name}", t))
-    return out
 
 
 def wrong_type_value(t) -> str:
@@ -57,7 +39,7 @@ def wrong_type_value(t) -> str:
     return "not_a_list"  # list fields
 
 
-LEAVES = leaves()
+LEAVES = [(leaf.name, leaf.hint) for leaf in config_leaves()]  # (dotted name, type), from the schema
 _BASE: dict[str, object] = {}
 
 
