@@ -4,7 +4,7 @@ ends does the other leader's receive span end, when that receiver was already wa
 The leader channel's own ping-pong measures the transport alone: 16.5 us round trip on the
 H200 host over the Unix socket. In a decoding run the same hop also holds what each loop does between taking the
 bytes and closing its span, and the receiver's wake-up: this tool reads it off the spans (both leaders share one
-host clock and, in runs since 2026-11-30's eleventh session, one time origin: runtime/metrics.py; older runs'
+host clock and, in runs that record it, one time origin: runtime/metrics.py; older runs'
 leaders are offset by their start barrier's exit skew, so only the mean of the two directions is exact there), per
 direction, split by how long the receiver had been waiting (a short wait spins, a long one may sleep in poll:
 runtime/unix_channel.py).

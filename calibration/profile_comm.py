@@ -40,35 +40,37 @@ def _append_row(path: str, row: dict[str, Any]) -> None:
         f.write(json.dumps(row) + "\n")
 
 
-def comm_rank(ctx: Any, cfg: Any, rows_path: str = "", quick: bool = False) -> None:
-    """Both ranks run the same calls in the same order; rank 0 appends one JSON row per measurement."""
-    import torch.distributed as dist
+class _CommBench:
+    """One rank's side of the communication profile: both ranks make the same calls in the same order; rank 0
+    appends one JSON row per measurement to `rows_path`."""
 
-    from runtime.comm import LeaderChannel
-    from runtime.unix_channel import UnixLeaderChannel
+    def __init__(self, ctx: Any, rows_path: str) -> None:
+        self.ctx, self.rows_path = ctx, rows_path
+        self.dev, self.cuda = ctx.device, ctx.device.type == "cuda"
+        self.group, self.me = ctx.world_group, ctx.rank
+        self.dtype = torch.bfloat16 if self.cuda else torch.float32
+        self.elt = torch.tensor([], dtype=self.dtype).element_size()
 
-    dev, cuda = ctx.device, ctx.device.type == "cuda"
-    group = ctx.world_group
-    dtype = torch.bfloat16 if cuda else torch.float32
-    elt = torch.tensor([], dtype=dtype).element_size()
-    me = ctx.rank
+    def out(self, row: dict[str, Any]) -> None:
+        if self.me == 0:
+            _append_row(self.rows_path, row)
 
-    def out(row: dict[str, Any]) -> None:
-        if me == 0:
-            _append_row(rows_path, row)
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.dev)
 
-    def sync() -> None:
-        if cuda:
-            torch.cuda.synchronize(dev)
+    def fence(self) -> None:
+        """Both ranks past this point, the device idle."""
+        import torch.distributed as dist
 
-    def fence() -> None:  # both ranks past this point, device idle
-        sync()
-        dist.all_reduce(torch.zeros(1, device=dev), group=group)
-        sync()
+        self.sync()
+        dist.all_reduce(torch.zeros(1, device=self.dev), group=self.group)
+        self.sync()
 
-    def timed(fn: Callable[[], Any], iters: int) -> float:
-        fence()
-        if cuda:
+    def timed(self, fn: Callable[[], Any], iters: int) -> float:
+        """Seconds per call of `fn` over `iters` calls after a fence (CUDA events on a GPU, else the host clock)."""
+        self.fence()
+        if self.cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             for _ in range(iters):
@@ -81,70 +83,99 @@ def comm_rank(ctx: Any, cfg: Any, rows_path: str = "", quick: bool = False) -> N
             fn()
         return (time.perf_counter() - t) / iters
 
-    ar_bytes = QUICK["ar_bytes"] if quick else AR_BYTES
-    for nbytes in ar_bytes:  # 1. all-reduce, eager
-        x = torch.zeros(max(1, nbytes // elt), dtype=dtype, device=dev)
-        for _ in range(5):
-            dist.all_reduce(x, group=group)
-        s = timed(lambda x=x: dist.all_reduce(x, group=group), AR_ITERS)
-        out({"name": "op.allreduce", "seconds": s, "bytes": x.numel() * elt, "mode": "eager", "iters": AR_ITERS})
+    def allreduce_eager(self, ar_bytes: Any) -> None:
+        import torch.distributed as dist
 
-    for nbytes in (QUICK["p2p_bytes"] if quick else P2P_BYTES):  # 2. raw send/recv ping-pong
-        a = torch.zeros(max(1, nbytes // 4), dtype=torch.float32, device=dev)
-        b = torch.zeros_like(a)
-        rtts = []
-        fence()
-        for r in range(25):
-            t = time.perf_counter()
-            if me == 0:
-                dist.send(a, dst=1)
-                dist.recv(b, src=1)
-            else:
-                dist.recv(b, src=0)
-                dist.send(a, dst=0)
-            sync()
-            if r >= 5:
-                rtts.append(time.perf_counter() - t)
-        out({"name": "op.p2p", "seconds": statistics.median(rtts) / 2, "bytes": a.numel() * 4,
-             "transport": "torch.distributed send/recv", "rounds": len(rtts)})
-
-    # 3. the runtime's leader channel: over torch.distributed, and over a Unix socket when the two ranks share a host
-    hosts: list[Any] = [None] * ctx.world_size
-    dist.all_gather_object(hosts, socket.gethostname(), group=group)
-    channels = [(LeaderChannel, "runtime.comm.LeaderChannel")]
-    if len(set(hosts)) == 1:
-        channels.append((UnixLeaderChannel, UNIX_TRANSPORT))
-    for channel, transport in channels:
-        for nodes in (QUICK["msg_nodes"] if quick else MSG_NODES):
-            fence()
-            ch = channel(ctx, max_nodes=nodes, timeout_s=30.0)
-            rtts = ch.ping_pong(num_rounds=30)
-            ch.close()
-            if rtts:
-                out({"name": "op.message", "seconds": statistics.median(rtts[5:]) / 2, "bytes": ch.wire_bytes,
-                     "max_nodes": nodes, "transport": transport, "rounds": len(rtts) - 5})
-
-    if cuda:  # 4. all-reduce inside a CUDA graph (last: the riskiest part)
         for nbytes in ar_bytes:
-            x = torch.zeros(max(1, nbytes // elt), dtype=dtype, device=dev)
-            fence()
-            stream = torch.cuda.Stream(dev)
-            stream.wait_stream(torch.cuda.current_stream(dev))
+            x = torch.zeros(max(1, nbytes // self.elt), dtype=self.dtype, device=self.dev)
+            for _ in range(5):
+                dist.all_reduce(x, group=self.group)
+            s = self.timed(lambda x=x: dist.all_reduce(x, group=self.group), AR_ITERS)
+            self.out({"name": "op.allreduce", "seconds": s, "bytes": x.numel() * self.elt, "mode": "eager",
+                      "iters": AR_ITERS})
+
+    def p2p(self, p2p_bytes: Any) -> None:
+        """Raw send/recv ping-pong: half the median round trip."""
+        import torch.distributed as dist
+
+        for nbytes in p2p_bytes:
+            a = torch.zeros(max(1, nbytes // 4), dtype=torch.float32, device=self.dev)
+            b = torch.zeros_like(a)
+            rtts = []
+            self.fence()
+            for r in range(25):
+                t = time.perf_counter()
+                if self.me == 0:
+                    dist.send(a, dst=1)
+                    dist.recv(b, src=1)
+                else:
+                    dist.recv(b, src=0)
+                    dist.send(a, dst=0)
+                self.sync()
+                if r >= 5:
+                    rtts.append(time.perf_counter() - t)
+            self.out({"name": "op.p2p", "seconds": statistics.median(rtts) / 2, "bytes": a.numel() * 4,
+                      "transport": "torch.distributed send/recv", "rounds": len(rtts)})
+
+    def leader_channels(self, msg_nodes: Any) -> None:
+        """The runtime's leader channel: over torch.distributed, and over a Unix socket when both ranks share a host."""
+        import torch.distributed as dist
+
+        from runtime.comm import LeaderChannel
+        from runtime.unix_channel import UnixLeaderChannel
+
+        hosts: list[Any] = [None] * self.ctx.world_size
+        dist.all_gather_object(hosts, socket.gethostname(), group=self.group)
+        channels = [(LeaderChannel, "runtime.comm.LeaderChannel")]
+        if len(set(hosts)) == 1:
+            channels.append((UnixLeaderChannel, UNIX_TRANSPORT))
+        for channel, transport in channels:
+            for nodes in msg_nodes:
+                self.fence()
+                ch = channel(self.ctx, max_nodes=nodes, timeout_s=30.0)
+                rtts = ch.ping_pong(num_rounds=30)
+                ch.close()
+                if rtts:
+                    self.out({"name": "op.message", "seconds": statistics.median(rtts[5:]) / 2,
+                              "bytes": ch.wire_bytes, "max_nodes": nodes, "transport": transport,
+                              "rounds": len(rtts) - 5})
+
+    def allreduce_graph(self, ar_bytes: Any) -> None:
+        """All-reduce inside a CUDA graph, AR_GRAPH_CALLS per graph."""
+        import torch.distributed as dist
+
+        for nbytes in ar_bytes:
+            x = torch.zeros(max(1, nbytes // self.elt), dtype=self.dtype, device=self.dev)
+            self.fence()
+            stream = torch.cuda.Stream(self.dev)
+            stream.wait_stream(torch.cuda.current_stream(self.dev))
             with torch.cuda.stream(stream):
                 for _ in range(3):
-                    dist.all_reduce(x, group=group)
-            torch.cuda.current_stream(dev).wait_stream(stream)
-            fence()
+                    dist.all_reduce(x, group=self.group)
+            torch.cuda.current_stream(self.dev).wait_stream(stream)
+            self.fence()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 for _ in range(AR_GRAPH_CALLS):
-                    dist.all_reduce(x, group=group)
+                    dist.all_reduce(x, group=self.group)
             graph.replay()
-            s = timed(graph.replay, AR_GRAPH_REPLAYS) / AR_GRAPH_CALLS
-            out({"name": "op.allreduce", "seconds": s, "bytes": x.numel() * elt, "mode": "graph",
-                 "calls_per_graph": AR_GRAPH_CALLS})
+            s = self.timed(graph.replay, AR_GRAPH_REPLAYS) / AR_GRAPH_CALLS
+            self.out({"name": "op.allreduce", "seconds": s, "bytes": x.numel() * self.elt, "mode": "graph",
+                      "calls_per_graph": AR_GRAPH_CALLS})
             del graph
-    fence()
+
+
+def comm_rank(ctx: Any, cfg: Any, rows_path: str = "", quick: bool = False) -> None:
+    """Both ranks run the same calls in the same order; rank 0 appends one JSON row per measurement: all-reduce
+    (eager), send/recv, the leader channels, then all-reduce inside a CUDA graph (last: the riskiest part)."""
+    bench = _CommBench(ctx, rows_path)
+    ar_bytes = QUICK["ar_bytes"] if quick else AR_BYTES
+    bench.allreduce_eager(ar_bytes)
+    bench.p2p(QUICK["p2p_bytes"] if quick else P2P_BYTES)
+    bench.leader_channels(QUICK["msg_nodes"] if quick else MSG_NODES)
+    if bench.cuda:
+        bench.allreduce_graph(ar_bytes)
+    bench.fence()
 
 
 def comm_worker(rows_path: str, device: str, quick: bool) -> int:

@@ -40,7 +40,7 @@ Timing: device operations (GEMMs, attention) with `--op-timing graph` (default):
 back in one CUDA graph (`triton.testing.do_bench_cudagraph`, median), cycling through copies of the operands
 that overflow the L2 (`rotating`, 256 MB), i.e. as the runtime's graph steps run them, without host launch
 time; `--op-timing eager`: `triton.testing.do_bench` medians of single launches (L2 flushed before every
-call; each fit's intercept then carries the host launch time: the profiles of 2026-11-29). Host-inclusive
+call; each fit's intercept then carries the host launch time: the first profiles). Host-inclusive
 steps with `time.perf_counter` around the call and a device synchronisation, median of repetitions after
 warm-up (Triton JIT compiles are in the warm-up);
 collectives with CUDA events over back-to-back calls, identical counts on both ranks. Random data
@@ -94,16 +94,15 @@ PREFILL_M = (256, 1024)  # at TP 1-2: enough FLOP-bound rows to fit the FLOP coe
 ATTN_HEADS = (("llama3-8b", 1), ("llama3.2-1b", 1), ("llama3-8b", 2), ("smollm2-135m", 1), ("llama3-70b", 1),
               ("llama3.2-3b", 1), ("smollm2-draft", 1), ("llama3-70b", 8))
 ATTN_CTX = (256, 1024, 4096, 16384)
-ATTN_T = (1, 8, 16, 32, 64)  # 32: the 1B draft's w 32 expansion (128 query rows at GQA 4), unprofiled before 2026-12-01
+ATTN_T = (1, 8, 16, 32, 64)  # 32: the 1B draft's w 32 expansion (128 query rows at GQA 4)
 COMPACT_PRESETS = ("llama3-8b", "llama3.2-1b")
 COMPACT_N = (1, 4, 16, 64)
 STEP_WARMUP, STEP_REPS = 3, 10  # host-timed calls: warm-up, then the median of these repetitions
 # The steps section's plan and its worker loops live in calibration/profile_steps.py.
 SHARES = {"launch": 2, "gemm": 50, "gemm_fp8": 15, "attention": 35, "compaction": 6, "steps": 75, "step_graphs": 40,
           "comm": 32}
-"""Relative share of the time budget per section (unused time rolls over to the later sections). Steps had 45 until
-2026-12-01: at a 160 s budget its ~47 s ended inside the 1B preset, before its expansions at ctx 970 (72bd305
-traces)."""
+"""Relative share of the time budget per section (unused time rolls over to the later sections); the steps' share
+covers the 1B preset's expansions at a 160 s budget (docs/LOG.md)."""
 DEFAULT_SECTIONS = tuple(SHARES)
 ATTN_CHECK_TOL = 5e-2  # bf16 (eps 7.8e-3) over softmax-weighted sums of unit-variance values, plus margin
 
@@ -542,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="tiny shapes (CPU smoke test)")
     ap.add_argument("--op-timing", default="graph", choices=("graph", "eager"),
                     help="device operations timed inside CUDA graphs (as the runtime runs them) or one launch "
-                         "at a time (the profiles of 2026-11-29)")
+                         "at a time (the first profiles)")
     ap.add_argument("--comm-worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.device == "auto":

@@ -1,7 +1,7 @@
 """Where one decoding step's time goes: torch.profiler over verify and expand forwards of one model.
 
-The eager runtime measured 27-45 ms per Llama-3-8B verify step on an H200 against a 3.7 ms byte floor
-(docs/LOG.md, 2026-11-29): this script answers "host or device, which ops, how many launches" in one call.
+Where a step's time goes when it runs far above its byte floor: this script answers "host or device, which ops,
+how many launches" in one call.
 
     python -m calibration.profile_step --preset llama3-8b --dtype bfloat16 --backend triton --rows 8 --ctx 512
     python -m calibration.profile_step --preset tiny-llama --device cpu --backend reference     # CPU smoke run

@@ -42,7 +42,7 @@ STEP_PLAN = (("llama3-8b", (1, 4, 5, 8, 16), ()), ("llama3.2-1b", (1, 8), (1, 4,
 # measurement (200..~215 -> 4 blocks, 970..~985 -> 16), so no Triton re-compile lands in the timed steps.
 STEP_CTX = (200, 970)
 MAX_TREE_NODES = 256  # draft tree region in the step measurements: the runtime's (spec.max_tree_nodes), whose
-# graphs attend over all of it (64 before 2026-11-30's fourteenth session)
+# graphs attend over all of it
 TOPK = 8
 ROUND_EXPANSIONS, ROUND_BS = 2, 8  # expand steps per round (d) and verify width of the timed bookkeeping
 

@@ -45,9 +45,9 @@ BASE = ["workload=default", "model=llama3-8b_llama3.2-1b", "kernels=graphs",
         "workload.max_new_tokens=256", "workload.num_requests=1", "workload.max_seq_len_tokens=1024",
         "parallel.timeout_s=60", "trace.chrome=false"]
 """Every measured configuration: the oracle pair on 1 + 1 GPUs, kernels=graphs (Triton kernels + CUDA graphs),
-the draft growing its tree by the oracle table's belief (as the simulator's autoconfig search assumes; runs
-before 2026-11-30's second session grew by the random draft's flat log-probs, replayed with uniform belief).
-256 new tokens: the 128-token runs of 2026-11-29 spread up to 13% between repeats."""
+the draft growing its tree by the oracle table's belief (as the simulator's autoconfig search assumes; older runs
+grew by the random draft's flat log-probs, replayed with uniform belief). 256 new tokens: shorter runs spread too
+much between repeats (docs/LOG.md)."""
 
 
 def _tree(mode: str, bs: int, w: int, d: str) -> list[str]:
