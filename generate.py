@@ -155,7 +155,8 @@ def save_interrupted(cfg: ExperimentConfig, partial: list[dict[str, Any]], run_d
     atomic_write_text(run_dir / OUTPUTS_FILE, "".join(json.dumps(r) + "\n" for r in records))
     metrics = {"source": "runtime", "interrupted": True, "mode": cfg.spec.mode, "num_requests_done": len(partial),
                "generated_tokens": sum(len(o) for o in outputs)}
-    write_run(run_dir, cfg, run_meta(cfg.seed, command, "unknown", interrupted=True), metrics)
+    write_run(run_dir, cfg, run_meta(cfg.seed, command, "unknown", workload_seed=cfg.workload.seed, source="runtime",
+                                     interrupted=True), metrics)
     print(f"--- interrupted: {len(partial)} finished request(s) saved in {run_dir / OUTPUTS_FILE}", flush=True)
 
 
