@@ -149,9 +149,7 @@ def save_interrupted(cfg: ExperimentConfig, partial: list[dict[str, Any]], run_d
     texts, decoder = output_texts(cfg, outputs)
     done = {"prompts": [item["prompt"] for item in partial], "outputs": outputs,
             "metrics": {"stop_reasons": [item["stop"] for item in partial]}}
-    records = output_records(cfg, done, texts if decoder != "token ids" else None)
-    for record, item in zip(records, partial):  # the run's request ids (requests finish in order)
-        record["request"] = item["request"]
+    records = output_records(cfg, done, texts if decoder != "token ids" else None)  # requests finish in order: ids 0..
     atomic_write_text(run_dir / OUTPUTS_FILE, "".join(json.dumps(r) + "\n" for r in records))
     metrics = {"source": "runtime", "interrupted": True, "mode": cfg.spec.mode, "num_requests_done": len(partial),
                "generated_tokens": sum(len(o) for o in outputs)}
