@@ -12,7 +12,7 @@
 # `off`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIG=(models/smollm2-draft data/measured bench/results)  # bench/results: until its second removal commit lands
+BIG=(models/smollm2-draft data/measured)
 STATE=.git/device-slim.state
 case "${1:-}" in
   on)

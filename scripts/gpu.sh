@@ -37,6 +37,7 @@ tests() {
 }
 
 # ---- pack: REF's code (what `ab` runs) into DIR, and DIR/SOURCE naming the commit -----------------------------------
+# (bench/results: older commits still hold it; it is never code)
 PACK_PATHS=(runtime kernels conf policy simulator calibration profiles generate.py bench ":(exclude)bench/results")
 # (a path the commit does not have, e.g. policy/ before it existed, is left out)
 pack() {
