@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from calibration.profile_ops import STEP_REPS, STEP_WARMUP, Profiler, _random_parents, choose_attention_backend
+from calibration.profiler import STEP_REPS, STEP_WARMUP, Profiler, choose_attention_backend, random_parents
 from calibration.runtime_kernels import STEP_SWITCHES, graphs_kernels
 from conf.kernels_config import KernelsConfig
 from conf.presets import MODEL_PRESETS
@@ -63,7 +63,7 @@ def _verify_steps(p: Profiler, model: Any, attn: Any, backend: str, preset: str,
     tw.start(_step_prompt(vocab, ctx, gen))
     times, prefixes = [], []
     for i in range(STEP_WARMUP + STEP_REPS):
-        parents = _random_parents(rows, gen)
+        parents = random_parents(rows, gen)
         tokens = torch.randint(0, vocab, (rows,), generator=gen).tolist()
         prop = DraftProposal(0, i, tuple(tokens), tuple(parents))
         prefix = tw.prefix_len

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from calibration import profile_ops as P
+from calibration import profiler as H
 from calibration import runtime_kernels as R
 from conf.presets import MODEL_PRESETS
 from tests.tolerances import assert_close
@@ -16,14 +17,14 @@ from tests.tolerances import assert_close
 
 def test_rotating_cycles_through_the_operands():
     seen: list[int] = []
-    fn = P.rotating(seen.append, [0, 1, 2])
+    fn = H.rotating(seen.append, [0, 1, 2])
     for _ in range(7):
         fn()
     assert seen == [0, 1, 2, 0, 1, 2, 0]
 
 
-def _profiler(device: str, op_timing: str = "graph") -> P.Profiler:
-    return P.Profiler(device=torch.device(device), dtype=torch.float32, out=None, quick=True, device_name="x",
+def _profiler(device: str, op_timing: str = "graph") -> H.Profiler:
+    return H.Profiler(device=torch.device(device), dtype=torch.float32, out=None, quick=True, device_name="x",
                       run_id="t", op_timing=op_timing)
 
 
@@ -32,7 +33,7 @@ def test_operand_copies_overflow_the_l2_only_under_graph_timing():
     gpu = _profiler("cuda")  # a device descriptor: no GPU needed to size the copies
     assert gpu.graph_timing
     assert gpu.copies(50 * mib) == 6  # 256 MiB / 50 MiB, rounded up: 300 MiB read per cycle
-    assert gpu.copies(1 * mib) == P.MAX_COPIES  # tiny KV blocks: capped
+    assert gpu.copies(1 * mib) == H.MAX_COPIES  # tiny KV blocks: capped
     assert gpu.copies(1 << 30) == 1  # a 1 GiB LM head never fits in L2
     assert _profiler("cuda", "eager").copies(mib) == 1  # do_bench flushes L2 itself
     assert not _profiler("cpu").graph_timing and _profiler("cpu").copies(mib) == 1
@@ -159,9 +160,9 @@ def test_quick_cpu_fp8_section_records_the_fp8_copies_and_calibrate_fits_them_ap
 def test_gemm_plan_keeps_each_kernel_of_a_shape(monkeypatch):
     """Under graph timing a (k, n, M) is timed once per kernel the runtime runs on it (two presets sharing a
     shape with different kernels both keep it); a biased QKV is planned on cuBLAS."""
-    p = P.Profiler(device=torch.device("cpu"), dtype=torch.float32, out=Path("/dev/null"), quick=False,
+    p = H.Profiler(device=torch.device("cpu"), dtype=torch.float32, out=Path("/dev/null"), quick=False,
                    device_name="cpu", run_id="t")
-    monkeypatch.setattr(P.Profiler, "graph_timing", property(lambda self: True))
+    monkeypatch.setattr(H.Profiler, "graph_timing", property(lambda self: True))
     plan = P.gemm_plan(p)
     runs = {(k, n, m, impl) for _, _, _, k, n, rs in plan for m, impl in rs}
     assert len(runs) == sum(len(rs) for *_, rs in plan)  # deduplicated on (k, n, M, impl)
