@@ -3,7 +3,7 @@ Plain argparse scripts, no Hydra: the profilers run on a bare GPU machine, the c
 
 Profiling (GPU; `python -m calibration.profile_ops` writes the traces calibrate.py fits):
 - `profile_ops`: operator shapes (GEMMs by the runtime's own kernel, attention, launches) and its sections;
-- `profiler`: the timing harness both share (run state, graph / eager timing, --quick table);
+- `profiler`: the timing harness profile_ops and profile_steps share (run state, graph / eager timing, --quick table);
 - `profile_steps`: whole runtime steps (verify, expansion; eager or CUDA graphs), the steps section;
 - `graph_profile`: each kernel's exposed time inside a CUDA-graph replay, the step_graphs section;
 - `profile_comm`: all-reduce, point-to-point and the leaders' message ping-pong between 2 ranks, the comm section;
