@@ -43,7 +43,7 @@ from runtime.tp import VocabParallelEmbedding, all_reduce_partial
 if TYPE_CHECKING:
     import torch.distributed as dist
 
-    from conf.kernels_config import KernelsConfig
+    from conf.kernels_config import KernelFeatures
     from conf.presets import ModelShape
 
 SKINNY_MAX_ROWS = 64
@@ -296,15 +296,15 @@ Decoder = Transformer | FusedDecoder
 `cache_spec()`."""
 
 
-def decode_model(model: Transformer, kernels: KernelsConfig, *, target: bool, weight_bits: int = 16,
+def decode_model(model: Transformer, kernels: KernelFeatures, *, target: bool, weight_bits: int = 16,
                  tp_group: dist.ProcessGroup | None = None) -> Decoder:
-    """The decoder a worker runs for `model` (a target's when `target`): the plain model under
-    kernels.backend=reference, else a FusedDecoder with the role's `KernelPlan.for_role` of `kernels`. `tp_group`: the
-    group the model was sharded over (None for a whole model)."""
+    """The decoder a worker runs for `model` (a target's when `target`): the plain model under backend reference
+    (kernels=reference), else a FusedDecoder with the role's `KernelPlan.for_role` of `kernels`. `tp_group`: the group
+    the model was sharded over (None for a whole model)."""
     if kernels.backend != "triton":
         if weight_bits != 16:
             raise ValueError(f"weight_bits={weight_bits}: the fp8 weights stream through the fused Triton decode "
-                             f"path; needs kernels.backend=triton, got {kernels.backend!r}")
+                             f"path; needs kernels=graphs, got backend {kernels.backend!r}")
         return model
     plan = KernelPlan.for_role(model.shape, skinny=kernels.skinny, rope_attention=kernels.rope_attention,
                                target_qkv_rope=kernels.target_qkv_rope, target=target, weight_bits=weight_bits)
