@@ -18,6 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from conf.frozen import ConfigError
+
 
 @dataclass(frozen=True)
 class Retired:
@@ -100,7 +102,7 @@ def check_overrides(overrides: Iterable[str]) -> None:
         key = choice.split("=", 1)[0].strip()
         if choice in MOVED or key in MOVED:
             name = choice if choice in MOVED else key
-            raise ValueError(f"{name}: now {MOVED[name]} (docs/CONFIG.md)")
+            raise ConfigError(f"{name}: now {MOVED[name]} (docs/CONFIG.md)")  # a user error, "=" in the name
         parts = key.split(".")
         for name in (".".join(parts[:i]) for i in range(len(parts), 0, -1)):
             if name in RETIRED:
