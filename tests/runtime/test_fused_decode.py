@@ -183,14 +183,14 @@ def test_for_role_gives_the_fused_qkv_rope_gemm_to_an_unbiased_target_only():
 
 
 def test_decode_model_gives_the_plain_model_or_the_roles_fused_path(one_rank_group):
-    """kernels.backend=reference: the plain model itself; triton: a FusedDecoder with the role's plan. A TP shard
-    without its group is refused (its all-reduces would be missing)."""
+    """kernels=reference: the plain model itself; graphs: a FusedDecoder with the role's plan. A TP shard without its
+    group is refused (its all-reduces would be missing)."""
     from conf.kernels_config import KernelsConfig
     from runtime.tp import VocabParallelEmbedding
 
     model = build_model(MODEL_PRESETS["tiny-llama"], torch.float32, "cpu", seed=1)
-    assert decode_model(model, KernelsConfig(backend="reference"), target=True) is model
-    kcfg = KernelsConfig(backend="triton", skinny=True, rope_attention=True, target_qkv_rope=True)
+    assert decode_model(model, KernelsConfig(preset="reference").features, target=True) is model
+    kcfg = KernelsConfig(preset="graphs").features
     target, draft = (decode_model(model, kcfg, target=t) for t in (True, False))
     assert target.model is model and target.plan == KernelPlan(skinny=True, qkv_rope=True) and not target.sharded
     assert draft.plan == KernelPlan(skinny=True, rope_attention=True)
