@@ -3,8 +3,9 @@
 Input: run dirs of the steps of the ablation. A bar's category is the decoding mode (metrics `mode`) plus
 " + kernels" when the run used the Triton kernels (config.json `kernels.preset` triton or graphs, or an older run's
 `kernels.backend == "triton"`: `Run.kernels_backend`), so any mode with either backend gets its own bar; the paper's
-ladder is AR, chain, serial tree, async tree (all reference kernels) and async tree + kernels. One bar group per model pair (and source, if mixed); each bar
-is labelled with its speedup over the group's AR bar (reference kernels when present). Repeats averaged.
+ladder is AR, chain, serial tree, async tree (all reference kernels) and async tree + kernels. One bar group per model
+pair (and source, if mixed); each bar is labelled with its speedup over the group's AR bar (reference kernels when
+present). Repeats averaged.
 
 Usage: python analysis/fig06_ablation.py RUN_DIR_OR_GLOB... --out docs/figures/fig06_ablation
 """

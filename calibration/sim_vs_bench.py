@@ -68,7 +68,8 @@ def row_overrides(workload: dict[str, Any], row: dict[str, Any], requests: int, 
     """Hydra overrides of the `simulate` config for one of our benchmark rows (`acceptance`: a conf/acceptance
     name for a run whose draft modes had no oracle, e.g. the real pair's measured table `smollm2`). `kernels`: the
     run's recorded kernels config (the results' experiment_config): a kernels=graphs workload whose run did not
-    replay prefill graphs (the switch absent before it existed: an eager prefill) gets kernels.ablate=[prefill_graph]."""
+    replay prefill graphs (the switch absent before it existed: an eager prefill) gets
+    kernels.ablate=[prefill_graph]."""
     mode = row["mode"]
     target, _, draft = str(workload.get("parallel") or f"{row.get('target_tp') or 1}x1").partition("x")
     ov = [f"model={workload['model']}", f"parallel={int(target)}x{0 if mode == 'autoregressive' else int(draft)}",

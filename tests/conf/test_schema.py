@@ -76,7 +76,8 @@ def test_config_is_immutable_after_validation():
          r"rope_attention, target_qkv_rope, draft_head, refill_graph, prefill_graph$"),
         (["kernels=graphs", "kernels.ablate=[pdl,pdl]"], r"kernels\.ablate: names 'pdl' twice"),
         (["kernels=graphs", "kernels.ablate=[skinny]"],
-         r"kernels\.ablate: target_qkv_rope needs skinny: ablate it too \(kernels\.ablate=\[skinny,target_qkv_rope\]\)"),
+         r"kernels\.ablate: target_qkv_rope needs skinny: ablate it too "
+         r"\(kernels\.ablate=\[skinny,target_qkv_rope\]\)"),
         (["kernels=graphs", "kernels.ablate=[cuda_graphs,prefill_graph]"],
          r"kernels\.ablate: refill_graph needs cuda_graphs: ablate it too "
          r"\(kernels\.ablate=\[cuda_graphs,prefill_graph,refill_graph\]\)"),

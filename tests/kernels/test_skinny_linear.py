@@ -6,7 +6,6 @@ wide tiles keep the interpreter cheap; one GPU test (marker `gpu`) checks Llama 
 from __future__ import annotations
 
 import contextlib
-import sys
 
 import pytest
 import torch
