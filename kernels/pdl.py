@@ -53,10 +53,10 @@ DEFAULT_POLICY = {"gemm": "late", "small": "late", "pre_attention": "early", "no
 """What `set_pdl(True)` (the `pdl` feature of kernels=graphs) uses: the best of the per-role A/Bs on the H200 (skinny
 path, CUDA-graph replays; docs/LOG.md). GEMMs and small kernels late: an early release lets a GEMM's blocks take the
 SMs while the previous kernel still holds some of them, so its blocks pile up two per SM and its weight stream slows
-(early/early ~5% slower per Llama-3-8B step). pre_attention early: the attention's prefetch runs beside the QKV GEMM (~0.05 ms per
-8B single-token step). norm early: the next GEMM's blocks are resident while a short norm runs (0.04-0.07 ms per 8B
-step; larger norms stay "small", kernels.norm.norm_role). With cuBLAS projections (no skinny path) early/early is the
-better one. Numbers: docs/LOG.md."""
+(early/early ~5% slower per Llama-3-8B step). pre_attention early: the attention's prefetch runs beside the QKV GEMM
+(~0.05 ms per 8B single-token step). norm early: the next GEMM's blocks are resident while a short norm runs
+(0.04-0.07 ms per 8B step; larger norms stay "small", kernels.norm.norm_role). With cuBLAS projections (no skinny
+path) early/early is the better one. Numbers: docs/LOG.md."""
 
 _policy = {role: "off" for role in ROLES}
 _capable: dict[int, bool] = {}
