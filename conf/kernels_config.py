@@ -4,7 +4,8 @@
     kernels=reference                          plain torch (exact on CPU)
     kernels=triton                             the Triton kernels, eager steps
     kernels=graphs                             everything the GPU runtime runs fastest (FEATURES, all on)
-    kernels=graphs kernels.ablate=[skinny,pdl] the same without the skinny GEMMs and PDL launches
+    kernels=graphs kernels.ablate=[pdl,draft_head]
+                                               the same without PDL launches and the Triton draft head
 
 `KernelFeatures` is the per-feature table: one field per feature with what it does and what it needs. A config
 resolves to one (`KernelsConfig.features`); the runtime's workers, the fused decode path, the simulator and calibration
@@ -107,8 +108,8 @@ class KernelsConfig(_Frozen):
     """reference (plain torch) | triton (Triton kernels, eager steps) | graphs (every feature of KernelFeatures:
     Triton kernels, CUDA graphs, skinny GEMMs, PDL, ...); set by `kernels=<preset>`."""
     ablate: list[str] = field(default_factory=list)
-    """Features of the preset switched off for an ablation, e.g. `kernels.ablate=[skinny,pdl]` (names: the
-    FEATURES the preset turns on; a feature others need goes with them)."""
+    """Features of the preset switched off for an ablation, e.g. `kernels.ablate=[pdl,draft_head]` (names: the
+    FEATURES the preset turns on; a feature others need is listed with them: `[skinny,target_qkv_rope]`)."""
 
     @property
     def features(self) -> KernelFeatures:

@@ -65,14 +65,15 @@ MOVED: dict[str, str] = {
     # (conf.kernels_config.kernels_from_recorded)
     "kernels.backend": "the preset: kernels=reference (torch) or kernels=triton / kernels=graphs (Triton)",
     "kernels.cuda_graphs": "kernels=graphs (CUDA graphs on) or kernels=triton (eager Triton steps)",
-    **{f"kernels.{name}": _ABLATE.format(name) for name in ("skinny", "pdl", "rope_attention", "draft_head")},
+    "kernels.skinny": _ABLATE.format("skinny,target_qkv_rope"),  # target_qkv_rope needs skinny
+    **{f"kernels.{name}": _ABLATE.format(name) for name in ("pdl", "rope_attention", "draft_head")},
     "kernels.target_qkv_rope": _ABLATE.format("target_qkv_rope"),
     "kernels.refill_graph": _ABLATE.format("refill_graph"),
     "kernels.prefill_graph": _ABLATE.format("prefill_graph"),
     "kernels=triton_graphs": "kernels=graphs (the fused GEMM + all-reduce was never priced or run)",
 }
 """An override key (`group.field`) or group option (`group=option`) that moved -> what replaces it; `check_overrides`
-refuses it with one line naming the replacement ("kernels.skinny: now kernels=graphs with kernels.ablate=[skinny]")."""
+refuses it with one line naming the replacement ("kernels.pdl: now kernels=graphs with kernels.ablate=[pdl]")."""
 
 
 def strip_retired(data: dict[str, Any]) -> dict[str, Any]:

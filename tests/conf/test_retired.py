@@ -102,7 +102,8 @@ def test_an_override_of_a_moved_field_names_its_replacement(name):
 
 def test_old_kernels_overrides_name_the_preset_and_ablation():
     for arg, line in [
-        ("kernels.skinny=false", "kernels.skinny: now kernels=graphs with kernels.ablate=[skinny] (docs/CONFIG.md)"),
+        ("kernels.skinny=false",
+         "kernels.skinny: now kernels=graphs with kernels.ablate=[skinny,target_qkv_rope] (docs/CONFIG.md)"),
         ("kernels.prefill_graph=false",
          "kernels.prefill_graph: now kernels=graphs with kernels.ablate=[prefill_graph] (docs/CONFIG.md)"),
         ("kernels=triton_graphs", "kernels=triton_graphs: now kernels=graphs (the fused GEMM + all-reduce was never "
@@ -189,3 +190,13 @@ def test_a_measured_runs_config_loads_with_its_preset_and_ablation():
         cfg = config_from_dict(json.loads(path.read_text())["config"])
         cfg.validate()
         assert (cfg.kernels.preset, cfg.kernels.ablate) == ("graphs", ablate), folder
+
+
+@pytest.mark.parametrize("name", sorted(MOVED))
+def test_a_moved_fields_replacement_composes(name):
+    """Every `kernels=... with kernels.ablate=[...]` replacement MOVED names is itself a valid config."""
+    words = MOVED[name].split()
+    overrides = [w for w in words if w.startswith(("kernels=", "kernels.ablate="))]
+    assert overrides, MOVED[name]
+    for override in overrides:
+        compose_config("simulate", [override] if override.startswith("kernels=") else ["kernels=graphs", override])
