@@ -1,10 +1,11 @@
 """Figure 6: ablation: AR, chain, serial tree, async tree, async tree + kernels (tokens/s, speedup over AR).
 
 Input: run dirs of the steps of the ablation. A bar's category is the decoding mode (metrics `mode`) plus
-" + kernels" when the run used the Triton kernels (config.json: `kernels.backend == "triton"`), so any
-mode with either backend gets its own bar; the paper's ladder is AR, chain, serial tree, async tree (all
-reference kernels) and async tree + kernels. One bar group per model pair (and source, if mixed); each bar
-is labelled with its speedup over the group's AR bar (reference kernels when present). Repeats averaged.
+" + kernels" when the run used the Triton kernels (config.json `kernels.preset` triton or graphs, or an older run's
+`kernels.backend == "triton"`: `Run.kernels_backend`), so any mode with either backend gets its own bar; the paper's
+ladder is AR, chain, serial tree, async tree (all reference kernels) and async tree + kernels. One bar group per model
+pair (and source, if mixed); each bar is labelled with its speedup over the group's AR bar (reference kernels when
+present). Repeats averaged.
 
 Usage: python analysis/fig06_ablation.py RUN_DIR_OR_GLOB... --out docs/figures/fig06_ablation
 """
@@ -24,8 +25,8 @@ KERNELS_SUFFIX = " + kernels"
 
 
 def uses_kernels(run: Run) -> bool:
-    """Whether the run used the Triton kernels (config.json kernels.backend)."""
-    return run.setting("kernels.backend") == "triton"
+    """Whether the run used the Triton kernels (`Run.kernels_backend`)."""
+    return run.kernels_backend() == "triton"
 
 
 def category(run: Run) -> str:
@@ -45,7 +46,7 @@ def make_figure(runs: Sequence[Run]) -> tuple[Figure, FigureData]:
         raise RunDirError("fig06: no runs given")
     require(runs, KEYS)
     for r in runs:
-        r.setting("kernels.backend")
+        r.kernels_backend()
     with_source = len({r.metric("source") for r in runs}) > 1
 
     def group(r: Run) -> str:

@@ -40,8 +40,10 @@ def histogram(run: Run) -> dict[int, int]:
 
 
 def method(run: Run) -> str:
-    """"async tree + kernels" for async_tree with kernels.backend = triton, else the mode's name."""
-    kernels = run.config.get("kernels", {}).get("backend") == "triton"
+    """"async tree + kernels" for async_tree with the Triton kernels (`Run.kernels_backend`; a run that records no
+    kernels counts as reference), else the mode's name."""
+    recorded = run.has_setting("kernels.preset") or run.has_setting("kernels.backend")
+    kernels = recorded and run.kernels_backend() == "triton"
     return style.mode_label(str(run.metric("mode"))) + (" + kernels" if kernels else "")
 
 

@@ -18,10 +18,10 @@ COMMON=(workload=default workload.num_requests=1 workload.max_new_tokens=64 work
         trace.chrome=false trace.enabled=false hydra.output_subdir=null hydra/job_logging=disabled
         hydra/hydra_logging=disabled)
 RUN='${model.name}_${spec.mode}_${parallel.target_gpus}x${parallel.draft_gpus}_${interconnect.name}'
-SUBDIR="${RUN}_s\${acceptance.scale}_\${kernels.backend}"
+SUBDIR="${RUN}_s\${acceptance.scale}_\${kernels.preset}"
 # fig01 / fig02 mix drafts: their folders name the acceptance preset (and, in a top1 sweep, the top1)
-DRAFT_SUBDIR="${RUN}_\${hydra:runtime.choices.acceptance}_\${kernels.backend}"
-TOP1_SUBDIR="${RUN}_\${hydra:runtime.choices.acceptance}-top1-\${acceptance.top1}_\${kernels.backend}"
+DRAFT_SUBDIR="${RUN}_\${hydra:runtime.choices.acceptance}_\${kernels.preset}"
+TOP1_SUBDIR="${RUN}_\${hydra:runtime.choices.acceptance}-top1-\${acceptance.top1}_\${kernels.preset}"
 
 sweep() {  # sweep NAME OVERRIDES...: one multirun into $OUT/NAME (appends to it); sub-folders named by $SUBDIR
   local name=$1

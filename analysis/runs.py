@@ -64,7 +64,7 @@ class Run:
         return float(value)
 
     def setting(self, dotted: str) -> Any:
-        """A resolved config value by dotted name (e.g. "kernels.backend"); RunDirError if absent."""
+        """A resolved config value by dotted name (e.g. "kernels.preset"); RunDirError if absent."""
         node: Any = self.config
         for i, part in enumerate(dotted.split(".")):
             if not isinstance(node, dict) or part not in node:
@@ -72,6 +72,22 @@ class Run:
                 raise RunDirError(f"{self.path}: {CONFIG_FILE} has no {dotted!r} (missing {part!r} at {where})")
             node = node[part]
         return node
+
+    def kernels_backend(self) -> str:
+        """The kernels backend the run used, reference | triton, from config.json: `kernels.preset` (runs since the
+        presets: conf/kernels_config.py PRESETS) or an older run's `kernels.backend`; RunDirError if it has neither."""
+        from conf.kernels_config import PRESETS
+
+        if self.has_setting("kernels.preset"):
+            preset = self.setting("kernels.preset")
+            if preset not in PRESETS:
+                raise RunDirError(f"{self.path}: {CONFIG_FILE} kernels.preset {preset!r} is not one of "
+                                  f"{', '.join(PRESETS)}")
+            return PRESETS[preset].backend
+        if not self.has_setting("kernels.backend"):
+            raise RunDirError(f"{self.path}: {CONFIG_FILE} has no 'kernels.preset' (nor an older run's "
+                              f"'kernels.backend')")
+        return str(self.setting("kernels.backend"))
 
     def key(self, keys: Sequence[str] = PARITY_KEYS) -> tuple[str, ...]:
         """Metric values of `keys` as strings (so 6 and "6", "auto" compare the way a reader expects)."""

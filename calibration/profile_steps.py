@@ -26,7 +26,7 @@ import torch
 
 from calibration.profiler import STEP_REPS, STEP_WARMUP, Profiler, choose_attention_backend, random_parents
 from calibration.runtime_kernels import STEP_SWITCHES, graphs_kernels
-from conf.kernels_config import KernelsConfig
+from conf.kernels_config import KernelFeatures
 from conf.presets import MODEL_PRESETS
 from runtime.worker_spec import WorkerSpec
 
@@ -59,7 +59,7 @@ def _verify_steps(p: Profiler, model: Any, attn: Any, backend: str, preset: str,
     vocab = model.shape.token_count
     # each verify keeps the root and any accepted nodes: room for all rows of every step
     tw = TargetWorker(model, attn, WorkerSpec(rows, ctx + (STEP_WARMUP + STEP_REPS) * rows + 8),
-                      KernelsConfig(backend=backend, cuda_graphs=p.graph_steps(backend)))
+                      KernelFeatures(backend=backend, cuda_graphs=p.graph_steps(backend)))
     tw.start(_step_prompt(vocab, ctx, gen))
     times, prefixes = [], []
     for i in range(STEP_WARMUP + STEP_REPS):
@@ -93,7 +93,7 @@ def _expand_steps(p: Profiler, model: Any, attn: Any, backend: str, preset: str,
     vocab = model.shape.token_count
     prompt = _step_prompt(vocab, ctx, gen)
     dw = DraftWorker(model, attn, WorkerSpec(w, ctx + 64, topk=TOPK, max_tree_nodes=MAX_TREE_NODES),
-                     KernelsConfig(backend=backend, cuda_graphs=p.graph_steps(backend), draft_head=fused_head))
+                     KernelFeatures(backend=backend, cuda_graphs=p.graph_steps(backend), draft_head=fused_head))
     dw.start(prompt)
     expand, kv_lens, select, reroot = [], [], [], []
     it, since_round = 0, 0

@@ -8,7 +8,6 @@ the calibrated profile describes the runtime as it runs. The row limits are the 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -16,19 +15,17 @@ import torch.nn.functional as F
 
 from runtime.fused_decode import SKINNY_MAX_ROWS, SWIGLU_MAX_ROWS
 
-REPO = Path(__file__).resolve().parent.parent
-
-
 STEP_SWITCHES = ("skinny", "pdl", "draft_head", "rope_attention", "target_qkv_rope")
-"""The `kernels` switches a graph-mode step is built with (calibration/profile_steps.py)."""
+"""The kernels features (conf/kernels_config.py KernelFeatures) a graph-mode step is built with
+(calibration/profile_steps.py)."""
 
 
 def graphs_kernels() -> dict[str, bool]:
-    """STEP_SWITCHES of conf/kernels/graphs.yaml: the runtime graph-timed operators and steps stand for."""
-    import yaml
+    """STEP_SWITCHES of the kernels=graphs preset (conf/kernels_config.py PRESETS): the runtime graph-timed operators
+    and steps stand for."""
+    from conf.kernels_config import PRESETS
 
-    data = yaml.safe_load((REPO / "conf" / "kernels" / "graphs.yaml").read_text()) or {}
-    return {key: bool(data.get(key, False)) for key in STEP_SWITCHES}
+    return {key: getattr(PRESETS["graphs"], key) for key in STEP_SWITCHES}
 
 
 FP8_IMPLS = ("swiglu", "skinny", "skinny_partials")
@@ -39,8 +36,9 @@ def runtime_gemm(matrix: str, tp: int, m: int, skinny: bool, qkv_bias: bool = Fa
     """The kernel the fused-path runtime runs for one rank's `matrix` at `m` rows (runtime/fused_decode.py): swiglu
     (gate_up, the fused SwiGLU), skinny (qkv without a bias), skinny_fp32 (the LM head at TP 1: float32 logits),
     skinny_partials (o and down at TP 1: split-K partials the next norm sums), or cublas (F.linear: prefill-sized
-    m, a biased qkv, and what `kernels.skinny=false` or TP keeps on cuBLAS). `weight_bits=8`: the skinny kernels that
-    stream the fp8 copies (`cost_model.streams_fp8`: swiglu, skinny, skinny_partials) take an `_fp8` suffix."""
+    m, a biased qkv, and what `kernels.ablate=[skinny,target_qkv_rope]` or TP keeps on cuBLAS). `weight_bits=8`: the
+    skinny kernels that stream the fp8 copies (`cost_model.streams_fp8`: swiglu, skinny, skinny_partials) take an
+    `_fp8` suffix."""
     if matrix == "gate_up":
         impl = "swiglu" if m <= SWIGLU_MAX_ROWS else "cublas"
     elif not skinny or m > SKINNY_MAX_ROWS:

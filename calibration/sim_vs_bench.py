@@ -67,8 +67,9 @@ def row_overrides(workload: dict[str, Any], row: dict[str, Any], requests: int, 
                   kernels: dict[str, Any] | None = None) -> list[str]:
     """Hydra overrides of the `simulate` config for one of our benchmark rows (`acceptance`: a conf/acceptance
     name for a run whose draft modes had no oracle, e.g. the real pair's measured table `smollm2`). `kernels`: the
-    run's recorded kernels config (the results' experiment_config): its prefill_graph, absent before the switch
-    existed, i.e. an eager prefill."""
+    run's recorded kernels config (the results' experiment_config): a kernels=graphs workload whose run did not
+    replay prefill graphs (the switch absent before it existed: an eager prefill) gets
+    kernels.ablate=[prefill_graph]."""
     mode = row["mode"]
     target, _, draft = str(workload.get("parallel") or f"{row.get('target_tp') or 1}x1").partition("x")
     ov = [f"model={workload['model']}", f"parallel={int(target)}x{0 if mode == 'autoregressive' else int(draft)}",
@@ -79,9 +80,17 @@ def row_overrides(workload: dict[str, Any], row: dict[str, Any], requests: int, 
           f"spec={mode}", *parse_shape(mode, row.get("spec", ""))]
     if mode == "async_tree" and "spec.d=auto" in ov:
         ov.append("sim.d_rule=runtime")
-    if kernels is not None:
-        ov.append(f"kernels.prefill_graph={str(bool(kernels.get('prefill_graph', False))).lower()}")
+    if kernels is not None and workload["kernels"] == "graphs" and not _prefill_graph(kernels):
+        ov.append("kernels.ablate=[prefill_graph]")
     return ov
+
+
+def _prefill_graph(kernels: dict[str, Any]) -> bool:
+    """Whether a recorded kernels config replayed prefill graphs: a preset one (kernels.preset, kernels.ablate) or
+    an older one's switch (absent before it existed: eager prefills)."""
+    if "preset" in kernels:
+        return kernels["preset"] == "graphs" and "prefill_graph" not in kernels.get("ablate", [])
+    return bool(kernels.get("prefill_graph", False))
 
 
 def simulate_row(overrides: list[str], seeds: int) -> dict[str, Any]:

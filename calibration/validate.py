@@ -40,8 +40,8 @@ from calibration.compare import REPEAT_SEP, autoconfig_pick, cmd_compare, load_s
 from conf.rundir import REPO_ROOT, atomic_write_json, atomic_write_text  # noqa: E402
 
 PAIR = "llama3-8b_llama3.2-1b"
-BASE = ["workload=default", "model=llama3-8b_llama3.2-1b", "kernels=graphs",
-        "kernels.fused_allreduce=false", "spec.oracle=true", "spec.oracle_belief=table", "workload.prompt_tokens=512",
+BASE = ["workload=default", "model=llama3-8b_llama3.2-1b", "kernels=graphs", "spec.oracle=true",
+        "spec.oracle_belief=table", "workload.prompt_tokens=512",
         "workload.max_new_tokens=256", "workload.num_requests=1", "workload.max_seq_len_tokens=1024",
         "parallel.timeout_s=60", "trace.chrome=false"]
 """Every measured configuration: the oracle pair on 1 + 1 GPUs, kernels=graphs (Triton kernels + CUDA graphs),
@@ -79,7 +79,7 @@ TP2_CONFIGS: list[tuple[str, list[str]]] = [
     ("tp2_chain_g4", ["parallel=2x0", "spec=chain", "spec.gamma=4"]),
 ]
 """Run in a second launch (another GPU split) when at least TP2_MIN_LEFT_S of the budget is left."""
-REAL_BASE = ["workload=default", "model=smollm2", "kernels=graphs", "kernels.fused_allreduce=false",
+REAL_BASE = ["workload=default", "model=smollm2", "kernels=graphs",
              "spec.oracle=false", "model.target.dtype=bfloat16", "model.draft.dtype=bfloat16",
              "workload.max_new_tokens=128", "workload.max_seq_len_tokens=1024", "parallel.timeout_s=60",
              "trace.chrome=false", "parallel=1x1"]

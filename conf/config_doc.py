@@ -57,13 +57,9 @@ READER_EXCEPTIONS: dict[str, tuple[str, str]] = {
     "parallel.leader_channel": (BOTH, "the simulator prices the leaders' messages by the channel"),
     "spec.oracle": (GENERATE, "the simulator always draws verify outcomes from the acceptance model"),
     "spec.oracle_belief": (GENERATE, "the simulated tree always grows by the acceptance model's belief"),
-    "kernels.backend": (BOTH, "the simulator prices the Triton or the reference path"),
-    "kernels.cuda_graphs": (BOTH, "the simulator prices captured or eager steps"),
-    "kernels.skinny": (BOTH, "with target_qkv_rope: the simulator's step kernels"),
-    "kernels.rope_attention": (BOTH, "the simulator's step kernels"),
-    "kernels.target_qkv_rope": (BOTH, "the simulator's step kernels"),
-    "kernels.refill_graph": (BOTH, "the simulator prices a lone-root refill as one row"),
-    "kernels.prefill_graph": (BOTH, "the simulator prices captured or eager prefills"),
+    "kernels.preset": (BOTH, "the simulator prices the Triton or the reference path, captured or eager steps"),
+    "kernels.ablate": (BOTH, "the simulator prices cuda_graphs, skinny with target_qkv_rope, rope_attention, "
+                       "refill_graph and prefill_graph; the other features are the runtime's alone"),
     "workload.prompts": (GENERATE, "the simulator refuses text prompts"),
     "workload.prompt_file": (GENERATE, "the simulator refuses text prompts"),
     "workload.eos_token_id": (GENERATE, "the simulator has no tokens"),
@@ -81,8 +77,6 @@ FALLBACK = {
     "HardwareConfig.num_nodes": "Nodes of gpus_per_node GPUs each.",
     "RuntimeDelta.*": "Seconds added to the calibrated profile's `{name}` runtime host cost (one entry of "
     "simulator/profile.py RUNTIME_COSTS; needs that entry in the profile); 0 = the profile as fitted.",
-    "PdlPolicy.*": "With kernels.pdl: the PDL trigger of the `{name}` kernel role, default | off | early | late "
-    "(default: kernels/pdl.py DEFAULT_POLICY's trigger for the role).",
 }
 """Meanings of the fields that have no attribute docstring: `Class.field`, or `Class.*` for every field of a class
 whose docstring describes its fields together (`{name}` is the field's name)."""
@@ -231,7 +225,7 @@ def render() -> str:
         f"## Fields ({len(rows)})",
         "",
         "Defaults are the schema's; the options above set many of them (the `model` option sets the presets and "
-        "checkpoints, `kernels=graphs` the fast path's switches). `model.draft` is null (no draft) in the schema; an "
+        "checkpoints, `kernels` its preset's features, below). `model.draft` is null (no draft) in the schema; an "
         "option that sets it gives its fields the defaults shown.",
         "",
         "| field | type | default | read by | meaning |",
@@ -241,7 +235,32 @@ def render() -> str:
         text = meaning(leaf) or ""
         out.append(f"| `{leaf.name}` | `{cell(leaf.type)}` | `{cell(fmt_default(leaf.default))}` | "
                    f"{readers(leaf.name)} | {cell(text)} |")
+    out += kernel_features()
     return "\n".join(out) + "\n"
+
+
+def kernel_features() -> list[str]:
+    """The section on the kernels presets: each feature (conf/kernels_config.py KernelFeatures, the names
+    `kernels.ablate` takes), which preset turns it on, what it needs and does."""
+    from conf.kernels_config import FEATURES, NEEDS, PRESETS, KernelFeatures
+
+    docs = attribute_docstrings(KernelFeatures)
+    out = [
+        "",
+        "## Kernel features (`kernels=<preset>`, `kernels.ablate`)",
+        "",
+        "`kernels=<preset>` picks a set of features; `kernels.ablate=[...]` switches some of the preset's off for an "
+        "ablation (`kernels=graphs kernels.ablate=[skinny,target_qkv_rope]`). A feature another one needs is ablated "
+        "together with it, or the config is refused naming the dependent. The backend: "
+        + ", ".join(f"`{name}` {f.backend}" for name, f in PRESETS.items()) + ".",
+        "",
+        "| feature | " + " | ".join(PRESETS) + " | needs | meaning |",
+        "|---|" + "---|" * len(PRESETS) + "---|---|",
+    ]
+    for name in FEATURES:
+        on = " | ".join("on" if getattr(f, name) else "" for f in PRESETS.values())
+        out.append(f"| `{name}` | {on} | {NEEDS.get(name, '')} | {cell(' '.join(docs[name].split()))} |")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

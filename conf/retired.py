@@ -7,7 +7,8 @@ or the path that was the default until the kept one replaced it (such a run meas
 results, the switch does not come back). Reading a recorded config (`strip_retired`, called by
 `conf.rundir.config_from_dict`) drops an accepted value and refuses any other one with an error naming the field. A
 command-line override of a retired field (`python generate.py spec.presend=true`) fails with one line naming it
-(`check_overrides`).
+(`check_overrides`), and so does one of a field or group option that moved (`MOVED`: the line names the replacement).
+An override of a field inside a retired one (`kernels.pdl_policy.norm=late`) is refused as the retired one.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import copy
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from conf.frozen import ConfigError
 
 
 @dataclass(frozen=True)
@@ -44,8 +47,33 @@ RETIRED: dict[str, Retired] = {
     "sim.runtime_delta.colocated_step_extra_s": Retired(_ZERO, _LOOPS),
     "sim.runtime_delta.colocated_expand_extra_s": Retired(_ZERO, _LOOPS),
     "sim.runtime_delta.colocated_expand_extra_per_real_row_s": Retired(_ZERO, _LOOPS),
+    # kernels group (issue 49): a recorded true is a simulated run (the runtime refused it) that the simulator priced
+    # as the graphs preset: it never read the switch
+    "kernels.fused_allreduce": Retired((False, True), "the simulator never priced the fused GEMM + all-reduce and "
+                                       "the runtime does not run it"),
+    "kernels.pdl_policy": Retired(({"gemm": "default", "small": "default", "pre_attention": "default",
+                                    "norm": "default"},),
+                                  "the PDL trigger per kernel role is kernels/pdl.py's DEFAULT_POLICY; a benchmark "
+                                  "passes another to kernels.pdl.pdl"),
 }
 """Dotted field name -> what a recorded config may hold for it. docs/LOG.md has the number behind each removal."""
+
+_ABLATE = "kernels=graphs with kernels.ablate=[{}]"
+
+MOVED: dict[str, str] = {
+    # kernels group (issue 49): recorded configs' switches map to a preset and an ablation list
+    # (conf.kernels_config.kernels_from_recorded)
+    "kernels.backend": "the preset: kernels=reference (torch) or kernels=triton / kernels=graphs (Triton)",
+    "kernels.cuda_graphs": "kernels=graphs (CUDA graphs on) or kernels=triton (eager Triton steps)",
+    "kernels.skinny": _ABLATE.format("skinny,target_qkv_rope"),  # target_qkv_rope needs skinny
+    **{f"kernels.{name}": _ABLATE.format(name) for name in ("pdl", "rope_attention", "draft_head")},
+    "kernels.target_qkv_rope": _ABLATE.format("target_qkv_rope"),
+    "kernels.refill_graph": _ABLATE.format("refill_graph"),
+    "kernels.prefill_graph": _ABLATE.format("prefill_graph"),
+    "kernels=triton_graphs": "kernels=graphs (the fused GEMM + all-reduce was never priced or run)",
+}
+"""An override key (`group.field`) or group option (`group=option`) that moved -> what replaces it; `check_overrides`
+refuses it with one line naming the replacement ("kernels.pdl: now kernels=graphs with kernels.ablate=[pdl]")."""
 
 
 def strip_retired(data: dict[str, Any]) -> dict[str, Any]:
@@ -68,8 +96,15 @@ def strip_retired(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_overrides(overrides: Iterable[str]) -> None:
-    """Raise ValueError naming the first Hydra override (`key=value`, `+key=value`, `~key`) of a retired field."""
+    """Raise ValueError naming the first Hydra override (`key=value`, `+key=value`, `~key`) of a retired field (or a
+    field inside one), or of a moved field or group option (MOVED: the message names the replacement)."""
     for arg in overrides:
-        key = arg.lstrip("+~").split("=", 1)[0].strip()
-        if key in RETIRED:
-            raise ValueError(f"{key}: removed ({RETIRED[key].why}; docs/LOG.md); drop the override")
+        choice = arg.lstrip("+~").strip()
+        key = choice.split("=", 1)[0].strip()
+        if choice in MOVED or key in MOVED:
+            name = choice if choice in MOVED else key
+            raise ConfigError(f"{name}: now {MOVED[name]} (docs/CONFIG.md)")  # a user error, "=" in the name
+        parts = key.split(".")
+        for name in (".".join(parts[:i]) for i in range(len(parts), 0, -1)):
+            if name in RETIRED:
+                raise ValueError(f"{name}: removed ({RETIRED[name].why}; docs/LOG.md); drop the override")

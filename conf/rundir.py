@@ -147,13 +147,18 @@ def write_run(run_dir: Path, config: Any, meta: dict[str, Any], metrics: dict[st
 def config_from_dict(data: dict[str, Any]) -> Any:
     """An ExperimentConfig (not yet validated, mutable) from a run dir's config.json `config` object. Fields since
     removed are dropped where they hold a value the code still runs, else refused naming the field
-    (conf/retired.py)."""
+    (conf/retired.py); the kernels switches of an older run map to its preset and ablation list
+    (`conf.kernels_config.kernels_from_recorded`)."""
     from omegaconf import OmegaConf
 
+    from conf.kernels_config import kernels_from_recorded
     from conf.retired import strip_retired
     from conf.schema import ExperimentConfig
 
-    merged = OmegaConf.merge(OmegaConf.structured(ExperimentConfig), strip_retired(data))
+    data = strip_retired(data)
+    if isinstance(data.get("kernels"), dict):
+        data["kernels"] = kernels_from_recorded(data["kernels"])
+    merged = OmegaConf.merge(OmegaConf.structured(ExperimentConfig), data)
     return OmegaConf.to_object(merged)
 
 

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field, fields
 
 from conf.frozen import _Frozen, _require, freeze  # noqa: F401 (freeze: re-exported, as are the kernels group's names)
-from conf.kernels_config import DRAFT_HEAD_MAX_TOPK, KernelsConfig, PdlPolicy  # noqa: F401
+from conf.kernels_config import DRAFT_HEAD_MAX_TOPK, KernelFeatures, KernelsConfig  # noqa: F401
 from conf.presets import GPU_PRESETS, LINK_PRESETS, check_tp, model_preset, preset_of
 
 MODES = ("autoregressive", "chain", "serial_tree", "async_tree")
@@ -35,7 +35,7 @@ class ModelConfig(_Frozen):
     weight_bits: int = 16
     """Weight precision (16, 8 or 4). The simulator costs all three; the runtime runs 16 (`dtype` weights) or 8
     (fp8 e4m3 copies of the layer projections, one scale per output row, streamed by the Triton decode kernels:
-    needs kernels.skinny; runtime/model.py); 4 is simulator only."""
+    needs the skinny kernels, kernels=graphs; runtime/model.py); 4 is simulator only."""
     seed: int = 0
     """Seed of random weights."""
 
@@ -549,7 +549,7 @@ class ExperimentConfig(_Frozen):
         self.parallel.check_world(node_gpus)
         _require(not self.kernels.draft_head or self.spec.topk <= DRAFT_HEAD_MAX_TOPK, "spec.topk",
                  f"kernels.draft_head takes at most {DRAFT_HEAD_MAX_TOPK} children per node (kernels.topk_logprobs), "
-                 f"got {self.spec.topk}; set kernels.draft_head=false for more")
+                 f"got {self.spec.topk}; add draft_head to kernels.ablate for more")
 
 
 def register_configs() -> None:

@@ -1,7 +1,7 @@
 """Triton kernels for tree speculative decoding. Tensors and plain scalars in, tensors out.
 
 This package imports nothing from the project. Every kernel has a slow PyTorch twin with the same
-signature in ``kernels.reference`` (the test oracle, selectable with ``kernels.backend=reference``).
+signature in ``kernels.reference`` (the test oracle, selectable with ``kernels=reference``).
 On CPU the kernels run under ``TRITON_INTERPRET=1`` (fp32/fp16; bf16 is upcast right after loads).
 All are capturable in CUDA graphs (static shapes, no host syncs); see each module for its contract.
 """

@@ -19,6 +19,8 @@ the activation. Half the weight bytes stream.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 import triton
 import triton.language as tl
@@ -94,11 +96,13 @@ def swiglu(
     block_k: int | None = None,
     scale_gate: torch.Tensor | None = None,
     scale_up: torch.Tensor | None = None,
+    fp8_tiles: Mapping[tuple[int, int, int], dict[str, int]] = FP8_TILES,
 ) -> torch.Tensor:
     """silu(x @ w_gate.T) * (x @ w_up.T) with x [M,K], w_gate/w_up [I,K]; returns [M,I] in x.dtype.
 
     ``out`` is an optional [M, I] buffer; ``block_*`` override the tile heuristic (tests, benchmarks).
     ``scale_gate`` / ``scale_up``: the weights are float8 e4m3 with these float32 row scales [I] (both or neither).
+    ``fp8_tiles``: the tiles of fp8 weights per (I, K, BLOCK_M) (default the tuned FP8_TILES; a sweep passes its own).
     """
     m, k = x.shape
     i = w_gate.shape[0]
@@ -124,7 +128,7 @@ def swiglu(
         return out
     upcast = x.device.type == "cpu"
     bm = block_m or min(64, max(16, triton.next_power_of_2(m)))
-    tile = FP8_TILES.get((i, k, bm), {}) if scaled else {}
+    tile = fp8_tiles.get((i, k, bm), {}) if scaled else {}
     bi = block_i or tile.get("block_i", BLOCK_I)
     bk = block_k or tile.get("block_k", min(BLOCK_K, max(16, triton.next_power_of_2(k))))
     grid = (triton.cdiv(i, bi), triton.cdiv(m, bm))

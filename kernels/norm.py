@@ -15,17 +15,13 @@ them, rounds to the residual's dtype and continues as above, replacing the GEMM'
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
 
 from kernels.pdl import pdl_options, pdl_start
-
-NUM_WARPS: int | None = None
-"""Warps per row program of both norm kernels, or None: 16 for rows of 2,048 elements and more (the 8B's 4,096 and
-the 1B's 2,048), block_n / 512 below (SmolLM2-135M's 576 -> 2 warps). Both kernels take the same value, so their row
-reductions stay bit for bit alike. 16 warps measured ~1% faster steps than fewer at 8B and 1B (docs/LOG.md); smaller
-rows were not measured. Set (a power of two, 1-32) only by bench/bench_step_variants.py's tile sweeps."""
 
 EARLY_MAX_ROWS = 8
 """A norm launch over at most this many rows of >= WIDE_ROW elements (EARLY_MAX_ROWS_NARROW / _TINY for narrower rows)
@@ -45,22 +41,40 @@ WIDE_ROW = 4096
 TINY_ROW = 1024
 
 
-def norm_role(rows: int, n: int) -> str:
+class EarlyRows(NamedTuple):
+    """The row limits under which a norm launch takes the PDL role "norm" (`norm_role`): at most `wide` rows of >=
+    `wide_row` elements, `narrow` rows of `tiny_row` to `wide_row`, `tiny` rows of fewer than `tiny_row`."""
+
+    wide: int
+    narrow: int
+    tiny: int
+    wide_row: int
+    tiny_row: int
+
+
+EARLY_ROWS = EarlyRows(EARLY_MAX_ROWS, EARLY_MAX_ROWS_NARROW, EARLY_MAX_ROWS_TINY, WIDE_ROW, TINY_ROW)
+"""The tuned limits above: the default `early_rows` of the norm launches (a benchmark or test passes others)."""
+
+
+def norm_role(rows: int, n: int, early_rows: EarlyRows = EARLY_ROWS) -> str:
     """The kernels.pdl role of a norm launch over `rows` rows of `n` elements ("norm": released early by default)."""
-    for name in ("EARLY_MAX_ROWS", "EARLY_MAX_ROWS_NARROW", "EARLY_MAX_ROWS_TINY", "WIDE_ROW", "TINY_ROW"):
-        v = globals()[name]
+    for name, v in zip(EarlyRows._fields, early_rows):
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ValueError(f"kernels.norm.{name}: expected an int >= 0, got {v!r}")
-    limit = EARLY_MAX_ROWS if n >= WIDE_ROW else EARLY_MAX_ROWS_TINY if n < TINY_ROW else EARLY_MAX_ROWS_NARROW
+            raise ValueError(f"add_rmsnorm: early_rows.{name}: expected an int >= 0, got {v!r}")
+    e = EarlyRows(*early_rows)
+    limit = e.wide if n >= e.wide_row else e.tiny if n < e.tiny_row else e.narrow
     return "norm" if rows <= limit else "small"
 
 
-def _row_warps(block_n: int) -> int:
-    """The warps of a norm row program over next_pow2(N) = block_n elements (NUM_WARPS when set)."""
-    if NUM_WARPS is not None:
-        if isinstance(NUM_WARPS, bool) or not isinstance(NUM_WARPS, int) or NUM_WARPS not in (1, 2, 4, 8, 16, 32):
-            raise ValueError(f"kernels.norm.NUM_WARPS: expected a power of two in 1..32 or None, got {NUM_WARPS!r}")
-        return NUM_WARPS
+def _row_warps(block_n: int, num_warps: int | None = None) -> int:
+    """The warps of a norm row program over next_pow2(N) = block_n elements: `num_warps` when given (a power of two,
+    1-32), else 16 for rows of 2,048 elements and more (the 8B's 4,096 and the 1B's 2,048; ~1% faster steps than fewer
+    on the H200, docs/LOG.md), block_n / 512 below (SmolLM2-135M's 576 -> 2 warps; not measured). Both norm kernels
+    take the same value, so their row reductions stay bit for bit alike."""
+    if num_warps is not None:
+        if isinstance(num_warps, bool) or not isinstance(num_warps, int) or num_warps not in (1, 2, 4, 8, 16, 32):
+            raise ValueError(f"add_rmsnorm: num_warps: expected a power of two in 1..32 or None, got {num_warps!r}")
+        return num_warps
     return 16 if block_n >= 2048 else min(16, max(1, block_n // 512))
 
 
@@ -94,11 +108,14 @@ def add_rmsnorm(
     eps: float,
     *,
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
+    num_warps: int | None = None,
+    early_rows: EarlyRows = EARLY_ROWS,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns (normed [M,N], new_residual [M,N]), both in x.dtype; inputs are not modified.
 
     With ``residual=None`` the returned new_residual is ``x`` itself (no copy). ``out`` optionally gives
-    the (normed, new_residual) buffers.
+    the (normed, new_residual) buffers. ``num_warps``: per row program (None: the heuristic, ``_row_warps``);
+    ``early_rows``: when the launch takes the PDL role "norm" (``norm_role``).
     """
     m, n = x.shape
     if weight.shape != (n,):
@@ -121,7 +138,7 @@ def add_rmsnorm(
         x, residual if residual is not None else x, weight, normed, new_res, n, float(eps),
         x.stride(0), residual.stride(0) if residual is not None else 0, normed.stride(0), new_res.stride(0),
         HAS_RESIDUAL=residual is not None, BLOCK_N=block_n,
-        num_warps=_row_warps(block_n), **pdl_options(x.device, norm_role(m, n)),
+        num_warps=_row_warps(block_n, num_warps), **pdl_options(x.device, norm_role(m, n, early_rows)),
     )
     return normed, new_res
 
@@ -158,6 +175,8 @@ def add_rmsnorm_partials(
     eps: float,
     *,
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
+    num_warps: int | None = None,
+    early_rows: EarlyRows = EARLY_ROWS,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """add_rmsnorm of a split-K projection given as float32 partials [S, M, N] (``skinny_linear_partials``).
 
@@ -167,6 +186,7 @@ def add_rmsnorm_partials(
     Returns (normed, new_residual) in residual.dtype; ``out`` optionally gives those two [M, N] buffers (normed may
     be float16: the input of fp8-weight GEMMs, ``kernels.skinny_linear.fp8_operands``).
     Bytes per row: S * N * 4 partials + 2 N reads + 2 N writes, still launch-bound at decode sizes.
+    ``num_warps``, ``early_rows``: as ``add_rmsnorm``'s.
     """
     if partials.dim() != 3 or partials.dtype != torch.float32:
         raise ValueError(f"add_rmsnorm_partials: partials must be float32 [S, M, N], got "
@@ -198,7 +218,7 @@ def add_rmsnorm_partials(
         partials, residual, weight, normed, new_res, n, float(eps),
         partials.stride(0), partials.stride(1), residual.stride(0), normed.stride(0), new_res.stride(0),
         SPLIT_K=s, BLOCK_N=block_n,
-        num_warps=_row_warps(block_n),  # as add_rmsnorm: the same row reduction, bit for bit
-        **pdl_options(residual.device, norm_role(m, n)),
+        num_warps=_row_warps(block_n, num_warps),  # as add_rmsnorm: the same row reduction, bit for bit
+        **pdl_options(residual.device, norm_role(m, n, early_rows)),
     )
     return normed, new_res

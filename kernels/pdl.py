@@ -50,13 +50,13 @@ before the fused RoPE attention of a single-token step, whose dependent loads it
 RoPE angles before its wait (`kernels.tree_attention`, `prefix_ready`): an early release lets the attention's
 blocks take the SMs the GEMM leaves idle (96 programs on 132 SMs at 8B) and run that load beside it."""
 DEFAULT_POLICY = {"gemm": "late", "small": "late", "pre_attention": "early", "norm": "early"}
-"""What `set_pdl(True)` (`kernels.pdl=true`) uses: the best of bench/bench_step_variants.py on the H200 (skinny path,
-CUDA-graph replays). GEMMs and small kernels late: an early release lets a GEMM's blocks take the SMs while the
-previous kernel still holds some of them, so its blocks pile up two per SM and its weight stream slows (early/early
-~5% slower per Llama-3-8B step). pre_attention early: the attention's prefetch runs beside the QKV GEMM (~0.05 ms per
-8B single-token step). norm early: the next GEMM's blocks are resident while a short norm runs (0.04-0.07 ms per 8B
-step; larger norms stay "small", kernels.norm.norm_role). With cuBLAS projections (no skinny path) early/early is the
-better one. Numbers: docs/LOG.md."""
+"""What `set_pdl(True)` (the `pdl` feature of kernels=graphs) uses: the best of the per-role A/Bs on the H200 (skinny
+path, CUDA-graph replays; docs/LOG.md). GEMMs and small kernels late: an early release lets a GEMM's blocks take the
+SMs while the previous kernel still holds some of them, so its blocks pile up two per SM and its weight stream slows
+(early/early ~5% slower per Llama-3-8B step). pre_attention early: the attention's prefetch runs beside the QKV GEMM
+(~0.05 ms per 8B single-token step). norm early: the next GEMM's blocks are resident while a short norm runs
+(0.04-0.07 ms per 8B step; larger norms stay "small", kernels.norm.norm_role). With cuBLAS projections (no skinny
+path) early/early is the better one. Numbers: docs/LOG.md."""
 
 _policy = {role: "off" for role in ROLES}
 _capable: dict[int, bool] = {}
@@ -64,7 +64,7 @@ _capable: dict[int, bool] = {}
 
 def set_pdl(enabled: bool, **policy: str) -> None:
     """Turn programmatic dependent launch on (DEFAULT_POLICY, or per-role triggers: `gemm=`, `small=`,
-    `pre_attention=`, `norm=`; the runtime passes `kernels.pdl_policy`) or off, process-wide."""
+    `pre_attention=`, `norm=`: a benchmark trying another policy; the runtime passes none) or off, process-wide."""
     global _policy
     for role, trigger in policy.items():
         if role not in ROLES or trigger not in TRIGGERS:

@@ -195,12 +195,13 @@ def _check_w_qkv(w_qkv: torch.Tensor, x: torch.Tensor, num_heads: int, num_kv_he
         raise ValueError(f"{FN}: w_qkv is on {w_qkv.device}, x on {x.device}")
 
 
-def _tiles(t: int, k: int, half: int, elem_bytes: int, num_stages: int, block_k: int | None) -> tuple[int, int]:
-    """(BLOCK_HALF, BLOCK_K): a program's chunk of the D/2 rotation pairs (PAIR_SPLIT chunks per head, masked up to
+def _tiles(t: int, k: int, half: int, elem_bytes: int, num_stages: int, block_k: int | None,
+           pair_split: int = PAIR_SPLIT) -> tuple[int, int]:
+    """(BLOCK_HALF, BLOCK_K): a program's chunk of the D/2 rotation pairs (`pair_split` chunks per head, masked up to
     a power of two >= MIN_DOT), and the K tile: `block_k` as given (checked), else `_block_k`."""
-    if isinstance(PAIR_SPLIT, bool) or PAIR_SPLIT not in (1, 2, 4):
-        raise ValueError(f"kernels.qkv_rope.PAIR_SPLIT: expected 1, 2 or 4, got {PAIR_SPLIT!r}")
-    block_half = max(MIN_DOT, triton.next_power_of_2(triton.cdiv(half, PAIR_SPLIT)))
+    if isinstance(pair_split, bool) or pair_split not in (1, 2, 4):
+        raise ValueError(f"{FN}: pair_split must be 1, 2 or 4, got {pair_split!r}")
+    block_half = max(MIN_DOT, triton.next_power_of_2(triton.cdiv(half, pair_split)))
     if block_k is None:
         block_k = _block_k(t, k, block_half, elem_bytes, num_stages)
     elif not isinstance(block_k, int) or block_k < MIN_DOT or block_k & (block_k - 1):
@@ -224,6 +225,7 @@ def qkv_rope_kv_write(
     num_warps: int = 4,
     num_stages: int = 4,
     pdl_role: str = "gemm",
+    pair_split: int = PAIR_SPLIT,
 ) -> torch.Tensor:
     """x @ w_qkv.T, RoPE on q and k, k and v written to the caches at ``write_slots``; returns q (module docstring).
 
@@ -240,6 +242,7 @@ def qkv_rope_kv_write(
         block_k, num_warps, num_stages: tile configuration overrides (block_k: a power of two >= 16; default
             from T, K, D and the shared-memory budget). Untuned.
         pdl_role: the `kernels.pdl` role of the launch ("pre_attention" when a prefix_ready attention follows).
+        pair_split: programs per head, 1, 2 or 4 (PAIR_SPLIT, the tuned one).
 
     Returns:
         q [T, Hq, D]: ``q_out`` if given, else a new contiguous tensor of x's dtype.
@@ -254,7 +257,7 @@ def qkv_rope_kv_write(
             raise ValueError(f"{FN}: {name} must be a positive int, got {v!r}")
     check_role(FN, pdl_role)
     half = d // 2
-    block_half, block_k = _tiles(t, k, half, x.element_size(), num_stages, block_k)
+    block_half, block_k = _tiles(t, k, half, x.element_size(), num_stages, block_k, pair_split)
     if t == 0:
         return q_out
 

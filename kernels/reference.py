@@ -2,7 +2,7 @@
 
 Each function here has the same signature and semantics as its Triton counterpart (minus the tuning
 keywords) and is the oracle in ``tests/kernels``; the runtime can select them with
-``kernels.backend=reference``. They favour clarity over speed: host loops, float32 maths, dense masks.
+``kernels=reference``. They favour clarity over speed: host loops, float32 maths, dense masks.
 They do not promise CUDA-graph capturability (``greedy_verify_ref`` syncs with the host per node).
 """
 

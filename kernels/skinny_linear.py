@@ -44,6 +44,8 @@ On CPU it runs under TRITON_INTERPRET=1 with operands upcast to float32 right af
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 import triton
 import triton.language as tl
@@ -217,10 +219,12 @@ def sm_count(device: torch.device) -> int:
     return _sm_counts[idx]
 
 
-def pick_config(m: int, n: int, k: int, *, sms: int = DEFAULT_SM_COUNT, elem_bytes: int = 2,
-                fp8: bool = False) -> dict[str, int]:
-    """``CONFIGS[(n, k, m_bucket(m))]`` if tuned (with ``fp8``, fp8 weights: ``FP8_CONFIGS`` first), else the
-    heuristic below (a copy: safe to modify).
+def pick_config(m: int, n: int, k: int, *, sms: int = DEFAULT_SM_COUNT, elem_bytes: int = 2, fp8: bool = False,
+                configs: Mapping[tuple[int, int, int], dict[str, int]] = CONFIGS,
+                fp8_configs: Mapping[tuple[int, int, int], dict[str, int]] = FP8_CONFIGS) -> dict[str, int]:
+    """``configs[(n, k, m_bucket(m))]`` if tuned (with ``fp8``, fp8 weights: ``fp8_configs`` first), else the
+    heuristic below (a copy: safe to modify). The tables default to the tuned ``CONFIGS`` / ``FP8_CONFIGS``; a tile
+    sweep or a test passes its own (``configs={}``: the heuristic alone).
 
     Heuristic: (block_n, split_k) from {64, 32, 16} x {1, 2, 4, 8} such that cdiv(N, block_n) * split_k
     >= 2 * sms (5% slack: 256 programs count on 132 SMs); among those, K % (split_k * block_k) == 0 first
@@ -230,7 +234,7 @@ def pick_config(m: int, n: int, k: int, *, sms: int = DEFAULT_SM_COUNT, elem_byt
     x and w tiles exceed ``SMEM_BUDGET``; num_warps 4. ``sms``: the GPU's SM count; ``elem_bytes``: of x.
     """
     bm = m_bucket(m)
-    tuned = (FP8_CONFIGS.get((n, k, bm)) if fp8 else None) or CONFIGS.get((n, k, bm))
+    tuned = (fp8_configs.get((n, k, bm)) if fp8 else None) or configs.get((n, k, bm))
     if tuned is not None:
         return dict(tuned)
     num_stages = 4

@@ -120,8 +120,8 @@ WIDE_MAX_ROWS = 256
 """The most query rows (tokens x GQA group) a launch may have and still take the wide tile (CUDA, head dims <= 128, no
 tile override): 64, 128 or 256. Past 64 its row block starts at 64 (then the halving: 32 rows per program, 3-8 row
 blocks per kv head) instead of one 128-row program per kv head on the 64-key tile: the 1B draft's 32-row expansion
-(128 rows) ~7% faster, Llama-3-8B 32 / 64-row verifies 2-5% (H200 CUDA-graph steps, bench/bench_step_variants.py).
-Checked against the reference on the GPU at 128 and 256 rows (tests/gpu/test_attention_gpu.py)."""
+(128 rows) ~7% faster, Llama-3-8B 32 / 64-row verifies 2-5% (H200 CUDA-graph steps). The default of the launches'
+`wide_max_rows` argument; checked against the reference on the GPU at 64 and 256 (tests/gpu/test_attention_gpu.py)."""
 _COUNTERS_INIT = 1024  # int32 counters per (device, stream), grown on demand
 
 _counter_cache: dict[tuple, torch.Tensor] = {}
@@ -129,16 +129,17 @@ _sm_count_cache: dict[int, int] = {}
 
 
 def attention_tile(n_rows: int, head_dim: int, elt_size: int, cuda: bool, *, block_m: int | None = None,
-                   block_n: int | None = None, num_stages: int | None = None,
-                   num_warps: int | None = None) -> tuple[int, int, int, int, bool]:
+                   block_n: int | None = None, num_stages: int | None = None, num_warps: int | None = None,
+                   wide_max_rows: int = WIDE_MAX_ROWS) -> tuple[int, int, int, int, bool]:
     """(BLOCK_M, BLOCK_N, stages, warps, wide) of a launch over `n_rows` query rows (tokens x GQA group): the
     heuristic, or the given overrides. wide: one KEYS_PER_SPLIT-key block per split (CUDA, head dims <= 128, <= 64
-    rows per program, no tile override). Pure: bench/kernel_resources.py compiles the same tiles offline."""
-    if type(WIDE_MAX_ROWS) is not int or WIDE_MAX_ROWS not in (64, 128, 256):
-        raise ValueError(f"kernels.tree_attention.WIDE_MAX_ROWS: expected 64, 128 or 256, got {WIDE_MAX_ROWS!r}")
+    rows per program, no tile override); `wide_max_rows`: see WIDE_MAX_ROWS. Pure: tools/kernel_resources.py
+    compiles the same tiles offline."""
+    if type(wide_max_rows) is not int or wide_max_rows not in (64, 128, 256):
+        raise ValueError(f"tree_attention: wide_max_rows: expected 64, 128 or 256, got {wide_max_rows!r}")
     bm = block_m or min(128 if n_rows >= 128 else 64, max(16, triton.next_power_of_2(n_rows)))
     wide_ok = cuda and head_dim <= 128 and not (block_n or num_stages)
-    if block_m is None and wide_ok and 64 < n_rows <= WIDE_MAX_ROWS:
+    if block_m is None and wide_ok and 64 < n_rows <= wide_max_rows:
         bm = 64
     wide = wide_ok and bm <= 64
     if block_m is None and wide and bm > 16:  # two row blocks per kv head and split: more, shorter programs
@@ -210,6 +211,7 @@ def tree_attention(
     num_stages: int | None = None,
     min_blocks_per_split: int | None = None,
     prefix_ready: bool = False,
+    wide_max_rows: int = WIDE_MAX_ROWS,
 ) -> torch.Tensor:
     """Attention of q [T,Hq,D] over k/v_cache [cap,Hkv,D] keys [0, prefix_len) + masked tree keys.
 
@@ -225,6 +227,7 @@ def tree_attention(
             None picks the heuristic.
         min_blocks_per_split: prefix blocks a split takes at least (None: 1 for the wide tile, else
             MIN_BLOCKS_PER_SPLIT).
+        wide_max_rows: the most query rows that take the wide tile (64, 128 or 256; WIDE_MAX_ROWS).
         prefix_ready: the caller's promise that the launch right before this one (in stream order) writes
             neither the prefix keys / values [0, prefix_len) nor prefix_len (e.g. a QKV projection or
             rope_kv_write, which write q and tree slots; the runtime passes it on the fused single-token path
@@ -241,7 +244,8 @@ def tree_attention(
     out = _out_buffer("tree_attention", out, q.shape, q.dtype, q.device)
     return _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, None, num_splits=num_splits,
                    block_n=block_n, block_m=block_m, num_warps=num_warps, num_stages=num_stages,
-                   min_blocks_per_split=min_blocks_per_split, prefix_ready=prefix_ready)
+                   min_blocks_per_split=min_blocks_per_split, prefix_ready=prefix_ready,
+                   wide_max_rows=wide_max_rows)
 
 
 def rope_tree_attention(
@@ -341,7 +345,7 @@ def _check_attention_operands(fn: str, q, k_cache, v_cache, prefix_len, tree_mas
 
 def _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, rope, *, num_splits=None, block_n=None,
             block_m=None, num_warps=None, num_stages=None, min_blocks_per_split=None,
-            prefix_ready=False) -> torch.Tensor:
+            prefix_ready=False, wide_max_rows=WIDE_MAX_ROWS) -> torch.Tensor:
     """The kernel launch behind tree_attention and rope_tree_attention (`rope`: positions, inv_freq, slots)."""
     t, hq, d = q.shape
     cap, hkv, _ = k_cache.shape
@@ -353,7 +357,8 @@ def _launch(q, k_cache, v_cache, prefix_len, tree_mask, scale, out, rope, *, num
     group = hq // hkv
     n_rows = t * group
     bm, bn, stages, warps, wide = attention_tile(n_rows, d, q.element_size(), q.is_cuda, block_m=block_m,
-                                                 block_n=block_n, num_stages=num_stages, num_warps=num_warps)
+                                                 block_n=block_n, num_stages=num_stages, num_warps=num_warps,
+                                                 wide_max_rows=wide_max_rows)
     m_blocks = triton.cdiv(n_rows, bm)
     max_prefix = (cap - tree_len) if prefix_in_tensor else prefix_len
     n_blocks = triton.cdiv(max_prefix, bn)

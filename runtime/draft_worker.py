@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from conf.kernels_config import KernelsConfig
+from conf.kernels_config import KernelFeatures
 from conf.messages import DraftProposal
 from runtime.attention import AttentionBackend
 from runtime.fused_decode import Decoder
@@ -37,7 +37,7 @@ class DraftWorker:
     """The draft model, its KV cache and the current request's tree."""
 
     def __init__(self, model: Decoder, attn: AttentionBackend, spec: WorkerSpec,
-                 kernels: KernelsConfig | None = None) -> None:
+                 kernels: KernelFeatures | None = None) -> None:
         """Allocate the cache: `spec.max_seq_len` prefix slots plus the `spec.max_tree_nodes` tree region; expansions
         run `spec.rows` (w) tree rows and keep `spec.topk` children per node.
 
@@ -56,7 +56,7 @@ class DraftWorker:
         never-expanded leaf, frequent in serial_tree: the w + 1-row pending graph ran 9 rows for these 2 at w 8).
         `kernels.prefill_graph` (CUDA graphs, one-GPU groups): prompt prefills replay graphs per length bucket.
         """
-        kernels = kernels or KernelsConfig()
+        kernels = kernels or KernelFeatures()
         w, max_tree_nodes, cuda_graphs = spec.rows, spec.max_tree_nodes, kernels.cuda_graphs
         self.model, self.attn = model, attn
         self.w, self.topk, self.max_len = w, spec.topk, max_tree_nodes

@@ -99,9 +99,10 @@ class Engine:
         target_spec, draft_spec = worker_specs(cfg, self.shape, ctx.group_size)
         self.target = self.draft = None
         if ctx.role == "target":
-            self.target = TargetWorker(self._model(cfg.model.target, target=True), attn, target_spec, cfg.kernels)
+            self.target = TargetWorker(self._model(cfg.model.target, target=True), attn, target_spec,
+                                       cfg.kernels.features)
         if self.mode != "autoregressive" and (ctx.role == "draft" or self.colocated):
-            self.draft = DraftWorker(self._model(cfg.model.draft), attn, draft_spec, cfg.kernels)
+            self.draft = DraftWorker(self._model(cfg.model.draft), attn, draft_spec, cfg.kernels.features)
             if self.oracle_on and spec.oracle_belief == "table":
                 self.draft.belief = oracle_belief(cfg.acceptance, self.shape.topk)
         # Greedy autoregressive decoding on one GPU with graphs: step i + 1 is queued before token i is read.
@@ -127,8 +128,8 @@ class Engine:
     def _model(self, mcfg: Any, target: bool = False) -> Any:
         """The decoder of `mcfg` on this rank with the configured kernels for its role
         (`runtime.fused_decode.decode_model`: the plain model, or the fused Triton path given the model's TP group)."""
-        return decode_model(self._build_model(mcfg), self.cfg.kernels, target=target, weight_bits=mcfg.weight_bits,
-                            tp_group=self.ctx.tp_group)
+        return decode_model(self._build_model(mcfg), self.cfg.kernels.features, target=target,
+                            weight_bits=mcfg.weight_bits, tp_group=self.ctx.tp_group)
 
     def _build_model(self, mcfg: Any) -> Any:
         """Build (load or seed) the model's shard on this rank; benchmarks override this to cache models."""
@@ -418,26 +419,19 @@ def worker_specs(cfg: ExperimentConfig, shape: SpecShape, group_gpus: int) -> tu
 
 
 def set_launch_policy(cfg: ExperimentConfig) -> None:
-    """kernels.pdl: programmatic dependent launch for every Triton launch of this process (a no-op before sm90 and on
-    CPU; a reference run imports no Triton)."""
+    """kernels.pdl: programmatic dependent launch for every Triton launch of this process, kernels/pdl.py's
+    DEFAULT_POLICY trigger per kernel role (a no-op before sm90 and on CPU; a reference run imports no Triton)."""
     if cfg.kernels.backend == "triton" or "kernels.pdl" in sys.modules:
         from kernels.pdl import set_pdl
 
-        set_pdl(cfg.kernels.pdl, **cfg.kernels.pdl_policy.overrides())
+        set_pdl(cfg.kernels.pdl)
 
 
 def check_runtime_support(cfg: ExperimentConfig) -> None:
     """Refuse settings the runtime does not implement yet (the simulator can still cost them)."""
-    # The fused GEMM + all-reduce (kernels.gemm_allreduce) is not wired into the TP row-parallel linears:
-    # a config asking for it fails instead of silently running NCCL all-reduces.
-    if cfg.kernels.fused_allreduce:
-        raise ValueError("kernels.fused_allreduce: not implemented in the runtime yet (simulator only); "
-                         "use kernels=graphs, kernels=triton or kernels=reference")
     if cfg.spec.d_poll:
         raise ValueError("spec.d=poll: simulator only (the runtime overlaps a fixed or auto-tuned d); "
                          "use spec.d=auto or a positive integer")
-    if cfg.kernels.cuda_graphs and cfg.kernels.backend != "triton":
-        raise ValueError(f"kernels.cuda_graphs: needs kernels.backend=triton, got {cfg.kernels.backend!r}")
     for role in ("target", "draft"):
         mcfg = getattr(cfg.model, role)
         if mcfg is None or mcfg.weight_bits == 16:
@@ -447,12 +441,11 @@ def check_runtime_support(cfg: ExperimentConfig) -> None:
                              f"{' or '.join(map(str, WEIGHT_BITS))} (8: fp8 weights in the Triton decode kernels)")
         if cfg.kernels.backend != "triton" or not cfg.kernels.skinny:
             raise ValueError(f"model.{role}.weight_bits={mcfg.weight_bits}: the fp8 weights stream through the Triton "
-                             f"decode kernels; needs kernels.backend=triton and kernels.skinny=true (kernels=graphs "
-                             f"or kernels=triton_graphs), got backend={cfg.kernels.backend!r}, "
-                             f"skinny={cfg.kernels.skinny}")
+                             f"skinny decode kernels; needs kernels=graphs without skinny in kernels.ablate, got "
+                             f"kernels={cfg.kernels.preset} kernels.ablate={cfg.kernels.ablate}")
     if cfg.trace.graph_events and not cfg.kernels.cuda_graphs:
-        raise ValueError("trace.graph_events: times CUDA-graph replays; needs kernels.cuda_graphs=true "
-                         "(kernels=graphs)")
+        raise ValueError("trace.graph_events: times CUDA-graph replays; needs kernels=graphs (without cuda_graphs "
+                         "in kernels.ablate)")
 
 
 # ---- run entry and metrics -------------------------------------------------------------------------------

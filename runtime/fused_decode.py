@@ -43,7 +43,7 @@ from runtime.tp import VocabParallelEmbedding, all_reduce_partial
 if TYPE_CHECKING:
     import torch.distributed as dist
 
-    from conf.kernels_config import KernelsConfig
+    from conf.kernels_config import KernelFeatures
     from conf.presets import ModelShape
 
 SKINNY_MAX_ROWS = 64
@@ -107,6 +107,9 @@ class KernelPlan:
     as the reference one, keeps the separate kernel): one launch fewer per layer."""
     weight_bits: int = 16
     """16 or 8 (needs `skinny`): 8 streams fp8 copies of the layer projections in decode steps (module docstring)."""
+    early_norm_rows: tuple[int, int, int, int, int] | None = None
+    """The norms' row limits for an early PDL release (`kernels.norm.EarlyRows`); None: the tuned
+    `kernels.norm.EARLY_ROWS` (the runtime's). A benchmark or test of another limit passes it here."""
 
     def __post_init__(self) -> None:
         """Refuse combinations the fused path does not implement, naming them."""
@@ -155,6 +158,8 @@ class FusedDecoder:
         self.model, self.plan, self.tp_group = model, plan, tp_group
         self.sharded = tp_group is not None
         self._kernels = kernels  # entry points looked up per call (tests wrap them)
+        rows = plan.early_norm_rows
+        self._norm_kw = {} if rows is None else {"early_rows": kernels.norm.EarlyRows(*rows)}
         self.fp8 = [LayerFp8.of(layer) for layer in model.layers] if plan.weight_bits == 8 else None
 
     @property
@@ -199,7 +204,8 @@ class FusedDecoder:
                 return None
             return torch.empty_like(x, dtype=torch.float16), torch.empty_like(x)
 
-        h, res = k.add_rmsnorm(x, None, model.layers[0].attn_norm.weight, eps, out=normed_out())
+        kw = self._norm_kw
+        h, res = k.add_rmsnorm(x, None, model.layers[0].attn_norm.weight, eps, out=normed_out(), **kw)
         for i, layer in enumerate(model.layers):
             k_cache, v_cache = cache.layer(i)
             nxt = model.layers[i + 1].attn_norm.weight if i + 1 < n else model.norm.weight
@@ -207,12 +213,12 @@ class FusedDecoder:
             if not logits and i == n - 1:  # a prefill: the last K/V are written, the last MLP feeds nothing
                 return None
             if partials:
-                h, res = k.add_rmsnorm_partials(a, res, layer.mlp_norm.weight, eps, out=normed_out())
+                h, res = k.add_rmsnorm_partials(a, res, layer.mlp_norm.weight, eps, out=normed_out(), **kw)
                 h, res = k.add_rmsnorm_partials(self._mlp(i, h, partials), res, nxt, eps,
-                                                out=normed_out(last=i + 1 == n))
+                                                out=normed_out(last=i + 1 == n), **kw)
             else:
-                h, res = k.add_rmsnorm(a, res, layer.mlp_norm.weight, eps)
-                h, res = k.add_rmsnorm(self._mlp(i, h, partials), res, nxt, eps)
+                h, res = k.add_rmsnorm(a, res, layer.mlp_norm.weight, eps, **kw)
+                h, res = k.add_rmsnorm(self._mlp(i, h, partials), res, nxt, eps, **kw)
         if skinny and not self.sharded:  # a shard's LM head is vocab-parallel (runtime.tp.ParallelLMHead)
             return self._skinny(h, model.lm_head.weight, None, out=torch.empty(
                 h.shape[0], model.shape.vocab_size, dtype=torch.float32, device=h.device))
@@ -296,15 +302,15 @@ Decoder = Transformer | FusedDecoder
 `cache_spec()`."""
 
 
-def decode_model(model: Transformer, kernels: KernelsConfig, *, target: bool, weight_bits: int = 16,
+def decode_model(model: Transformer, kernels: KernelFeatures, *, target: bool, weight_bits: int = 16,
                  tp_group: dist.ProcessGroup | None = None) -> Decoder:
-    """The decoder a worker runs for `model` (a target's when `target`): the plain model under
-    kernels.backend=reference, else a FusedDecoder with the role's `KernelPlan.for_role` of `kernels`. `tp_group`: the
-    group the model was sharded over (None for a whole model)."""
+    """The decoder a worker runs for `model` (a target's when `target`): the plain model under backend reference
+    (kernels=reference), else a FusedDecoder with the role's `KernelPlan.for_role` of `kernels`. `tp_group`: the group
+    the model was sharded over (None for a whole model)."""
     if kernels.backend != "triton":
         if weight_bits != 16:
             raise ValueError(f"weight_bits={weight_bits}: the fp8 weights stream through the fused Triton decode "
-                             f"path; needs kernels.backend=triton, got {kernels.backend!r}")
+                             f"path; needs kernels=graphs, got backend {kernels.backend!r}")
         return model
     plan = KernelPlan.for_role(model.shape, skinny=kernels.skinny, rope_attention=kernels.rope_attention,
                                target_qkv_rope=kernels.target_qkv_rope, target=target, weight_bits=weight_bits)

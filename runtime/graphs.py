@@ -276,7 +276,7 @@ def require_capturable(device: torch.device, attn: AttentionBackend, field: str,
     if device.type != "cuda":
         raise ValueError(f"{field}: CUDA graphs need a CUDA device, the model is on {device}")
     if getattr(attn, "name", "") != "triton":
-        raise ValueError(f"{field}: needs kernels.backend=triton{why}")
+        raise ValueError(f"{field}: needs the Triton backend (kernels=graphs){why}")
 
 
 def warm_up(step: Callable[[], Any], device: torch.device, times: int) -> Any:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from conf.kernels_config import KernelsConfig
+from conf.kernels_config import KernelFeatures
 from conf.messages import DraftProposal
 from runtime.attention import AttentionBackend
 from runtime.fused_decode import Decoder
@@ -31,14 +31,14 @@ class TargetWorker:
     """The target model and its KV cache for one request at a time."""
 
     def __init__(self, model: Decoder, attn: AttentionBackend, spec: WorkerSpec,
-                 kernels: KernelsConfig | None = None) -> None:
+                 kernels: KernelFeatures | None = None) -> None:
         """Allocate the cache: `spec.max_seq_len` prefix slots plus `spec.rows` verify slots; with
         `kernels.cuda_graphs` capture the verify step (`verify_step`).
 
         `spec.graph_events` (`trace.graph_events`, CUDA graphs only): CUDA events around every verify's input copies
         and graph replay, read back (no extra sync) by `last_device_s` once the verdict has synchronised.
         `kernels.prefill_graph` (CUDA graphs, one-GPU groups): prompt prefills replay graphs per length bucket."""
-        kernels = kernels or KernelsConfig()
+        kernels = kernels or KernelFeatures()
         self.model, self.attn = model, attn
         self.rows, self.temperature, self.backend = spec.rows, spec.temperature, kernels.backend
         self.device = model.device
@@ -182,7 +182,7 @@ class TargetWorker:
         return owed is not None
 
 
-def verify_step(spec: WorkerSpec, kernels: KernelsConfig) -> StepSpec:
+def verify_step(spec: WorkerSpec, kernels: KernelFeatures) -> StepSpec:
     """The target's captured verify step: `spec.rows` rows over as many tree slots.
 
     A greedy autoregressive target's step (one row, temperature 0) also hands its token to the next step on the

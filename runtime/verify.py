@@ -3,7 +3,7 @@
 - `greedy_verify` (temperature 0): the longest root-down path whose every token equals the target's
   argmax at its parent, plus the bonus token (the target's argmax at the last accepted node). Pure tensor
   ops with static shapes and no host round trip: the reference twin of `kernels.greedy_verify` (same
-  signature and semantics), and the implementation the engine uses with `kernels.backend=reference`.
+  signature and semantics), and the implementation the engine uses with `kernels=reference`.
 - `verify_proposal`: the engine's entry point; greedy through the selected backend, or the lossless
   tree rejection sampler of `runtime.sampling` at temperature > 0. One host sync per verify (to build
   the `VerifiedPath` message), none per node.

@@ -49,7 +49,7 @@ def metrics(**kw: Any) -> dict[str, Any]:
 def make_run(root: Path, name: str, backend: str = "reference", traces: list[TraceRecord] | None = None,
              iterations: list[dict[str, float]] | None = None, spec: dict[str, Any] | None = None,
              **metric_kw: Any) -> Path:
-    """Write a run dir `root/name`: config.json (kernels.backend), metrics.json, optional traces and
+    """Write a run dir `root/name`: config.json (an older run's kernels.backend), metrics.json, optional traces and
     iterations.csv."""
     run_dir = root / name
     m = metrics(**metric_kw)
@@ -258,8 +258,27 @@ def test_fig06_needs_kernels_backend(tmp_path):
     cfg = json.loads((run / "config.json").read_text())
     del cfg["config"]["kernels"]
     (run / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(RunDirError, match=r"a: config.json has no 'kernels.backend'"):
+    with pytest.raises(RunDirError, match=r"a: config.json has no 'kernels.preset' \(nor an older run's "
+                                          r"'kernels.backend'\)"):
         fig06_ablation.make_figure(load_runs([run]))
+
+
+def test_the_kernels_backend_reads_new_and_old_run_dirs(tmp_path):
+    """`Run.kernels_backend`: a run since the presets records kernels.preset (triton and graphs run the Triton
+    kernels), an older one kernels.backend; fig06 puts both under "+ kernels"."""
+    for preset, backend in (("reference", "reference"), ("triton", "triton"), ("graphs", "triton")):
+        run = make_run(tmp_path, preset)
+        cfg = json.loads((run / "config.json").read_text())
+        cfg["config"]["kernels"] = {"preset": preset, "ablate": []}
+        (run / "config.json").write_text(json.dumps(cfg))
+        assert load_run(run).kernels_backend() == backend
+    assert load_run(make_run(tmp_path, "old", backend="triton")).kernels_backend() == "triton"
+    assert fig06_ablation.uses_kernels(load_run(tmp_path / "graphs"))
+    assert not fig06_ablation.uses_kernels(load_run(tmp_path / "reference"))
+    cfg["config"]["kernels"] = {"preset": "triton_graphs"}
+    (tmp_path / "graphs" / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(RunDirError, match=r"graphs: config.json kernels.preset 'triton_graphs' is not one of"):
+        load_run(tmp_path / "graphs").kernels_backend()
 
 
 def test_fig07_normalised_histograms_and_hit_rate(tmp_path):

@@ -67,16 +67,15 @@ def test_quick_cpu_comm_times_both_leader_channels_and_calibrate_splits_them(tmp
 
 
 def test_graph_steps_run_the_kernels_graphs_config():
-    """Graph-mode steps stand for the kernels=graphs runtime: its skinny / pdl switches, read from the YAML."""
-    import yaml
-
+    """Graph-mode steps stand for the kernels=graphs runtime: its skinny / pdl / ... features, as the config the
+    Hydra group composes resolves them."""
     from calibration.runtime_kernels import graphs_kernels
-    from conf.schema import KernelsConfig
+    from conf import compose_config
 
-    data = yaml.safe_load(Path("conf/kernels/graphs.yaml").read_text())
-    assert graphs_kernels() == {key: data[key] for key in ("skinny", "pdl", "draft_head", "rope_attention",
-                                                           "target_qkv_rope")}
-    assert set(graphs_kernels()) <= {f for f in KernelsConfig.__dataclass_fields__}
+    features = compose_config("generate", ["kernels=graphs"]).kernels.features
+    assert graphs_kernels() == {key: getattr(features, key) for key in ("skinny", "pdl", "draft_head",
+                                                                        "rope_attention", "target_qkv_rope")}
+    assert all(graphs_kernels().values())
 
 
 def test_gemm_operators_are_the_runtimes_kernels():

@@ -75,13 +75,17 @@ def test_draft_rows_without_an_oracle_need_an_acceptance_table(tmp_path):
 
 
 def test_a_run_without_the_prefill_switch_is_simulated_with_eager_prefills():
-    """The results' recorded kernels config decides kernels.prefill_graph: absent (runs before the switch) means the
-    eager prefill those runs had; none recorded adds nothing (the workload's kernels group decides)."""
+    """The results' recorded kernels config decides whether kernels=graphs ablates prefill_graph: the switch absent
+    (runs before it) means the eager prefill those runs had; none recorded adds nothing (the workload's kernels group
+    decides)."""
     from calibration.sim_vs_bench import row_overrides
 
     wl = {"model": "smollm2", "parallel": "1x1", "kernels": "graphs", "max_new_tokens": 16}
     row = {"mode": "autoregressive", "spec": ""}
     args = (wl, row, 1, None, "profiles/h200.json", 38)
-    assert row_overrides(*args, kernels={"cuda_graphs": True})[-1] == "kernels.prefill_graph=false"
-    assert row_overrides(*args, kernels={"prefill_graph": True})[-1] == "kernels.prefill_graph=true"
+    assert row_overrides(*args, kernels={"cuda_graphs": True})[-1] == "kernels.ablate=[prefill_graph]"
+    assert row_overrides(*args, kernels={"preset": "graphs", "ablate": ["prefill_graph"]})[-1] == \
+        "kernels.ablate=[prefill_graph]"
+    for replayed in ({"prefill_graph": True}, {"preset": "graphs", "ablate": []}):
+        assert not any("prefill_graph" in o for o in row_overrides(*args, kernels=replayed))
     assert not any("prefill_graph" in o for o in row_overrides(*args))

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from conf import compose_config
-from conf.retired import RETIRED, check_overrides, strip_retired
+from conf.retired import MOVED, RETIRED, check_overrides, strip_retired
 from conf.rundir import REPO_ROOT, config_from_dict
 from conf.schema import ExperimentConfig
 
@@ -77,6 +77,7 @@ def test_a_recorded_config_loads_without_its_retired_fields(name):
 def test_a_recorded_removed_path_is_refused_naming_the_field(name):
     accepted = RETIRED[name].accepted
     other = "shm" if isinstance(accepted[0], str) else (not accepted[0]) if isinstance(accepted[0], bool) else 7
+    other = other if other not in accepted else 7  # a switch whose both values were recorded
     with pytest.raises(ValueError, match=rf"^{re.escape(name)}: removed \(.*holds {re.escape(repr(other))}"):
         strip_retired(_recorded(name, other))
 
@@ -87,3 +88,115 @@ def test_the_shipped_example_runs_still_load():
     for p in paths:
         cfg = config_from_dict(json.loads(p.read_text())["config"])
         cfg.validate()
+
+
+@pytest.mark.parametrize("name", sorted(MOVED))
+def test_an_override_of_a_moved_field_names_its_replacement(name):
+    args = [name] if "=" in name else [f"{name}=true", f"+{name}=1", f"~{name}"]
+    for arg in args:
+        with pytest.raises(ValueError, match=rf"^{re.escape(name)}: now {re.escape(MOVED[name])} \(docs/CONFIG.md\)$"):
+            check_overrides([arg])
+    with pytest.raises(ValueError, match=rf"^{re.escape(name)}: now "):
+        compose_config("simulate", ["spec.bs=4", args[0]])
+
+
+def test_old_kernels_overrides_name_the_preset_and_ablation():
+    for arg, line in [
+        ("kernels.skinny=false",
+         "kernels.skinny: now kernels=graphs with kernels.ablate=[skinny,target_qkv_rope] (docs/CONFIG.md)"),
+        ("kernels.prefill_graph=false",
+         "kernels.prefill_graph: now kernels=graphs with kernels.ablate=[prefill_graph] (docs/CONFIG.md)"),
+        ("kernels=triton_graphs", "kernels=triton_graphs: now kernels=graphs (the fused GEMM + all-reduce was never "
+                                  "priced or run) (docs/CONFIG.md)"),
+        ("kernels.pdl_policy.norm=late", f"kernels.pdl_policy: removed ({RETIRED['kernels.pdl_policy'].why}; "
+                                         "docs/LOG.md); drop the override"),
+    ]:
+        with pytest.raises(ValueError) as e:
+            check_overrides(["spec.bs=4", arg])
+        assert str(e.value) == line
+    check_overrides(["kernels=graphs", "kernels.ablate=[skinny,target_qkv_rope]", "kernels=triton"])
+
+
+def test_the_entry_point_refuses_triton_graphs_naming_graphs():
+    done = subprocess.run([sys.executable, "simulate.py", "kernels=triton_graphs"], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines() == [f"error: kernels=triton_graphs: now {MOVED['kernels=triton_graphs']} "
+                                                "(docs/CONFIG.md)"]
+
+
+_OLD_OFF = {"backend": "triton", "cuda_graphs": True, "fused_allreduce": False, "skinny": True, "pdl": True,
+            "pdl_policy": {"gemm": "default", "small": "default", "pre_attention": "default", "norm": "default"},
+            "rope_attention": True, "target_qkv_rope": True, "draft_head": True, "refill_graph": True,
+            "prefill_graph": True, "input_staging": "graph", "readback": "spin", "verdict_graph": False}
+"""An older run's kernels object as config.json recorded it under kernels=graphs."""
+
+
+@pytest.mark.parametrize("changes,preset,ablate", [
+    ({}, "graphs", []),
+    ({"fused_allreduce": True}, "graphs", []),  # kernels=triton_graphs: simulated, priced as graphs
+    ({"prefill_graph": False}, "graphs", ["prefill_graph"]),
+    ({"skinny": False, "target_qkv_rope": False, "pdl": False}, "graphs", ["skinny", "pdl", "target_qkv_rope"]),
+    ({"cuda_graphs": False, "refill_graph": False, "prefill_graph": False}, "graphs",
+     ["cuda_graphs", "refill_graph", "prefill_graph"]),
+    ({name: False for name in ("cuda_graphs", "skinny", "pdl", "rope_attention", "target_qkv_rope", "draft_head",
+                               "refill_graph", "prefill_graph")}, "triton", []),
+    ({"backend": "reference", **{name: False for name in ("cuda_graphs", "skinny", "pdl", "rope_attention",
+                                                          "target_qkv_rope", "draft_head", "refill_graph",
+                                                          "prefill_graph")}}, "reference", []),
+])
+def test_an_old_recorded_kernels_object_maps_to_its_preset_and_ablation(changes, preset, ablate):
+    """The switches of an older run map to one preset minus an ablation list, whose features are those switches."""
+    old = {**_OLD_OFF, **changes}
+    cfg = config_from_dict({"kernels": old})
+    cfg.kernels.validate()
+    assert (cfg.kernels.preset, cfg.kernels.ablate) == (preset, ablate)
+    for name in ("backend", "cuda_graphs", "skinny", "pdl", "rope_attention", "target_qkv_rope", "draft_head",
+                 "refill_graph", "prefill_graph"):
+        assert getattr(cfg.kernels, name) == old[name], name
+    again = config_from_dict(json.loads(json.dumps(dataclasses.asdict(cfg))))  # a new run dir's config.json
+    assert (again.kernels.preset, again.kernels.ablate) == (preset, ablate)
+
+
+def test_a_switch_missing_from_an_old_record_was_off():
+    cfg = config_from_dict({"kernels": {"backend": "triton", "cuda_graphs": True, "fused_allreduce": False}})
+    assert cfg.kernels.preset == "graphs" and cfg.kernels.ablate == [
+        "skinny", "pdl", "rope_attention", "target_qkv_rope", "draft_head", "refill_graph", "prefill_graph"]
+    assert config_from_dict({"kernels": {"backend": "triton"}}).kernels.preset == "triton"
+
+
+@pytest.mark.parametrize("changes", [
+    {"backend": "reference"},  # graph features on the reference backend
+    {"skinny": False},  # target_qkv_rope without skinny
+    {"backend": "cuda"},
+    {"pdl_policy": {"gemm": "off", "small": "default", "pre_attention": "default", "norm": "default"}},
+])
+def test_a_recorded_kernels_combination_no_preset_has_is_refused_naming_it(changes):
+    with pytest.raises(ValueError, match=r"^kernels(\.pdl_policy)?: "):
+        config_from_dict({"kernels": {**_OLD_OFF, **changes}})
+
+
+def test_a_measured_runs_config_loads_with_its_preset_and_ablation():
+    """data/measured runs recorded before the presets: 954a1bf's predate prefill graphs (graphs minus
+    prefill_graph), e92dbf1's predate every switch but CUDA graphs."""
+    measured = REPO_ROOT / "data" / "measured"
+    for folder, ablate in [("runtime_runs_2026-12-01_954a1bf/ar", ["prefill_graph"]),
+                           ("runtime_runs_2026-12-01_5fa8232_colocated/small_chain", []),
+                           ("runtime_runs_2026-11-30_e92dbf1", ["skinny", "pdl", "rope_attention", "target_qkv_rope",
+                                                                "draft_head", "refill_graph", "prefill_graph"])]:
+        path = measured / folder / "config.json"
+        if not path.exists():
+            path = next((measured / folder).glob("*/config.json"))
+        cfg = config_from_dict(json.loads(path.read_text())["config"])
+        cfg.validate()
+        assert (cfg.kernels.preset, cfg.kernels.ablate) == ("graphs", ablate), folder
+
+
+@pytest.mark.parametrize("name", sorted(MOVED))
+def test_a_moved_fields_replacement_composes(name):
+    """Every `kernels=... with kernels.ablate=[...]` replacement MOVED names is itself a valid config."""
+    words = MOVED[name].split()
+    overrides = [w for w in words if w.startswith(("kernels=", "kernels.ablate="))]
+    assert overrides, MOVED[name]
+    for override in overrides:
+        compose_config("simulate", [override] if override.startswith("kernels=") else ["kernels=graphs", override])

@@ -66,26 +66,22 @@ def test_config_is_immutable_after_validation():
         (["interconnect.allreduce=butterfly"], r"interconnect\.allreduce: 'butterfly' is not one of"),
         (["acceptance.positional=[[0.7,0.5]]"], r"acceptance\.positional\[0\]: probabilities sum to 1\.2000 > 1"),
         (["acceptance.positional=[[1.5]]"], r"acceptance\.positional\[0\]\[0\]: 1\.5 is outside \[0, 1\]"),
-        (["kernels.backend=cuda"], r"kernels\.backend: 'cuda' is not one of reference, triton"),
-        (["kernels=reference", "kernels.skinny=true"],
-         r"kernels\.skinny: needs kernels\.backend=triton, got 'reference'"),
-        (["kernels=reference", "kernels.pdl=true"], r"kernels\.pdl: needs kernels\.backend=triton, got 'reference'"),
-        (["kernels=reference", "kernels.rope_attention=true"],
-         r"kernels\.rope_attention: needs kernels\.backend=triton, got 'reference'"),
-        (["kernels=reference", "kernels.draft_head=true"],
-         r"kernels\.draft_head: needs kernels\.backend=triton, got 'reference'"),
+        (["kernels.preset=cuda"], r"kernels\.preset: 'cuda' is not one of reference, triton, graphs"),
+        (["kernels=reference", "kernels.ablate=[skinny]"],
+         r"kernels\.ablate: 'skinny' is not a feature of kernels=reference; allowed: none"),
+        (["kernels=triton", "kernels.ablate=[cuda_graphs]"],
+         r"kernels\.ablate: 'cuda_graphs' is not a feature of kernels=triton; allowed: none"),
+        (["kernels=graphs", "kernels.ablate=[fused_allreduce]"],
+         r"kernels\.ablate: 'fused_allreduce' is not a feature of kernels=graphs; allowed: cuda_graphs, skinny, pdl, "
+         r"rope_attention, target_qkv_rope, draft_head, refill_graph, prefill_graph$"),
+        (["kernels=graphs", "kernels.ablate=[pdl,pdl]"], r"kernels\.ablate: names 'pdl' twice"),
+        (["kernels=graphs", "kernels.ablate=[skinny]"],
+         r"kernels\.ablate: target_qkv_rope needs skinny: ablate it too "
+         r"\(kernels\.ablate=\[skinny,target_qkv_rope\]\)"),
+        (["kernels=graphs", "kernels.ablate=[cuda_graphs,prefill_graph]"],
+         r"kernels\.ablate: refill_graph needs cuda_graphs: ablate it too "
+         r"\(kernels\.ablate=\[cuda_graphs,prefill_graph,refill_graph\]\)"),
         (["kernels=graphs", "spec.topk=65"], r"spec\.topk: kernels\.draft_head takes at most 64 children per node"),
-        (["kernels=triton", "kernels.refill_graph=true"],
-         r"kernels\.refill_graph: a captured one-row draft step: needs kernels\.cuda_graphs=true"),
-        (["kernels=triton", "kernels.prefill_graph=true"],
-         r"kernels\.prefill_graph: replays captured prefills: needs kernels\.cuda_graphs=true"),
-        (["kernels=graphs", "kernels.skinny=false"],
-         r"kernels\.target_qkv_rope: replaces the skinny QKV GEMM: needs kernels\.skinny=true \(or set "
-         r"kernels\.target_qkv_rope=false\)"),
-        (["kernels=graphs", "kernels.pdl_policy.norm=eager"],
-         r"kernels\.pdl_policy\.norm: 'eager' is not one of default, off, early, late"),
-        (["kernels=triton", "kernels.pdl_policy.gemm=early"],
-         r"kernels\.pdl_policy: sets \{'gemm': 'early'\} but kernels\.pdl is false: set kernels\.pdl=true"),
         (["parallel.host_threads=-1"], r"parallel\.host_threads: expected an integer >= 0 \(0 = auto\), got -1"),
         (["parallel.recv_spin_ms=-0.5"],
          r"parallel\.recv_spin_ms: expected a number of milliseconds >= 0 or null \(auto\), got -0\.5"),
@@ -108,22 +104,41 @@ def test_tp_that_does_not_divide_heads_is_allowed():
     assert cfg.parallel.target_gpus == 3
 
 
-def test_pdl_policy_is_the_kernels_roles_and_reaches_set_pdl(monkeypatch):
-    """kernels.pdl_policy has one field per kernels.pdl role and its triggers are kernels.pdl's plus "default"; the
-    roles set on the command line are what the engine hands to set_pdl."""
+def test_presets_resolve_to_their_documented_features():
+    """kernels=reference is plain torch, triton the Triton kernels alone, graphs every feature of the table; the
+    config's per-feature names read the resolved features, an ablation switches off exactly what it lists."""
     from dataclasses import fields
 
-    from conf.kernels_config import PDL_TRIGGERS, PdlPolicy
-    from kernels import pdl
+    from conf.kernels_config import FEATURES, NEEDS, KernelFeatures
 
-    assert tuple(f.name for f in fields(PdlPolicy)) == pdl.ROLES
-    assert ("default", *pdl.TRIGGERS) == PDL_TRIGGERS
-    cfg = build("generate", ["kernels=graphs", "kernels.pdl_policy.norm=late", "kernels.pdl_policy.gemm=off"])
-    assert cfg.kernels.pdl_policy.overrides() == {"gemm": "off", "norm": "late"}
-    assert build("generate", ["kernels=graphs"]).kernels.pdl_policy.overrides() == {}
+    assert FEATURES == ("cuda_graphs", "skinny", "pdl", "rope_attention", "target_qkv_rope", "draft_head",
+                        "refill_graph", "prefill_graph")
+    assert set(NEEDS) | set(NEEDS.values()) <= set(FEATURES)
+    for preset, backend, on in (("reference", "reference", set()), ("triton", "triton", set()),
+                                ("graphs", "triton", set(FEATURES))):
+        kcfg = build("generate", [f"kernels={preset}"]).kernels
+        assert (kcfg.preset, kcfg.ablate) == (preset, [])
+        assert kcfg.features == KernelFeatures(backend, **{name: name in on for name in FEATURES})
+        assert kcfg.backend == backend
+        assert {f.name for f in fields(KernelFeatures) if getattr(kcfg, f.name) is True} == on
+    kcfg = build("generate", ["kernels=graphs", "kernels.ablate=[skinny,pdl,target_qkv_rope]"]).kernels
+    assert [name for name in FEATURES if not getattr(kcfg, name)] == ["skinny", "pdl", "target_qkv_rope"]
+    assert kcfg.cuda_graphs and kcfg.backend == "triton"
+    assert build("simulate").kernels.preset == "graphs"  # the simulator's default prices what the runtime runs
+
+
+def test_the_runtime_launches_with_the_default_pdl_policy(monkeypatch):
+    """kernels=graphs turns PDL on with kernels/pdl.py's DEFAULT_POLICY (no per-role config); an ablation of pdl,
+    or kernels=triton, turns it off."""
+    from kernels import pdl
+    from runtime.engine import set_launch_policy
+
     monkeypatch.setattr(pdl, "_policy", dict(pdl.pdl_policy()))  # restored after the test
-    pdl.set_pdl(cfg.kernels.pdl, **cfg.kernels.pdl_policy.overrides())
-    assert pdl.pdl_policy() == {**pdl.DEFAULT_POLICY, "gemm": "off", "norm": "late"}
+    set_launch_policy(build("generate", ["kernels=graphs"]))
+    assert pdl.pdl_policy() == pdl.DEFAULT_POLICY
+    for off in (["kernels=graphs", "kernels.ablate=[pdl]"], ["kernels=triton"]):
+        set_launch_policy(build("generate", off))
+        assert not pdl.pdl_enabled()
 
 
 def test_draft_head_topk_limit_is_the_kernels():
@@ -135,8 +150,9 @@ def test_draft_head_topk_limit_is_the_kernels():
 
 def test_prefill_graphs_serve_one_gpu_groups_only():
     """kernels.prefill_graph_for: what the runtime's workers and the simulator's prefill price both ask."""
-    from conf.kernels_config import KernelsConfig
+    from conf.kernels_config import KernelFeatures, KernelsConfig
 
-    on = KernelsConfig(backend="triton", cuda_graphs=True, prefill_graph=True)
+    on = KernelsConfig(preset="graphs")
     assert on.prefill_graph_for(1) and not on.prefill_graph_for(2)
-    assert not KernelsConfig(backend="triton", cuda_graphs=True).prefill_graph_for(1)
+    assert not KernelsConfig(preset="graphs", ablate=["prefill_graph"]).prefill_graph_for(1)
+    assert not KernelFeatures(backend="triton", cuda_graphs=True).prefill_graph_for(1)

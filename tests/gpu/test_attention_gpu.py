@@ -93,13 +93,10 @@ def test_rope_tree_attention_in_a_cuda_graph_replays_like_eager():
 @pytest.mark.parametrize("wide_max_rows", [64, 256])
 @pytest.mark.parametrize("t,d", [(32, 64), (64, 64), (32, 128)])
 @pytest.mark.parametrize("prefix", [0, 300, 1280])
-def test_many_row_tree_attention_matches_the_reference_on_gpu(monkeypatch, prefix, t, d, wide_max_rows):
+def test_many_row_tree_attention_matches_the_reference_on_gpu(prefix, t, d, wide_max_rows):
     """32 and 64 tokens at GQA 4 (128 / 256 query rows: the 1B draft's 32-row expansion is the first) over a
     256-slot tree region, the prefix length in a device tensor as the runtime's graphs pass it: the generic tile
-    (WIDE_MAX_ROWS 64) and the wide one at 32 rows per program (256) both give the reference's output."""
-    import importlib
-
-    monkeypatch.setattr(importlib.import_module("kernels.tree_attention"), "WIDE_MAX_ROWS", wide_max_rows)
+    (wide_max_rows 64) and the wide one at 32 rows per program (256) both give the reference's output."""
     g = torch.Generator().manual_seed(prefix + t + d)
     tree_len = 256
     q = torch.randn(t, HQ, d, generator=g).to("cuda", torch.bfloat16)
@@ -111,7 +108,7 @@ def test_many_row_tree_attention_matches_the_reference_on_gpu(monkeypatch, prefi
     mask = mask.cuda()
     scale = 1 / math.sqrt(d)
     p = torch.tensor([prefix], device="cuda", dtype=torch.int32)
-    got = tree_attention(q, k, v, p, mask, scale)
+    got = tree_attention(q, k, v, p, mask, scale, wide_max_rows=wide_max_rows)
     want = tree_attention_ref(q, k, v, prefix, mask, scale).float()
     torch.cuda.synchronize()
     assert_close(got, want, torch.bfloat16, reduction=d + CAP, what="vs reference")

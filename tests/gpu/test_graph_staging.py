@@ -53,19 +53,19 @@ def _replay(graph: StepGraph, ids: torch.Tensor, prefix: int):
 
 @torch.no_grad()
 @pytest.mark.parametrize("qkv_rope", [False, True], ids=["skinny_qkv", "qkv_rope"])
-def test_early_norms_replay_like_late(monkeypatch, qkv_rope):
+def test_early_norms_replay_like_late(qkv_rope):
     """The norms released early (the "norm" PDL role) change the launch order only: the logits are those of the norms
     released late (to bf16 rounding: the norm kernels are another specialisation; a race would be far off). The
-    tiny model's rows take kernels.norm.EARLY_MAX_ROWS_TINY (16 by default): held at 8 here
-    so that its 8-row norms take the role whatever the default."""
+    tiny model's rows take kernels.norm.EARLY_MAX_ROWS_TINY (16 by default): 8 passed in here (KernelPlan
+    early_norm_rows) so that its 8-row norms take the role whatever the default."""
     norm = importlib.import_module("kernels.norm")
     model, attn, caches, steps = _staging_case(("late", "early"), (20, 77, 141))
-    model = FusedDecoder(model.model, KernelPlan(skinny=True, qkv_rope=qkv_rope))
-    monkeypatch.setattr(norm, "EARLY_MAX_ROWS_TINY", 8)
+    rows = norm.EARLY_ROWS._replace(tiny=8)
+    model = FusedDecoder(model.model, KernelPlan(skinny=True, qkv_rope=qkv_rope, early_norm_rows=tuple(rows)))
     with pdl(True, norm="late"):
         late = StepGraph(model, caches["late"], attn, StepSpec(8, 8))
     with pdl(True, norm="early"):
-        assert norm.norm_role(8, 1) == "norm"
+        assert norm.norm_role(8, 1, rows) == "norm"
         early = StepGraph(model, caches["early"], attn, StepSpec(8, 8))
     for k, (ids, p) in enumerate(steps):
         a = _replay(late, ids, p).clone()

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from bench.peers import TIE_EPSILON, first_divergence
-from conf.kernels_config import KernelsConfig
+from conf.kernels_config import KernelFeatures
 from conf.presets import MODEL_PRESETS
 from conf.schema import ExperimentConfig
 from runtime.attention import AttnMeta, ReferenceAttention, make_attention_backend
@@ -58,19 +58,15 @@ def prompts(vocab: int, n: int = 3, seed: int = 0) -> list[list[int]]:
 
 
 def cfg_for(mode: str, target: str, draft: str, dtype: str, *, target_gpus: int = 1, draft_gpus: int = 0,
-            checkpoint: str | None = None, draft_seed: int = 1, skinny: bool = True, pdl: bool = True,
-            rope_attention: bool = True, refill_graph: bool = True, target_qkv_rope: bool = True,
-            prefill_graph: bool = True, **spec) -> ExperimentConfig:
+            checkpoint: str | None = None, draft_seed: int = 1, ablate: tuple[str, ...] = (),
+            **spec) -> ExperimentConfig:
     """kernels=graphs on CUDA (skinny GEMMs, PDL, RoPE in the single-token attention, the one-row refill graph, the
-    target's QKV GEMM with RoPE + the KV write, prefills replayed per length bucket, as conf/kernels/graphs.yaml;
-    skinny=False turns the QKV one off);
-    the draft is `draft` (the target itself with draft_seed == 1: self-speculation)."""
+    target's QKV GEMM with RoPE + the KV write, prefills replayed per length bucket) with the torch draft head
+    (draft_head ablated, as these tests ran before the presets) and the `ablate` features off too; the draft is
+    `draft` (the target itself with draft_seed == 1: self-speculation)."""
     return make_cfg(mode, target, draft, target_gpus=target_gpus, draft_gpus=draft_gpus, draft_seed=draft_seed,
-                    max_new=MAX_NEW, capacity=CAPACITY, backend="triton", device="cuda", dtype=dtype,
-                    cuda_graphs=True, checkpoint=checkpoint, timeout_s=120, skinny=skinny, pdl=pdl,
-                    rope_attention=rope_attention, refill_graph=refill_graph,
-                    target_qkv_rope=target_qkv_rope and skinny, prefill_graph=prefill_graph,
-                    **{**MODES[mode], **spec})
+                    max_new=MAX_NEW, capacity=CAPACITY, kernels="graphs", ablate=("draft_head", *ablate),
+                    device="cuda", dtype=dtype, checkpoint=checkpoint, timeout_s=120, **{**MODES[mode], **spec})
 
 
 @functools.cache
@@ -145,7 +141,7 @@ def _cuda_draft(graphs: bool, fused_head: bool = False):
 
     model = FusedDecoder(build_model(MODEL_PRESETS["tiny-llama-draft"], "float32", "cuda", seed=2))
     return DraftWorker(model, make_attention_backend("triton"), WorkerSpec(4, 128, topk=3, max_tree_nodes=32),
-                       KernelsConfig(backend="triton", cuda_graphs=graphs, draft_head=fused_head))
+                       KernelFeatures(backend="triton", cuda_graphs=graphs, draft_head=fused_head))
 
 
 @pytest.mark.parametrize("fused_head", [False, True], ids=["torch_head", "fused_head"])
@@ -255,7 +251,7 @@ def test_step_graph_refuses_other_shapes_and_backends():
     model = build_model(MODEL_PRESETS["tiny-llama"], "float32", "cuda", seed=3)
     layers, heads, head_dim = model.cache_spec()
     cache = KVCache(layers, 64, heads, head_dim, model.dtype, "cuda")
-    with pytest.raises(ValueError, match="kernels.backend=triton"):
+    with pytest.raises(ValueError, match=r"needs the Triton backend \(kernels=graphs\)"):
         StepGraph(model, cache, ReferenceAttention(), StepSpec(4, 4))
     graph = StepGraph(model, cache, make_attention_backend("triton"), StepSpec(4, 4))
     with pytest.raises(ValueError, match="captured for 4 rows"):
@@ -289,10 +285,10 @@ def test_modes_lossless_with_graphs_self_speculation(mode, dtype):
 
 @pytest.mark.parametrize("mode", COLOCATED)
 def test_modes_lossless_without_skinny_gemms_or_pdl(mode):
-    """kernels.skinny=false kernels.pdl=false kernels.rope_attention=false: cuBLAS projections, ordinary launches,
-    the separate RoPE kernel in single-token steps too (the other tests run all three)."""
-    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", skinny=False, pdl=False,
-                            rope_attention=False))
+    """kernels.ablate=[skinny,pdl,rope_attention,target_qkv_rope]: cuBLAS projections, ordinary launches, the
+    separate RoPE kernel in single-token steps too (the other tests run all of them)."""
+    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16",
+                            ablate=("skinny", "pdl", "rope_attention", "target_qkv_rope")))
 
 
 @pytest.mark.multi_gpu
@@ -406,7 +402,7 @@ def test_graph_events_time_the_verify_replay():
     model = FusedDecoder(build_model(MODEL_PRESETS["tiny-llama"], "bfloat16", "cuda", seed=3),
                          KernelPlan(skinny=True))
     worker = TargetWorker(model, make_attention_backend("triton"), WorkerSpec(4, 64, graph_events=True),
-                          KernelsConfig(backend="triton", cuda_graphs=True))
+                          KernelFeatures(backend="triton", cuda_graphs=True))
     worker.start(list(range(10, 30)))
     assert worker.last_device_s() is None  # no verify yet
     t0 = time.perf_counter()
@@ -433,7 +429,7 @@ def test_graph_events_time_the_draft_expansion():
                          KernelPlan(skinny=True))
     draft = DraftWorker(model, make_attention_backend("triton"),
                         WorkerSpec(4, 64, topk=4, max_tree_nodes=16, graph_events=True),
-                        KernelsConfig(backend="triton", cuda_graphs=True))
+                        KernelFeatures(backend="triton", cuda_graphs=True))
     draft.start(list(range(10, 30)))
     assert draft.last_device_split() is None  # no expansion yet
     t0 = time.perf_counter()
@@ -494,7 +490,7 @@ def test_verdict_in_the_verify_graph_matches_the_verdict_after_it(rows):
     accepted = 0
     for kind in ("greedy", "oracle"):
         worker = TargetWorker(model, make_attention_backend("triton"), WorkerSpec(rows, 96, oracle=kind == "oracle"),
-                              KernelsConfig(backend="triton", cuda_graphs=True))
+                              KernelFeatures(backend="triton", cuda_graphs=True))
         worker.start(list(range(10, 40)))
         for it, parents in enumerate(proposals):
             ids = [int(t) for t in torch.randint(1, vocab, (len(parents),), generator=gen)]
@@ -519,8 +515,9 @@ def test_verdict_in_the_verify_graph_matches_the_verdict_after_it(rows):
 
 @pytest.mark.parametrize("mode", ["autoregressive", "serial_tree"])
 def test_modes_lossless_with_eager_prefills(mode):
-    """kernels.prefill_graph=false (the other tests replay their prefills per length bucket)."""
-    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama-draft", "bfloat16", draft_seed=2, prefill_graph=False))
+    """kernels.ablate=[prefill_graph] (the other tests replay their prefills per length bucket)."""
+    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama-draft", "bfloat16", draft_seed=2,
+                            ablate=("prefill_graph",)))
 
 
 @pytest.mark.parametrize("preset", ["tiny-llama", "smollm2-135m"])

@@ -76,27 +76,32 @@ def test_swiglu_fp8_matches_the_dequantized_reference(m, k, i, dtype):
                  what=f"M,K,I={m, k, i}")
 
 
-def test_fp8_weights_take_their_own_tiles(monkeypatch):
-    """With fp8 weights the skinny GEMMs look their tile up in FP8_CONFIGS before CONFIGS (and the fused SwiGLU in
-    FP8_TILES); bf16 weights of the same shape keep CONFIGS; the products stay right."""
+def test_fp8_weights_take_their_own_tiles():
+    """With fp8 weights the skinny GEMMs look their tile up in the fp8 table (FP8_CONFIGS by default) before the bf16
+    one (CONFIGS), and the fused SwiGLU in its fp8 tiles (FP8_TILES); bf16 weights of the same shape keep the bf16
+    table; the products on those tiles stay right. The tables are passed in (`configs`, `fp8_configs`, `fp8_tiles`)."""
     import importlib
 
-    fused_mlp, sl = (importlib.import_module(f"kernels.{m}") for m in ("fused_mlp", "skinny_linear"))
+    sl = importlib.import_module("kernels.skinny_linear")
     n, k = 96, 256
-    monkeypatch.setitem(sl.CONFIGS, (n, k, 16), {"block_n": 32, "block_k": 128, "split_k": 1, "num_warps": 4,
-                                                  "num_stages": 2})
-    monkeypatch.setitem(sl.FP8_CONFIGS, (n, k, 16), {"block_n": 64, "block_k": 64, "split_k": 2, "num_warps": 4,
-                                                      "num_stages": 2})
-    assert sl.pick_config(3, n, k)["split_k"] == 1 and sl.pick_config(3, n, k, fp8=True)["split_k"] == 2
-    assert sl.pick_config(3, 80, k, fp8=True) == sl.pick_config(3, 80, k)  # not in FP8_CONFIGS: as bf16
+    tables = {"configs": {(n, k, 16): {"block_n": 32, "block_k": 128, "split_k": 1, "num_warps": 4, "num_stages": 2}},
+              "fp8_configs": {(n, k, 16): {"block_n": 64, "block_k": 64, "split_k": 2, "num_warps": 4,
+                                           "num_stages": 2}}}
+    bf16_tile, fp8_tile = (sl.pick_config(3, n, k, fp8=fp8, **tables) for fp8 in (False, True))
+    assert bf16_tile["split_k"] == 1 and fp8_tile["split_k"] == 2
+    assert sl.pick_config(3, 80, k, fp8=True, **tables) == sl.pick_config(3, 80, k, **tables)  # no fp8 tile: as bf16
+    assert sl.pick_config(3, n, k, fp8=True) == sl.pick_config(3, n, k, fp8=True, configs=sl.CONFIGS,
+                                                                 fp8_configs=sl.FP8_CONFIGS)  # the defaults
     w = _weights(n, k, seed=11)
     q, scale = quantize_rows_fp8(w)
     x = torch.randn(3, k, generator=torch.Generator().manual_seed(12))
-    parts = skinny_linear_partials(x, q, w_scale=scale)
-    assert parts.shape == (2, 3, n) and skinny_linear_partials(x, w).shape == (1, 3, n)
+    parts = skinny_linear_partials(x, q, w_scale=scale, **{key: fp8_tile[key] for key in sl.CONFIG_KEYS})
+    assert parts.shape == (2, 3, n)
+    assert skinny_linear_partials(x, w, **{key: bf16_tile[key] for key in sl.CONFIG_KEYS}).shape == (1, 3, n)
     want = skinny_linear_ref(x, _dequant(q, scale))
     assert_close(parts.sum(0), want, torch.float32, reduction=k, what="fp8 partials on their tile")
-    assert_close(skinny_linear(x, q, w_scale=scale), want, torch.float32, reduction=k, what="fp8 product on its tile")
+    assert_close(skinny_linear(x, q, w_scale=scale, **{key: fp8_tile[key] for key in sl.CONFIG_KEYS}), want,
+                 torch.float32, reduction=k, what="fp8 product on its tile")
     looked: list = []
 
     class Spy(dict):
@@ -104,11 +109,11 @@ def test_fp8_weights_take_their_own_tiles(monkeypatch):
             looked.append(key)
             return super().get(key, default)
 
-    monkeypatch.setattr(fused_mlp, "FP8_TILES", Spy({(80, 96, 16): {"block_i": 16, "block_k": 32}}))
+    tiles = Spy({(80, 96, 16): {"block_i": 16, "block_k": 32}})
     qg, sg = quantize_rows_fp8(_weights(80, 96, seed=13))
     qu, su = quantize_rows_fp8(_weights(80, 96, seed=14))
     xs = torch.randn(2, 96, generator=torch.Generator().manual_seed(15))
-    got = swiglu(xs, qg, qu, scale_gate=sg, scale_up=su)
+    got = swiglu(xs, qg, qu, scale_gate=sg, scale_up=su, fp8_tiles=tiles)
     assert looked == [(80, 96, 16)]
     assert_close(got, swiglu_ref(xs, _dequant(qg, sg), _dequant(qu, su)), torch.float32, reduction=96,
                  what="fp8 swiglu on its tile")

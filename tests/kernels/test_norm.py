@@ -48,15 +48,15 @@ def test_norm_scale_invariance():
 
 
 
-def test_row_warps_default_and_override(monkeypatch):
-    """16 warps for rows of >= 2,048 elements (measured on the H200), block_n / 512 below (unchanged); the override
-    applies to both kernels and a bad one names the switch."""
+def test_row_warps_default_and_override():
+    """16 warps for rows of >= 2,048 elements (measured on the H200), block_n / 512 below (unchanged); a `num_warps`
+    passed in applies to both kernels and a bad one is named."""
     import kernels.norm as norm
 
     assert [norm._row_warps(b) for b in (64, 1024, 2048, 4096, 16384)] == [1, 2, 16, 16, 16]
-    monkeypatch.setattr(norm, "NUM_WARPS", 4)
-    assert norm._row_warps(4096) == 4
+    assert norm._row_warps(4096, 4) == 4
     for bad in (3, 64, True, "8"):
-        monkeypatch.setattr(norm, "NUM_WARPS", bad)
-        with pytest.raises(ValueError, match=r"kernels.norm.NUM_WARPS: expected a power of two in 1..32"):
-            norm._row_warps(4096)
+        with pytest.raises(ValueError, match=r"add_rmsnorm: num_warps: expected a power of two in 1..32"):
+            norm._row_warps(4096, bad)
+    x, w = torch.randn(2, 64), torch.ones(64)
+    assert torch.equal(norm.add_rmsnorm(x, None, w, 1e-5, num_warps=2)[0], norm.add_rmsnorm(x, None, w, 1e-5)[0])

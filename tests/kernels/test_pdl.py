@@ -64,10 +64,10 @@ def test_pdl_role_of_a_launch_is_checked():
         skinny_linear(x, w, pdl_role="qkv")
 
 
-def test_norm_launches_take_the_norm_role_up_to_early_max_rows(monkeypatch):
-    """kernels.norm.EARLY_MAX_ROWS: a norm over at most that many rows of >= WIDE_ROW elements (EARLY_MAX_ROWS_NARROW
-    from TINY_ROW up, EARLY_MAX_ROWS_TINY below) launches as "norm" (early in the default policy), a larger one as
-    "small" (late); bad values named."""
+def test_norm_launches_take_the_norm_role_up_to_early_max_rows():
+    """kernels.norm.EARLY_ROWS (the default `early_rows`): a norm over at most EARLY_MAX_ROWS rows of >= WIDE_ROW
+    elements (EARLY_MAX_ROWS_NARROW from TINY_ROW up, EARLY_MAX_ROWS_TINY below) launches as "norm" (early in the
+    default policy), a larger one as "small" (late); other limits are passed in; bad values named."""
     import importlib
 
     norm = importlib.import_module("kernels.norm")
@@ -76,14 +76,9 @@ def test_norm_launches_take_the_norm_role_up_to_early_max_rows(monkeypatch):
     assert [norm.norm_role(r, 2048) for r in (1, 2, 4, 5, 8)] == ["norm", "norm", "norm", "small", "small"]
     assert [norm.norm_role(r, 1024) for r in (1, 4, 5)] == ["norm", "norm", "small"]  # TINY_ROW itself is narrow
     assert [norm.norm_role(r, 576) for r in (1, 16, 17)] == ["norm", "norm", "small"]  # SmolLM2-135M's rows
-    monkeypatch.setattr(norm, "EARLY_MAX_ROWS_TINY", 1)
-    assert [norm.norm_role(r, 576) for r in (1, 2)] == ["norm", "small"]
-    monkeypatch.setattr(norm, "TINY_ROW", -1)
-    with pytest.raises(ValueError, match="kernels.norm.TINY_ROW: expected an int >= 0, got -1"):
-        norm.norm_role(1, 576)
-    monkeypatch.setattr(norm, "TINY_ROW", 1024)
-    monkeypatch.setattr(norm, "EARLY_MAX_ROWS", 0)
-    assert norm.norm_role(1, 4096) == "small"
-    monkeypatch.setattr(norm, "EARLY_MAX_ROWS", None)
-    with pytest.raises(ValueError, match="kernels.norm.EARLY_MAX_ROWS: expected an int >= 0, got None"):
-        norm.norm_role(1, 4096)
+    assert [norm.norm_role(r, 576, norm.EARLY_ROWS._replace(tiny=1)) for r in (1, 2)] == ["norm", "small"]
+    with pytest.raises(ValueError, match="add_rmsnorm: early_rows.tiny_row: expected an int >= 0, got -1"):
+        norm.norm_role(1, 576, norm.EARLY_ROWS._replace(tiny_row=-1))
+    assert norm.norm_role(1, 4096, norm.EARLY_ROWS._replace(wide=0)) == "small"
+    with pytest.raises(ValueError, match="add_rmsnorm: early_rows.wide: expected an int >= 0, got None"):
+        norm.norm_role(1, 4096, norm.EARLY_ROWS._replace(wide=None))

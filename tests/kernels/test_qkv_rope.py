@@ -201,27 +201,21 @@ def test_llama_head_dim_and_wide_row_blocks(t):
 
 
 @pytest.mark.parametrize("split", [2, 4])
-def test_pair_split_gives_the_one_program_per_head_bits(monkeypatch, split):
-    """kernels.qkv_rope.PAIR_SPLIT: each head's rotation pairs over `split` programs (masked to the 16-wide tile where
-    a chunk is narrower): q and both caches those of one program per head (to rounding: the GEMM tiles differ); a
-    bad value or role is named."""
-    import importlib
-
-    qr = importlib.import_module("kernels.qkv_rope")
+def test_pair_split_gives_the_one_program_per_head_bits(split):
+    """`pair_split` (default kernels.qkv_rope.PAIR_SPLIT): each head's rotation pairs over `split` programs (masked
+    to the 16-wide tile where a chunk is narrower): q and both caches those of one program per head (to rounding: the
+    GEMM tiles differ); a bad value or role is named."""
     t, k, hq, hkv, d = 3, 64, 4, 2, 64  # 32 pairs per head: chunks of 16 at split 2, 8 (masked to 16) at split 4
     x, w, pos, slots, k_cache, v_cache = _inputs(t, k, hq, hkv, d, torch.float16, seed=12)
     outs = []
     for s in (1, split):
-        monkeypatch.setattr(qr, "PAIR_SPLIT", s)
         kc, vc = k_cache.clone(), v_cache.clone()
-        outs.append((qkv_rope_kv_write(x, w, pos, _inv_freq(d), kc, vc, slots, hq, hkv, pdl_role="pre_attention"),
-                     kc, vc))
+        outs.append((qkv_rope_kv_write(x, w, pos, _inv_freq(d), kc, vc, slots, hq, hkv, pdl_role="pre_attention",
+                                       pair_split=s), kc, vc))
     (q1, k1, v1), (q2, k2, v2) = outs
     _close_to_two_kernels((q2, k2, v2), (q1, k1, v1), torch.float16, k, "one program per head")
     _check_untouched(k2, slots, "k_cache")
-    monkeypatch.setattr(qr, "PAIR_SPLIT", 3)
-    with pytest.raises(ValueError, match="kernels.qkv_rope.PAIR_SPLIT: expected 1, 2 or 4"):
-        qkv_rope_kv_write(x, w, pos, _inv_freq(d), k_cache.clone(), v_cache.clone(), slots, hq, hkv)
-    monkeypatch.setattr(qr, "PAIR_SPLIT", 1)
+    with pytest.raises(ValueError, match="qkv_rope_kv_write: pair_split must be 1, 2 or 4, got 3"):
+        qkv_rope_kv_write(x, w, pos, _inv_freq(d), k_cache.clone(), v_cache.clone(), slots, hq, hkv, pair_split=3)
     with pytest.raises(ValueError, match="qkv_rope_kv_write: pdl_role must be one of"):
         qkv_rope_kv_write(x, w, pos, _inv_freq(d), k_cache.clone(), v_cache.clone(), slots, hq, hkv, pdl_role="x")

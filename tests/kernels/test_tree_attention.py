@@ -376,29 +376,26 @@ def test_tma_prefix_in_the_fused_rope_attention(monkeypatch):
     _same_attention_and_cache(outs[1], outs[0], torch.float16, qkv.view(5, -1, d), k, "TMA vs pointer loads")
 
 
-def test_wide_max_rows_switch_moves_many_row_launches_to_the_wide_tile(monkeypatch):
-    """kernels.tree_attention.WIDE_MAX_ROWS: launches of 65..WIDE_MAX_ROWS query rows take the wide tile (CUDA only) at
-    64 rows per block before the halving (32 per program); past it, or on CPU, or with a tile override, the 128-row
-    generic tile stays; a bad value is named."""
+def test_wide_max_rows_moves_many_row_launches_to_the_wide_tile():
+    """`wide_max_rows` (default kernels.tree_attention.WIDE_MAX_ROWS): launches of 65..wide_max_rows query rows take
+    the wide tile (CUDA only) at 64 rows per block before the halving (32 per program); past it, or on CPU, or with a
+    tile override, the 128-row generic tile stays; a bad value is named."""
     import importlib
 
     ta = importlib.import_module("kernels.tree_attention")
     assert ta.WIDE_MAX_ROWS == 256
-    monkeypatch.setattr(ta, "WIDE_MAX_ROWS", 64)
-    assert [ta.attention_tile(n, 64, 2, True)[::4] for n in (128, 256)] == [(128, False), (128, False)]
-    monkeypatch.setattr(ta, "WIDE_MAX_ROWS", 256)
-    assert [ta.attention_tile(n, d, 2, True)[::4] for n in (65, 128, 256) for d in (64, 128)] == [(32, True)] * 6
-    assert ta.attention_tile(257, 64, 2, True)[::4] == (128, False)
-    assert ta.attention_tile(128, 64, 2, False)[::4] == (128, False)  # CPU: the generic tile
-    assert ta.attention_tile(128, 64, 2, True, block_n=64)[::4] == (128, False)
-    assert ta.attention_tile(128, 256, 2, True)[::4] == (128, False)  # head dim over 128
-    monkeypatch.setattr(ta, "WIDE_MAX_ROWS", 128)
-    assert ta.attention_tile(128, 64, 2, True)[::4] == (32, True)
-    assert ta.attention_tile(256, 64, 2, True)[::4] == (128, False)
+    tile = ta.attention_tile
+    assert [tile(n, 64, 2, True, wide_max_rows=64)[::4] for n in (128, 256)] == [(128, False), (128, False)]
+    assert [tile(n, d, 2, True)[::4] for n in (65, 128, 256) for d in (64, 128)] == [(32, True)] * 6
+    assert tile(257, 64, 2, True)[::4] == (128, False)
+    assert tile(128, 64, 2, False)[::4] == (128, False)  # CPU: the generic tile
+    assert tile(128, 64, 2, True, block_n=64)[::4] == (128, False)
+    assert tile(128, 256, 2, True)[::4] == (128, False)  # head dim over 128
+    assert tile(128, 64, 2, True, wide_max_rows=128)[::4] == (32, True)
+    assert tile(256, 64, 2, True, wide_max_rows=128)[::4] == (128, False)
     for bad in (32, 100, True, 256.0):
-        monkeypatch.setattr(ta, "WIDE_MAX_ROWS", bad)
-        with pytest.raises(ValueError, match="kernels.tree_attention.WIDE_MAX_ROWS: expected 64, 128 or 256"):
-            ta.attention_tile(128, 64, 2, True)
+        with pytest.raises(ValueError, match="tree_attention: wide_max_rows: expected 64, 128 or 256"):
+            tile(128, 64, 2, True, wide_max_rows=bad)
 
 
 def test_the_wide_tile_halves_its_rows_past_16_and_keeps_the_result():

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import json
 import math
+from collections.abc import Sequence
 
 import pytest
 import torch
@@ -38,18 +39,18 @@ from runtime.reference import reference_decode
 MAX_NEW, CAPACITY = 24, 48
 PROMPTS = [[5, 6, 7, 8], [100], [3, 3, 3, 3, 3, 3, 3], list(range(40, 80)), [250, 1, 17, 9, 9]]
 # prompt 3 has 40 tokens: it stops at the capacity (48) after 8 tokens
+FUSED_EAGER = ("cuda_graphs", "pdl", "target_qkv_rope", "draft_head", "refill_graph", "prefill_graph")
+"""kernels=graphs minus these: the fused Triton path's skinny GEMMs and RoPE attention in eager steps (CPU)."""
 
 
 def make_cfg(mode: str, target: str = "tiny-llama", draft: str = "tiny-llama-draft", *, target_gpus: int = 1,
              draft_gpus: int = 0, draft_seed: int = 2, max_new: int = MAX_NEW, capacity: int = CAPACITY,
-             acceptance: AcceptanceConfig | None = None, backend: str = "reference", device: str = "cpu",
-             dtype: str = "float32", cuda_graphs: bool = False, checkpoint: str | None = None,
-             timeout_s: float = 60, leader_channel: str = "dist", skinny: bool = False, pdl: bool = False,
-             rope_attention: bool = False, refill_graph: bool = False, target_qkv_rope: bool = False,
-             prefill_graph: bool = False, share_gpus: bool = False,
-             **spec) -> ExperimentConfig:
-    """A validated config of tiny fp32 models on CPU (tests/gpu: other dtypes, CUDA graphs, a checkpoint,
-    which the draft shares when it is the target's preset; `share_gpus`: both groups on fewer GPUs)."""
+             acceptance: AcceptanceConfig | None = None, kernels: str = "reference", ablate: Sequence[str] = (),
+             device: str = "cpu", dtype: str = "float32", checkpoint: str | None = None, timeout_s: float = 60,
+             leader_channel: str = "dist", share_gpus: bool = False, **spec) -> ExperimentConfig:
+    """A validated config of tiny fp32 models on CPU (tests/gpu: other dtypes, kernels=graphs, a checkpoint,
+    which the draft shares when it is the target's preset; `share_gpus`: both groups on fewer GPUs). `kernels`,
+    `ablate`: the kernels preset and the features it switches off (FUSED_EAGER: the fused path on CPU)."""
     return build_config(ExperimentConfig(
         model=ModelPairConfig(name=f"{target}+{draft}", target=ModelConfig(target, seed=1, dtype=dtype,
                                                                            checkpoint=checkpoint),
@@ -59,9 +60,7 @@ def make_cfg(mode: str, target: str = "tiny-llama", draft: str = "tiny-llama-dra
                                 leader_channel=leader_channel, share_gpus=share_gpus),
         spec=SpecConfig(mode=mode, max_tree_nodes=64, **spec),
         acceptance=acceptance or AcceptanceConfig(),
-        kernels=KernelsConfig(backend=backend, cuda_graphs=cuda_graphs, skinny=skinny, pdl=pdl,
-                              rope_attention=rope_attention, refill_graph=refill_graph,
-                              target_qkv_rope=target_qkv_rope, prefill_graph=prefill_graph),
+        kernels=KernelsConfig(preset=kernels, ablate=list(ablate)),
         workload=WorkloadConfig(max_new_tokens=max_new, max_seq_len_tokens=capacity, prompt_tokens=4),
     ))
 
@@ -107,10 +106,10 @@ def test_colocated_modes_are_lossless(target):
 
 
 def test_triton_backend_is_lossless():
-    """kernels.backend=triton (tree attention and greedy verify; Triton's interpreter on CPU)."""
+    """kernels=triton (tree attention and greedy verify; Triton's interpreter on CPU)."""
     pytest.importorskip("kernels")
     expected, eos = reference_outputs("tiny-llama")
-    cfg = make_cfg("serial_tree", backend="triton", bs=6, w=3, topk=3)
+    cfg = make_cfg("serial_tree", kernels="triton", bs=6, w=3, topk=3)
     assert cfg.kernels.backend == "triton"
     assert run(cfg, prompts=PROMPTS[:2], eos=eos)["outputs"] == expected[:2]
 
@@ -131,13 +130,14 @@ def test_an_fp8_draft_is_lossless_and_refused_where_its_kernels_are_off(monkeypa
 
     monkeypatch.setattr(FusedDecoder, "__init__", spy)
     expected, eos = reference_outputs("tiny-llama")
-    cfg = make_cfg("serial_tree", backend="triton", skinny=True, rope_attention=True, bs=6, w=3, topk=3)
+    cfg = make_cfg("serial_tree", kernels="graphs", ablate=FUSED_EAGER, bs=6, w=3, topk=3)
+    assert cfg.kernels.skinny and cfg.kernels.rope_attention and not cfg.kernels.target_qkv_rope
     fp8 = dataclasses.replace(cfg, model=dataclasses.replace(
         cfg.model, draft=dataclasses.replace(cfg.model.draft, weight_bits=8)))
     assert run(fp8, prompts=PROMPTS[:1], eos=eos)["outputs"] == expected[:1]
     assert calls == [0, MODEL_PRESETS["tiny-llama-draft"].num_layers]  # target: none; draft: every layer's copies
-    with pytest.raises(ValueError, match=r"model\.draft\.weight_bits=8: .*needs kernels.backend=triton and "
-                                         r"kernels.skinny=true .*got backend='reference', skinny=False"):
+    with pytest.raises(ValueError, match=r"model\.draft\.weight_bits=8: .*needs kernels=graphs without skinny in "
+                                         r"kernels\.ablate, got kernels=reference kernels\.ablate=\[\]"):
         check_runtime_support(dataclasses.replace(fp8, kernels=make_cfg("serial_tree").kernels))
     four = dataclasses.replace(cfg, model=dataclasses.replace(
         cfg.model, target=dataclasses.replace(cfg.model.target, weight_bits=4)))
@@ -158,8 +158,8 @@ def test_target_qkv_rope_is_lossless_and_on_the_target_only(monkeypatch):
 
     monkeypatch.setattr(FusedDecoder, "__init__", spy)
     expected, eos = reference_outputs("tiny-llama")
-    cfg = make_cfg("serial_tree", backend="triton", skinny=True, rope_attention=True, target_qkv_rope=True, bs=6, w=3,
-                   topk=3)
+    cfg = make_cfg("serial_tree", kernels="graphs", ablate=[f for f in FUSED_EAGER if f != "target_qkv_rope"], bs=6,
+                   w=3, topk=3)
     assert run(cfg, prompts=PROMPTS[:1], eos=eos)["outputs"] == expected[:1]
     assert [(c.qkv_rope, c.rope_attention) for c in calls] == [(True, False), (False, True)]  # target, draft
 

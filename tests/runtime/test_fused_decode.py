@@ -183,14 +183,14 @@ def test_for_role_gives_the_fused_qkv_rope_gemm_to_an_unbiased_target_only():
 
 
 def test_decode_model_gives_the_plain_model_or_the_roles_fused_path(one_rank_group):
-    """kernels.backend=reference: the plain model itself; triton: a FusedDecoder with the role's plan. A TP shard
-    without its group is refused (its all-reduces would be missing)."""
+    """kernels=reference: the plain model itself; graphs: a FusedDecoder with the role's plan. A TP shard without its
+    group is refused (its all-reduces would be missing)."""
     from conf.kernels_config import KernelsConfig
     from runtime.tp import VocabParallelEmbedding
 
     model = build_model(MODEL_PRESETS["tiny-llama"], torch.float32, "cpu", seed=1)
-    assert decode_model(model, KernelsConfig(backend="reference"), target=True) is model
-    kcfg = KernelsConfig(backend="triton", skinny=True, rope_attention=True, target_qkv_rope=True)
+    assert decode_model(model, KernelsConfig(preset="reference").features, target=True) is model
+    kcfg = KernelsConfig(preset="graphs").features
     target, draft = (decode_model(model, kcfg, target=t) for t in (True, False))
     assert target.model is model and target.plan == KernelPlan(skinny=True, qkv_rope=True) and not target.sharded
     assert draft.plan == KernelPlan(skinny=True, rope_attention=True)
@@ -302,3 +302,29 @@ def test_kernel_plans_the_fused_path_lacks_are_refused(plan, match):
     """A plan the fused path does not implement fails at construction, naming what is missing."""
     with pytest.raises(ValueError, match=match):
         KernelPlan(**plan)
+
+
+@pytest.mark.parametrize("skinny", [False, True], ids=["torch_gemms", "skinny"])
+def test_a_plans_norm_row_limits_reach_every_norm_launch(monkeypatch, skinny):
+    """KernelPlan.early_norm_rows goes to every norm launch (plain and partials) as `early_rows`; None leaves the
+    kernels' tuned kernels.norm.EARLY_ROWS (no keyword)."""
+    import kernels
+    from kernels.norm import EARLY_ROWS
+
+    seen: list = []
+    for name in ("add_rmsnorm", "add_rmsnorm_partials"):
+        real = getattr(kernels, name)
+
+        def spy(*args, _real=real, **kw):
+            seen.append(kw.get("early_rows"))
+            return _real(*args, **kw)
+
+        monkeypatch.setattr(kernels, name, spy)
+    model = build_model(MODEL_PRESETS["tiny-llama"], torch.float32, "cpu", seed=1)
+    ids, attn = torch.arange(3), make_attention_backend("triton")
+    rows = EARLY_ROWS._replace(tiny=1)
+    for early_norm_rows, want in ((None, None), (tuple(rows), rows)):
+        seen.clear()
+        dec = FusedDecoder(model, KernelPlan(skinny=skinny, early_norm_rows=early_norm_rows))
+        dec(ids, AttnMeta.causal(0, 3), new_cache(dec, 8), attn)
+        assert len(seen) == 1 + 2 * model.shape.num_layers and all(r == want for r in seen)

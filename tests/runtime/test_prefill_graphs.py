@@ -9,7 +9,7 @@ from unittest import mock
 import pytest
 import torch
 
-from conf.kernels_config import KernelsConfig
+from conf.kernels_config import KernelFeatures
 from runtime.attention import AttnMeta
 from runtime.draft_worker import DraftWorker
 from runtime.worker_spec import WorkerSpec
@@ -138,7 +138,7 @@ def test_workers_prefill_through_their_buckets_and_decode_as_after_an_eager_pref
                 mock.patch("runtime.draft_worker.StepGraph", CpuStepGraph), \
                 mock.patch("runtime.target_worker.PrefillGraphs", eager_graphs), \
                 mock.patch("runtime.draft_worker.PrefillGraphs", eager_graphs):
-            kernels = KernelsConfig(cuda_graphs=True, prefill_graph=graphs)
+            kernels = KernelFeatures(cuda_graphs=True, prefill_graph=graphs)
             target = TargetWorker(_model("tiny-llama", 1), ATTN, WorkerSpec(4, CAPACITY - 4), kernels)
             draft = DraftWorker(_model("tiny-llama-draft", 2), ATTN,
                                 WorkerSpec(4, CAPACITY - MAX_LEN, topk=3, max_tree_nodes=MAX_LEN), kernels)

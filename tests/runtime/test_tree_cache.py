@@ -17,7 +17,7 @@ from unittest import mock
 import pytest
 import torch
 
-from conf.kernels_config import KernelsConfig
+from conf.kernels_config import KernelFeatures
 from conf.presets import MODEL_PRESETS
 from kernels import kv_compact
 from runtime.attention import AttnMeta, ReferenceAttention
@@ -266,7 +266,7 @@ def _draft_worker(graphs: bool, refill_graph: bool = False) -> DraftWorker:
     its expansion graphs (`refill_graph`: the one-row one too)."""
     with mock.patch("runtime.draft_worker.StepGraph", CpuStepGraph):
         return DraftWorker(_model("tiny-llama-draft", 2), ATTN, DRAFT,
-                           KernelsConfig(cuda_graphs=graphs, refill_graph=refill_graph))
+                           KernelFeatures(cuda_graphs=graphs, refill_graph=refill_graph))
 
 
 @torch.no_grad()
@@ -411,7 +411,7 @@ def test_a_target_graph_applies_the_owed_keep_in_the_next_verify():
 
     def worker(graphs: bool) -> TargetWorker:
         with mock.patch("runtime.target_worker.StepGraph", CpuStepGraph):
-            w = TargetWorker(_model("tiny-llama", 1), ATTN, WorkerSpec(5, CAPACITY), KernelsConfig(cuda_graphs=graphs))
+            w = TargetWorker(_model("tiny-llama", 1), ATTN, WorkerSpec(5, CAPACITY), KernelFeatures(cuda_graphs=graphs))
         w.start(PROMPT)
         return w
 
@@ -452,7 +452,7 @@ def test_a_target_verdict_graph_decides_as_after_the_replay(oracle):
     def worker(graphs: bool) -> TargetWorker:
         with mock.patch("runtime.target_worker.StepGraph", CpuStepGraph):
             w = TargetWorker(_model("tiny-llama", 1), ATTN, WorkerSpec(5, CAPACITY, oracle=oracle),
-                             KernelsConfig(backend="triton", cuda_graphs=graphs))
+                             KernelFeatures(backend="triton", cuda_graphs=graphs))
         w.start(PROMPT)
         return w
 
@@ -494,14 +494,14 @@ def test_keep_slots_takes_only_forward_compaction():
 @pytest.mark.parametrize("graphs", [False, True], ids=["eager", "graphs"])
 @torch.no_grad()
 def test_fused_head_grows_the_same_tree(graphs):
-    """`kernels.draft_head` (`KernelsConfig(draft_head=True)`: kernels.topk_logprobs, the Triton interpreter here)
+    """The draft_head feature (`KernelFeatures(draft_head=True)`: kernels.topk_logprobs, the Triton interpreter here)
     grows the tree the torch head grows, through a pending expansion (its head drops the pending row), with the
     same log-probs to float32 rounding."""
     runs = []
     for fused in (False, True):
         with mock.patch("runtime.draft_worker.StepGraph", CpuStepGraph):
             worker = DraftWorker(_model("tiny-llama-draft", 2), ATTN, DRAFT,
-                                 KernelsConfig(cuda_graphs=graphs, draft_head=fused))
+                                 KernelFeatures(cuda_graphs=graphs, draft_head=fused))
         worker.start(PROMPT)
         assert worker.expand() and worker.expand()
         _, path = path_to_unexpanded_leaf(worker, worker.propose(0, 0, bs=len(worker.tree)))

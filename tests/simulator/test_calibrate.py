@@ -273,7 +273,7 @@ def test_calibrated_profile_loads_and_changes_simulator_predictions(synthetic_tr
 
     overrides = ("model=llama3-8b_llama3.2-1b", "parallel=1x1", "sim=analytic", "workload.num_requests=1",
                  "workload.prompt_tokens=512", "workload.max_new_tokens=64")
-    analytic = simulate(cfg(*overrides, "kernels=triton_graphs"))
+    analytic = simulate(cfg(*overrides, "kernels=graphs"))
     # the profile's overheads were fitted from eager steps: compare it in an eager (no-graph) config
     fitted = simulate(cfg(*overrides, "kernels=triton", f"sim.profile={summary['profile']}"))
     assert fitted.costs.source.startswith("profile:") and "analytic" not in fitted.costs.source
@@ -293,8 +293,8 @@ def test_allreduce_fit_applies_only_to_runs_of_its_mode(synthetic_trace, tmp_pat
 
     overrides = ("model=llama3-8b_llama3.2-1b", "parallel=2x0", "spec=autoregressive", "sim=analytic",
                  "workload.num_requests=1", "workload.prompt_tokens=64", "workload.max_new_tokens=4")
-    for mode, served, other in (("graph", "kernels=triton_graphs", "kernels=triton"),
-                                ("eager", "kernels=triton", "kernels=triton_graphs")):
+    for mode, served, other in (("graph", "kernels=graphs", "kernels=triton"),
+                                ("eager", "kernels=triton", "kernels=graphs")):
         out = tmp_path / f"{mode}.json"
         summary = entry.run(build_calibrate_config(CalibrateConfig(
             traces=[str(synthetic_trace)], output=str(out), hardware=HardwareConfig(gpu="h200"), allreduce_mode=mode)))

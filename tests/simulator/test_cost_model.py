@@ -199,8 +199,8 @@ def test_an_eager_prefill_costs_at_least_its_launches_host_time():
 
 
 @pytest.mark.parametrize("overrides, target_floor, draft_floor", [
-    ([], False, False),  # kernels.prefill_graph (kernels=graphs): captured prefills cost their operators
-    (["kernels.prefill_graph=false"], True, True),
+    ([], False, False),  # the prefill_graph feature (kernels=graphs): captured prefills cost their operators
+    (["kernels.ablate=[prefill_graph]"], True, True),
     (["parallel=2x1"], True, False),  # a TP 2 target prefills eagerly (as the runtime does), its one-GPU draft not
 ])
 def test_build_costs_price_eager_prefills_where_the_runtime_runs_them(overrides, target_floor, draft_floor):
@@ -349,8 +349,7 @@ def test_build_costs_gives_each_group_its_role_and_kernel_switches():
     assert costs.target.kernels == GraphKernels("target", True, True)
     assert costs.draft.kernels == GraphKernels("draft", False, True)
     config = compose_config("simulate", ["model=smollm2", "kernels=graphs", "parallel=1x1", "sim=analytic",
-                                         "spec=async_tree", "kernels.target_qkv_rope=false",
-                                         "kernels.rope_attention=false"])
+                                         "spec=async_tree", "kernels.ablate=[target_qkv_rope,rope_attention]"])
     costs = build_costs(config)
     assert costs.target.kernels == GraphKernels("target", False, False)
     assert costs.draft.kernels == GraphKernels("draft", False, False)

@@ -213,10 +213,10 @@ def test_poll_is_async_only_and_simulator_only():
 
 @pytest.mark.parametrize("mode", ["async_tree", "serial_tree"])
 def test_refill_graph_prices_a_lone_root_expansion_as_one_row(mode):
-    """kernels.refill_graph (on in kernels=triton_graphs): the expansion of a lone root (a request's first, a miss's
+    """The refill_graph feature (on in kernels=graphs): the expansion of a lone root (a request's first, a miss's
     refill) costs a one-row forward, as the runtime's one-row graph; the same draws, so the same outcomes, and the
     draft's expansion time drops by no more than those forwards' w-row cost."""
-    on, off = (simulate(cfg(*SMALL, *MODES[mode], f"kernels.refill_graph={v}")) for v in ("true", "false"))
+    on, off = (simulate(cfg(*SMALL, *MODES[mode], f"kernels.ablate=[{v}]")) for v in ("", "refill_graph"))
     assert on.refill_graph and not off.refill_graph
     assert [r.accepted for r in on.rows] == [r.accepted for r in off.rows]  # accepted per verify: the same draws
     lone = on.tally.reroots + on.config.workload.num_requests  # lone roots: at most one per re-root and request
@@ -228,13 +228,13 @@ def test_refill_graph_prices_a_lone_root_expansion_as_one_row(mode):
 
 
 @pytest.mark.parametrize("mode", ["serial_tree", "chain"])
-@pytest.mark.parametrize("refill_graph", ["true", "false"])
-def test_a_pending_token_adds_one_row_to_its_refill(mode, refill_graph, monkeypatch):
+@pytest.mark.parametrize("ablate", ["", "refill_graph"])
+def test_a_pending_token_adds_one_row_to_its_refill(mode, ablate, monkeypatch):
     """A miss behind a never-expanded leaf feeds that token in front of the refill's first forward: two rows for a
     lone root under kernels.refill_graph (the runtime's two-row graph), w + 1 otherwise (a chain: 2). Priced as one
     row less, the same draws cost less draft time, by at most one extra row's worth per pending token. (Here an
     async tree has expanded every accepted node by the time its verify returns: no pending token.)"""
-    config = cfg(*SMALL, *MODES[mode], f"kernels.refill_graph={refill_graph}")
+    config = cfg(*SMALL, *MODES[mode], f"kernels.ablate=[{ablate}]")
     on = simulate(config)
     pendings = []
     real = TreeStates.pending
