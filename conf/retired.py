@@ -4,16 +4,19 @@ A recorded run dir's config.json (conf/rundir.py) holds every field its commit's
 (the A/B that decided it is in docs/LOG.md), its field goes from the schema and gets one `RETIRED` entry: the values a
 recorded config may hold for it, and why it went. Those values describe the path a run took that the code still runs,
 or the path that was the default until the kept one replaced it (such a run measured that path: its numbers stay
-results, the switch does not come back). Reading a recorded config (`strip_retired`, called by
-`conf.rundir.config_from_dict`) drops an accepted value and refuses any other one with an error naming the field. A
-command-line override of a retired field (`python generate.py spec.presend=true`) fails with one line naming it
+results, the switch does not come back). A field whose number moved out of the config (into a named constant of the
+code that uses it, a preset or the profile) names where it went (`replacement`). Reading a recorded config
+(`strip_retired`, called by `conf.rundir.config_from_dict`) drops an accepted value and refuses any other one with an
+error naming the field. A field that moved inside the schema (`MOVED`, e.g. `sim.draft_host_scale` to
+`sim.whatif.draft_host_scale`) is carried to its new place. A command-line override of a retired or moved field
+(`python generate.py spec.presend=true`), or of a key inside one, fails with one line naming it and its replacement
 (`check_overrides`).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,8 +25,20 @@ from typing import Any
 class Retired:
     """One removed field: the values a recorded config may still hold for it, and why it went."""
 
-    accepted: tuple[Any, ...]
+    accepted: tuple[Any, ...] | None
+    """None: any value (the field chose nothing the code no longer runs, e.g. a count the code now derives)."""
     why: str
+    replacement: str = ""
+    """Where its number or its choice went (a constant, a preset field, the profile), named by an override's error."""
+
+
+@dataclass(frozen=True)
+class Moved:
+    """A field that moved inside the schema: its new dotted name, and how a recorded value converts (identity when
+    None)."""
+
+    to: str
+    convert: Callable[[Any], Any] | None = None
 
 
 _ZERO = (0, 0.0)
@@ -44,8 +59,48 @@ RETIRED: dict[str, Retired] = {
     "sim.runtime_delta.colocated_step_extra_s": Retired(_ZERO, _LOOPS),
     "sim.runtime_delta.colocated_expand_extra_s": Retired(_ZERO, _LOOPS),
     "sim.runtime_delta.colocated_expand_extra_per_real_row_s": Retired(_ZERO, _LOOPS),
+    # issue 49: sim / parallel / model / hardware / interconnect / trace fields
+    "trace.per_operator": Retired((False,), "no code read it"),
+    "sim.max_iterations": Retired((1_000_000,), "a safety bound, not a setting",
+                                  "simulator/processes.py MAX_ITERATIONS"),
+    "sim.pilot_tokens": Retired((128,), "a method constant of sim.d_rule=best_of_two",
+                                "simulator/simulation.py PILOT_TOKENS"),
+    "sim.step_overhead_s": Retired((3.0e-5,), "a host constant of the analytic prior",
+                                   "simulator/cost_model.py PRIOR_STEP_OVERHEAD_S"),
+    "sim.eager_prefill_launch_s": Retired((9.0e-5,), "a host constant measured on the H200 host",
+                                          "simulator/cost_model.py EAGER_PREFILL_LAUNCH_S"),
+    # a recorded value was the prior's or, in validation replays, the calibration report's: the profile holds it now
+    "sim.tree_op_s": Retired(None, "a measured host cost", "the profile's tree_op_s (calibrate.py writes it), "
+                             "else simulator/cost_model.py PRIOR_TREE_OP_S"),
+    "interconnect.host_overhead_s": Retired((2.0e-5,), "a host constant of the analytic prior",
+                                            "simulator/cost_model.py PRIOR_MESSAGE_HOST_S"),
+    "model.target.seed": Retired((0,), "random weights derive from the run's seed", "seed"),
+    "model.draft.seed": Retired((0,), "random weights derive from the run's seed (a draft of the target's preset is "
+                                "the target itself)", "seed"),
+    "parallel.recv_spin_ms": Retired((None,), "its auto value won", "runtime/unix_channel.py GPU_RECV_SPIN_S / "
+                                     "CPU_RECV_SPIN_S"),
+    "parallel.cpu_affinity": Retired(("off",), "pinning ranks to cores measured neutral"),
+    "parallel.host_threads": Retired((0,), "1 and 16 threads per GPU rank measured the same",
+                                     "runtime/launch.py host_threads (OMP_NUM_THREADS still applies)"),
+    "parallel.gc": Retired(("freeze",), "the collector is always frozen around the decode loop, "
+                           "runtime/gc_policy.py"),
+    "hardware.gpus_per_node": Retired((8,), "a property of the GPU's node", "conf/presets.py GpuSpec.gpus_per_node"),
+    "hardware.num_nodes": Retired(None, "nodes follow from the split (ranks fill the GPU preset's nodes in order)"),
 }
 """Dotted field name -> what a recorded config may hold for it. docs/LOG.md has the number behind each removal."""
+
+
+def _nonzero(deltas: Any) -> Any:
+    return {k: v for k, v in deltas.items() if v != 0} if isinstance(deltas, dict) else deltas
+
+
+MOVED: dict[str, Moved] = {
+    # issue 49: the simulator's what-ifs in one sub-config
+    "sim.draft_host_scale": Moved("sim.whatif.draft_host_scale"),
+    "sim.draft_device_scale": Moved("sim.whatif.draft_device_scale"),
+    "sim.runtime_delta": Moved("sim.whatif.runtime_delta", _nonzero),  # a mapping now: its zeros change nothing
+}
+"""Old dotted field name -> where it lives now."""
 
 
 def strip_retired(data: dict[str, Any]) -> dict[str, Any]:
@@ -61,15 +116,48 @@ def strip_retired(data: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(node, dict) or leaf not in node:
             continue
         value = node.pop(leaf)
+        if retired.accepted is None:
+            continue
         if value not in retired.accepted or isinstance(value, bool) != isinstance(retired.accepted[0], bool):
             raise ValueError(f"{name}: removed ({retired.why}); this recorded config holds {value!r}, which the code "
                              f"no longer runs (accepted: {', '.join(map(repr, retired.accepted))})")
+    for name, moved in MOVED.items():
+        *parents, leaf = name.split(".")
+        node = out
+        for key in parents:
+            node = node.get(key) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or leaf not in node:
+            continue
+        value = node.pop(leaf)
+        *new_parents, new_leaf = moved.to.split(".")
+        target = out
+        for key in new_parents:
+            target = target.setdefault(key, {})
+        target[new_leaf] = moved.convert(value) if moved.convert else value
     return out
 
 
+def _owner(key: str, table: dict[str, Any]) -> str | None:
+    """`key` or the nearest of its dotted parents that `table` holds, else None."""
+    parts = key.split(".")
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in table:
+            return ".".join(parts[:n])
+    return None
+
+
 def check_overrides(overrides: Iterable[str]) -> None:
-    """Raise ValueError naming the first Hydra override (`key=value`, `+key=value`, `~key`) of a retired field."""
+    """Raise ValueError naming the first Hydra override (`key=value`, `+key=value`, `~key`) of a retired or moved
+    field, or of a key inside one, and what replaces it."""
     for arg in overrides:
         key = arg.lstrip("+~").split("=", 1)[0].strip()
-        if key in RETIRED:
-            raise ValueError(f"{key}: removed ({RETIRED[key].why}; docs/LOG.md); drop the override")
+        name = _owner(key, RETIRED)
+        if name is not None:
+            r = RETIRED[name]
+            instead = f"replaced by {r.replacement}" if r.replacement else "drop the override"
+            raise ValueError(f"{key}: removed ({r.why}; docs/LOG.md); {instead}")
+        name = _owner(key, MOVED)
+        if name is not None:
+            new = MOVED[name].to + key[len(name):]
+            raise ValueError(f"{key}: moved to {new}; write +{new}=... for a key of a mapping" if new != MOVED[name].to
+                             else f"{key}: moved to {new}")
