@@ -36,8 +36,7 @@ def sim_config(config: Any, profile: str | None, acceptance_file: str | None,
     cfg.sim.profile = profile
     if d_rule is not None:
         cfg.sim.d_rule = d_rule
-    cfg.trace.chrome = False
-    cfg.sim.record_events = False  # the comparison reads metrics and iterations.csv; no per-step traces
+    cfg.trace.enabled = False  # the comparison reads metrics and iterations.csv; no per-step traces
     cfg.parallel.device = "auto"
     cfg.validate()
     return freeze(cfg)

@@ -85,6 +85,7 @@ RETIRED: dict[str, Retired] = {
     "parallel.gc": Retired(("freeze",), "the collector is always frozen around the decode loop, "
                            "runtime/gc_policy.py"),
     "hardware.gpus_per_node": Retired((8,), "a property of the GPU's node", "conf/presets.py GpuSpec.gpus_per_node"),
+    "sim.record_events": Retired(None, "the simulator keeps its event log when it writes traces", "trace.enabled"),
     "hardware.num_nodes": Retired(None, "nodes follow from the split (ranks fill the GPU preset's nodes in order)"),
 }
 """Dotted field name -> what a recorded config may hold for it. docs/LOG.md has the number behind each removal."""

@@ -390,8 +390,6 @@ class SimConfig(_Frozen):
 
     profile: str | None = None
     """Fitted profile JSON (calibrate.py); None = the analytic roofline prior."""
-    record_events: bool = True
-    """Keep the per-iteration event log (needed for the Chrome trace and the breakdown CSV)."""
     d_rule: str = "round"
     """How async_tree's spec.d=auto resolves: round (d = max(1, round(t_verify / t_expand))) | best_of_two
     (simulate r = floor(t_verify / t_expand) and r + 1 on a short pilot and keep the faster) | runtime (the
@@ -439,7 +437,8 @@ class ExperimentConfig(_Frozen):
     sim: SimConfig = field(default_factory=SimConfig)
     trace: TraceConfig = field(default_factory=TraceConfig)
     seed: int = 0
-    """Global seed; per-component generators derive from it."""
+    """Global seed: the random weights of both models (runtime; a draft of the target's preset is then the target
+    itself) and, with workload.seed, the simulator's draws."""
     run_name: str = "run"
     """Label of the run (run-dir metadata, figure legends)."""
 

@@ -50,7 +50,7 @@ class UnixLeaderChannel(LeaderChannel):
         """Allocate the group-broadcast buffers (as LeaderChannel), then connect the two leaders."""
         super().__init__(ctx, max_nodes, timeout_s, timeline=timeline, max_in_flight=max_in_flight)
         if spin_s < 0:
-            raise ValueError(f"parallel.recv_spin_ms: expected >= 0, got {spin_s * 1e3:g}")
+            raise ValueError(f"unix leader channel: spin_s: expected >= 0 seconds, got {spin_s:g}")
         self.spin_s = spin_s
         self._sock: socket.socket | None = None
         if ctx.is_leader and ctx.peer_leader_rank is not None:

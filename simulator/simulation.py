@@ -308,7 +308,8 @@ class Simulation:
         self.num_requests = num_requests or wl.num_requests
         self.max_new_tokens = max_new_tokens or wl.max_new_tokens
         self.prompt_tokens = wl.prompt_tokens
-        self.record_events = config.sim.record_events if record_events is None else record_events
+        # the event log is what the traces are made of: kept when the run writes traces
+        self.record_events = config.trace.enabled if record_events is None else record_events
         chain = self.mode == "chain"
         self.bs = spec.gamma + 1 if chain else spec.bs
         self.w = 1 if chain else spec.w

@@ -86,9 +86,8 @@ def test_config_is_immutable_after_validation():
          r"kernels\.pdl_policy\.norm: 'eager' is not one of default, off, early, late"),
         (["kernels=triton", "kernels.pdl_policy.gemm=early"],
          r"kernels\.pdl_policy: sets \{'gemm': 'early'\} but kernels\.pdl is false: set kernels\.pdl=true"),
-        (["parallel.host_threads=-1"], r"parallel\.host_threads: expected an integer >= 0 \(0 = auto\), got -1"),
-        (["parallel.recv_spin_ms=-0.5"],
-         r"parallel\.recv_spin_ms: expected a number of milliseconds >= 0 or null \(auto\), got -0\.5"),
+        (["+sim.whatif.runtime_delta.step_extra_s=nan"],
+         r"sim\.whatif\.runtime_delta\.step_extra_s: must be a finite number of seconds, got nan"),
         (["model.draft.preset=qwen2-0.5b"], r"model\.draft\.preset: draft vocabulary \(151646 tokens\) differs"),
     ],
 )

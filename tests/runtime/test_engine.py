@@ -41,7 +41,7 @@ PROMPTS = [[5, 6, 7, 8], [100], [3, 3, 3, 3, 3, 3, 3], list(range(40, 80)), [250
 
 
 def make_cfg(mode: str, target: str = "tiny-llama", draft: str = "tiny-llama-draft", *, target_gpus: int = 1,
-             draft_gpus: int = 0, draft_seed: int = 2, max_new: int = MAX_NEW, capacity: int = CAPACITY,
+             draft_gpus: int = 0, max_new: int = MAX_NEW, capacity: int = CAPACITY,
              acceptance: AcceptanceConfig | None = None, backend: str = "reference", device: str = "cpu",
              dtype: str = "float32", cuda_graphs: bool = False, checkpoint: str | None = None,
              timeout_s: float = 60, leader_channel: str = "dist", skinny: bool = False, pdl: bool = False,
@@ -49,11 +49,12 @@ def make_cfg(mode: str, target: str = "tiny-llama", draft: str = "tiny-llama-dra
              prefill_graph: bool = False, share_gpus: bool = False,
              **spec) -> ExperimentConfig:
     """A validated config of tiny fp32 models on CPU (tests/gpu: other dtypes, CUDA graphs, a checkpoint,
-    which the draft shares when it is the target's preset; `share_gpus`: both groups on fewer GPUs)."""
+    which the draft shares when it is the target's preset; `share_gpus`: both groups on fewer GPUs). Random weights
+    from seed 1: a draft of the target's preset is the target itself (self-speculation)."""
     return build_config(ExperimentConfig(
-        model=ModelPairConfig(name=f"{target}+{draft}", target=ModelConfig(target, seed=1, dtype=dtype,
-                                                                           checkpoint=checkpoint),
-                              draft=ModelConfig(draft, seed=draft_seed, dtype=dtype,
+        seed=1,
+        model=ModelPairConfig(name=f"{target}+{draft}", target=ModelConfig(target, dtype=dtype, checkpoint=checkpoint),
+                              draft=ModelConfig(draft, dtype=dtype,
                                                 checkpoint=checkpoint if draft == target else None)),
         parallel=ParallelConfig(target_gpus=target_gpus, draft_gpus=draft_gpus, device=device, timeout_s=timeout_s,
                                 leader_channel=leader_channel, share_gpus=share_gpus),
@@ -168,7 +169,7 @@ def test_self_speculation_accepts_everything_and_always_hits():
     """Draft = target, chain-capable tree (topk 1): every verify accepts bs - 1 tokens; with d >= 1
     expansions after the refill the bonus is always the next chain node (a hit)."""
     expected, _ = reference_outputs("tiny-llama", eos_from=None)
-    cfg = make_cfg("serial_tree", "tiny-llama", "tiny-llama", draft_seed=1, bs=5, w=2, topk=1, d="1")
+    cfg = make_cfg("serial_tree", "tiny-llama", "tiny-llama", bs=5, w=2, topk=1, d="1")
     out = run(cfg)
     assert out["outputs"] == expected
     rows = out["iterations"]

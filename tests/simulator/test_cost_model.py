@@ -10,6 +10,7 @@ from conf.presets import GPU_PRESETS, LINK_PRESETS, model_preset
 from conf.rundir import MEASURED_DIR
 from simulator.cost_model import (
     BYTES_PER_PARAM,
+    EAGER_PREFILL_LAUNCH_S,
     GroupCost,
     Operators,
     StepDesc,
@@ -212,7 +213,7 @@ def test_build_costs_price_eager_prefills_where_the_runtime_runs_them(overrides,
     costs = build_costs(cfg)
     for group, floor in ((costs.target, target_floor), (costs.draft, draft_floor)):
         launches = kernels_per_step(group.shape, group.tp, True)
-        assert group.prefill_host_s == pytest.approx(cfg.sim.eager_prefill_launch_s * launches if floor else 0.0)
+        assert group.prefill_host_s == pytest.approx(EAGER_PREFILL_LAUNCH_S * launches if floor else 0.0)
 
 
 def _graph_profile():
