@@ -29,8 +29,8 @@ METHOD = """\
 2. **Fit (CPU).** `calibrate.py` fits each operator in the profile's functional form (non-negative least
    squares in relative error) and reports the held-out MAPE per operator. Captured decode steps take the in-graph
    fits: `attention_graph` and `step_overhead_graph` (the small kernels, counted per role and rows). The fitted
-   profile is `profiles/h200.json`; the fit report (`profiles/h200.report.json`) also yields `sim.tree_op_s`
-   (median select + re-root host time).
+   profile is `profiles/h200.json`; its `tree_op_s` (median select + re-root host time) comes from
+   the same traces.
 3. **Measured runs (GPU).** `calibration/validate.py run` decodes each configuration with the real runtime
    (`runtime.launch`, `runtime.engine`): Llama-3-8B target on GPU 0, Llama-3.2-1B draft on GPU 1, random
    weights with the acceptance oracle, one request of {workload}, `kernels=graphs` (fused

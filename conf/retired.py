@@ -74,8 +74,9 @@ RETIRED: dict[str, Retired] = {
                              "else simulator/cost_model.py PRIOR_TREE_OP_S"),
     "interconnect.host_overhead_s": Retired((2.0e-5,), "a host constant of the analytic prior",
                                             "simulator/cost_model.py PRIOR_MESSAGE_HOST_S"),
-    "model.target.seed": Retired((0,), "random weights derive from the run's seed", "seed"),
-    "model.draft.seed": Retired((0,), "random weights derive from the run's seed (a draft of the target's preset is "
+    # any recorded seed loads: only a runtime run builds weights, and a recorded config is replayed by the simulator
+    "model.target.seed": Retired(None, "random weights derive from the run's seed", "seed"),
+    "model.draft.seed": Retired(None, "random weights derive from the run's seed (a draft of the target's preset is "
                                 "the target itself)", "seed"),
     "parallel.recv_spin_ms": Retired((None,), "its auto value won", "runtime/unix_channel.py GPU_RECV_SPIN_S / "
                                      "CPU_RECV_SPIN_S"),

@@ -1,6 +1,6 @@
 """Simulator-level configuration checks, on top of the conf layer's validation.
 
-conf/schema.py already rejects: GPU splits beyond gpus_per_node x num_nodes, TP degrees a shape cannot
+conf/schema.py already rejects: TP degrees a shape cannot
 use, unknown hardware / link / model presets, acceptance rows outside [0, 1] or summing above 1. This
 module adds what only the simulator's topology and cost model know, with messages that name the field:
 

@@ -32,7 +32,7 @@ def test_validation_replay_reproduces_a_recorded_run(mode, tmp_path):
                  "workload.num_requests=1",
                  "workload.prompt_tokens=512", "workload.max_new_tokens=128", "trace.chrome=false")
     recorded = run_sim(config, tmp_path / "recorded" / mode, verbose=False)
-    row = simulate_run(tmp_path / "recorded" / mode, None, {}, tmp_path / "sim")
+    row = simulate_run(tmp_path / "recorded" / mode, None, tmp_path / "sim")
     assert row["tokens_per_s"]["measured"] == pytest.approx(recorded["tokens_per_s"])
     assert abs(row["tokens_per_s"]["error"]) <= 0.05, row["tokens_per_s"]
     assert abs(row["mean_accept_len"]["error"]) <= 0.08, row["mean_accept_len"]

@@ -150,7 +150,8 @@ def test_leader_messages_follow_the_leader_channel(tmp_path):
     f = _write(tmp_path, VALID)
     base = ("workload.num_requests=1", f"sim.profile={f}")
     assert leader_transport(cfg(*base)) == "unix"  # 6 + 2 GPUs of one 8-GPU node
-    assert leader_transport(cfg(*base, "parallel=8x8", "interconnect=cross_node_ib")) == "dist"  # draft on node 1
+    assert leader_transport(cfg(*base, "parallel.target_gpus=8", "parallel.draft_gpus=8",
+                                 "interconnect=cross_node_ib")) == "dist"  # draft on node 1
     assert leader_transport(cfg(*base, "parallel.leader_channel=dist")) == "dist"
     unix = build_costs(cfg(*base, "parallel.leader_channel=unix"))
     config = cfg(*base, "parallel.leader_channel=unix")
