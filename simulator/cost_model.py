@@ -424,7 +424,7 @@ class GroupCost:
                  extra_per_real_row_s: float = 0.0, prefill_launch_s: float = 0.0,
                  kernels: GraphKernels = GraphKernels(), device_scale: float = 1.0) -> None:
         self.ops, self.shape, self.weight_bits, self.tp, self.fused = ops, shape, weight_bits, tp, fused
-        # what-if on the group's kernels (sim.whatif.draft_device_scale): every step's, prefill's and compaction's device
+        # what-if on the group's kernels (sim.whatif.draft_device_scale): every step's, prefill's and compaction's
         # time times this; host costs and messages unchanged
         self.device_scale = device_scale
         self.kernels = kernels  # target forwards or draft expansions: which small kernels its captured steps launch
