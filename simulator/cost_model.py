@@ -425,7 +425,7 @@ class GroupCost:
                  kernels: GraphKernels = GraphKernels(), device_scale: float = 1.0) -> None:
         self.ops, self.shape, self.weight_bits, self.tp, self.fused = ops, shape, weight_bits, tp, fused
         # what-if on the group's kernels (sim.whatif.draft_device_scale): every step's, prefill's and compaction's
-        # time times this; host costs and messages unchanged
+        # device time times this; host costs and messages unchanged
         self.device_scale = device_scale
         self.kernels = kernels  # target forwards or draft expansions: which small kernels its captured steps launch
         # an eager prefill's host time per launch (0: a captured prefill, its operators alone)
