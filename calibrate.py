@@ -70,7 +70,8 @@ def run(config: CalibrateConfig) -> dict[str, Any]:
 
         runtime, report["runtime"] = fit_runtime_costs(list(config.runs), profile)
         loops = loop_costs(report["runtime"])
-    write_profile(out, Profile(str(out), profile.hardware, profile.software, profile.operators, runtime, loops))
+    write_profile(out, Profile(str(out), profile.hardware, profile.software, profile.operators, runtime, loops,
+                               profile.tree_op_s))
     report_path = Path(config.report) if config.report else out.with_name(out.stem + ".report.json")
     atomic_write_json(report_path, {"profile": str(out), "hardware": profile.hardware, "software": software,
                                     **report})
@@ -87,7 +88,7 @@ def run(config: CalibrateConfig) -> dict[str, Any]:
     print(f"profile: {out}\nreport: {report_path}")
     summary = {"profile": str(out), "report": str(report_path),
                "mape": {op: r["mape"] for op, r in report["operators"].items()},
-               "skipped": list(report["skipped"]), "suggested_sim_settings": report["suggested_sim_settings"],
+               "skipped": list(report["skipped"]), "tree_op_s": profile.tree_op_s,
                "runtime": runtime, "runtime_loops": loops}
     print(json.dumps(summary), flush=True)
     return summary

@@ -47,8 +47,7 @@ SUBDIR=$DRAFT_SUBDIR sweep fig02_acceptance spec=autoregressive parallel=8x0
 # (parallel.leader_channel auto, as the runtime): the link changes the all-reduces; the cross-node scenario sends the
 # leader messages over the cross-group link (leader_channel dist: the 6 + 2 ranks still fill node 0 first).
 sweep fig03_interconnect spec=serial_tree,async_tree interconnect=nvlink,pcie5,pcie4
-sweep fig03_interconnect spec=serial_tree,async_tree interconnect=cross_node_ib hardware.num_nodes=2 \
-  parallel.leader_channel=dist
+sweep fig03_interconnect spec=serial_tree,async_tree interconnect=cross_node_ib parallel.leader_channel=dist
 # fig06 (and fig07): the ablation ladder; reference kernels except the last step.
 sweep fig06_ablation kernels=reference spec=autoregressive parallel=8x0
 sweep fig06_ablation kernels=reference spec=chain,serial_tree,async_tree

@@ -3,8 +3,8 @@
 Rows: async_tree and serial_tree at every split of `SPLITS`, autoregressive decoding on all 8 GPUs, then the
 simulator's recommended configuration on 8 GPUs (`simulator.autoconfig.search`). Every row is simulated with
 `conf/simulate.yaml` plus the overrides below (the same as `python simulate.py model=llama3-70b_llama3.2-3b
-parallel=TxD spec=MODE workload.num_requests=2 workload.prompt_tokens=512 workload.max_new_tokens=512`, the
-4-GPU rows with `hardware.gpus_per_node=4`). Nothing here is measured.
+parallel=TxD spec=MODE workload.num_requests=2 workload.prompt_tokens=512 workload.max_new_tokens=512`; a 4-GPU row
+is its split on one node). Nothing here is measured.
 
     python -m analysis.splits_doc --profile profiles/h200.json --out runs/bench/splits_<date>.json
         -> the JSON (git SHA, date, profile, overrides, rows, pick) and the markdown table on stdout
@@ -29,11 +29,10 @@ BASE = ["model=llama3-70b_llama3.2-3b", "workload.num_requests=2", "workload.pro
 
 
 def simulate_row(gpus: int, target: int, draft: int, mode: str, profile: str) -> dict[str, Any]:
-    """One table row: the simulator's metrics of `mode` on `target` + `draft` GPUs of a `gpus`-GPU node."""
+    """One table row: the simulator's metrics of `mode` on `target` + `draft` GPUs of a `gpus`-GPU machine."""
     from simulator.main import run_simulation
 
-    ov = [*BASE, f"parallel={target}x{draft}", f"spec={mode}", f"sim.profile={profile}",
-          f"hardware.gpus_per_node={gpus}"]
+    ov = [*BASE, f"parallel={target}x{draft}", f"spec={mode}", f"sim.profile={profile}"]
     _, m = run_simulation(compose_config("simulate", ov))
     keys = ("tokens_per_s", "iteration_time_s", "verify_time_s", "mean_accept_len", "d")
     return {"gpus": gpus, "target_gpus": target, "draft_gpus": draft, "mode": mode, "overrides": ov,

@@ -478,7 +478,7 @@ def run_compiled_phase(bc: Any, cfg: Any, prompts: list[list[int]], eos_token_id
     def runtime_model(role: str) -> Any:
         if role not in runtime_models:
             mcfg = getattr(cfg.model, role)
-            runtime_models[role] = build_model(model_preset(mcfg.preset), mcfg.dtype, dev, mcfg.seed,
+            runtime_models[role] = build_model(model_preset(mcfg.preset), mcfg.dtype, dev, cfg.seed,
                                                checkpoint=mcfg.checkpoint)
         return runtime_models[role]
 
@@ -493,7 +493,7 @@ def run_compiled_phase(bc: Any, cfg: Any, prompts: list[list[int]], eos_token_id
 
             mcfg = getattr(cfg.model, role)
             folder = mcfg.checkpoint is not None and (Path(mcfg.checkpoint) / "config.json").is_file()
-            hf_models[role] = (load_hf(mcfg, dev) if folder
+            hf_models[role] = (load_hf(mcfg, dev, cfg.seed) if folder
                                else hf_from_runtime(runtime_model(role), model_preset(mcfg.preset)))
         return hf_models[role]
 

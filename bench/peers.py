@@ -96,8 +96,9 @@ def hf_from_runtime(model: Any, shape: ModelShape) -> Any:
     return hf.eval().requires_grad_(False)
 
 
-def load_hf(mcfg: Any, device: torch.device | str) -> Any:
-    """The model of `mcfg` (conf.schema.ModelConfig) as a transformers module on `device`, in `mcfg.dtype`."""
+def load_hf(mcfg: Any, device: torch.device | str, seed: int = 0) -> Any:
+    """The model of `mcfg` (conf.schema.ModelConfig) as a transformers module on `device`, in `mcfg.dtype` (random
+    weights: from the run's `seed`)."""
     from pathlib import Path
 
     from runtime.loader import build_model, resolve_dtype
@@ -110,7 +111,7 @@ def load_hf(mcfg: Any, device: torch.device | str) -> Any:
         model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=dtype).to(device)
         return model.eval().requires_grad_(False)
     shape = model_preset(mcfg.preset)
-    return hf_from_runtime(build_model(shape, dtype, device, mcfg.seed, checkpoint=ckpt), shape)
+    return hf_from_runtime(build_model(shape, dtype, device, seed, checkpoint=ckpt), shape)
 
 
 def set_greedy(model: Any, eos_token_id: int | None) -> None:
@@ -343,7 +344,7 @@ def run_deepspeed(ctx: Any, cfg: Any, *, prompts: list[list[int]], eos_token_id:
     """
     import deepspeed
 
-    model = load_hf(cfg.model.target, ctx.device)
+    model = load_hf(cfg.model.target, ctx.device, cfg.seed)
     set_greedy(model, eos_token_id)
     deepspeed.init_distributed(dist_backend=ctx.backend)  # adopts the process group `launch` created
     tp: dict[str, Any] = {"tp_size": ctx.group_size}
@@ -409,11 +410,11 @@ def run_hf_phase(bc: Any, cfg: Any, prompts: list[list[int]], eos_token_id: int 
             continue
         try:
             if target is None:
-                target = load_hf(cfg.model.target, dev)
+                target = load_hf(cfg.model.target, dev, cfg.seed)
                 set_greedy(target, eos_token_id)
             draft = None
             if peer == "hf_assisted":
-                draft = load_hf(cfg.model.draft, dev)
+                draft = load_hf(cfg.model.draft, dev, cfg.seed)
                 set_greedy(draft, eos_token_id)
             results[peer] = {"repeats": measure(target, prompts, wl.max_new_tokens, assistant=draft, **kw),
                              "attn_implementation": target.config._attn_implementation}
@@ -430,6 +431,6 @@ def run_checks(cfg: Any, prompts: list[list[int]], device: torch.device, referen
 
     Returns {system key: check_outputs result} for every key but the reference's.
     """
-    target = load_hf(cfg.model.target, "cuda:0" if device.type == "cuda" else "cpu")
+    target = load_hf(cfg.model.target, "cuda:0" if device.type == "cuda" else "cpu", cfg.seed)
     return {key: check_outputs(target, prompts, outputs[reference], out, cfg.model.target.dtype)
             for key, out in outputs.items() if key != reference}

@@ -43,14 +43,14 @@ AUTOCONFIG_BS, AUTOCONFIG_W = (4, 8, 16), (4, 8, 16)
 WITHIN = 0.05  # "the autoconfig pick is as good as the best measured config" if within 5% of its tokens/s
 
 
-def autoconfig_pick(base: Any, profile: str, settings: dict[str, float]) -> tuple[dict[str, Any], list[Any]]:
+def autoconfig_pick(base: Any, profile: str) -> tuple[dict[str, Any], list[Any]]:
     """The autoconfig search on the base config's 2 GPUs, 1:1 split, from the profile: (best, ranked).
 
     d = auto is simulated with the runtime's own DepthTuner (`sim.d_rule=runtime`): its warm-up and trial
     rounds are what an auto-d run pays, so a fixed d wins where tuning costs more than it finds."""
     from simulator.autoconfig import search
 
-    cfg = sim_config(base, profile, settings, acceptance_file=None, d_rule="runtime")
+    cfg = sim_config(base, profile, acceptance_file=None, d_rule="runtime")
     ranked = search(cfg, splits=[cfg.parallel.target_gpus], bs_values=AUTOCONFIG_BS, w_values=AUTOCONFIG_W)
     ok = [c for c in ranked if not c.error]
     return (dataclasses.asdict(ok[0]) if ok else {}), ok
@@ -61,12 +61,6 @@ def read_report(profile: str, report: str | None) -> dict[str, Any]:
     """The calibration report (`report`, else <profile stem>.report.json next to the profile); {} if none."""
     path = Path(report) if report else Path(profile).with_name(Path(profile).stem + ".report.json")
     return json.loads(path.read_text()) if path.is_file() else {}
-
-
-def load_settings(profile: str, report: str | None) -> dict[str, float]:
-    """`suggested_sim_settings` of the calibration report; {} if none."""
-    data = read_report(profile, report)
-    return {k: float(v) for k, v in data.get("suggested_sim_settings", {}).items()}
 
 
 def fitted_runs(profile: str, report: str | None) -> list[str]:
@@ -119,7 +113,7 @@ def _compared(measured: Any, simulated: Any) -> dict[str, Any]:
     return {"measured": measured, "simulated": simulated, "error": relative_error(simulated, measured)}
 
 
-def simulate_run(run_dir: Path, profile: str | None, settings: dict[str, float], sim_root: Path) -> dict[str, Any]:
+def simulate_run(run_dir: Path, profile: str | None, sim_root: Path) -> dict[str, Any]:
     """Simulate one measured run dir in both acceptance views; write the replayed view's simulated run dir; return
     the comparison row (the replayed view's metrics, and `predicted_acceptance`: the predicted view's)."""
     from simulator.main import write_outputs
@@ -140,7 +134,7 @@ def simulate_run(run_dir: Path, profile: str | None, settings: dict[str, float],
         replay = str(ranked)
     auto_async = config.spec.mode == "async_tree" and str(config.spec.d) == "auto"
     d_rule = "runtime" if auto_async else None
-    cfg = sim_config(config, profile, settings, acceptance_file=replay,
+    cfg = sim_config(config, profile, acceptance_file=replay,
                      replay_belief=replay_belief_of(measured, config), d_rule=d_rule, **workload)
     d_used = measured.get("d_used")
     pin = (int(d_used) if cfg.spec.mode in ("serial_tree", "async_tree") and d_used and not auto_async
@@ -149,8 +143,8 @@ def simulate_run(run_dir: Path, profile: str | None, settings: dict[str, float],
     write_outputs(sim_root / run_dir.name, cfg, sim, metrics, f"calibration/validate.py compare ({run_dir.name})")
     predicted = metrics
     if config.spec.mode != "autoregressive":  # an autoregressive run has no acceptance to predict
-        predicted = _simulated(sim_config(config, profile, settings, acceptance_file=None, d_rule=d_rule,
-                                          **workload), pin)[2]
+        predicted = _simulated(sim_config(config, profile, acceptance_file=None, d_rule=d_rule, **workload),
+                               pin)[2]
     meas_expand = measured_expand_s(run_dir)
     row: dict[str, Any] = {
         "name": run_dir.name, "config": run_dir.name.split(REPEAT_SEP)[0], "mode": cfg.spec.mode,
@@ -205,8 +199,8 @@ def _spearman(a: list[float], b: list[float]) -> float | None:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def autoconfig_check(run_dirs: list[Path], profile: str | None, settings: dict[str, float],
-                     notes: dict[str, Any], fitted: set[str] = frozenset()) -> dict[str, Any]:
+def autoconfig_check(run_dirs: list[Path], profile: str | None, notes: dict[str, Any],
+                     fitted: set[str] = frozenset()) -> dict[str, Any]:
     """Does the simulator rank the measured async configs like the runtime, and is its pick near the best?
 
     Every measured async config takes part (the best measured is a fact of the hardware); those the profile's
@@ -225,7 +219,7 @@ def autoconfig_check(run_dirs: list[Path], profile: str | None, settings: dict[s
         return {"note": "no measured async_tree runs"}
     table = []
     for name, runs in sorted(groups.items()):
-        cfg = sim_config(config_from_dict(runs[0]["config"]), profile, settings, acceptance_file=None,
+        cfg = sim_config(config_from_dict(runs[0]["config"]), profile, acceptance_file=None,
                          d_rule="runtime")  # auto d pays its tuning rounds, as in the search below
         sim = simulate(cfg, record_events=False)
         table.append({"name": name, "bs": cfg.spec.bs, "w": cfg.spec.w, "d": str(cfg.spec.d), "repeats": len(runs),
@@ -243,7 +237,7 @@ def autoconfig_check(run_dirs: list[Path], profile: str | None, settings: dict[s
     }
     base = config_from_dict(next(iter(groups.values()))[0]["config"])
     base.validate()
-    best, ranked = autoconfig_pick(base, profile, settings)
+    best, ranked = autoconfig_pick(base, profile)
     out["autoconfig_search"] = {"split": f"{base.parallel.target_gpus}x{base.parallel.draft_gpus}",
                                 "bs": list(AUTOCONFIG_BS), "w": list(AUTOCONFIG_W), "d": "auto, 1..8",
                                 "best": best, "top5": [dataclasses.asdict(c) for c in ranked[:5]]}
@@ -307,7 +301,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"compare: {exc}", file=sys.stderr)
         return 2
     folders = [Path(r) for r in args.runs]
-    settings = load_settings(args.profile, args.report) if args.profile and not args.no_settings else {}
     fit_runs = fitted_runs(args.profile, args.report) if args.profile else []
     fitted = {Path(r).name.split(REPEAT_SEP)[0] for r in fit_runs}
     if args.keep_fitted and args.doc:
@@ -330,7 +323,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     rows = []
     for rd in held_out_dirs:
         try:
-            rows.append(simulate_run(rd, args.profile, settings, sim_root))
+            rows.append(simulate_run(rd, args.profile, sim_root))
         except Exception as exc:
             print(f"compare: {rd.name}: {exc!r}", file=sys.stderr)
             rows.append({"name": rd.name, "error": repr(exc)})
@@ -340,12 +333,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
                        if p.is_file()), None)
     notes = json.loads(notes_path.read_text()) if notes_path is not None else {}
     try:
-        ac = autoconfig_check(run_dirs, args.profile, settings, notes, fitted)
+        ac = autoconfig_check(run_dirs, args.profile, notes, fitted)
     except Exception as exc:
         ac = {"note": f"autoconfig check failed: {exc!r}"}
     predicted = [{**r, **r["predicted_acceptance"]} for r in good]
     result = {
-        "date": datetime.date.today().isoformat(), "git_sha": sha, "profile": args.profile, "sim_settings": settings,
+        "date": datetime.date.today().isoformat(), "git_sha": sha, "profile": args.profile,
         "gpu": good[0]["gpu"] if good else None, "runs": " ".join(args.runs), "sim_runs": str(sim_root),
         "profile_cost_model": good[0]["cost_model"] if good else None, "json": str(json_path),
         "held_out": ("the profile's operators are fitted from operator traces"

@@ -15,9 +15,8 @@ configuration (the runtime's own `write_run_dir`: config.json, metrics.json, ite
 agreement, the parity plot and validation.json.
 
 The profile is fitted from operator traces only (calibration/profile_ops.py -> calibrate.py); no run made here
-enters the fit, so every configuration validated is held out by construction. Simulator settings the
-profile format cannot carry (`sim.tree_op_s`) come from the calibration report of the same operator
-traces (`suggested_sim_settings`), and the validation says so.
+enters the fit, so every configuration validated is held out by construction. The draft's tree bookkeeping per
+round (`tree_op_s`) is the profile's, measured on the same operator traces.
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from calibration.compare import REPEAT_SEP, autoconfig_pick, cmd_compare, load_settings  # noqa: E402
+from calibration.compare import REPEAT_SEP, autoconfig_pick, cmd_compare  # noqa: E402
 from conf.rundir import REPO_ROOT, atomic_write_json, atomic_write_text  # noqa: E402
 
 PAIR = "llama3-8b_llama3.2-1b"
@@ -124,7 +123,7 @@ def caching_engine_class() -> type:
         """The runtime's Engine, with models built once per process (a config change only changes workers)."""
 
         def _build_model(self, mcfg: Any) -> Any:
-            key = (mcfg.preset, mcfg.dtype, mcfg.seed, mcfg.checkpoint, str(self.ctx.device), self.ctx.group_size,
+            key = (mcfg.preset, mcfg.dtype, self.cfg.seed, mcfg.checkpoint, str(self.ctx.device), self.ctx.group_size,
                    self.ctx.role)
             if key not in _MODELS:
                 _MODELS[key] = super()._build_model(mcfg)
@@ -222,8 +221,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                              "budget_s": args.budget_s, "failed": {}, "skipped": []}
     if args.profile:
         try:
-            settings = load_settings(args.profile, args.report)
-            best, _ = autoconfig_pick(jobs[-1][1], args.profile, settings)
+            best, _ = autoconfig_pick(jobs[-1][1], args.profile)
             notes["autoconfig_pick"] = best
             if best:
                 name = f"autoconfig_bs{best['bs']}_w{best['w']}_d{best['d']}"
@@ -297,7 +295,6 @@ def main(argv: list[str] | None = None) -> int:
                    "validation.json, validation.md, fig04_parity.{png,pdf} (the flags below override each)")
     c.add_argument("--profile", default=None, help="profile JSON (none: the analytic prior)")
     c.add_argument("--report", default=None, help="calibration report (default: next to the profile)")
-    c.add_argument("--no-settings", action="store_true", help="ignore the report's suggested sim settings")
     c.add_argument("--exclude", default="", help="comma-separated configurations to leave out (fitted on); "
                    "the report's runtime.runs are left out anyway")
     c.add_argument("--keep-fitted", action="store_true",

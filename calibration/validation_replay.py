@@ -12,7 +12,7 @@ from typing import Any
 from conf.rundir import atomic_write_json, config_from_dict
 
 
-def sim_config(config: Any, profile: str | None, settings: dict[str, float], acceptance_file: str | None,
+def sim_config(config: Any, profile: str | None, acceptance_file: str | None,
                replay_belief: str = "geometric", d_rule: str | None = None, **workload: int) -> Any:
     """A simulator config of a measured run: same everything, the profile, replayed acceptance if given
     (its tree grown by `replay_belief`), `workload` fields replaced (the measured prompt length and output of
@@ -36,10 +36,7 @@ def sim_config(config: Any, profile: str | None, settings: dict[str, float], acc
     cfg.sim.profile = profile
     if d_rule is not None:
         cfg.sim.d_rule = d_rule
-    for key, value in settings.items():
-        setattr(cfg.sim, key, value)
-    cfg.trace.chrome = False
-    cfg.sim.record_events = False  # the comparison reads metrics and iterations.csv; no per-step traces
+    cfg.trace.enabled = False  # the comparison reads metrics and iterations.csv; no per-step traces
     cfg.parallel.device = "auto"
     cfg.validate()
     return freeze(cfg)

@@ -4,7 +4,7 @@
     python -m conf.config_doc --write              # write docs/CONFIG.md (atomically)
     python -m conf.config_doc --check              # exit 1 when docs/CONFIG.md differs from the schema
 
-A leaf is a field whose type is not a config dataclass; dataclass fields (`model.target`, `sim.runtime_delta`, ...)
+A leaf is a field whose type is not a config dataclass; dataclass fields (`model.target`, `sim.whatif`, ...)
 and optional ones (`model.draft`) are walked into. Each row holds the field's dotted name, its annotated type, the
 schema's default, the entry points that read it and its meaning: the attribute docstring right after the field in
 conf/schema.py or conf/kernels_config.py. The few fields without their own docstring take the text of `FALLBACK`,
@@ -48,10 +48,8 @@ READER_EXCEPTIONS: dict[str, tuple[str, str]] = {
     "model.tokenizer": (GENERATE, "the simulator has no text"),
     "model.target.checkpoint": (GENERATE, "the simulator prices shapes, not weights"),
     "model.target.dtype": (GENERATE, "the simulator prices weights by weight_bits"),
-    "model.target.seed": (GENERATE, "random weights"),
     "model.draft.checkpoint": (GENERATE, "the simulator prices shapes, not weights"),
     "model.draft.dtype": (GENERATE, "the simulator prices weights by weight_bits"),
-    "model.draft.seed": (GENERATE, "random weights"),
     "parallel.target_gpus": (BOTH, "the split"),
     "parallel.draft_gpus": (BOTH, "the split"),
     "parallel.leader_channel": (BOTH, "the simulator prices the leaders' messages by the channel"),
@@ -64,7 +62,6 @@ READER_EXCEPTIONS: dict[str, tuple[str, str]] = {
     "workload.prompt_file": (GENERATE, "the simulator refuses text prompts"),
     "workload.eos_token_id": (GENERATE, "the simulator has no tokens"),
     "interconnect.name": (BOTH, "a label in both entry points' metrics"),
-    "trace.per_operator": (NONE, "no code reads it yet"),
     "trace.graph_events": (GENERATE, "CUDA events around the runtime's replays"),
 }
 """Leaf -> (who reads it, why it differs from its group's GROUP_READERS)."""
@@ -72,11 +69,6 @@ READER_EXCEPTIONS: dict[str, tuple[str, str]] = {
 FALLBACK = {
     "AcceptanceConfig.positional": "`positional[depth][rank]`: the probability that the rank-th most likely draft "
     "child of a correct node at that depth is the target's next token; depths beyond the table reuse its last row.",
-    "HardwareConfig.gpus_per_node": "GPUs per node; the split (parallel.target_gpus + parallel.draft_gpus) must fit "
-    "in gpus_per_node x num_nodes.",
-    "HardwareConfig.num_nodes": "Nodes of gpus_per_node GPUs each.",
-    "RuntimeDelta.*": "Seconds added to the calibrated profile's `{name}` runtime host cost (one entry of "
-    "simulator/profile.py RUNTIME_COSTS; needs that entry in the profile); 0 = the profile as fitted.",
 }
 """Meanings of the fields that have no attribute docstring: `Class.field`, or `Class.*` for every field of a class
 whose docstring describes its fields together (`{name}` is the field's name)."""

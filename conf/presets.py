@@ -154,6 +154,7 @@ class GpuSpec:
     nvlink_bytes_per_s: float  # one direction, per GPU
     kernel_launch_s: float  # per kernel in a CUDA graph replay
     link: str = "nvlink4"  # its GPU-to-GPU link preset (LINK_PRESETS): what interconnect.*_group=gpu selects
+    gpus_per_node: int = 8  # GPUs of one node (an HGX / DGX board of 8 SXM GPUs): ranks fill nodes in order
 
 
 GPU_PRESETS: dict[str, GpuSpec] = {

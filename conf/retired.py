@@ -4,17 +4,21 @@ A recorded run dir's config.json (conf/rundir.py) holds every field its commit's
 (the A/B that decided it is in docs/LOG.md), its field goes from the schema and gets one `RETIRED` entry: the values a
 recorded config may hold for it, and why it went. Those values describe the path a run took that the code still runs,
 or the path that was the default until the kept one replaced it (such a run measured that path: its numbers stay
-results, the switch does not come back). Reading a recorded config (`strip_retired`, called by
-`conf.rundir.config_from_dict`) drops an accepted value and refuses any other one with an error naming the field. A
-command-line override of a retired field (`python generate.py spec.presend=true`) fails with one line naming it
-(`check_overrides`), and so does one of a field or group option that moved (`MOVED`: the line names the replacement).
-An override of a field inside a retired one (`kernels.pdl_policy.norm=late`) is refused as the retired one.
+results, the switch does not come back). A field whose number moved out of the config (into a named constant of the
+code that uses it, a preset or the profile) names where it went (`replacement`). Reading a recorded config
+(`strip_retired`, called by `conf.rundir.config_from_dict`) drops an accepted value and refuses any other one with an
+error naming the field. A field that moved inside the schema (`MOVED`, e.g. `sim.draft_host_scale` to
+`sim.whatif.draft_host_scale`) is carried to its new place. A command-line override of a retired or moved field
+(`python generate.py spec.presend=true`), or of a key inside one, fails with one line naming it and its replacement
+(`check_overrides`), and so does an override key or group option that a preset or list replaced (`REPLACED`,
+e.g. `kernels.skinny=false`; recorded configs' kernels switches map to a preset and an ablation list in
+conf.kernels_config.kernels_from_recorded).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +29,20 @@ from conf.frozen import ConfigError
 class Retired:
     """One removed field: the values a recorded config may still hold for it, and why it went."""
 
-    accepted: tuple[Any, ...]
+    accepted: tuple[Any, ...] | None
+    """None: any value (the field chose nothing the code no longer runs, e.g. a count the code now derives)."""
     why: str
+    replacement: str = ""
+    """Where its number or its choice went (a constant, a preset field, the profile), named by an override's error."""
+
+
+@dataclass(frozen=True)
+class Moved:
+    """A field that moved inside the schema: its new dotted name, and how a recorded value converts (identity when
+    None)."""
+
+    to: str
+    convert: Callable[[Any], Any] | None = None
 
 
 _ZERO = (0, 0.0)
@@ -50,17 +66,61 @@ RETIRED: dict[str, Retired] = {
     # kernels group (issue 49): a recorded true is a simulated run (the runtime refused it) that the simulator priced
     # as the graphs preset: it never read the switch
     "kernels.fused_allreduce": Retired((False, True), "the simulator never priced the fused GEMM + all-reduce and "
-                                       "the runtime does not run it"),
+                                       "the runtime does not run it",
+                                       "sim.whatif.fused_allreduce (a simulator what-if)"),
     "kernels.pdl_policy": Retired(({"gemm": "default", "small": "default", "pre_attention": "default",
                                     "norm": "default"},),
                                   "the PDL trigger per kernel role is kernels/pdl.py's DEFAULT_POLICY; a benchmark "
                                   "passes another to kernels.pdl.pdl"),
+    # issue 49: sim / parallel / model / hardware / interconnect / trace fields
+    "trace.per_operator": Retired((False,), "no code read it"),
+    "sim.max_iterations": Retired((1_000_000,), "a safety bound, not a setting",
+                                  "simulator/processes.py MAX_ITERATIONS"),
+    "sim.pilot_tokens": Retired((128,), "a method constant of sim.d_rule=best_of_two",
+                                "simulator/simulation.py PILOT_TOKENS"),
+    "sim.step_overhead_s": Retired((3.0e-5,), "a host constant of the analytic prior",
+                                   "simulator/cost_model.py PRIOR_STEP_OVERHEAD_S"),
+    "sim.eager_prefill_launch_s": Retired((9.0e-5,), "a host constant measured on the H200 host",
+                                          "simulator/cost_model.py EAGER_PREFILL_LAUNCH_S"),
+    # a recorded value was the prior's or, in validation replays, the calibration report's: the profile holds it now
+    "sim.tree_op_s": Retired(None, "a measured host cost", "the profile's tree_op_s (calibrate.py writes it), "
+                             "else simulator/cost_model.py PRIOR_TREE_OP_S"),
+    "interconnect.host_overhead_s": Retired((2.0e-5,), "a host constant of the analytic prior",
+                                            "simulator/cost_model.py PRIOR_MESSAGE_HOST_S"),
+    # any recorded seed loads: only a runtime run builds weights, and a recorded config is replayed by the simulator
+    "model.target.seed": Retired(None, "random weights derive from the run's seed", "seed"),
+    "model.draft.seed": Retired(None, "random weights derive from the run's seed (a draft of the target's preset is "
+                                "the target itself)", "seed"),
+    "parallel.recv_spin_ms": Retired((None,), "its auto value won", "runtime/unix_channel.py GPU_RECV_SPIN_S / "
+                                     "CPU_RECV_SPIN_S"),
+    "parallel.cpu_affinity": Retired(("off",), "pinning ranks to cores measured neutral"),
+    "parallel.host_threads": Retired((0,), "1 and 16 threads per GPU rank measured the same",
+                                     "runtime/launch.py host_threads (OMP_NUM_THREADS still applies)"),
+    "parallel.gc": Retired(("freeze",), "the collector is always frozen around the decode loop, "
+                           "runtime/gc_policy.py"),
+    "hardware.gpus_per_node": Retired((8,), "a property of the GPU's node", "conf/presets.py GpuSpec.gpus_per_node"),
+    "sim.record_events": Retired(None, "the simulator keeps its event log when it writes traces", "trace.enabled"),
+    "hardware.num_nodes": Retired(None, "nodes follow from the split (ranks fill the GPU preset's nodes in order)"),
 }
 """Dotted field name -> what a recorded config may hold for it. docs/LOG.md has the number behind each removal."""
 
+
+def _nonzero(deltas: Any) -> Any:
+    return {k: v for k, v in deltas.items() if v != 0} if isinstance(deltas, dict) else deltas
+
+
+MOVED: dict[str, Moved] = {
+    # issue 49: the simulator's what-ifs in one sub-config
+    "sim.draft_host_scale": Moved("sim.whatif.draft_host_scale"),
+    "sim.draft_device_scale": Moved("sim.whatif.draft_device_scale"),
+    "sim.runtime_delta": Moved("sim.whatif.runtime_delta", _nonzero),  # a mapping now: its zeros change nothing
+}
+"""Old dotted field name -> where it lives now."""
+
+
 _ABLATE = "kernels=graphs with kernels.ablate=[{}]"
 
-MOVED: dict[str, str] = {
+REPLACED: dict[str, str] = {
     # kernels group (issue 49): recorded configs' switches map to a preset and an ablation list
     # (conf.kernels_config.kernels_from_recorded)
     "kernels.backend": "the preset: kernels=reference (torch) or kernels=triton / kernels=graphs (Triton)",
@@ -89,22 +149,52 @@ def strip_retired(data: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(node, dict) or leaf not in node:
             continue
         value = node.pop(leaf)
+        if retired.accepted is None:
+            continue
         if value not in retired.accepted or isinstance(value, bool) != isinstance(retired.accepted[0], bool):
             raise ValueError(f"{name}: removed ({retired.why}); this recorded config holds {value!r}, which the code "
                              f"no longer runs (accepted: {', '.join(map(repr, retired.accepted))})")
+    for name, moved in MOVED.items():
+        *parents, leaf = name.split(".")
+        node = out
+        for key in parents:
+            node = node.get(key) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or leaf not in node:
+            continue
+        value = node.pop(leaf)
+        *new_parents, new_leaf = moved.to.split(".")
+        target = out
+        for key in new_parents:
+            target = target.setdefault(key, {})
+        target[new_leaf] = moved.convert(value) if moved.convert else value
     return out
 
 
+def _owner(key: str, table: dict[str, Any]) -> str | None:
+    """`key` or the nearest of its dotted parents that `table` holds, else None."""
+    parts = key.split(".")
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in table:
+            return ".".join(parts[:n])
+    return None
+
+
 def check_overrides(overrides: Iterable[str]) -> None:
-    """Raise ValueError naming the first Hydra override (`key=value`, `+key=value`, `~key`) of a retired field (or a
-    field inside one), or of a moved field or group option (MOVED: the message names the replacement)."""
+    """Raise ValueError naming the first Hydra override (`key=value`, `+key=value`, `~key`) of a retired or moved
+    field, or of a key inside one, and what replaces it; ConfigError for an override key or group option in REPLACED."""
     for arg in overrides:
         choice = arg.lstrip("+~").strip()
         key = choice.split("=", 1)[0].strip()
-        if choice in MOVED or key in MOVED:
-            name = choice if choice in MOVED else key
-            raise ConfigError(f"{name}: now {MOVED[name]} (docs/CONFIG.md)")  # a user error, "=" in the name
-        parts = key.split(".")
-        for name in (".".join(parts[:i]) for i in range(len(parts), 0, -1)):
-            if name in RETIRED:
-                raise ValueError(f"{name}: removed ({RETIRED[name].why}; docs/LOG.md); drop the override")
+        if choice in REPLACED or key in REPLACED:
+            name = choice if choice in REPLACED else key
+            raise ConfigError(f"{name}: now {REPLACED[name]} (docs/CONFIG.md)")  # a user error, "=" in the name
+        name = _owner(key, RETIRED)
+        if name is not None:
+            r = RETIRED[name]
+            instead = f"replaced by {r.replacement}" if r.replacement else "drop the override"
+            raise ValueError(f"{key}: removed ({r.why}; docs/LOG.md); {instead}")
+        name = _owner(key, MOVED)
+        if name is not None:
+            new = MOVED[name].to + key[len(name):]
+            raise ValueError(f"{key}: moved to {new}; write +{new}=... for a key of a mapping" if new != MOVED[name].to
+                             else f"{key}: moved to {new}")

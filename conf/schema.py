@@ -12,7 +12,7 @@ Units: fields with a unit carry it as a suffix (`_s`, `_tokens`, `_bytes`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from conf.frozen import _Frozen, _require, freeze  # noqa: F401 (freeze: re-exported, as are the kernels group's names)
 from conf.kernels_config import DRAFT_HEAD_MAX_TOPK, KernelFeatures, KernelsConfig  # noqa: F401
@@ -29,15 +29,13 @@ class ModelConfig(_Frozen):
     preset: str = "tiny-llama"
     """Shape preset name (conf/presets.py MODEL_PRESETS); must match the checkpoint if one is given."""
     checkpoint: str | None = None
-    """Hugging Face safetensors folder or GGUF file; None = random weights from `seed`."""
+    """Hugging Face safetensors folder or GGUF file; None = random weights from the run's `seed`."""
     dtype: str = "float32"
     """Compute and weight dtype: float32 | bfloat16 | float16."""
     weight_bits: int = 16
     """Weight precision (16, 8 or 4). The simulator costs all three; the runtime runs 16 (`dtype` weights) or 8
     (fp8 e4m3 copies of the layer projections, one scale per output row, streamed by the Triton decode kernels:
     needs the skinny kernels, kernels=graphs; runtime/model.py); 4 is simulator only."""
-    seed: int = 0
-    """Seed of random weights."""
 
     def validate(self, name: str) -> None:
         """Check the preset, dtype and weight precision."""
@@ -59,10 +57,6 @@ class ModelPairConfig(_Frozen):
     """Tokenizer source (HF folder, tokenizer.json or GGUF); None = the target checkpoint's, or bytes."""
 
 
-GC_MODES = ("freeze", "default")
-"""`parallel.gc` values: the cyclic garbage collector's policy on a rank (runtime/gc_policy.py)."""
-
-
 @dataclass
 class ParallelConfig(_Frozen):
     """GPU split (group `parallel`): target group ranks [0, T), draft group ranks [T, T+D)."""
@@ -79,26 +73,6 @@ class ParallelConfig(_Frozen):
     """How the two group leaders exchange messages: auto (unix when both leaders run on one host, else dist),
     dist (torch.distributed: NCCL on GPUs, gloo on CPU), unix (a Unix-domain socket; both leaders on one host:
     a round trip of microseconds instead of hundreds, on the critical path of every verify)."""
-    recv_spin_ms: float | None = None
-    """unix leader channel: how long a leader's receive spins (non-blocking reads) before it sleeps in poll until
-    the message or the deadline; 0 sleeps at once. None (auto): 50 ms on a GPU rank, whose leader has a host core
-    to itself and whose long waits (serial trees, refills after a miss, the peer's prefill) would otherwise pay
-    the poll wake-up (several times the hop); 1 ms on CPU ranks, which share cores."""
-    cpu_affinity: str = "off"
-    """off: ranks run where the OS puts them. cores: each rank on the host gets its own block of physical cores (the
-    allowed CPUs grouped by hyperthread siblings, split evenly in rank order), so no two ranks' busy threads share a
-    core: the leaders' host work (tree bookkeeping, launches, receive spins) is on the critical path."""
-    host_threads: int = 0
-    """torch intra-op CPU threads per rank. 0 (auto): OMP_NUM_THREADS when set; else 1 on a GPU rank, whose host
-    work is single-threaded bookkeeping on tiny tensors; else, on CPU ranks, the host's cores shared between its
-    ranks (1 and 16 threads per GPU rank measured the same). > 0: that many threads."""
-    gc: str = "freeze"
-    """Python's cyclic garbage collector on every rank (runtime/gc_policy.py). freeze: collect, then freeze every
-    object once the engine is built and after each request, so a collection walks only what was made since;
-    default: the collector untouched, whose full collections walk the whole process (tens of milliseconds each,
-    landing inside a step). Collections of generation 2, and any of 1 ms or more, are recorded as `host.gc` spans
-    either way."""
-
     share_gpus: bool = False
     """Let the two groups share GPUs when the host has fewer than target_gpus + draft_gpus: rank r runs on GPU
     r mod (GPUs on the host), so each group still has one GPU per rank (at most as many ranks per group as GPUs) and
@@ -121,28 +95,10 @@ class ParallelConfig(_Frozen):
         _require(self.timeout_s > 0, "parallel.timeout_s", f"must be > 0, got {self.timeout_s}")
         _require(self.leader_channel in ("auto", "dist", "unix"), "parallel.leader_channel",
                  f"{self.leader_channel!r} is not one of auto, dist, unix")
-        _require(self.recv_spin_ms is None or (isinstance(self.recv_spin_ms, (int, float))
-                                                and not isinstance(self.recv_spin_ms, bool) and self.recv_spin_ms >= 0),
-                 "parallel.recv_spin_ms", f"expected a number of milliseconds >= 0 or null (auto), "
-                 f"got {self.recv_spin_ms!r}")
-        _require(self.cpu_affinity in ("off", "cores"), "parallel.cpu_affinity",
-                 f"{self.cpu_affinity!r} is not one of off, cores")
-        _require(isinstance(self.host_threads, int) and not isinstance(self.host_threads, bool)
-                 and self.host_threads >= 0, "parallel.host_threads",
-                 f"expected an integer >= 0 (0 = auto), got {self.host_threads!r}")
-        _require(self.gc in GC_MODES, "parallel.gc", f"{self.gc!r} is not one of {', '.join(GC_MODES)}")
         _require(isinstance(self.share_gpus, bool), "parallel.share_gpus",
                  f"expected true or false, got {self.share_gpus!r}")
         _require(not (self.share_gpus and self.leader_channel == "dist"), "parallel.share_gpus",
                  "needs parallel.leader_channel auto or unix, got dist (NCCL leaders cannot share one GPU)")
-
-    def check_world(self, world_size: int) -> None:
-        """Raise unless the split fits in `world_size` ranks (GPUs)."""
-        _require(
-            self.world_size <= world_size,
-            "parallel.target_gpus + parallel.draft_gpus",
-            f"{self.target_gpus} + {self.draft_gpus} = {self.world_size} exceeds the {world_size} available",
-        )
 
 
 ACCEPTANCE_KINDS = ("positional", "family", "replay")
@@ -347,18 +303,15 @@ class WorkloadConfig(_Frozen):
 
 @dataclass
 class HardwareConfig(_Frozen):
-    """GPU type and node layout (group `hardware`)."""
+    """GPU type (group `hardware`); its node (GPUs per node, links) is the preset's."""
 
     gpu: str = "h200"
-    """GPU preset (conf/presets.py GPU_PRESETS)."""
-    gpus_per_node: int = 8
-    num_nodes: int = 1
+    """GPU preset (conf/presets.py GPU_PRESETS): the GPU's speeds and memory, its link and its node's size
+    (`GpuSpec.gpus_per_node`: ranks fill nodes in order, as many nodes as the split needs)."""
 
     def validate(self) -> None:
-        """Check the preset and node counts."""
+        """Check the preset."""
         preset_of(GPU_PRESETS, self.gpu, "hardware.gpu")
-        _require(self.gpus_per_node >= 1, "hardware.gpus_per_node", f"must be >= 1, got {self.gpus_per_node}")
-        _require(self.num_nodes >= 1, "hardware.num_nodes", f"must be >= 1, got {self.num_nodes}")
 
 
 @dataclass
@@ -374,8 +327,6 @@ class InterconnectConfig(_Frozen):
     """Link preset between the draft and target leaders (e.g. ib-ndr when on different nodes), or gpu."""
     allreduce: str = "oneshot"
     """oneshot | ring | tree."""
-    host_overhead_s: float = 2.0e-5
-    """Per-message software overhead (framework, launch) on top of the link latency."""
 
     def links(self, gpu: str) -> tuple[str, str]:
         """(intra_group, cross_group) link presets on GPU preset `gpu`, "gpu" resolved to the GPU's own link."""
@@ -391,39 +342,47 @@ class InterconnectConfig(_Frozen):
                 preset_of(LINK_PRESETS, value, f"interconnect.{name}")
         _require(self.allreduce in ("oneshot", "ring", "tree"), "interconnect.allreduce",
                  f"{self.allreduce!r} is not one of oneshot, ring, tree")
-        _require(self.host_overhead_s >= 0, "interconnect.host_overhead_s", "must be >= 0")
 
 
 @dataclass
-class RuntimeDelta(_Frozen):
-    """`sim.runtime_delta`: seconds added to the calibrated profile's runtime host costs (its `runtime` block as the
-    config's runtime loop takes it: the top level overlaid by its `runtime.loops` entry; after `sim.draft_host_scale`),
-    one field per entry of simulator/profile.py RUNTIME_COSTS, e.g.
-    `sim.runtime_delta.step_extra_s=-5e-5` for every verify 50 us shorter. A nonzero field needs that entry in the
-    profile; the sum keeps the entry's bounds (>= 0; step_extra_s, ar_step_extra_s, expand_extra_s >= -1 ms). All 0:
-    the profile as fitted."""
+class WhatIfConfig(_Frozen):
+    """`sim.whatif`: the simulator's what-ifs, each pricing something other than what was measured. All at their
+    defaults: the calibrated profile (or the analytic prior) as it is, the path the runtime runs."""
 
-    step_extra_s: float = 0.0
-    tp_step_extra_s: float = 0.0
-    tp_ar_step_extra_s: float = 0.0
-    ar_step_extra_s: float = 0.0
-    keep_s: float = 0.0
-    compact_s: float = 0.0
-    expand_extra_s: float = 0.0
-    expand_extra_per_row_s: float = 0.0
-    expand_extra_per_real_row_s: float = 0.0
-    verify_message_s: float = 0.0
-    draft_round_s: float = 0.0
+    draft_host_scale: float = 1.0
+    """Scales the profile's fitted draft host costs (`runtime` block: expand_extra_s, expand_extra_per_row_s,
+    draft_round_s); 0 = a draft whose steps cost only their kernels and messages. No effect without a runtime block
+    (tools/bench_ratio_bounds.py sweeps it)."""
+    draft_device_scale: float = 1.0
+    """Scales the device time of the draft group's decode steps, prefills and KV compactions as the profile (or the
+    analytic prior) prices them; host costs and messages unchanged. E.g. 0.6: the Llama-3.2-1B one-row step at about
+    its byte floor. Must be > 0."""
+    runtime_delta: dict[str, float] = field(default_factory=dict)
+    """Seconds added to the profile's runtime host costs (its `runtime` block as the config's loop takes it: the top
+    level overlaid by its `runtime.loops` entry; after draft_host_scale), keyed by simulator/profile.py RUNTIME_COSTS,
+    e.g. `+sim.whatif.runtime_delta.step_extra_s=-5e-5` for every verify 50 us shorter. A key needs its entry in the
+    profile; the sum keeps the entry's bounds (>= 0; step_extra_s, ar_step_extra_s, expand_extra_s >= -1 ms)."""
+    fused_allreduce: bool = False
+    """Prices a fused GEMM + all-reduce the runtime does not run (measured on no GPU yet): a TP > 1 group's
+    row-parallel GEMMs (o, down) overlap their all-reduce, so each all-reduce costs only what outlasts its GEMM
+    (simulator/cost_model.py forward_breakdown)."""
 
     def validate(self) -> None:
-        """Finite seconds."""
-        for f in fields(self):
-            v = getattr(self, f.name)
-            _require(math.isfinite(v), f"sim.runtime_delta.{f.name}", f"must be a finite number of seconds, got {v}")
+        """Scales in range; every runtime delta a finite number of seconds (its key is checked against
+        simulator/profile.py RUNTIME_COSTS by the simulator's own checks, simulator/checks.py)."""
+        _require(math.isfinite(self.draft_host_scale) and self.draft_host_scale >= 0, "sim.whatif.draft_host_scale",
+                 f"must be a finite number >= 0, got {self.draft_host_scale}")
+        _require(math.isfinite(self.draft_device_scale) and self.draft_device_scale > 0,
+                 "sim.whatif.draft_device_scale", f"must be a finite number > 0, got {self.draft_device_scale}")
+        for key, value in self.runtime_delta.items():
+            _require(not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value),
+                     f"sim.whatif.runtime_delta.{key}", f"must be a finite number of seconds, got {value!r}")
+        _require(isinstance(self.fused_allreduce, bool), "sim.whatif.fused_allreduce",
+                 f"expected true or false, got {self.fused_allreduce!r}")
 
-    def nonzero(self) -> dict[str, float]:
-        """The fields that change something."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != 0.0}
+    def nonzero_deltas(self) -> dict[str, float]:
+        """The runtime deltas that change something."""
+        return {k: float(v) for k, v in self.runtime_delta.items() if v != 0.0}
 
 
 @dataclass
@@ -432,50 +391,18 @@ class SimConfig(_Frozen):
 
     profile: str | None = None
     """Fitted profile JSON (calibrate.py); None = the analytic roofline prior."""
-    max_iterations: int = 1_000_000
-    """Safety bound on simulated iterations per request."""
-    step_overhead_s: float = 3.0e-5
-    """Host overhead per forward step (scheduling, graph launch) in the analytic prior."""
-    record_events: bool = True
-    """Keep the per-iteration event log (needed for the Chrome trace and the breakdown CSV)."""
-    tree_op_s: float = 2.0e-5
-    """Host time of one re-root + top-bs selection on the draft leader (tree bookkeeping, per round)."""
     d_rule: str = "round"
     """How async_tree's spec.d=auto resolves: round (d = max(1, round(t_verify / t_expand))) | best_of_two
     (simulate r = floor(t_verify / t_expand) and r + 1 on a short pilot and keep the faster) | runtime (the
     runtime's own DepthTuner on simulated time: skipped, warm-up and trial rounds included, as a measured
     run pays them)."""
-    pilot_tokens: int = 128
-    """Tokens per pilot simulation of d_rule=best_of_two (one request)."""
-    draft_host_scale: float = 1.0
-    """What-if on the draft's host time: scales the profile's fitted draft host costs (`runtime` block:
-    expand_extra_s, expand_extra_per_row_s, draft_round_s); 0 = a draft whose steps cost only their kernels and
-    messages. No effect without a runtime block (bench/bench_ratio_bounds.py sweeps it)."""
-    draft_device_scale: float = 1.0
-    """What-if on the draft's kernels: scales the device time of the draft group's decode steps, prefills and KV
-    compactions as the profile (or the analytic prior) prices them; host costs and messages unchanged. E.g. 0.6: the
-    Llama-3.2-1B one-row step at about its byte floor (0.58 of 0.96 ms replayed on the H200). Must be > 0."""
-    runtime_delta: RuntimeDelta = field(default_factory=RuntimeDelta)
-    """What-if on the runtime's host costs: seconds added to the profile's `runtime` block (`sim.runtime_delta.*`)."""
-    eager_prefill_launch_s: float = 9.0e-5
-    """Host time per kernel launch of an eager prefill (the Triton backend with kernels.prefill_graph=false): such a
-    prefill costs max(its operators, launches x this). The default is the H200 host's median over four models and
-    37-1024 tokens (bench/prefill_probe.py). A captured prefill (kernels=graphs) costs its operators."""
+    whatif: WhatIfConfig = field(default_factory=WhatIfConfig)
 
     def validate(self) -> None:
-        """Check bounds."""
-        _require(self.max_iterations >= 1, "sim.max_iterations", "must be >= 1")
-        _require(self.eager_prefill_launch_s >= 0, "sim.eager_prefill_launch_s",
-                 f"must be >= 0, got {self.eager_prefill_launch_s}")
-        _require(self.draft_host_scale >= 0, "sim.draft_host_scale", f"must be >= 0, got {self.draft_host_scale}")
-        _require(math.isfinite(self.draft_device_scale) and self.draft_device_scale > 0, "sim.draft_device_scale",
-                 f"must be a finite number > 0, got {self.draft_device_scale}")
-        self.runtime_delta.validate()
-        _require(self.step_overhead_s >= 0, "sim.step_overhead_s", "must be >= 0")
-        _require(self.tree_op_s >= 0, "sim.tree_op_s", "must be >= 0")
+        """Check the d rule and the what-ifs."""
         _require(self.d_rule in ("round", "best_of_two", "runtime"), "sim.d_rule",
                  f"{self.d_rule!r} is not one of round, best_of_two, runtime")
-        _require(self.pilot_tokens >= 1, "sim.pilot_tokens", "must be >= 1")
+        self.whatif.validate()
 
 
 @dataclass
@@ -486,8 +413,6 @@ class TraceConfig(_Frozen):
     """Write trace records (shared schema, conf/trace.py) to the run dir."""
     chrome: bool = True
     """Also write a Chrome trace (open in Perfetto)."""
-    per_operator: bool = False
-    """Time every operator (synchronises the device: for profiling, not for speed runs)."""
     graph_events: bool = False
     """CUDA events around every graph-replayed verify (not chained autoregressive steps): its device time as
     `device_s` in the leader's step.verify span extra (read after the verdict's own sync; needs
@@ -513,7 +438,8 @@ class ExperimentConfig(_Frozen):
     sim: SimConfig = field(default_factory=SimConfig)
     trace: TraceConfig = field(default_factory=TraceConfig)
     seed: int = 0
-    """Global seed; per-component generators derive from it."""
+    """Global seed: the random weights of both models (runtime; a draft of the target's preset is then the target
+    itself) and, with workload.seed, the simulator's draws."""
     run_name: str = "run"
     """Label of the run (run-dir metadata, figure legends)."""
 
@@ -545,8 +471,6 @@ class ExperimentConfig(_Frozen):
         cache_tokens = self.workload.max_seq_len_tokens + self.spec.max_tree_nodes
         _require(cache_tokens <= target.max_position, "workload.max_seq_len_tokens",
                  f"cache of {cache_tokens} tokens exceeds {target.name}'s {target.max_position} positions")
-        node_gpus = self.hardware.gpus_per_node * self.hardware.num_nodes
-        self.parallel.check_world(node_gpus)
         _require(not self.kernels.draft_head or self.spec.topk <= DRAFT_HEAD_MAX_TOPK, "spec.topk",
                  f"kernels.draft_head takes at most {DRAFT_HEAD_MAX_TOPK} children per node (kernels.topk_logprobs), "
                  f"got {self.spec.topk}; add draft_head to kernels.ablate for more")

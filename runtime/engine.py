@@ -111,7 +111,7 @@ class Engine:
             self._token_host = [torch.empty(1, dtype=torch.long, pin_memory=True) for _ in range(2)]
             self._token_ready = [torch.cuda.Event() for _ in range(2)]
         self.channel = make_channel(ctx, cfg.parallel.leader_channel, self.shape.rows, timeline,
-                                    spin_s=recv_spin_s(cfg.parallel, ctx.device))
+                                    spin_s=recv_spin_s(ctx.device))
         # Auto d never exceeds the expansions an empty tree of max_tree_nodes can take.
         self.tuner = DepthTuner(self.shape.d, ctx, d_max=max(1, spec.max_tree_nodes // self.shape.w))
         self.iteration = 0  # global over requests: both sides count proposals the same way
@@ -133,7 +133,7 @@ class Engine:
 
     def _build_model(self, mcfg: Any) -> Any:
         """Build (load or seed) the model's shard on this rank; benchmarks override this to cache models."""
-        return build_model(model_preset(mcfg.preset), mcfg.dtype, self.ctx.device, mcfg.seed,
+        return build_model(model_preset(mcfg.preset), mcfg.dtype, self.ctx.device, self.cfg.seed,
                            group=self.ctx.tp_group, checkpoint=mcfg.checkpoint)
 
     # ---- one request: the loops ----------------------------------------------------------------------------
@@ -465,8 +465,8 @@ def run_rank(ctx: ParallelContext, cfg: ExperimentConfig, prompts: list[list[int
     engine.prepare_prefills(prompts)
     profiler = cProfile.Profile() if os.environ.get(CPROFILE_ENV) else None
     outputs = []
-    # parallel.gc: what setup made stays out of the decode loop's collections; pauses recorded as host.gc spans
-    with gc_policy(cfg.parallel.gc, timeline) as between_requests:
+    # what setup made stays out of the decode loop's collections; pauses recorded as host.gc spans
+    with gc_policy(timeline) as between_requests:
         _sync(ctx.device)
         start = time.perf_counter()
         engine.progress = Progress(len(prompts) * cfg.workload.max_new_tokens, enabled=ctx.rank == 0)

@@ -1,21 +1,21 @@
-"""Python's cyclic garbage collector on a decode rank: the policy (`parallel.gc`) and its pauses in the trace.
+"""Python's cyclic garbage collector on a decode rank: frozen around the decode loop, its pauses in the trace.
 
 A full (generation-2) collection walks every container object the process tracks. After torch, Triton, the
 model and the CUDA graphs are built a rank holds a few hundred thousand of them, and one full collection takes
 tens of milliseconds. The collector runs when allocations cross its thresholds, so the pause lands inside whichever
-step allocated last: a verify of tens of milliseconds instead of a few (docs/LOG.md has the runs); under "freeze" no
+step allocated last: a verify of tens of milliseconds instead of a few (docs/LOG.md has the runs); frozen, no
 generation-2 collection falls in a timed region.
 
-    with gc_policy(mode, timeline) as between_requests:
-        ...decode...                 "freeze" (the default): collect once, then `gc.freeze()` every object that
-        between_requests()           exists (they move to a permanent generation that collections skip), on
-                                     entry and at each `between_requests()`, so a collection walks only what
-                                     was made since; `gc.unfreeze()` on exit (an in-process caller, e.g. a test
-                                     or a benchmark, gets its collector back as it was). "default": Python's
-                                     collector untouched. Either way, while the block runs each collection of
+    with gc_policy(timeline) as between_requests:
+        ...decode...                 collect once, then `gc.freeze()` every object that exists (they move to a
+        between_requests()           permanent generation that collections skip), on entry and at each
+                                     `between_requests()`, so a collection walks only what was made since;
+                                     `gc.unfreeze()` on exit (an in-process caller, e.g. a test or a benchmark,
+                                     gets its collector back as it was). While the block runs each collection of
                                      generation 2, and any collection that took at least `min_s`, is recorded on
                                      `timeline` as a `host.gc` span (extra: generation, collected,
-                                     uncollectable): the pauses show in traces.jsonl and the Chrome trace.
+                                     uncollectable): the pauses show in traces.jsonl and the Chrome trace. A
+                                     process whose collector is disabled is left so.
 
 Freezing changes no result: objects in the permanent generation are still freed by reference counting; only a
 reference cycle among them outlives the run's collections (a rank's setup objects live for the run anyway).
@@ -28,18 +28,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from conf.schema import GC_MODES
-
 
 @contextmanager
-def gc_policy(mode: str, timeline: Any = None, min_s: float = 1e-3) -> Iterator[Callable[[], None]]:
-    """Apply `parallel.gc` for the block and record the collector's pauses on `timeline` (module docstring).
+def gc_policy(timeline: Any = None, min_s: float = 1e-3) -> Iterator[Callable[[], None]]:
+    """Freeze the collector's objects for the block and record its pauses on `timeline` (module docstring).
 
-    Yields the between-requests call (collect + freeze again under "freeze", nothing under "default"). An unknown
-    mode raises ValueError naming the field before anything changes."""
-    if mode not in GC_MODES:
-        raise ValueError(f"parallel.gc: {mode!r} is not one of {', '.join(GC_MODES)}")
-    freeze = mode == "freeze" and gc.isenabled()
+    Yields the between-requests call (collect + freeze again)."""
+    freeze = gc.isenabled()
 
     def between_requests() -> None:
         if freeze:

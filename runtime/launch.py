@@ -148,7 +148,6 @@ def _run_under_launcher(fn: RankFn, cfg: ExperimentConfig) -> Any:
     configure_logging(rank, role, is_leader=rank in (0, cfg.parallel.target_gpus))
     _limit_cpu_threads(cfg.parallel, local_world)
     try:
-        pin_rank_cpus(cfg.parallel, local_rank, local_world)
         ctx = init_parallel(cfg.parallel, rank, world_size, "env://", local_rank=local_rank,
                             local_world_size=local_world, extra={"launcher": launcher})
         result = fn(ctx, cfg)
@@ -344,7 +343,6 @@ def _child_main(fn: RankFn, cfg: ExperimentConfig, rank: int, world_size: int, p
     _limit_cpu_threads(cfg.parallel, world_size)
     code = 0
     try:
-        pin_rank_cpus(cfg.parallel, rank, world_size)
         store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False,
                               timeout=datetime.timedelta(seconds=cfg.parallel.timeout_s))
         ctx = init_parallel(cfg.parallel, rank, world_size, store=store, extra={"launcher": "spawn"})
@@ -412,9 +410,9 @@ def configure_logging(rank: int, role: str, *, is_leader: bool, level: int = log
 
 
 def host_threads(pcfg: ParallelConfig, ranks_on_host: int) -> int | None:
-    """torch intra-op threads for one rank (`parallel.host_threads`; None: leave torch's as OMP_NUM_THREADS set)."""
-    if pcfg.host_threads > 0:
-        return pcfg.host_threads
+    """torch intra-op threads for one rank; None: leave torch's as OMP_NUM_THREADS set. A GPU rank's host work is
+    single-threaded bookkeeping on tiny tensors: 1 thread (1 and 16 measured the same); CPU ranks share the host's
+    cores."""
     if "OMP_NUM_THREADS" in os.environ:
         return None
     if pcfg.device == "cuda" or (pcfg.device == "auto" and torch.cuda.is_available()):
@@ -426,57 +424,6 @@ def _limit_cpu_threads(pcfg: ParallelConfig, ranks_on_host: int) -> None:
     n = host_threads(pcfg, ranks_on_host)
     if n is not None:
         torch.set_num_threads(n)
-
-
-SYSFS_CPU = "/sys/devices/system/cpu"
-
-
-def parse_cpu_list(text: str) -> set[int]:
-    """A kernel CPU list ("0-3,8,10-11") as a set of CPU ids."""
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        cpus.update(range(int(lo), int(hi or lo) + 1))
-    return cpus
-
-
-def physical_cores(allowed: set[int], sysfs: str = SYSFS_CPU) -> list[tuple[int, ...]]:
-    """The `allowed` logical CPUs grouped by physical core (hyperthread siblings, from sysfs; a CPU whose topology
-    cannot be read is its own core), ordered by each core's lowest CPU id."""
-    cores: dict[int, list[int]] = {}
-    for cpu in sorted(allowed):
-        try:
-            with open(f"{sysfs}/cpu{cpu}/topology/thread_siblings_list") as f:
-                siblings = parse_cpu_list(f.read()) & allowed
-        except (OSError, ValueError):
-            siblings = set()
-        cores.setdefault(min(siblings | {cpu}), []).append(cpu)
-    return [tuple(cpus) for _, cpus in sorted(cores.items())]
-
-
-def rank_cpus(pcfg: ParallelConfig, local_rank: int, ranks_on_host: int, allowed: set[int],
-              sysfs: str = SYSFS_CPU) -> set[int] | None:
-    """The CPUs `parallel.cpu_affinity` gives local rank `local_rank` of `ranks_on_host` (None: leave it as is).
-    cores: the physical cores split evenly in rank order (the remainder unused), every sibling of a core included."""
-    if pcfg.cpu_affinity == "off":
-        return None
-    cores = physical_cores(allowed, sysfs)
-    if len(cores) < ranks_on_host:
-        raise RuntimeError(f"parallel.cpu_affinity=cores: {ranks_on_host} ranks on this host but only {len(cores)} "
-                           f"physical core(s) allowed ({sorted(allowed)}); use parallel.cpu_affinity=off")
-    per_rank = len(cores) // ranks_on_host
-    return {cpu for core in cores[local_rank * per_rank:(local_rank + 1) * per_rank] for cpu in core}
-
-
-def pin_rank_cpus(pcfg: ParallelConfig, local_rank: int, ranks_on_host: int) -> None:
-    """Apply `rank_cpus` to this process's main thread, before torch, NCCL or the CUDA driver start theirs (threads
-    inherit the affinity of the thread that starts them)."""
-    cpus = rank_cpus(pcfg, local_rank, ranks_on_host, os.sched_getaffinity(0))
-    if cpus is not None:
-        os.sched_setaffinity(0, cpus)
-        log.info("CPU affinity: %s", ",".join(map(str, sorted(cpus))))
 
 
 def _flush_std() -> None:

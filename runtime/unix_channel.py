@@ -11,7 +11,7 @@ Contract: the one of `LeaderChannel` (same methods, same spans, same error texts
 - both leaders must be on one host: the set-up compares host names and raises naming the field otherwise;
 - a send returns once the kernel holds the message (no in-flight bookkeeping; `flush` has nothing to wait for;
   a full socket buffer, which the alternating loops never reach, is waited for up to `timeout_s`);
-- a receive spins for `spin_s` (`parallel.recv_spin_ms`; a reply usually arrives within microseconds), then
+- a receive spins for `spin_s` (`recv_spin_s`; a reply usually arrives within microseconds), then
   sleeps in `poll` until the deadline (`timeout_s`, TimeoutError naming the peer); a peer that exits closes the
   socket, which the receiver reports at once (RuntimeError) instead of waiting for the deadline;
 - each leader's `comm.recv` span also records, in its extra fields, when the bytes came out of the socket
@@ -35,7 +35,6 @@ import torch
 import torch.distributed as dist
 
 from conf.messages import Message, decode
-from conf.schema import ParallelConfig
 from runtime.comm import _BYTES_PER_SLOT, LeaderChannel
 from runtime.metrics import Timeline
 from runtime.parallel import ParallelContext
@@ -51,7 +50,7 @@ class UnixLeaderChannel(LeaderChannel):
         """Allocate the group-broadcast buffers (as LeaderChannel), then connect the two leaders."""
         super().__init__(ctx, max_nodes, timeout_s, timeline=timeline, max_in_flight=max_in_flight)
         if spin_s < 0:
-            raise ValueError(f"parallel.recv_spin_ms: expected >= 0, got {spin_s * 1e3:g}")
+            raise ValueError(f"unix leader channel: spin_s: expected >= 0 seconds, got {spin_s:g}")
         self.spin_s = spin_s
         self._sock: socket.socket | None = None
         if ctx.is_leader and ctx.peer_leader_rank is not None:
@@ -219,11 +218,17 @@ class UnixLeaderChannel(LeaderChannel):
         return decode(self._receive(f"waiting for a ping from rank {peer} ({self._peer_role()} leader)")[0])
 
 
-def recv_spin_s(pcfg: ParallelConfig, device: torch.device) -> float:
-    """`parallel.recv_spin_ms` in seconds; None (auto): 50 ms on a GPU rank, 1 ms on a CPU rank."""
-    if pcfg.recv_spin_ms is not None:
-        return pcfg.recv_spin_ms * 1e-3
-    return 50e-3 if device.type == "cuda" else 1e-3
+GPU_RECV_SPIN_S = 50e-3
+"""How long a GPU rank's leader spins on a receive before it sleeps in poll: it has a host core to itself, and its long
+waits (serial trees, refills after a miss, the peer's prefill) would otherwise pay the poll wake-up (30-130 us against
+2-7 us spinning)."""
+CPU_RECV_SPIN_S = 1e-3
+"""The same on a CPU rank, whose ranks share the host's cores: a short spin, then sleep."""
+
+
+def recv_spin_s(device: torch.device) -> float:
+    """How long a receive on `device`'s rank spins before it sleeps: GPU_RECV_SPIN_S or CPU_RECV_SPIN_S."""
+    return GPU_RECV_SPIN_S if device.type == "cuda" else CPU_RECV_SPIN_S
 
 
 def make_channel(ctx: ParallelContext, kind: str, max_nodes: int, timeline: Timeline | None = None, *,

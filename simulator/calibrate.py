@@ -348,14 +348,12 @@ def _diagnostics(ts: TraceSet, opts: CalibrationOptions) -> dict[str, Any]:
     return out
 
 
-def suggested_sim_settings(diag: dict[str, Any]) -> dict[str, float]:
-    """Simulator knobs the profiler measured but the profile format cannot hold (for conf/sim/<gpu>.yaml).
-
-    tree_op_s: host time of one re-root + top-bs selection (median reroot + median select).
-    """
+def measured_tree_op_s(diag: dict[str, Any]) -> float | None:
+    """The profile's `tree_op_s`: host time of one re-root + top-bs selection (median reroot + median select);
+    None when the traces hold no op.tree_op records of both kinds."""
     tree = diag.get("tree_op", {})
     sel, rer = tree.get("select_median_s"), tree.get("reroot_median_s")
-    return {"tree_op_s": sel + rer} if sel is not None and rer is not None else {}
+    return sel + rer if sel is not None and rer is not None else None
 
 
 def calibrate(ts: TraceSet, opts: CalibrationOptions, software: dict[str, Any] | None = None
@@ -422,10 +420,10 @@ def calibrate(ts: TraceSet, opts: CalibrationOptions, software: dict[str, Any] |
         hardware["cross_group"] = opts.cross_group
     diag = _diagnostics(ts, opts)
     report["diagnostics"] = diag
-    report["suggested_sim_settings"] = suggested_sim_settings(diag)
+    tree_op_s = measured_tree_op_s(diag)
     report["options"] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in opts.__dict__.items()}
     sw = dict(software or {})
-    profile = Profile(path="<calibrate>", hardware=hardware, software=sw, operators=fits)
+    profile = Profile(path="<calibrate>", hardware=hardware, software=sw, operators=fits, tree_op_s=tree_op_s)
     return profile, report
 
 
@@ -449,6 +447,4 @@ def summary_table(report: dict[str, Any]) -> str:
         lines.append(f"{op:<14} {int(r['num_samples']):>7} {int(r['num_holdout']):>7} {r['mape']:>7.1%} "
                      f"{r['max_rel_error']:>8.1%}  {coefs}")
     lines += [f"{op:<14} skipped: {why}" for op, why in report["skipped"].items()]
-    if report.get("suggested_sim_settings"):
-        lines.append(f"suggested sim settings: {report['suggested_sim_settings']}")
     return "\n".join(lines)

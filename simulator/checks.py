@@ -1,6 +1,6 @@
 """Simulator-level configuration checks, on top of the conf layer's validation.
 
-conf/schema.py already rejects: GPU splits beyond gpus_per_node x num_nodes, TP degrees a shape cannot
+conf/schema.py already rejects: TP degrees a shape cannot
 use, unknown hardware / link / model presets, acceptance rows outside [0, 1] or summing above 1. This
 module adds what only the simulator's topology and cost model know, with messages that name the field:
 
@@ -9,23 +9,26 @@ module adds what only the simulator's topology and cost model know, with message
 - a draft sharing the target's GPUs (draft_gpus = 0, chain / serial_tree) runs at the target's TP degree,
   which its shape must support;
 - weights + KV cache must fit in one GPU's memory at the group's TP degree and weight precision;
+- the what-ifs' runtime deltas (`sim.whatif.runtime_delta`) name runtime costs (simulator/profile.py RUNTIME_COSTS);
 - a fitted profile must come from the configured GPU (simulation.build_costs).
 """
 
 from __future__ import annotations
 
+from conf.frozen import ConfigError
 from conf.presets import GPU_PRESETS, check_tp, model_preset
 from conf.schema import ExperimentConfig
 from policy.predicates import draft_tp, uses_draft
 from simulator.cost_model import kv_bytes_per_token_per_rank, weight_bytes_per_rank
 from simulator.interconnect import INTER_NODE_LINKS, groups_layout
+from simulator.profile import RUNTIME_COSTS
 
 GIB = 1024**3
 
 
 def check_topology(config: ExperimentConfig) -> None:
     """Groups inside nodes; leaders on different nodes need an inter-node link."""
-    per_node = config.hardware.gpus_per_node
+    per_node = GPU_PRESETS[config.hardware.gpu].gpus_per_node
     par = config.parallel
     layout = groups_layout(par.target_gpus, par.draft_gpus if uses_draft(config) else 0, per_node)
     starts = {"target": 0, "draft": par.target_gpus}
@@ -35,8 +38,8 @@ def check_topology(config: ExperimentConfig) -> None:
             lo = starts[group]
             raise ValueError(
                 f"parallel.{group}_gpus: the {group} group (ranks {lo}..{lo + sizes[group] - 1}) spans nodes "
-                f"{first}..{last} (hardware.gpus_per_node={per_node}); the simulator keeps each TP group "
-                f"inside one node"
+                f"{first}..{last} ({per_node} GPUs per {config.hardware.gpu} node); the simulator keeps each TP "
+                f"group inside one node"
             )
     if "draft" in layout and layout["draft"][0] != layout["target"][0]:
         link = config.interconnect.links(config.hardware.gpu)[1]
@@ -77,6 +80,14 @@ def check_memory(config: ExperimentConfig) -> None:
             )
 
 
+def check_runtime_deltas(config: ExperimentConfig) -> None:
+    """Every key of `sim.whatif.runtime_delta` is a runtime cost (RUNTIME_COSTS); ConfigError naming the key."""
+    for key in config.sim.whatif.runtime_delta:
+        if key not in RUNTIME_COSTS:
+            raise ConfigError(f"sim.whatif.runtime_delta.{key}: not a runtime cost; allowed: "
+                              f"{', '.join(RUNTIME_COSTS)}")
+
+
 def check_config(config: ExperimentConfig) -> None:
     """All simulator-level checks; raises ValueError naming the field."""
     if uses_draft(config):
@@ -85,5 +96,6 @@ def check_config(config: ExperimentConfig) -> None:
         if config.parallel.draft_gpus == 0:
             check_tp(model_preset(config.model.draft.preset), config.parallel.target_gpus,
                      "parallel.target_gpus (the draft shares the target's GPUs at draft_gpus=0)")
+    check_runtime_deltas(config)
     check_topology(config)
     check_memory(config)

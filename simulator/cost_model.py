@@ -10,7 +10,7 @@ degree) on a model shape costs, per rank (all ranks of a TP group run in lockste
 
 Each operator time comes from `Operators`: the analytic roofline prior (max(bytes / bandwidth, flops /
 FLOP/s) per GEMM and per layer's attention on GPU_PRESETS; alpha-beta links from interconnect.py;
-`sim.step_overhead_s` + launches x `GpuSpec.kernel_launch_s`), or, operator by operator, a fitted profile
+PRIOR_STEP_OVERHEAD_S + launches x `GpuSpec.kernel_launch_s`), or, operator by operator, a fitted profile
 (profile.py forms) that takes precedence where it exists and applies. A profile's in-graph fits (`gemm_graph`,
 `attention_graph`: exposed time inside captured steps; `step_overhead_graph`: the small kernels of a captured step,
 counted per role and rows by `GraphKernels`) price the decode steps of CUDA-graph configs; prefills and eager
@@ -58,11 +58,26 @@ GEMM_BW_EFFICIENCY = 0.85
 3.46 of 4.29 TB/s including launch gaps (reference/device-h200.md), about 0.85 without them."""
 EAGER_LAUNCH_S = 5.0e-6
 """Per-kernel host dispatch without CUDA graphs (PyTorch eager, order of magnitude)."""
+PRIOR_STEP_OVERHEAD_S = 3.0e-5
+"""The analytic prior's host time per forward step (scheduling, graph launch) on top of its kernel launches, where
+the profile has no step_overhead fit."""
+PRIOR_MESSAGE_HOST_S = 2.0e-5
+"""The analytic prior's software time per leader message (framework, launch) on top of the link's latency, where the
+profile has no message fit."""
+PRIOR_TREE_OP_S = 2.0e-5
+"""The analytic prior's host time of one re-root + top-bs selection on the draft leader (per round), where the
+profile carries no measured `tree_op_s` (and its runtime block no draft_round_s)."""
+EAGER_PREFILL_LAUNCH_S = 9.0e-5
+"""Host time per kernel launch of an eager prefill (the Triton backend without a captured prefill): such a prefill
+costs max(its operators, launches x this). The H200 host's median over four models and 37-1024 tokens; a captured
+prefill costs its operators."""
 ROLES = ("target", "draft")
 """What a group's decode steps are: target forwards (verifies, autoregressive steps) or draft expansions."""
 SKINNY_MAX_ROWS = 64
 """The runtime's skinny-GEMM row limit (runtime.fused_decode.SKINNY_MAX_ROWS, a test keeps them equal): the target's
 fused QKV + RoPE GEMM serves steps of up to this many rows."""
+ROW_PARALLEL = ("o", "down")
+"""The layer matrices whose TP shards are row-parallel: each output is all-reduced (2 per layer at TP > 1)."""
 LOGITS_GATHER_BYTES_PER_TOKEN = 16
 """TP > 1: each rank contributes its shard's best (value, index) per token to a small gather."""
 
@@ -206,8 +221,10 @@ class Operators:
 
     def __init__(self, gpu: GpuSpec, intra: LinkSpec, allreduce: str, cross: LinkSpec, host_overhead_s: float,
                  step_overhead_s: float, cuda_graphs: bool, profile: Profile | None = None,
-                 intra_name: str = "", cross_name: str = "") -> None:
+                 intra_name: str = "", cross_name: str = "", fused_allreduce: bool = False) -> None:
         self.gpu, self.intra, self.allreduce_alg, self.cross = gpu, intra, allreduce, cross
+        # what-if (sim.whatif.fused_allreduce): row-parallel GEMMs overlap their all-reduce (forward_breakdown)
+        self.fused_allreduce = fused_allreduce
         self.host_overhead_s, self.base_overhead_s = host_overhead_s, step_overhead_s
         self.launch_s = gpu.kernel_launch_s if cuda_graphs else EAGER_LAUNCH_S
         fits = dict(profile.operators) if profile else {}
@@ -352,11 +369,18 @@ def forward_breakdown(ops: Operators, shape: ModelShape, weight_bits: int, step:
     captured decode step, whose GEMMs, attention and small kernels take the in-graph fits where the profile has them
     (the small kernels also need the fused Triton path, whose launches `kernels` counts)."""
     tp, t = step.tp, step.tokens
-    gemm = sum(c.calls * ops.gemm_s(c.weight_bytes, c.flops, tp, graph, c.fp8, (c.name, c.k, c.n, t))
-               for c in gemm_calls(shape, weight_bits, step))
+    calls = [(c, ops.gemm_s(c.weight_bytes, c.flops, tp, graph, c.fp8, (c.name, c.k, c.n, t)))
+             for c in gemm_calls(shape, weight_bits, step)]
+    gemm = sum(c.calls * s for c, s in calls)
     kv_bytes, flops = attention_terms(shape, tp, t, step.kv_len)
     attn = ops.attention_s(kv_bytes, flops, t, step.kv_len, tp, graph)
-    ar = 2 * ops.allreduce_s(t * shape.hidden_size * ACT_BYTES, tp)
+    one_ar = ops.allreduce_s(t * shape.hidden_size * ACT_BYTES, tp)
+    if ops.fused_allreduce and tp > 1:
+        # what-if: each row-parallel GEMM (o, down) streams its output into its all-reduce, which then costs only
+        # the part that outlasts the GEMM (perfect overlap: a bound on what the fusion can save)
+        ar = sum(max(0.0, one_ar - s) for c, s in calls if c.name in ROW_PARALLEL)
+    else:
+        ar = 2 * one_ar
     gather = ops.allreduce_s(t * LOGITS_GATHER_BYTES_PER_TOKEN, tp)
     overhead = ops.graph_overhead_s(shape, kernels, t, tp) if graph and fused else None
     return {
@@ -400,8 +424,8 @@ class GroupCost:
                  extra_per_real_row_s: float = 0.0, prefill_launch_s: float = 0.0,
                  kernels: GraphKernels = GraphKernels(), device_scale: float = 1.0) -> None:
         self.ops, self.shape, self.weight_bits, self.tp, self.fused = ops, shape, weight_bits, tp, fused
-        # what-if on the group's kernels (sim.draft_device_scale): every step's, prefill's and compaction's device
-        # time times this; host costs and messages unchanged
+        # what-if on the group's kernels (sim.whatif.draft_device_scale): every step's, prefill's and compaction's
+        # device time times this; host costs and messages unchanged
         self.device_scale = device_scale
         self.kernels = kernels  # target forwards or draft expansions: which small kernels its captured steps launch
         # an eager prefill's host time per launch (0: a captured prefill, its operators alone)

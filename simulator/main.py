@@ -11,7 +11,7 @@ the metrics (metrics.py contract), and writes into `run_dir` (conf.rundir, atomi
                        target, draft) and msg.proposal / msg.verified (group link)   [trace.enabled]
     chrome_trace.json  the same as a Chrome / Perfetto trace                          [trace.chrome]
 
-Traces need `sim.record_events` (on by default). Nothing here imports torch or the runtime.
+Traces come from the simulation's event log, kept when `trace.enabled`. Nothing here imports torch or the runtime.
 """
 
 from __future__ import annotations

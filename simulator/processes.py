@@ -39,9 +39,14 @@ if TYPE_CHECKING:
     from simulator.stores import MessageStore
 
 
-def _too_many(sim: Simulation, request: int) -> RuntimeError:
-    return RuntimeError(f"sim.max_iterations: request {request} needed more than {sim.max_iterations} "
-                        f"iterations; raise sim.max_iterations or check the acceptance model")
+MAX_ITERATIONS = 1_000_000
+"""Safety bound on the iterations of one simulated request: every verify emits at least one token, so a request that
+needs more has an acceptance model or a stop rule that never ends it."""
+
+
+def _too_many(request: int) -> RuntimeError:
+    return RuntimeError(f"simulator: request {request} needed more than {MAX_ITERATIONS} iterations "
+                        f"(simulator/processes.py MAX_ITERATIONS); check the acceptance model")
 
 
 def decode_autoregressive(sim: Simulation) -> Generator[Any, Any, None]:
@@ -118,8 +123,8 @@ def verify_proposals(sim: Simulation) -> Generator[Any, Any, None]:
             if stop:
                 break
             it += 1
-            if it >= sim.max_iterations:
-                raise _too_many(sim, req)
+            if it >= MAX_ITERATIONS:
+                raise _too_many(req)
         tally.verifies += it + 1
         tally.generated_tokens += emitted
     tally.wall_s = env.now

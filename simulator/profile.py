@@ -19,7 +19,8 @@ Format (JSON, version 1)::
         "step_overhead": {"coefficients": {"a": ..., "b": ...}, "fit_error": {...}}
       },
       "runtime": {"step_extra_s": 1.2e-4, "expand_extra_s": 4.1e-4,   # optional: host costs of the runtime's
-                  "verify_message_s": 5.0e-4, "draft_round_s": 1.5e-3} # loop (simulator/runtime_fit.py)
+                  "verify_message_s": 5.0e-4, "draft_round_s": 1.5e-3}, # loop (simulator/runtime_fit.py)
+      "tree_op_s": 8.3e-5    # optional: host time of one re-root + top-bs selection (calibrate: op.tree_op medians)
     }
 
 Functional forms (seconds; every coefficient >= 0, so each prediction is smooth and monotone
@@ -65,10 +66,14 @@ allreduce / message when the recorded link or algorithm differs from the run's (
 
 `runtime` (optional) holds what the operator traces cannot see: the host time the runtime's own loop spends
 per step and per round, fitted on measured runtime run dirs (`calibrate.py runs=[...]`,
-simulator/runtime_fit.py; keys in RUNTIME_COSTS, seconds >= 0). Without it those costs are the `sim` knobs'.
+simulator/runtime_fit.py; keys in RUNTIME_COSTS, seconds >= 0). Without it those costs are the analytic prior's.
 `runtime.loops` (optional): per runtime loop in LOOP_SHAPES (colocated, chain), the LOOP_COSTS fitted on that
 loop's runs alone, which configurations of that loop take in place of the top-level ones, e.g.
 ``"runtime": {"step_extra_s": 1.6e-4, ..., "loops": {"colocated": {"step_extra_s": 7e-5, ...}}}``.
+
+`tree_op_s` (optional): the draft leader's host time per round for its tree (median re-root + median top-bs
+selection from the calibration traces' op.tree_op records); a runtime block's `draft_round_s` replaces it where the
+draft has its own group. Absent: the prior's (simulator/cost_model.py PRIOR_TREE_OP_S).
 
 Errors name the file and the JSON field (`ProfileError`). No I/O besides `load_profile` / `write_profile`.
 """
@@ -242,9 +247,11 @@ class Profile:
     software: dict[str, Any]
     operators: dict[str, OperatorFit]
     runtime: dict[str, float] = field(default_factory=dict)
-    """RUNTIME_COSTS seconds fitted on measured runtime runs (empty: the sim knobs apply)."""
+    """RUNTIME_COSTS seconds fitted on measured runtime runs (empty: none)."""
     runtime_loops: dict[str, dict[str, float]] = field(default_factory=dict)
     """Per LOOP_SHAPES entry, the LOOP_COSTS fitted on that loop's runs alone (`runtime.loops` in the file)."""
+    tree_op_s: float | None = None
+    """The draft leader's measured host time per round for its tree (`tree_op_s` in the file); None: the prior's."""
 
     @property
     def gpu(self) -> str:
@@ -341,7 +348,7 @@ def parse_profile(data: Any, where: str = "profile") -> Profile:
     """Validate a decoded profile JSON object; `where` (the file) prefixes every error."""
     if not isinstance(data, dict):
         raise _fail(where, "<top level>", f"must be a JSON object, got {type(data).__name__}")
-    unknown = set(data) - {"version", "hardware", "software", "operators", "runtime"}
+    unknown = set(data) - {"version", "hardware", "software", "operators", "runtime", "tree_op_s"}
     if unknown:
         raise _fail(where, "<top level>", f"unknown keys {sorted(unknown)}")
     if data.get("version") != PROFILE_VERSION:
@@ -375,11 +382,16 @@ def parse_profile(data: Any, where: str = "profile") -> Profile:
     for shape in loops:
         if shape not in LOOP_SHAPES:
             raise _fail(where, f"runtime.loops.{shape}", f"unknown loop shape; allowed: {list(LOOP_SHAPES)}")
+    tree_op_s = data.get("tree_op_s")
+    if tree_op_s is not None and (isinstance(tree_op_s, bool) or not isinstance(tree_op_s, (int, float))
+                                  or not math.isfinite(tree_op_s) or tree_op_s < 0):
+        raise _fail(where, "tree_op_s", f"must be a finite number of seconds >= 0, got {tree_op_s!r}")
     return Profile(path=where, hardware=dict(hw), software=dict(sw), operators=fits,
                    runtime=_runtime(where, "runtime", {k: v for k, v in runtime.items() if k != "loops"},
                                     RUNTIME_COSTS),
                    runtime_loops={shape: _runtime(where, f"runtime.loops.{shape}", entry, LOOP_COSTS)
-                                  for shape, entry in loops.items()})
+                                  for shape, entry in loops.items()},
+                   tree_op_s=None if tree_op_s is None else float(tree_op_s))
 
 
 def _runtime(where: str, fp: str, entry: Any, allowed: Any) -> dict[str, float]:
@@ -426,6 +438,8 @@ def profile_to_dict(profile: Profile) -> dict[str, Any]:
         out["runtime"] = dict(profile.runtime)
         if profile.runtime_loops:
             out["runtime"]["loops"] = {shape: dict(entry) for shape, entry in profile.runtime_loops.items()}
+    if profile.tree_op_s is not None:
+        out["tree_op_s"] = profile.tree_op_s
     return out
 
 

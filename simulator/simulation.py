@@ -21,7 +21,7 @@ leaves), takes r = floor(t_verify / t_expand) clamped to [1, max_tree_nodes // w
 and r + 1 and keeps the faster. The simulator takes
 both times from the cost model at the first iteration's context (t_verify = both messages + the verify
 forward) and uses d = max(1, round(t_verify / t_expand)) (`sim.d_rule=round`: r or r + 1, whichever the
-ratio is nearer; Python rounds halves to even), or simulates a pilot (one request of `sim.pilot_tokens`) at
+ratio is nearer; Python rounds halves to even), or simulates a pilot (one request of PILOT_TOKENS) at
 max(1, r) and r + 1 and keeps the faster (`sim.d_rule=best_of_two`). serial_tree uses the same rule, so
 serial vs async at one d isolates the overlap. A draft with draft_gpus = 0 shares the target's GPUs
 (TP = target_gpus) and messages cost 0.
@@ -47,7 +47,15 @@ from policy.acceptance import load_acceptance
 from policy.depth_tuner import DepthTuner
 from policy.predicates import chained_autoregressive, draft_tp, loop_shape, uses_draft
 from simulator.checks import check_config
-from simulator.cost_model import GraphKernels, GroupCost, Operators
+from simulator.cost_model import (
+    EAGER_PREFILL_LAUNCH_S,
+    PRIOR_MESSAGE_HOST_S,
+    PRIOR_STEP_OVERHEAD_S,
+    PRIOR_TREE_OP_S,
+    GraphKernels,
+    GroupCost,
+    Operators,
+)
 from simulator.interconnect import message_bytes, node_of_rank
 from simulator.processes import (
     carry_messages,
@@ -104,8 +112,11 @@ def proposal_nodes(config: ExperimentConfig) -> int:
     return config.spec.gamma + 1 if config.spec.mode == "chain" else config.spec.bs
 
 
+PILOT_TOKENS = 128
+"""Tokens per pilot simulation of sim.d_rule=best_of_two (one request): enough rounds to rank d = r against r + 1."""
+
 DRAFT_HOST_KEYS = ("expand_extra_s", "expand_extra_per_row_s", "expand_extra_per_real_row_s", "draft_round_s")
-"""The profile's fitted draft host costs (`runtime` block) that `sim.draft_host_scale` scales."""
+"""The profile's fitted draft host costs (`runtime` block) that `sim.whatif.draft_host_scale` scales."""
 
 
 def runtime_costs_for(profile: Profile, config: ExperimentConfig) -> dict[str, float]:
@@ -121,18 +132,18 @@ def runtime_costs_for(profile: Profile, config: ExperimentConfig) -> dict[str, f
 
 
 def _apply_runtime_deltas(host: dict[str, float], deltas: dict[str, float], profile: Profile | None) -> None:
-    """`sim.runtime_delta`: add each delta to the profile's runtime entry in `host` (in place); a ValueError names
-    the field when there is no such entry or when the sum leaves the entry's bounds (>= 0; signed ones >= -1 ms)."""
+    """`sim.whatif.runtime_delta`: add each delta to the profile's runtime entry in `host` (in place); a ValueError
+    names the key when there is no such entry or when the sum leaves the entry's bounds (>= 0; signed ones >= -1 ms)."""
     if not deltas:
         return
     where = profile.path if profile is not None else "the analytic prior (no sim.profile)"
-    for key, delta in deltas.items():  # the keys are RUNTIME_COSTS' (conf.schema.RuntimeDelta's fields)
+    for key, delta in deltas.items():  # the keys are RUNTIME_COSTS' (simulator/checks.py check_runtime_deltas)
         if key not in host:
-            raise ValueError(f"sim.runtime_delta.{key}: {where} has no runtime entry {key!r} to change "
+            raise ValueError(f"sim.whatif.runtime_delta.{key}: {where} has no runtime entry {key!r} to change "
                              f"(entries: {', '.join(sorted(host)) or 'none'})")
         value, low = host[key] + delta, runtime_bound(key)
         if value < low:
-            raise ValueError(f"sim.runtime_delta.{key}: {host[key]:.3g} s + {delta:.3g} s = {value:.3g} s is "
+            raise ValueError(f"sim.whatif.runtime_delta.{key}: {host[key]:.3g} s + {delta:.3g} s = {value:.3g} s is "
                              f"below the entry's bound {low:g} s")
         host[key] = value
 
@@ -140,11 +151,11 @@ def _apply_runtime_deltas(host: dict[str, float], deltas: dict[str, float], prof
 def leader_transport(config: ExperimentConfig) -> str:
     """How the two group leaders exchange proposals and verified paths, as the runtime resolves
     `parallel.leader_channel` (runtime/unix_channel.py `make_channel`): unix or dist as set; auto: unix when
-    both leaders (world ranks 0 and target_gpus) sit on one node of `hardware.gpus_per_node` GPUs, else dist."""
+    both leaders (world ranks 0 and target_gpus) sit on one node of the GPU preset's `gpus_per_node`, else dist."""
     kind, par = config.parallel.leader_channel, config.parallel
     if kind != "auto":
         return kind
-    gpn = config.hardware.gpus_per_node
+    gpn = GPU_PRESETS[config.hardware.gpu].gpus_per_node
     return "unix" if node_of_rank(0, gpn) == node_of_rank(par.target_gpus, gpn) else "dist"
 
 
@@ -161,12 +172,12 @@ def _checked_profile(config: ExperimentConfig, profile: Profile | None) -> Profi
 
 def host_costs(config: ExperimentConfig, profile: Profile | None) -> dict[str, float]:
     """The fitted runtime host costs the config's loop pays (`runtime_costs_for`; empty without a profile), after
-    the config's what-ifs: `sim.draft_host_scale` on the draft's, then `sim.runtime_delta`."""
+    the config's what-ifs: `sim.whatif.draft_host_scale` on the draft's, then `sim.whatif.runtime_delta`."""
     host = runtime_costs_for(profile, config) if profile is not None else {}
     for key in DRAFT_HOST_KEYS:
         if key in host:
-            host[key] *= config.sim.draft_host_scale
-    _apply_runtime_deltas(host, config.sim.runtime_delta.nonzero(), profile)
+            host[key] *= config.sim.whatif.draft_host_scale
+    _apply_runtime_deltas(host, config.sim.whatif.nonzero_deltas(), profile)
     return host
 
 
@@ -190,12 +201,12 @@ def _prefill_launch_s(config: ExperimentConfig, tp: int) -> float:
     """The launch floor of a group's prefill: the Triton backend's eager prefill (a group that does not replay its
     prefills, as the runtime decides) is host-bound, launches x host time; 0 otherwise."""
     eager = not config.kernels.prefill_graph_for(tp)
-    return config.sim.eager_prefill_launch_s if config.kernels.backend == "triton" and eager else 0.0
+    return EAGER_PREFILL_LAUNCH_S if config.kernels.backend == "triton" and eager else 0.0
 
 
 def _draft_cost(config: ExperimentConfig, ops: Operators, host: dict[str, float]) -> GroupCost:
     """The draft group's step costs: its model on draft_tp GPUs (the target's with draft_gpus = 0), the fitted
-    host time per draft forward (constant, per row, per real row), `sim.draft_device_scale`."""
+    host time per draft forward (constant, per row, per real row), `sim.whatif.draft_device_scale`."""
     assert config.model.draft is not None
     tp = draft_tp(config)
     return GroupCost(ops, model_preset(config.model.draft.preset), config.model.draft.weight_bits, tp,
@@ -204,7 +215,7 @@ def _draft_cost(config: ExperimentConfig, ops: Operators, host: dict[str, float]
                      extra_per_real_row_s=host.get("expand_extra_per_real_row_s", 0.0),
                      prefill_launch_s=_prefill_launch_s(config, tp),
                      kernels=GraphKernels("draft", False, config.kernels.rope_attention),
-                     device_scale=config.sim.draft_device_scale)
+                     device_scale=config.sim.whatif.draft_device_scale)
 
 
 def _cost_source(config: ExperimentConfig, profile: Profile | None, ops: Operators, host: dict[str, float],
@@ -235,17 +246,18 @@ def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Cos
 
     `profile` (already loaded) replaces `sim.profile`. Its `runtime` block, where present, adds the runtime
     loop's fitted host costs (`host_costs`): per target forward, per draft forward, per verify's messages (target)
-    and per draft round (replacing `sim.tree_op_s`); the last two only with a separate draft group. A config whose
-    runtime loop has its own entry in the block (`runtime.loops`, `predicates.loop_shape`: colocated, chain) takes
-    that entry's costs in place of the top-level ones (`runtime_costs_for`). A TP > 1 target's verify also carries
-    its in-group verdict broadcast (one message).
-    """
+    and per draft round (replacing the profile's `tree_op_s`, else PRIOR_TREE_OP_S); the last two only with a
+    separate draft group. A config whose runtime loop has its own entry in the block (`runtime.loops`,
+    `predicates.loop_shape`: colocated, chain) takes that entry's costs in place of the top-level ones
+    (`runtime_costs_for`). A TP > 1 target's verify also carries its in-group verdict broadcast (one message).
+    `sim.whatif` prices what the runtime does not run: the draft's host and device time scaled, runtime host costs
+    shifted, a fused GEMM + all-reduce (`Operators`)."""
     profile = _checked_profile(config, profile)
     ic, par, kcfg = config.interconnect, config.parallel, config.kernels
     intra, cross = ic.links(config.hardware.gpu)  # "gpu": the GPU preset's own link
     ops = Operators(GPU_PRESETS[config.hardware.gpu], LINK_PRESETS[intra], ic.allreduce, LINK_PRESETS[cross],
-                    ic.host_overhead_s, config.sim.step_overhead_s, kcfg.cuda_graphs, profile,
-                    intra_name=intra, cross_name=cross)
+                    PRIOR_MESSAGE_HOST_S, PRIOR_STEP_OVERHEAD_S, kcfg.cuda_graphs, profile,
+                    intra_name=intra, cross_name=cross, fused_allreduce=config.sim.whatif.fused_allreduce)
     host = host_costs(config, profile)
     # A TP > 1 target's leader broadcasts every verdict (the verified path) to its group inside the verify
     # (runtime/engine.py _verify): charged as one leader-channel message of that size, the profiled operator of
@@ -260,7 +272,8 @@ def build_costs(config: ExperimentConfig, profile: Profile | None = None) -> Cos
     draft = _draft_cost(config, ops, host) if uses_draft(config) else None
     proposal_s = verified_s = 0.0
     transport = "dist"
-    tree_op_s, verify_host_s = config.sim.tree_op_s, 0.0
+    tree_op_s = profile.tree_op_s if profile is not None and profile.tree_op_s is not None else PRIOR_TREE_OP_S
+    verify_host_s = 0.0
     if draft is not None and par.draft_gpus > 0:  # a separate draft group: messages between the two leaders
         transport = leader_transport(config)
         proposal_s = ops.message_s(nbytes, par.target_gpus, transport)
@@ -295,8 +308,8 @@ class Simulation:
         self.num_requests = num_requests or wl.num_requests
         self.max_new_tokens = max_new_tokens or wl.max_new_tokens
         self.prompt_tokens = wl.prompt_tokens
-        self.max_iterations = config.sim.max_iterations
-        self.record_events = config.sim.record_events if record_events is None else record_events
+        # the event log is what the traces are made of: kept when the run writes traces
+        self.record_events = config.trace.enabled if record_events is None else record_events
         chain = self.mode == "chain"
         self.bs = spec.gamma + 1 if chain else spec.bs
         self.w = 1 if chain else spec.w
@@ -396,7 +409,7 @@ def resolve_d(config: ExperimentConfig, costs: Costs) -> int | None:
     best: tuple[float, int] | None = None
     for d in sorted({max(1, r), r + 1}):
         pilot = Simulation(config, costs, d=d, num_requests=1, record_events=False,
-                           max_new_tokens=min(config.workload.max_new_tokens, config.sim.pilot_tokens)).run()
+                           max_new_tokens=min(config.workload.max_new_tokens, PILOT_TOKENS)).run()
         speed = pilot.tally.generated_tokens / pilot.tally.wall_s
         if best is None or speed > best[0]:
             best = (speed, d)

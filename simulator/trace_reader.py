@@ -19,7 +19,7 @@ Records used (others, e.g. the runtime's `step.*` spans, are counted and ignored
 |                    | step_overhead(_graph) | preset, kind, kv_len, tokens (record): one row per step, summed  |
 |                    |               | call features; the small kernels counted per role (GraphKernels)         |
 | op.compaction      | (report only) | bytes: the profile format has no compaction operator yet                 |
-| op.tree_op         | (report only) | kind select|reroot: host tree bookkeeping -> suggested `sim.tree_op_s`    |
+| op.tree_op         | (report only) | kind select|reroot: host tree bookkeeping -> the profile's `tree_op_s`    |
 
 Errors name the file and the line. No torch import.
 """

@@ -15,9 +15,9 @@ Per acceptance table and draft host scale:
 Acceptance tables: `smollm2` (the real pair's measured positional table, depth-dependent; the one workload a
 feeds its oracle), then one-row tables with a top-1 acceptance of `--top1`, whose lower ranks are the measured
 table's first row rescaled so the same share of the rest is caught by ranks 1..7. Host scale:
-`sim.draft_host_scale`, the profile's fitted draft host costs (runtime block: `expand_extra_s`,
+`sim.whatif.draft_host_scale`, the profile's fitted draft host costs (runtime block: `expand_extra_s`,
 `expand_extra_per_row_s` or `expand_extra_per_real_row_s`, `draft_round_s`) times the scale, for both tree modes
-alike (a what-if on the draft's Python and launches, not on its kernels). Device scale: `sim.draft_device_scale`,
+alike (a what-if on the draft's Python and launches, not on its kernels). Device scale: `sim.whatif.draft_device_scale`,
 the draft's kernel time times the scale (0.6: the Llama-3.2-1B one-row step at about its byte floor). Draft bits:
 `model.draft.weight_bits` (8: the runtime's fp8 draft weights, priced by the profile's `gemm_fp8` and its measured
 shapes where it has them).
@@ -84,8 +84,8 @@ def cell(acceptance: list[str], profile: str, host_scale: float, grid: tuple[int
          serial_d: tuple[str, ...], async_d: tuple[str, ...], device_scale: float = 1.0, draft_bits: int = 16) -> dict:
     """Best autoregressive, serial_tree and async_tree runs, and the pick's async_tree run, under one acceptance
     table, profile, draft host scale, draft device scale and draft weight width."""
-    ov = [*BASE, *acceptance, f"sim.profile={profile}", f"sim.draft_host_scale={host_scale}",
-          f"sim.draft_device_scale={device_scale}", f"model.draft.weight_bits={draft_bits}"]
+    ov = [*BASE, *acceptance, f"sim.profile={profile}", f"sim.whatif.draft_host_scale={host_scale}",
+          f"sim.whatif.draft_device_scale={device_scale}", f"model.draft.weight_bits={draft_bits}"]
     ar = simulate(compose_config("simulate", [*ov, "spec=autoregressive"]), record_events=False)
     serial = []
     for bs in grid:

@@ -11,7 +11,7 @@ def test_a_splits_row_is_the_simulators_and_the_table_shows_it():
     row = splits_doc.simulate_row(4, 3, 1, "async_tree", "profiles/h200.json")
     assert (row["gpus"], row["target_gpus"], row["draft_gpus"], row["mode"]) == (4, 3, 1, "async_tree")
     assert row["tokens_per_s"] > 0 and row["verify_time_s"] <= row["iteration_time_s"]
-    assert "hardware.gpus_per_node=4" in row["overrides"] and "parallel=3x1" in row["overrides"]
+    assert "parallel=3x1" in row["overrides"]
     line = splits_doc.table([row]).splitlines()[-1]
     assert line.startswith(f"| 4 | 3:1 | async_tree | {row['tokens_per_s']:.1f} | ") and "not run" in line
 

@@ -32,7 +32,7 @@ def test_validation_replay_reproduces_a_recorded_run(mode, tmp_path):
                  "workload.num_requests=1",
                  "workload.prompt_tokens=512", "workload.max_new_tokens=128", "trace.chrome=false")
     recorded = run_sim(config, tmp_path / "recorded" / mode, verbose=False)
-    row = simulate_run(tmp_path / "recorded" / mode, None, {}, tmp_path / "sim")
+    row = simulate_run(tmp_path / "recorded" / mode, None, tmp_path / "sim")
     assert row["tokens_per_s"]["measured"] == pytest.approx(recorded["tokens_per_s"])
     assert abs(row["tokens_per_s"]["error"]) <= 0.05, row["tokens_per_s"]
     assert abs(row["mean_accept_len"]["error"]) <= 0.08, row["mean_accept_len"]
@@ -87,7 +87,7 @@ def test_measured_h200_runs_get_their_oracle_ranks_back(tmp_path):
     assert any(x > 0 for v in verifies for x in v["ranks"][:-1])  # the oracle accepted off the rank-0 chain
     assert with_oracle_ranks(run_dir, config, {**run["metrics"], "oracle": False}, tmp_path) is None
 
-    cfg = sim_config(config, str(REPO / "profiles/h200.json"), {}, acceptance_file=str(path),
+    cfg = sim_config(config, str(REPO / "profiles/h200.json"), acceptance_file=str(path),
                      replay_belief=replay_belief_of(run["metrics"], config))
     sim = Simulation(cfg, build_costs(cfg), d=int(run["metrics"]["d_used"])).run()
     mismatched = sum(int(a.accepted != v["accepted"]) for a, v in zip(sim.rows, verifies))
@@ -105,10 +105,10 @@ def test_a_replay_keeps_the_runs_acceptance_table_from_its_file():
     table = load_acceptance(config.acceptance, 8).raw
     assert len(table) > 1  # the measured SmolLM2 table, not the one-row inline default
     replay = MEASURED_DIR / "runtime_runs_2026-11-30_e92dbf1/async_bs8_w8_dauto/iterations.csv"
-    out = sim_config(config, None, {}, acceptance_file=str(replay), replay_belief="table")
+    out = sim_config(config, None, acceptance_file=str(replay), replay_belief="table")
     assert out.acceptance.kind == "replay" and [list(r) for r in out.acceptance.positional] == table
     # a run of one prompt domain's table (acceptance.domain): that table inline, and no domain left on the replay
     config = cfg(*BASE, "spec=async_tree", "acceptance=smollm2_instruction", "spec.oracle=true")
     table = load_acceptance(config.acceptance, 8).raw
-    out = sim_config(config, None, {}, acceptance_file=str(replay), replay_belief="table")
+    out = sim_config(config, None, acceptance_file=str(replay), replay_belief="table")
     assert out.acceptance.domain is None and [list(r) for r in out.acceptance.positional] == table

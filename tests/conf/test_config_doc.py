@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from conf import config_doc
 from conf.config_doc import FALLBACK, GROUP_READERS, READER_EXCEPTIONS, leaves, meaning, readers
 from conf.schema import ExperimentConfig
@@ -15,9 +17,9 @@ from conf.schema import ExperimentConfig
 def test_leaves_walk_nested_and_optional_dataclasses():
     names = [leaf.name for leaf in leaves()]
     assert len(names) == len(set(names))
-    assert {"spec.bs", "model.target.preset", "model.draft.preset", "sim.runtime_delta.step_extra_s",
+    assert {"spec.bs", "model.target.preset", "model.draft.preset", "sim.whatif.runtime_delta",
             "kernels.preset", "kernels.ablate", "seed"} <= set(names)
-    assert not {"model.draft", "sim.runtime_delta", "model.target"} & set(names)
+    assert not {"model.draft", "sim.whatif", "kernels.pdl_policy", "model.target"} & set(names)
     spec = next(leaf for leaf in leaves() if leaf.name == "spec.bs")
     assert spec.default == ExperimentConfig().spec.bs and spec.type == "int"
 
@@ -72,3 +74,10 @@ def test_the_module_prints_the_document():
                           cwd=config_doc.REPO)
     assert done.returncode == 0, done.stderr
     assert done.stdout == config_doc.render()
+
+
+@pytest.mark.xfail(strict=False, reason="until kernels presets land (branch kcfg)")
+def test_the_config_surface_stays_small():
+    """Issue 49: a user reads every field in one sitting: at most 60 leaves."""
+    count = len(leaves(ExperimentConfig))
+    assert count <= 60, f"ExperimentConfig has {count} leaves"

@@ -82,7 +82,7 @@ def validate_override(entry: str, override: str) -> str | None:
 
 def test_the_leaves_are_enumerated_from_the_schema():
     names = [n for n, _ in LEAVES]
-    assert "spec.bs" in names and "model.draft.preset" in names and "sim.runtime_delta.step_extra_s" in names
+    assert "spec.bs" in names and "model.draft.preset" in names and "sim.whatif.runtime_delta" in names
     assert len(names) == len(set(names)) and len(names) > 50
 
 

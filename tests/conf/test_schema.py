@@ -54,8 +54,6 @@ def test_config_is_immutable_after_validation():
         (["spec.d=zero"], r"spec\.d: 'zero' is neither 'auto', 'poll' nor a positive integer"),
         (["spec.mode=beam"], r"spec\.mode: 'beam' is not one of autoregressive, chain, serial_tree, async_tree"),
         (["spec.temperature=-0.5"], r"spec\.temperature: must be >= 0"),
-        (["parallel.target_gpus=8", "parallel.draft_gpus=2"],
-         r"parallel\.target_gpus \+ parallel\.draft_gpus: .*10 exceeds"),
         (["model=smollm2", "parallel.target_gpus=4", "parallel.draft_gpus=4"],
          r"parallel\.draft_gpus: TP degree 4 cannot shard smollm2-draft \(3 query heads\); allowed: 1\.\.3"),
         (["model.draft=null"], r"model\.draft: spec\.mode=async_tree needs a draft model"),
@@ -82,9 +80,8 @@ def test_config_is_immutable_after_validation():
          r"kernels\.ablate: refill_graph needs cuda_graphs: ablate it too "
          r"\(kernels\.ablate=\[cuda_graphs,prefill_graph,refill_graph\]\)"),
         (["kernels=graphs", "spec.topk=65"], r"spec\.topk: kernels\.draft_head takes at most 64 children per node"),
-        (["parallel.host_threads=-1"], r"parallel\.host_threads: expected an integer >= 0 \(0 = auto\), got -1"),
-        (["parallel.recv_spin_ms=-0.5"],
-         r"parallel\.recv_spin_ms: expected a number of milliseconds >= 0 or null \(auto\), got -0\.5"),
+        (["+sim.whatif.runtime_delta.step_extra_s=nan"],
+         r"sim\.whatif\.runtime_delta\.step_extra_s: must be a finite number of seconds, got nan"),
         (["model.draft.preset=qwen2-0.5b"], r"model\.draft\.preset: draft vocabulary \(151646 tokens\) differs"),
     ],
 )

@@ -58,13 +58,13 @@ def prompts(vocab: int, n: int = 3, seed: int = 0) -> list[list[int]]:
 
 
 def cfg_for(mode: str, target: str, draft: str, dtype: str, *, target_gpus: int = 1, draft_gpus: int = 0,
-            checkpoint: str | None = None, draft_seed: int = 1, ablate: tuple[str, ...] = (),
+            checkpoint: str | None = None, ablate: tuple[str, ...] = (),
             **spec) -> ExperimentConfig:
     """kernels=graphs on CUDA (skinny GEMMs, PDL, RoPE in the single-token attention, the one-row refill graph, the
     target's QKV GEMM with RoPE + the KV write, prefills replayed per length bucket) with the torch draft head
     (draft_head ablated, as these tests ran before the presets) and the `ablate` features off too; the draft is
-    `draft` (the target itself with draft_seed == 1: self-speculation)."""
-    return make_cfg(mode, target, draft, target_gpus=target_gpus, draft_gpus=draft_gpus, draft_seed=draft_seed,
+    `draft` (the target itself when it is the target's preset: self-speculation)."""
+    return make_cfg(mode, target, draft, target_gpus=target_gpus, draft_gpus=draft_gpus,
                     max_new=MAX_NEW, capacity=CAPACITY, kernels="graphs", ablate=("draft_head", *ablate),
                     device="cuda", dtype=dtype, checkpoint=checkpoint, timeout_s=120, **{**MODES[mode], **spec})
 
@@ -297,14 +297,14 @@ def test_modes_lossless_without_skinny_gemms_or_pdl(mode):
 def test_tp2_target_lossless_with_in_graph_staging_and_spin_readback(mode):
     """A TP-2 target's graphs: the peer never reads its verdict back, so its next load waits on the ticket alone;
     the TP-2 autoregressive step (a chained graph, replayed with a load each step) copies at each load instead."""
-    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", target_gpus=2, draft_seed=1))
+    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", target_gpus=2))
 
 
 @pytest.mark.parametrize("mode", ["chain", "serial_tree"])
 def test_modes_lossless_with_graphs_small_draft(mode):
     """A different random draft (misses: lone-root re-roots, expanded by the one-row refill graph; pending tokens on
     the eager path)."""
-    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama-draft", "bfloat16", draft_seed=2))
+    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama-draft", "bfloat16"))
 
 
 @pytest.mark.parametrize("mode", ["serial_tree", "async_tree"])
@@ -312,7 +312,7 @@ def test_many_row_expansions_lossless_with_graphs(mode):
     """w 63 expansions on tiny-llama (GQA 2: 126 query rows, the wide attention tile under
     kernels.tree_attention.WIDE_MAX_ROWS 256, as the 1B draft's w 32 at GQA 4), self-speculation and a small draft."""
     assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", w=63, **split_of(mode)))
-    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama-draft", "bfloat16", w=63, draft_seed=2,
+    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama-draft", "bfloat16", w=63,
                                     **split_of(mode)))
 
 
@@ -323,8 +323,8 @@ def test_modes_lossless_with_an_fp8_draft(mode):
     small random draft (misses, refills, pending rows)."""
     import dataclasses
 
-    for draft, seed in (("tiny-llama", 1), ("tiny-llama-draft", 2)):
-        cfg = cfg_for(mode, "tiny-llama", draft, "bfloat16", draft_seed=seed, **split_of(mode))
+    for draft in ("tiny-llama", "tiny-llama-draft"):
+        cfg = cfg_for(mode, "tiny-llama", draft, "bfloat16", **split_of(mode))
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(
             cfg.model, draft=dataclasses.replace(cfg.model.draft, weight_bits=8)))
         res = assert_lossless(cfg)
@@ -336,7 +336,7 @@ def test_modes_lossless_with_an_fp8_draft(mode):
 def test_target_qkv_rope_lossless_at_the_real_pairs_shapes(mode):
     """kernels.target_qkv_rope at SmolLM2-135M's shapes (head dim 64, 9 query / 3 KV heads: two programs per head of
     16 rotation pairs; the tiny models' heads are 16 wide) with random weights, the shipped draft's shape as draft."""
-    cfg = cfg_for(mode, "smollm2-135m", "smollm2-draft", "bfloat16", draft_seed=2)
+    cfg = cfg_for(mode, "smollm2-135m", "smollm2-draft", "bfloat16")
     assert cfg.kernels.target_qkv_rope
     assert_lossless(cfg)
 
@@ -364,14 +364,14 @@ TP2 = [pytest.mark.multi_gpu, TWO_GPUS]
 def test_split_lossless_with_graphs(mode, split, draft, dtype):
     """1 + 1 (a draft group of its own; on one GPU both groups share it) and a TP-2 target (2 GPUs)."""
     assert_lossless(cfg_for(mode, "tiny-llama", draft, dtype, target_gpus=split[0], draft_gpus=split[1],
-                            draft_seed=1 if draft == "tiny-llama" else 2, **(SHARE if split == (1, 1) else {})))
+                            **(SHARE if split == (1, 1) else {})))
 
 
 @pytest.mark.parametrize("mode", ["async_tree", "serial_tree", "chain"])
 def test_unix_leader_channel_lossless_on_gpus(mode):
     """parallel.leader_channel=unix on 1 + 1 GPUs (the leaders talk over a Unix-domain socket, no NCCL hop)."""
     assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama", "bfloat16", **ONE_PLUS_ONE,
-                            draft_seed=1, leader_channel="unix"))
+                            leader_channel="unix"))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -516,7 +516,7 @@ def test_verdict_in_the_verify_graph_matches_the_verdict_after_it(rows):
 @pytest.mark.parametrize("mode", ["autoregressive", "serial_tree"])
 def test_modes_lossless_with_eager_prefills(mode):
     """kernels.ablate=[prefill_graph] (the other tests replay their prefills per length bucket)."""
-    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama-draft", "bfloat16", draft_seed=2,
+    assert_lossless(cfg_for(mode, "tiny-llama", "tiny-llama-draft", "bfloat16",
                             ablate=("prefill_graph",)))
 
 

@@ -21,7 +21,7 @@ from runtime.comm import LeaderChannel
 from runtime.launch import launch
 from runtime.metrics import Timeline
 from runtime.parallel import ParallelContext
-from runtime.unix_channel import UnixLeaderChannel, make_channel, recv_spin_s
+from runtime.unix_channel import CPU_RECV_SPIN_S, GPU_RECV_SPIN_S, UnixLeaderChannel, make_channel, recv_spin_s
 from tests.runtime.test_parallel import make_cfg
 
 MAX_NODES = 16
@@ -218,14 +218,12 @@ def test_unix_receive_records_arrival_and_sleep():
     assert 0.1 < late["arrive_s"] <= late_dur and 0 <= quick["arrive_s"] <= quick_dur
     assert late["payload_bytes"] == 8 * (4 + 2 * 4) and late["kind"] == "DraftProposal"
     assert 0 <= late["decoded_s"] - late["arrive_s"] <= late_dur - late["arrive_s"]
-    with pytest.raises(ValueError, match=r"parallel\.recv_spin_ms: expected >= 0, got -1"):
+    with pytest.raises(ValueError, match=r"spin_s: expected >= 0 seconds, got -0\.001"):
         UnixLeaderChannel(_fake_ctx(), 4, spin_s=-1e-3)
 
 
-def test_recv_spin_auto_spins_long_on_gpus_only():
-    pcfg = make_cfg(1, 1).parallel
-    assert recv_spin_s(pcfg, torch.device("cuda", 0)) == 50e-3 and recv_spin_s(pcfg, torch.device("cpu")) == 1e-3
-    assert recv_spin_s(dataclasses.replace(pcfg, recv_spin_ms=0.0), torch.device("cuda", 0)) == 0.0
+def test_recv_spin_spins_long_on_gpus_only():
+    assert recv_spin_s(torch.device("cuda", 0)) == GPU_RECV_SPIN_S > recv_spin_s(torch.device("cpu")) == CPU_RECV_SPIN_S
 
 
 def test_leader_channel_field_is_checked():

@@ -93,7 +93,7 @@ def test_disaggregated_self_speculation_and_oracle():
     """Draft = target, topk 1, d = 1: accept bs - 1 = 4 every verify and hit every re-root. Oracle run:
     labelled, all forwards real, acceptance within the positional model's support."""
     expected, _ = reference_outputs("tiny-llama", eos_from=None)
-    self_spec = make_cfg("async_tree", "tiny-llama", "tiny-llama", draft_gpus=1, draft_seed=1,
+    self_spec = make_cfg("async_tree", "tiny-llama", "tiny-llama", draft_gpus=1,
                          bs=5, w=1, topk=1, d="1")
     oracle = make_cfg("async_tree", draft_gpus=1, max_new=120, capacity=200, bs=6, w=2, topk=2, d="2",
                       oracle=True, acceptance=AcceptanceConfig(positional=[[0.5, 0.3]]))

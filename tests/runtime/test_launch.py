@@ -151,19 +151,16 @@ if __name__ == "__main__":
 
 
 @pytest.mark.parametrize(
-    ("device", "cuda", "configured", "omp", "expected"),
+    ("device", "cuda", "omp", "expected"),
     [
-        ("auto", True, 0, None, 1),  # GPU rank: one thread (host bookkeeping only)
-        ("cuda", True, 0, None, 1),
-        ("auto", False, 0, None, 4),  # CPU ranks share the 8 cores between 2 ranks
-        ("cpu", True, 0, None, 4),
-        ("auto", True, 0, "3", None),  # OMP_NUM_THREADS set: torch keeps what it read
-        ("auto", True, 6, "3", 6),  # explicit parallel.host_threads wins
+        ("auto", True, None, 1),  # GPU rank: one thread (host bookkeeping only)
+        ("cuda", True, None, 1),
+        ("auto", False, None, 4),  # CPU ranks share the 8 cores between 2 ranks
+        ("cpu", True, None, 4),
+        ("auto", True, "3", None),  # OMP_NUM_THREADS set: torch keeps what it read
     ],
 )
-def test_host_threads(monkeypatch, device, cuda, configured, omp, expected):
-    import dataclasses
-
+def test_host_threads(monkeypatch, device, cuda, omp, expected):
     import runtime.launch as launch_mod
 
     monkeypatch.setattr(launch_mod.torch.cuda, "is_available", lambda: cuda)
@@ -172,70 +169,4 @@ def test_host_threads(monkeypatch, device, cuda, configured, omp, expected):
         monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     else:
         monkeypatch.setenv("OMP_NUM_THREADS", omp)
-    pcfg = dataclasses.replace(make_cfg(1, 1, device=device).parallel, host_threads=configured)
-    assert launch_mod.host_threads(pcfg, ranks_on_host=2) == expected
-
-
-def _fake_sysfs(root: Path, siblings: dict[int, str]) -> str:
-    for cpu, text in siblings.items():
-        topo = root / f"cpu{cpu}" / "topology"
-        topo.mkdir(parents=True)
-        (topo / "thread_siblings_list").write_text(text + "\n")
-    return str(root)
-
-
-def test_cpu_lists_and_physical_cores(tmp_path):
-    from runtime.launch import parse_cpu_list, physical_cores
-
-    assert parse_cpu_list("0-3,8,10-11\n") == {0, 1, 2, 3, 8, 10, 11} and parse_cpu_list("") == set()
-    # 4 cores x 2 hyperthreads, siblings n and n + 4; cpu 9 has no topology (its own core)
-    sysfs = _fake_sysfs(tmp_path, {c: f"{c % 4},{c % 4 + 4}" for c in range(8)})
-    assert physical_cores({0, 1, 2, 3, 4, 5, 6, 7, 9}, sysfs) == [(0, 4), (1, 5), (2, 6), (3, 7), (9,)]
-    assert physical_cores({1, 5, 6}, sysfs) == [(1, 5), (6,)]  # only the allowed siblings count
-
-
-def test_rank_cpus_split_the_cores_evenly_or_say_why_not(tmp_path):
-    import dataclasses
-
-    from runtime.launch import rank_cpus
-
-    sysfs = _fake_sysfs(tmp_path, {c: f"{c % 4},{c % 4 + 4}" for c in range(8)})
-    pcfg = make_cfg(1, 1).parallel
-    assert pcfg.cpu_affinity == "off" and rank_cpus(pcfg, 0, 2, set(range(8)), sysfs) is None
-    cores = dataclasses.replace(pcfg, cpu_affinity="cores")
-    assert [rank_cpus(cores, r, 2, set(range(8)), sysfs) for r in (0, 1)] == [{0, 1, 4, 5}, {2, 3, 6, 7}]
-    assert [rank_cpus(cores, r, 3, set(range(8)), sysfs) for r in (0, 1, 2)] == [{0, 4}, {1, 5}, {2, 6}]
-    with pytest.raises(RuntimeError, match=r"parallel.cpu_affinity=cores: 3 ranks on this host but only 2 physical "
-                                           r"core\(s\) allowed \(\[0, 1, 4, 5\]\); use parallel.cpu_affinity=off"):
-        rank_cpus(cores, 0, 3, {0, 1, 4, 5}, sysfs)
-    with pytest.raises(ValueError, match=r"parallel.cpu_affinity: 'numa' is not one of off, cores"):
-        dataclasses.replace(pcfg, cpu_affinity="numa").validate()
-
-
-def _affinity(ctx, cfg):
-    out = [None] * ctx.world_size
-    import torch.distributed as dist
-
-    dist.all_gather_object(out, sorted(os.sched_getaffinity(0)), group=ctx.world_group)
-    return out
-
-
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 allowed CPUs")
-def test_spawned_ranks_run_on_their_own_cores():
-    """parallel.cpu_affinity=cores on the spawn launcher: each rank runs on the CPUs rank_cpus gives it (on a host
-    with fewer physical cores than ranks, the launch fails naming the field)."""
-    import dataclasses
-
-    from conf.schema import freeze
-    from runtime.launch import physical_cores, rank_cpus
-
-    cfg = make_cfg(1, 1)
-    cfg = freeze(dataclasses.replace(cfg, parallel=dataclasses.replace(cfg.parallel, cpu_affinity="cores")))
-    allowed = os.sched_getaffinity(0)
-    if len(physical_cores(allowed)) < 2:
-        with pytest.raises(RuntimeError, match="parallel.cpu_affinity=cores: 2 ranks on this host"):
-            launch(_affinity, cfg)
-        return
-    got = launch(_affinity, cfg)
-    assert got == [sorted(rank_cpus(cfg.parallel, r, 2, allowed)) for r in (0, 1)]
-    assert not set(got[0]) & set(got[1])
+    assert launch_mod.host_threads(make_cfg(1, 1, device=device).parallel, ranks_on_host=2) == expected

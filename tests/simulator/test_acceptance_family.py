@@ -73,7 +73,7 @@ def _run_recording(config) -> tuple[Simulation, list[float], list[int]]:
 
 
 def _mean_len(*overrides: str) -> float:
-    config = cfg(*overrides, "sim.record_events=false")
+    config = cfg(*overrides, "trace.enabled=false")
     sim, _, taken = _run_recording(config)
     return statistics.fmean(taken)
 
@@ -95,7 +95,7 @@ def test_simulated_lengths_match_the_exact_expectation_of_each_proposal(preset, 
     """Each verify's tokens have the exact expectation of its proposal (the truth of a verify is independent of the
     tree the draft grew from earlier verifies), so the simulated mean agrees with the mean exact expectation within
     4 standard errors (false alarm < 1e-4 per case); a chain's every proposal has the closed form."""
-    config = cfg(f"acceptance={preset}", *mode, "workload.num_requests=8", "sim.record_events=false")
+    config = cfg(f"acceptance={preset}", *mode, "workload.num_requests=8", "trace.enabled=false")
     sim, expected, taken = _run_recording(config)
     n = len(taken)
     sd = statistics.pstdev([t - e for t, e in zip(taken, expected)])

@@ -10,6 +10,7 @@ from conf.presets import GPU_PRESETS, LINK_PRESETS, model_preset
 from conf.rundir import MEASURED_DIR
 from simulator.cost_model import (
     BYTES_PER_PARAM,
+    EAGER_PREFILL_LAUNCH_S,
     GroupCost,
     Operators,
     StepDesc,
@@ -212,7 +213,7 @@ def test_build_costs_price_eager_prefills_where_the_runtime_runs_them(overrides,
     costs = build_costs(cfg)
     for group, floor in ((costs.target, target_floor), (costs.draft, draft_floor)):
         launches = kernels_per_step(group.shape, group.tp, True)
-        assert group.prefill_host_s == pytest.approx(cfg.sim.eager_prefill_launch_s * launches if floor else 0.0)
+        assert group.prefill_host_s == pytest.approx(EAGER_PREFILL_LAUNCH_S * launches if floor else 0.0)
 
 
 def _graph_profile():
@@ -353,3 +354,32 @@ def test_build_costs_gives_each_group_its_role_and_kernel_switches():
     costs = build_costs(config)
     assert costs.target.kernels == GraphKernels("target", False, False)
     assert costs.draft.kernels == GraphKernels("draft", False, False)
+
+
+def test_fused_allreduce_what_if_hides_each_allreduce_behind_its_gemm():
+    """sim.whatif.fused_allreduce: a TP > 1 step's two per-layer all-reduces (after o and down) cost only what outlasts
+    their GEMM; the GEMMs, attention and the logits gather are unchanged; TP 1 has nothing to fuse."""
+    shape = model_preset("llama3-70b")
+    plain = Operators(H200, NVLINK, "oneshot", NVLINK, 2e-5, 3e-5, True, None, "nvlink4", "nvlink4")
+    fused = Operators(H200, NVLINK, "oneshot", NVLINK, 2e-5, 3e-5, True, None, "nvlink4", "nvlink4",
+                      fused_allreduce=True)
+    for tokens in (1, 8, 512):
+        step = StepDesc(tokens, 1000 + tokens, 4)
+        a, b = forward_breakdown(plain, shape, 16, step), forward_breakdown(fused, shape, 16, step)
+        same = ("gemm", "attention", "overhead")
+        assert {k: b[k] for k in same} == {k: a[k] for k in same}
+        gather = plain.allreduce_s(tokens * 16, 4)
+        assert gather <= b["allreduce"] < a["allreduce"]
+    one = StepDesc(8, 1008, 1)
+    assert forward_breakdown(fused, shape, 16, one) == forward_breakdown(plain, shape, 16, one)
+
+
+def test_fused_allreduce_what_if_is_off_by_default_and_prices_tp_targets_faster():
+    from conf import compose_config
+    from simulator.simulation import build_costs
+
+    base = ["workload.num_requests=1"]
+    plain, fused = (build_costs(compose_config("simulate", base + extra))
+                    for extra in ([], ["sim.whatif.fused_allreduce=true"]))
+    assert not compose_config("simulate", base).sim.whatif.fused_allreduce
+    assert fused.target.forward_s(8, 1000) < plain.target.forward_s(8, 1000)

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from conf.frozen import ConfigError
 from conf.presets import model_preset
 from simulator.cost_model import StepDesc, forward_breakdown
 from simulator.profile import (
@@ -149,7 +150,8 @@ def test_leader_messages_follow_the_leader_channel(tmp_path):
     f = _write(tmp_path, VALID)
     base = ("workload.num_requests=1", f"sim.profile={f}")
     assert leader_transport(cfg(*base)) == "unix"  # 6 + 2 GPUs of one 8-GPU node
-    assert leader_transport(cfg(*base, "hardware.gpus_per_node=4", "hardware.num_nodes=2")) == "dist"
+    assert leader_transport(cfg(*base, "parallel.target_gpus=8", "parallel.draft_gpus=8",
+                                 "interconnect=cross_node_ib")) == "dist"  # draft on node 1
     assert leader_transport(cfg(*base, "parallel.leader_channel=dist")) == "dist"
     unix = build_costs(cfg(*base, "parallel.leader_channel=unix"))
     config = cfg(*base, "parallel.leader_channel=unix")
@@ -179,34 +181,35 @@ def test_profile_from_another_gpu_is_rejected(tmp_path):
 
 
 def test_draft_host_scale_scales_only_the_drafts_fitted_host_costs(tmp_path):
-    """sim.draft_host_scale: the runtime block's draft costs (per expansion, per row, per round) times the scale;
+    """sim.whatif.draft_host_scale: the runtime block's draft costs (per expansion, per row, per round) times the scale;
     the target's step correction and the messages untouched; a negative scale is refused, naming the field."""
     runtime = {"step_extra_s": 2e-4, "expand_extra_s": 1e-4, "expand_extra_per_row_s": 3e-5,
                "verify_message_s": 5e-5, "draft_round_s": 4e-4}
     f = _write(tmp_path, {**VALID, "runtime": runtime})
     costs = {s: build_costs(cfg("workload.num_requests=1", "parallel=7x1", f"sim.profile={f}",
-                                f"sim.draft_host_scale={s}")) for s in (1.0, 0.5, 0.0)}
+                                f"sim.whatif.draft_host_scale={s}")) for s in (1.0, 0.5, 0.0)}
     for s, c in costs.items():
         assert c.draft.extra_s == pytest.approx(1e-4 * s) and c.draft.extra_per_token_s == pytest.approx(3e-5 * s)
         assert c.tree_op_s == pytest.approx(4e-4 * s)
         assert c.target.extra_s == pytest.approx(2e-4) and c.verify_host_s == pytest.approx(5e-5)
     assert costs[0.0].draft.forward_s(8, 1000) < costs[1.0].draft.forward_s(8, 1000)
-    with pytest.raises(ValueError, match="sim.draft_host_scale: must be >= 0, got -1.0"):
-        cfg("sim.draft_host_scale=-1")
+    with pytest.raises(ValueError, match="sim.whatif.draft_host_scale: must be a finite number >= 0, got -1.0"):
+        cfg("sim.whatif.draft_host_scale=-1")
 
 
 def test_draft_device_scale_scales_only_the_drafts_kernel_time(tmp_path):
-    """sim.draft_device_scale: the draft's decode steps, prefills and KV compactions cost their kernels times the
+    """sim.whatif.draft_device_scale: the draft's decode steps, prefills and KV compactions cost their kernels times the
     scale plus the unscaled fitted host costs; the target and the messages are untouched; a scale <= 0 or not finite is
     refused, naming the field."""
     runtime = {"step_extra_s": 2e-4, "expand_extra_s": 1e-4, "expand_extra_per_row_s": 3e-5,
                "verify_message_s": 5e-5, "draft_round_s": 4e-4}
     f = _write(tmp_path, {**VALID, "runtime": runtime})
     base = ("workload.num_requests=1", "parallel=7x1", f"sim.profile={f}")
-    host = build_costs(cfg(*base, "sim.draft_host_scale=0"))  # the draft's kernels alone
-    one, half = (build_costs(cfg(*base, "sim.draft_host_scale=0", f"sim.draft_device_scale={s}")) for s in (1, 0.5))
+    host = build_costs(cfg(*base, "sim.whatif.draft_host_scale=0"))  # the draft's kernels alone
+    one, half = (build_costs(cfg(*base, "sim.whatif.draft_host_scale=0", f"sim.whatif.draft_device_scale={s}"))
+                 for s in (1, 0.5))
     full = build_costs(cfg(*base))
-    scaled = build_costs(cfg(*base, "sim.draft_device_scale=0.5"))
+    scaled = build_costs(cfg(*base, "sim.whatif.draft_device_scale=0.5"))
     for rows, kv in ((1, 300), (8, 1000), (16, 2000)):
         kernels = host.draft.forward_s(rows, kv)
         assert one.draft.forward_s(rows, kv) == pytest.approx(kernels)
@@ -221,38 +224,44 @@ def test_draft_device_scale_scales_only_the_drafts_kernel_time(tmp_path):
     assert scaled.draft.breakdown(8, 1000) == pytest.approx({k: 0.5 * v for k, v in
                                                              full.draft.breakdown(8, 1000).items()})
     for bad in ("0", "-1", "inf"):
-        with pytest.raises(ValueError, match="sim.draft_device_scale: must be a finite number > 0"):
-            cfg(f"sim.draft_device_scale={bad}")
+        with pytest.raises(ValueError, match="sim.whatif.draft_device_scale: must be a finite number > 0"):
+            cfg(f"sim.whatif.draft_device_scale={bad}")
 
 
 def test_runtime_delta_adds_seconds_to_the_fitted_host_costs(tmp_path):
-    """sim.runtime_delta.*: seconds added to the profile's runtime entries (after sim.draft_host_scale); a field the
-    profile lacks, a sum below the entry's bound and a non-finite value are refused, naming the field."""
+    """sim.whatif.runtime_delta: seconds added to the profile's runtime entries (after the draft host scale); a key
+    the profile lacks, a sum below the entry's bound and a non-finite value are refused, naming the key."""
     runtime = {"step_extra_s": 2e-4, "expand_extra_s": 1e-4, "verify_message_s": 5e-5, "draft_round_s": 4e-4}
     f = _write(tmp_path, {**VALID, "runtime": runtime})
     base = ("workload.num_requests=1", "parallel=7x1", f"sim.profile={f}")
     fitted = build_costs(cfg(*base))
-    costs = build_costs(cfg(*base, "sim.runtime_delta.step_extra_s=-5e-5", "sim.runtime_delta.draft_round_s=1e-4",
-                            "sim.draft_host_scale=0.5"))
+    costs = build_costs(cfg(*base, "+sim.whatif.runtime_delta.step_extra_s=-5e-5",
+                            "+sim.whatif.runtime_delta.draft_round_s=1e-4",
+                            "sim.whatif.draft_host_scale=0.5"))
     assert costs.target.extra_s == pytest.approx(1.5e-4) and fitted.target.extra_s == pytest.approx(2e-4)
     assert costs.tree_op_s == pytest.approx(4e-4 * 0.5 + 1e-4)
     assert costs.draft.extra_s == pytest.approx(0.5e-4) and costs.verify_host_s == pytest.approx(5e-5)
-    with pytest.raises(ValueError, match=r"sim.runtime_delta.keep_s: .*has no runtime entry 'keep_s'"):
-        build_costs(cfg(*base, "sim.runtime_delta.keep_s=1e-5"))
-    with pytest.raises(ValueError, match=r"sim.runtime_delta.verify_message_s: .* is below the entry's bound 0 s"):
-        build_costs(cfg(*base, "sim.runtime_delta.verify_message_s=-1e-4"))
+    with pytest.raises(ValueError, match=r"sim.whatif.runtime_delta.keep_s: .*has no runtime entry 'keep_s'"):
+        build_costs(cfg(*base, "+sim.whatif.runtime_delta.keep_s=1e-5"))
+    with pytest.raises(ValueError, match=r"sim.whatif.runtime_delta.verify_message_s: .* below the entry's bound 0 s"):
+        build_costs(cfg(*base, "+sim.whatif.runtime_delta.verify_message_s=-1e-4"))
     one_gpu = build_costs(cfg("workload.num_requests=1", "parallel=1x1", f"sim.profile={f}",
-                              "sim.runtime_delta.step_extra_s=-9e-4"))  # a signed entry: down to -1 ms
+                              "+sim.whatif.runtime_delta.step_extra_s=-9e-4"))  # a signed entry: down to -1 ms
     assert one_gpu.target.extra_s == pytest.approx(-7e-4)
-    with pytest.raises(ValueError, match="sim.runtime_delta.step_extra_s: must be a finite number of seconds"):
-        cfg("sim.runtime_delta.step_extra_s=nan")
+    with pytest.raises(ValueError, match="sim.whatif.runtime_delta.step_extra_s: must be a finite number of seconds"):
+        cfg("+sim.whatif.runtime_delta.step_extra_s=nan")
 
 
-def test_runtime_delta_has_one_field_per_runtime_cost():
-    """conf.schema.RuntimeDelta mirrors simulator/profile.py RUNTIME_COSTS (conf does not import the simulator)."""
-    from dataclasses import fields
-
-    from conf.schema import RuntimeDelta
+def test_runtime_delta_keys_are_runtime_costs(tmp_path):
+    """sim.whatif.runtime_delta is one mapping keyed by simulator/profile.py RUNTIME_COSTS: any of them composes; an
+    unknown key is one line naming it and the allowed ones, before anything is simulated."""
+    from simulator.main import run as run_sim
     from simulator.profile import RUNTIME_COSTS
 
-    assert [f.name for f in fields(RuntimeDelta)] == list(RUNTIME_COSTS)
+    for key in RUNTIME_COSTS:
+        assert cfg(f"+sim.whatif.runtime_delta.{key}=0").sim.whatif.runtime_delta == {key: 0.0}
+    config = cfg("workload.num_requests=1", "+sim.whatif.runtime_delta.step_extra=1e-5")
+    with pytest.raises(ConfigError, match=r"^sim\.whatif\.runtime_delta\.step_extra: not a runtime cost; allowed: "
+                       + ", ".join(RUNTIME_COSTS) + "$"):
+        run_sim(config, tmp_path / "r", verbose=False)
+    assert not (tmp_path / "r").exists()

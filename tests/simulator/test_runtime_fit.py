@@ -9,6 +9,7 @@ import json
 import pytest
 
 from conf.trace import TRACE_FILE, TraceRecord, write_traces
+from simulator.cost_model import PRIOR_TREE_OP_S
 from simulator.profile import Profile, ProfileError, load_profile, parse_profile, write_profile
 from simulator.runtime_fit import fit_runtime_costs
 from simulator.simulation import Simulation, build_costs, simulate
@@ -138,7 +139,7 @@ def test_runtime_costs_enter_the_simulated_steps(mode):
     else:
         assert fitted.draft.forward_s(8, 700) - plain.draft.forward_s(8, 700) == pytest.approx(2.0e-4)
         assert (fitted.verify_host_s, fitted.tree_op_s) == (3.0e-4, 4.0e-4)
-        assert plain.tree_op_s == config.sim.tree_op_s
+        assert plain.tree_op_s == PRIOR_TREE_OP_S  # the profile has no tree_op_s of its own
 
 
 def test_chained_autoregressive_steps_take_their_own_host_cost(tmp_path):

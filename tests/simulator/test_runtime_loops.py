@@ -1,6 +1,6 @@
 """The profile's per-loop runtime costs (`runtime.loops`): fitted per loop shape (simulator/runtime_fit.py), read by
-the profile loader, overlaid by build_costs for the config's loop, moved by sim.runtime_delta; and the shipped profile
-against colocated runs it was not fitted on."""
+the profile loader, overlaid by build_costs for the config's loop, moved by sim.whatif.runtime_delta; and the shipped
+profile against colocated runs it was not fitted on."""
 
 from __future__ import annotations
 
@@ -114,26 +114,26 @@ def test_run_dirs_with_the_removed_zero_deltas_still_load(tmp_path):
     config = cfg(*BASE, "spec=chain")
     run_sim(config, tmp_path / "r", verbose=False)
     data = read_run(tmp_path / "r")["config"]
-    data["sim"]["runtime_delta"]["colocated_step_extra_s"] = 0.0
-    assert config_from_dict(data).sim.runtime_delta.step_extra_s == 0.0
+    data["sim"]["runtime_delta"] = {"step_extra_s": 0.0, "colocated_step_extra_s": 0.0}  # as recorded then
+    assert config_from_dict(data).sim.whatif.runtime_delta == {}
     data["sim"]["runtime_delta"]["colocated_step_extra_s"] = 1e-5
     with pytest.raises(ValueError, match=r"sim\.runtime_delta\.colocated_step_extra_s: removed"):
         config_from_dict(data)
 
 
 def test_runtime_delta_applies_to_the_cost_the_configs_loop_takes():
-    """sim.runtime_delta changes the runtime cost the config's loop uses: a colocated config's runtime.loops entry,
-    a two-group tree config's top level; an entry neither has is refused by name."""
+    """sim.whatif.runtime_delta changes the runtime cost the config's loop uses: a colocated config's runtime.loops
+    entry, a two-group tree config's top level; an entry neither has is refused by name."""
     prof = Profile("p", {"gpu": "h200"}, {}, {}, {"step_extra_s": 1.5e-4, "expand_extra_s": 1.2e-4},
                    {"colocated": {"step_extra_s": 6e-5, "expand_extra_s": 3e-5}})
     for par, mode, step in (("1x0", "serial_tree", 6e-5), ("1x1", "serial_tree", 1.5e-4)):
         base = cfg(*BASE, f"spec={mode}", f"parallel={par}")
-        moved = cfg(*BASE, f"spec={mode}", f"parallel={par}", "sim.runtime_delta.step_extra_s=-2e-5")
+        moved = cfg(*BASE, f"spec={mode}", f"parallel={par}", "+sim.whatif.runtime_delta.step_extra_s=-2e-5")
         plain = build_costs(base, profile=PRIOR).target.forward_s(8, 700)
         assert build_costs(base, profile=prof).target.forward_s(8, 700) - plain == pytest.approx(step)
         assert build_costs(moved, profile=prof).target.forward_s(8, 700) - plain == pytest.approx(step - 2e-5)
-    with pytest.raises(ValueError, match=r"sim\.runtime_delta\.draft_round_s: p has no runtime entry"):
-        build_costs(cfg(*BASE, "spec=serial_tree", "parallel=1x0", "sim.runtime_delta.draft_round_s=1e-5"),
+    with pytest.raises(ValueError, match=r"sim\.whatif\.runtime_delta\.draft_round_s: p has no runtime entry"):
+        build_costs(cfg(*BASE, "spec=serial_tree", "parallel=1x0", "+sim.whatif.runtime_delta.draft_round_s=1e-5"),
                     profile=prof)
 
 
@@ -150,12 +150,12 @@ def test_the_shipped_profile_prices_held_out_colocated_runs(folder, name, tmp_pa
     -22.2%), replayed as calibration/validate.py compare does."""
     from pathlib import Path
 
-    from calibration.compare import load_settings, simulate_run
+    from calibration.compare import simulate_run
 
     repo = Path(__file__).resolve().parents[2]
     run_dir = MEASURED_DIR / folder / name
     profile = str(repo / "profiles" / "h200.json")
     fitted = json.loads((repo / "profiles" / "h200.report.json").read_text())["runtime"]["runs"]
     assert (folder, name) not in {(Path(r).parent.name, Path(r).name) for r in fitted}  # held out: no fit run
-    row = simulate_run(run_dir, profile, load_settings(profile, None), tmp_path / "sim")
+    row = simulate_run(run_dir, profile, tmp_path / "sim")
     assert abs(row["tokens_per_s"]["error"]) <= 0.10, row["tokens_per_s"]
