@@ -22,9 +22,11 @@ and r + 1 and keeps the faster. The simulator takes
 both times from the cost model at the first iteration's context (t_verify = both messages + the verify
 forward) and uses d = max(1, round(t_verify / t_expand)) (`sim.d_rule=round`: r or r + 1, whichever the
 ratio is nearer; Python rounds halves to even), or simulates a pilot (one request of `sim.pilot_tokens`) at
-max(1, r) and r + 1 and keeps the faster (`sim.d_rule=best_of_two`). serial_tree uses the same rule, so
-serial vs async at one d isolates the overlap. A draft with draft_gpus = 0 shares the target's GPUs
-(TP = target_gpus) and messages cost 0.
+max(1, r) and r + 1 and keeps the faster (`sim.d_rule=best_of_two`). serial_tree's auto d is the runtime's
+SerialDepthTuner climb (policy/depth_tuner.py: from ceil((bs - 1) / w), one d at a time, kept while the expected
+tokens per second rise): under round and best_of_two over pilot simulations (`serial_auto_d`), under runtime the
+tuner itself on simulated time. A draft with draft_gpus = 0 shares the target's GPUs (TP = target_gpus) and
+messages cost 0.
 
 Seeds: the truth uniforms of request i come from SeedSequence([seed, workload.seed, i]); nothing else is
 random. Two simulations share no state (no globals, no class-level counters).
@@ -391,18 +393,19 @@ class Simulation:
 def serial_auto_d(config: ExperimentConfig, costs: Costs) -> int:
     """serial_tree's auto d without the runtime's warm-up: the runtime tuner's climb (policy.depth_tuner.climb, from
     the breadth rule within serial_d_max) over pilot simulations, one per candidate d (one request of
-    `sim.pilot_tokens`), each scored as the runtime's `SerialDepthTuner` scores its rounds: the expected tokens of the
-    proposals sent (`Tally.expected_tokens`) per second of decoding (prefill left out).
+    `sim.pilot_tokens`, as best_of_two's), each scored as the runtime's `SerialDepthTuner` scores its rounds: the
+    expected tokens of the proposals sent (`Tally.expected_tokens`) per second of decoding (prefill left out).
 
     Why pilots and not a formula: a serial tree carries its subtree over a hit, so the tokens a round buys at d
-    depend on the stationary mix of trees that d grows, which a pilot samples and a one-round formula would not.
-    Why expected tokens: on a pilot of 128 tokens the emitted ones swing by more than the few percent between
-    neighbouring d (a strong draft at bs 16 stopped the climb at d = 3 on 256 emitted tokens, at 9 on 512)."""
+    depend on the mix of trees that d grows, which a pilot samples and a one-round formula would not.
+    Why expected tokens: on a pilot the emitted ones swing by more than the few percent between neighbouring d
+    (strong at bs 8: emitted tokens climb to d = 4, expected ones to the best fixed d, 6)."""
     spec = config.spec
     pilot_tokens = min(config.workload.max_new_tokens, config.sim.pilot_tokens)
 
     def rate(d: int) -> float:
-        pilot = Simulation(config, costs, d=d, record_events=False, max_new_tokens=pilot_tokens).run()
+        pilot = Simulation(config, costs, d=d, num_requests=1, record_events=False,
+                           max_new_tokens=pilot_tokens).run()
         return pilot.tally.expected_tokens / max(pilot.tally.wall_s - pilot.tally.prefill_s, 1e-12)
 
     return climb(rate, breadth_d(spec.bs, spec.w), serial_d_max(spec.bs, spec.w, spec.max_tree_nodes))
