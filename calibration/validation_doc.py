@@ -40,9 +40,10 @@ METHOD = """\
    (`spec.oracle_belief=table`), as the simulator does.
 4. **Simulated runs (CPU).** `calibration/validate.py compare` simulates each measured configuration from the
    profile, replaying that run's verify outcomes (`acceptance.kind=replay` on its iterations.csv). A fixed d
-   (and a serial run's) is the run's; an async run with d auto runs the runtime's own DepthTuner
-   (`sim.d_rule=runtime`, as the autoconfig search does), so its trial rounds at d + 1 cost what they cost
-   (pinning the settled d left them out: the d-auto runs came out 2-6% optimistic).
+   is the run's, and so is a serial run's with d auto recorded before the serial depth tuner (no `d_rule` in
+   its metrics: the breadth rule's d); a run whose d auto a tuner chose (async; serial with `d_rule` runtime)
+   runs the runtime's own tuner (`sim.d_rule=runtime`, as the autoconfig search does), so its trial rounds
+   cost what they cost (pinning the settled d left them out: the d-auto runs came out 2-6% optimistic).
    The replay follows the draft ranks of every verified path: iterations.csv's `ranks` column, or, for runs
    recorded before it, the ranks reconstructed from the oracle's seed (`runtime.oracle.reconstruct_ranks`);
    the simulated trees, accepted lengths and hits are then the measured ones except in the verifies counted
