@@ -100,7 +100,6 @@ class Engine:
         self.ctx, self.cfg, self.tl, self.eos = ctx, cfg, timeline, eos_token_id
         spec, self.shape = cfg.spec, spec_shape(cfg.spec)
         self.mode, self.oracle_on = spec.mode, spec.oracle and spec.mode != "autoregressive"
-        self.serial = self.mode in ("chain", "serial_tree")  # the draft's d expansions follow its refill
         self.colocated = ctx.num_draft == 0
         attn = make_attention_backend(cfg.kernels.backend)
         set_launch_policy(cfg)
