@@ -304,6 +304,8 @@ def make_row(system: str, mode: str, raw: dict[str, Any], *, gpus: int, tp: int,
     row["outputs_check"] = check
     row["spec"] = spec_label(mode, reps[0]) if system == OURS and reps else (
         f"gamma {raw['gamma']}" if "gamma" in raw else "")
+    if system == OURS and reps and "d_rule" in reps[0]:  # fixed | runtime (auto: the depth tuner's)
+        row["d_rule"] = reps[0]["d_rule"]
     for key in ("compile_s", "compile", "generation", "cache_slots"):  # the compiled peers'
         if key in raw:
             row[key] = raw[key]

@@ -5,9 +5,10 @@ For every measured run dir, the same configuration simulated from the profile in
   validation_replay.py), so what differs is the timing model's error;
 - **predicted**: the acceptance the run's config names (its table or family member), so the difference between the
   views is the acceptance model's error.
-A fixed d is the run's; an async d = auto runs the runtime's DepthTuner (`sim.d_rule=runtime`: its trial rounds
-included). Writes the simulated run dirs, a table (measured, simulated, error per metric), the decision agreement
-(calibration/agreement.py: for runs of one model pair on one GPU, does the simulator order each pair of
+A fixed d is the run's; a d = auto runs the runtime's depth tuner (`sim.d_rule=runtime`: its trial rounds included),
+except a serial_tree run whose d no tuner chose (before the serial tuner: the breadth rule; validation_replay.py
+recorded_serial_d). Writes the simulated run dirs, a table (measured, simulated, error per metric), the decision
+agreement (calibration/agreement.py: for runs of one model pair on one GPU, does the simulator order each pair of
 configurations as measured?), the parity plot (analysis/fig04_parity.py), validation.json, and the autoconfig check:
 the simulator's ranking of the measured async configurations (config acceptance) against the measured ranking, and the
 autoconfig search's pick against the best measured configuration.
@@ -28,7 +29,7 @@ from typing import Any
 from calibration.agreement import REPEAT_SEP, decision_agreement
 from calibration.report import print_table, write_table
 from calibration.validation_doc import write_doc
-from calibration.validation_replay import replay_belief_of, sim_config, with_oracle_ranks
+from calibration.validation_replay import recorded_serial_d, replay_belief_of, sim_config, with_oracle_ranks
 from conf.rundir import (
     MEASURED_DIR,
     OUTPUTS_FILE,
@@ -132,13 +133,14 @@ def simulate_run(run_dir: Path, profile: str | None, sim_root: Path) -> dict[str
     ranked = with_oracle_ranks(run_dir, config, measured, sim_root / "replays")
     if ranked is not None:
         replay = str(ranked)
-    auto_async = config.spec.mode == "async_tree" and str(config.spec.d) == "auto"
-    d_rule = "runtime" if auto_async else None
+    tree = config.spec.mode in ("serial_tree", "async_tree")
+    serial_d = recorded_serial_d(config, measured)  # a serial auto run not tuned (e.g. the breadth rule's): its d
+    tuned = tree and str(config.spec.d) == "auto" and serial_d is None
+    d_rule = "runtime" if tuned else None
     cfg = sim_config(config, profile, acceptance_file=replay,
                      replay_belief=replay_belief_of(measured, config), d_rule=d_rule, **workload)
     d_used = measured.get("d_used")
-    pin = (int(d_used) if cfg.spec.mode in ("serial_tree", "async_tree") and d_used and not auto_async
-           else None)
+    pin = int(d_used) if tree and d_used and not tuned else serial_d
     sim, costs, metrics = _simulated(cfg, pin)
     write_outputs(sim_root / run_dir.name, cfg, sim, metrics, f"calibration/validate.py compare ({run_dir.name})")
     predicted = metrics

@@ -8,7 +8,8 @@ results file with a profile, and compare tokens/s, iteration and verify time, ac
 Each of our rows (system swiftspec, status ok) becomes one simulation per seed (`workload.seed` 0..seeds-1), of the
 results file's workload (model, prompt length, new tokens, kernels, its experiment overrides: e.g. the acceptance
 table the oracle was fed) with `--requests` requests, in the row's mode and shape (chain gamma; bs, w, d of the
-trees; an async d auto runs the runtime's DepthTuner, `sim.d_rule=runtime`, as calibration/validate.py compare does).
+trees; a d auto runs the runtime's depth tuner, `sim.d_rule=runtime`, as calibration/validate.py compare does, except
+a serial_tree row recorded before the serial tuner (no `d_rule`), which ran and is simulated at the breadth rule's d).
 The medians over the seeds are compared with the measured medians. Peers' rows are skipped: the simulator models
 our runtime only. So are draft rows of a run without the acceptance oracle (the real pair) unless `--acceptance`
 names a table for them; the prompt length is the measured prompts' mean.
@@ -78,7 +79,13 @@ def row_overrides(workload: dict[str, Any], row: dict[str, Any], requests: int, 
           f"workload.num_requests={requests}", f"sim.profile={profile}", "trace.enabled=false",
           *workload.get("experiment_overrides", []), *([f"acceptance={acceptance}"] if acceptance else []),
           f"spec={mode}", *parse_shape(mode, row.get("spec", ""))]
-    if mode == "async_tree" and "spec.d=auto" in ov:
+    if mode == "serial_tree" and "spec.d=auto" in ov and "d_rule" not in row:
+        # recorded before the serial depth tuner (no d_rule in the row): it ran the breadth rule, pinned here
+        from policy.depth_tuner import breadth_d
+
+        bs, w = (int(next(o for o in ov if o.startswith(k)).split("=")[1]) for k in ("spec.bs=", "spec.w="))
+        ov[ov.index("spec.d=auto")] = f"spec.d={breadth_d(bs, w)}"
+    if mode in ("async_tree", "serial_tree") and "spec.d=auto" in ov:
         ov.append("sim.d_rule=runtime")
     if kernels is not None and workload["kernels"] == "graphs" and not _prefill_graph(kernels):
         ov.append("kernels.ablate=[prefill_graph]")

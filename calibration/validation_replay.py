@@ -42,6 +42,23 @@ def sim_config(config: Any, profile: str | None, acceptance_file: str | None,
     return freeze(cfg)
 
 
+def recorded_serial_d(config: Any, measured: dict[str, Any]) -> int | None:
+    """The d a recorded serial_tree run with d auto is replayed at; None: any other run, or one whose d the runtime's
+    tuner chose (`d_rule` runtime: the replay runs the tuner, `sim.d_rule=runtime`).
+
+    A runtime record without `d_rule` predates the serial depth tuner: it ran the breadth rule ceil((bs - 1) / w)
+    (policy.depth_tuner.breadth_d), so a replay simulates the run it was rather than today's auto d. A simulator
+    record (`d_rule` round or best_of_two) ran its `d`, the d it resolved."""
+    from policy.depth_tuner import breadth_d
+
+    spec = config.spec
+    if spec.mode != "serial_tree" or str(spec.d) != "auto" or measured.get("d_rule") == "runtime":
+        return None
+    if "d_rule" not in measured:
+        return breadth_d(spec.bs, spec.w)
+    return int(measured["d"])
+
+
 def with_oracle_ranks(run_dir: Path, config: Any, measured: dict[str, Any], out_dir: Path) -> Path | None:
     """A positional-oracle run recorded without iterations.csv `ranks`: its verifies with the draft ranks the
     oracle drew, reconstructed from the run's seed (runtime.oracle.reconstruct_ranks, with the multinomial draws

@@ -203,8 +203,10 @@ class SpecConfig(_Frozen):
     d: str = "auto"
     """Expansions per round: async_tree = draft forwards overlapping one verify (auto: r or r+1 with
     r = floor(t_verify / t_expand), measured after warm-up; poll: expand until the verified path arrives,
-    checked between expansions, at most what the tree holds); serial_tree = expansions after the refill
-    (auto: ceil((bs - 1) / w)). A positive integer, auto, or poll (async_tree only)."""
+    checked between expansions, at most what the tree holds); serial_tree = expansions after the refill (auto: a
+    hill climb from ceil((bs - 1) / w), one d at a time up, else down, until two in a row add no expected tokens
+    per second, within min(bs - 1, max_tree_nodes // w): the runtime measures trial rounds, the simulator runs
+    pilots; policy/depth_tuner.py SerialDepthTuner). A positive integer, auto, or poll (async_tree only)."""
     topk: int = 8
     """Children added per expanded node."""
     gamma: int = 4
@@ -225,12 +227,6 @@ class SpecConfig(_Frozen):
     def d_fixed(self) -> int | None:
         """`d` as an int, or None for auto / poll."""
         return None if str(self.d) in ("auto", "poll") else int(self.d)
-
-    @property
-    def serial_d(self) -> int:
-        """serial_tree's expansions after the refill: d if fixed, else (auto) ceil((bs - 1) / w); the runtime
-        and the simulator both read it here."""
-        return self.d_fixed if self.d_fixed is not None else math.ceil((self.bs - 1) / self.w)
 
     @property
     def d_poll(self) -> bool:

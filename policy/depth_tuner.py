@@ -1,9 +1,13 @@
-"""d for async_tree (DepthTuner): fixed, or auto from measured times. Torch-free: the runtime's draft leader
-runs it on host time (runtime.controller passes its group's broadcast as `share`), the simulator on SimPy time
+"""d for the tree modes: fixed, or auto from measured rounds. Torch-free: the runtime's draft leader runs the
+tuners on host time (runtime.controller passes its group's broadcast as `share`), the simulator on SimPy time
 (`sim.d_rule=runtime`), so a simulated auto-d run pays the same warm-up and trial rounds as a measured one.
 
-[P] §3.1.3: r = floor(t_verify / t_expand) after skipping the compile-laden first rounds, try d = r and
-d = r + 1 bounded by what fits in the tree, keep the faster.
+- async_tree (`DepthTuner`), [P] §3.1.3: r = floor(t_verify / t_expand) after skipping the compile-laden first
+  rounds, try d = r and d = r + 1 bounded by what fits in the tree, keep the faster.
+- serial_tree (`SerialDepthTuner`, not in [P]): d expansions after the refill, found by a hill climb (`HillClimb`)
+  from the breadth rule `breadth_d` over measured rounds, each scored by the expected tokens per second of the
+  proposals it grew. The simulator's analytic rules take the same climb over pilot simulations
+  (simulator/simulation.py `serial_auto_d`), so both land on the same d.
 """
 
 from __future__ import annotations
@@ -13,6 +17,76 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable
+
+
+def breadth_d(bs: int, w: int) -> int:
+    """The breadth rule: ceil((bs - 1) / w), the fewest forwards of w leaves that grow bs - 1 nodes below the root.
+    serial_tree's d before the tuner, and its climb's start (`SerialDepthTuner`). Blind to the draft: a strong draft's
+    tree wants depth, not breadth (at bs 16, w 8 it caps the proposal near depth 3 whatever the draft)."""
+    return max(1, math.ceil((bs - 1) / w))
+
+
+def serial_d_max(bs: int, w: int, max_tree_nodes: int) -> int:
+    """The largest serial d worth trying: min(bs - 1, max_tree_nodes // w), at least 1.
+
+    bs - 1: expansion is best-first (each forward takes the w highest-weight leaves, weights never rise along a
+    path or along sibling ranks), so forward k expands the k-th best node of the unbounded tree at the latest; after
+    bs - 1 forwards the bs - 1 best are expanded and the top-bs selection is final: more cannot change the proposal.
+    max_tree_nodes // w: the forwards an empty tree region holds (runtime and simulator stop a full tree)."""
+    return max(1, min(bs - 1, max_tree_nodes // w))
+
+
+class HillClimb:
+    """The order in which serial d candidates are measured: d0 first, then d0 + 1, d0 + 2, ... until `PATIENCE`
+    candidates in a row did not beat the best so far; if none going up did, d0 - 1, d0 - 2, ... the same way; all
+    within [1, `d_max`]. The best measured is kept (ties: the one measured first). Torch-free and clock-free: the
+    caller measures (`SerialDepthTuner` on rounds, the simulator on pilot simulations) and `record`s each rate.
+
+    Why a climb and not a formula: tokens per second against d is unimodal on every preset of the acceptance family
+    (more depth adds expected tokens at a falling rate, each forward adds a fixed time), and where its peak lies
+    depends on the draft (weak: d = 1, strong at bs 16: d = 8-11), which no rule of bs and w alone can know."""
+
+    PATIENCE = 2
+    """Candidates in a row that do not beat the best before a direction ends. Why not 1: neighbouring d differ by a
+    few percent, about the noise of a measured trial, so one unlucky trial would end the climb far below the peak."""
+
+    def __init__(self, d0: int, d_max: int) -> None:
+        if d_max < 1:
+            raise ValueError(f"HillClimb: d_max must be >= 1, got {d_max}")
+        self.d_max = d_max
+        self.d0 = min(max(1, d0), d_max)
+        self.rates: dict[int, float] = {}
+        self.next: int | None = self.d0
+        """The candidate to measure next; None: done, `best` is final."""
+        self._step, self._misses = 1, 0
+
+    @property
+    def best(self) -> int:
+        """The best candidate measured so far (d0 before any)."""
+        return max(self.rates, key=lambda d: self.rates[d]) if self.rates else self.d0
+
+    def record(self, d: int, rate: float) -> None:
+        """`d`'s measured rate (tokens per second); moves `next` on."""
+        if d != self.next:
+            raise ValueError(f"HillClimb: measured d = {d}, expected the candidate {self.next}")
+        improved = not self.rates or rate > self.rates[self.best]
+        self.rates[d] = rate
+        self._misses = 0 if improved else self._misses + 1
+        nxt = d + self._step
+        if self._misses >= self.PATIENCE or not 1 <= nxt <= self.d_max:
+            if self._step < 0 or self.best != self.d0:  # done: down already, or up found a better d
+                self.next = None
+                return
+            self._step, self._misses, nxt = -1, 0, self.d0 - 1  # nothing up beat d0: try down
+        self.next = nxt if 1 <= nxt <= self.d_max and nxt not in self.rates else None
+
+
+def climb(rate: Callable[[int], float], d0: int, d_max: int) -> int:
+    """The `HillClimb` over a rate function (e.g. the simulator's pilot simulations): its best d."""
+    hc = HillClimb(d0, d_max)
+    while hc.next is not None:
+        hc.record(hc.next, rate(hc.next))
+    return hc.best
 
 
 class DepthTuner:
@@ -219,3 +293,67 @@ class DepthTuner:
         if short:  # the last trial round's emitted yield comes in during this round: decide at the next
             return short[0]
         return self._choose(max(self._candidates, key=self._rate))
+
+
+class SerialDepthTuner(DepthTuner):
+    """d for serial_tree: fixed, or auto by a `HillClimb` from the breadth rule over measured rounds.
+
+    A round runs from one proposal's send to the next: the verify -> `received` -> re-root -> `shared_d` -> the
+    refill and d expansions -> `sent` of the next proposal. That proposal is the round's yield (its expected tokens
+    when given, else the tokens it emits: `DepthTuner.EXPECTED`, `CREDIT_GROWN`); the round's time covers everything
+    the loop does (in a colocated run the verify and the KV keep too), so tokens per second is the loop's own.
+
+    Auto:
+    - the first `SKIP` rounds of the run run at d0 = `breadth_d(bs, w)` and are not measured (compilation);
+    - the climb's candidates (`HillClimb`: d0, then up while each is faster, else down; within [1, `serial_d_max`])
+      each run `SETTLE` rounds that are not measured (the tree a hit carries over was grown at the previous
+      candidate's d), then `TRIAL` measured rounds (a round slower than `OUTLIER` x its candidate's median is left
+      out); each candidate's tokens per second decides the climb; the best is kept;
+    - drift: as `DepthTuner` (a retune restarts the climb at d0).
+    No t_verify / t_expand warm-up: unlike async d, serial d has no time it must hide under, only tokens to buy.
+    Why expected tokens: a round at d0 + 1 differs from one at d0 by a few percent, less than the luck of one
+    round's emitted tokens (1 to bs), as for async d (`DepthTuner`).
+    """
+
+    SETTLE = 1
+
+    def __init__(self, fixed: int | None, bs: int, w: int, max_tree_nodes: int,
+                 clock: Callable[[], float] = time.perf_counter, *, leader: bool = True,
+                 share: Callable[[int], int] | None = None) -> None:
+        """`fixed` = spec d as an int, None = auto; bs, w, max_tree_nodes: the spec's (the climb's start and bound)."""
+        super().__init__(fixed, d_max=serial_d_max(bs, w, max_tree_nodes), clock=clock, leader=leader, share=share)
+        self.d0 = min(breadth_d(bs, w), self.d_max or 1)
+        self.climb: HillClimb | None = None
+        self._settling: dict[int, int] = {}  # candidate -> rounds still to leave out
+        if fixed is None:
+            self.round_d = self.d0
+
+    def _warming_up(self) -> bool:
+        return False  # no verify / expansion times to collect
+
+    def _trial_round(self, d: int, seconds: float, tokens: float) -> None:
+        if self._settling.get(d, 0) > 0:
+            self._settling[d] -= 1
+            return
+        super()._trial_round(d, seconds, tokens)
+
+    def _retune(self) -> None:
+        super()._retune()
+        self.climb = None
+
+    def _decide(self) -> int:
+        if self.chosen is not None:
+            return self.chosen
+        if self.climb is None:
+            if self._rounds <= self.SKIP:
+                return self.d0
+            self.climb = HillClimb(self.d0, self.d_max or 1)
+        d = self.climb.next
+        while d is not None:
+            if d not in self._trials:  # a new candidate
+                self._trials[d], self._settling[d] = [], self.SETTLE
+            if len(self._trials[d]) < self.TRIAL:
+                return d
+            self.climb.record(d, self._rate(d))
+            d = self.climb.next
+        return self._choose(self.climb.best)

@@ -21,6 +21,7 @@ import torch.distributed as dist
 from conf.presets import model_preset
 from conf.schema import ExperimentConfig
 from policy.depth_tuner import DepthTuner as _DepthTuner
+from policy.depth_tuner import SerialDepthTuner as _SerialDepthTuner
 from runtime.parallel import ParallelContext, wait_bounded
 
 _STREAMS = {"sample": 1, "oracle": 2}
@@ -188,4 +189,14 @@ class DepthTuner(_DepthTuner):
     def __init__(self, fixed: int | None, ctx: ParallelContext, d_max: int | None = None,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         super().__init__(fixed, d_max=d_max, clock=clock, leader=ctx.is_leader,
+                         share=broadcast_d(ctx) if ctx.group_size > 1 else None)
+
+
+class SerialDepthTuner(_SerialDepthTuner):
+    """policy.depth_tuner.SerialDepthTuner of a rank that grows the draft tree (the draft group's, or the target's
+    when colocated): its group's leader decides, a group of several shares d by a broadcast (see `broadcast_d`)."""
+
+    def __init__(self, fixed: int | None, ctx: ParallelContext, bs: int, w: int, max_tree_nodes: int,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        super().__init__(fixed, bs, w, max_tree_nodes, clock=clock, leader=ctx.is_leader,
                          share=broadcast_d(ctx) if ctx.group_size > 1 else None)

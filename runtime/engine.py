@@ -44,7 +44,15 @@ from conf.schema import ExperimentConfig, SpecConfig
 from conf.trace import TraceRecord
 from policy.predicates import chained_autoregressive
 from runtime.attention import make_attention_backend
-from runtime.controller import DepthTuner, Emitter, load_workload, prompt_source, request_generator, stop_reason
+from runtime.controller import (
+    DepthTuner,
+    Emitter,
+    SerialDepthTuner,
+    load_workload,
+    prompt_source,
+    request_generator,
+    stop_reason,
+)
 from runtime.draft_worker import DraftWorker
 from runtime.fused_decode import WEIGHT_BITS, decode_model
 from runtime.gc_policy import gc_policy
@@ -66,17 +74,17 @@ class SpecShape:
     rows: int  # verify width: bs (gamma + 1 in chain mode, 1 autoregressive)
     w: int
     topk: int
-    d: int | None  # serial: expansions after the refill; async: expansions per verify (None = auto)
+    d: int | None  # serial: expansions after the refill; async: expansions per verify (None = auto: the tuner's)
 
 
 def spec_shape(spec: SpecConfig) -> SpecShape:
-    """Chain = a w = topk = 1 tree of gamma + 1 nodes; serial_tree's auto d = ceil((bs - 1) / w)."""
+    """Chain = a w = topk = 1 tree of gamma + 1 nodes; a tree mode's d is spec.d, None for auto (the depth tuner's:
+    policy/depth_tuner.py DepthTuner for async_tree, SerialDepthTuner for serial_tree)."""
     if spec.mode == "autoregressive":
         return SpecShape(1, 1, 1, 0)
     if spec.mode == "chain":
         return SpecShape(spec.gamma + 1, 1, 1, 0)
-    d = spec.serial_d if spec.mode == "serial_tree" else spec.d_fixed
-    return SpecShape(spec.bs, spec.w, spec.topk, d)
+    return SpecShape(spec.bs, spec.w, spec.topk, spec.d_fixed)
 
 
 class Engine:
@@ -92,7 +100,6 @@ class Engine:
         self.ctx, self.cfg, self.tl, self.eos = ctx, cfg, timeline, eos_token_id
         spec, self.shape = cfg.spec, spec_shape(cfg.spec)
         self.mode, self.oracle_on = spec.mode, spec.oracle and spec.mode != "autoregressive"
-        self.serial = self.mode in ("chain", "serial_tree")  # the draft's d expansions follow its refill
         self.colocated = ctx.num_draft == 0
         attn = make_attention_backend(cfg.kernels.backend)
         set_launch_policy(cfg)
@@ -112,8 +119,10 @@ class Engine:
             self._token_ready = [torch.cuda.Event() for _ in range(2)]
         self.channel = make_channel(ctx, cfg.parallel.leader_channel, self.shape.rows, timeline,
                                     spin_s=recv_spin_s(ctx.device))
-        # Auto d never exceeds the expansions an empty tree of max_tree_nodes can take.
-        self.tuner = DepthTuner(self.shape.d, ctx, d_max=max(1, spec.max_tree_nodes // self.shape.w))
+        # Auto d never exceeds the expansions an empty tree of max_tree_nodes can take (serial: nor bs - 1).
+        self.tuner = (SerialDepthTuner(self.shape.d, ctx, spec.bs, spec.w, spec.max_tree_nodes)
+                      if self.mode == "serial_tree" else
+                      DepthTuner(self.shape.d, ctx, d_max=max(1, spec.max_tree_nodes // self.shape.w)))
         self.iteration = 0  # global over requests: both sides count proposals the same way
         self.progress = Progress(0, enabled=False)  # run_rank installs the live display (rank 0)
         self.tokens_done = 0  # tokens of finished requests, for the progress display
@@ -198,16 +207,20 @@ class Engine:
         propose, verify, keep, advance."""
         gen, t_oracle, d_oracle = self._generators(rid)
         self._prefill(prompt)
+        first = True  # the request's first round (the depth tuner does not time it)
         while True:
             start, it = self.tl.now(), self._next_iteration()
             if self.draft is not None:
                 prop = self._propose(rid, it)
+                self._tuner_sent(first)
             else:  # autoregressive: the root alone, i.e. the last token so far
                 prop = DraftProposal(rid, it, ((emitter.tokens or prompt)[-1],), (-1,))
             vp = self._verify(prop, emitter, gen, t_oracle)
             self._keep(vp)
             if self.draft is not None:
+                self.tuner.received(vp.num_accepted + 1)
                 self._advance(prop, vp, d_oracle)
+            first = False
             self._iteration_done(start, it, rid, emitter)
             if vp.stop:
                 return
@@ -258,7 +271,8 @@ class Engine:
     def _propose(self, rid: int, it: int) -> DraftProposal:
         """Refill (+ serial modes' extra expansions), then select the top-bs subtree. A re-root's KV compaction
         runs first (its own span) when a forward follows here, else after the send (`_draft_loop`)."""
-        rows, serial_d = self.shape.rows, self.shape.d if self.serial else 0
+        rows = self.shape.rows
+        serial_d = self.tuner.shared_d() if self.mode == "serial_tree" else 0  # fixed, or the tuner's this round
         if len(self.draft.tree) < rows or serial_d > 0:
             self._compact(it, deferred=False)
         while len(self.draft.tree) < rows and self._expand(it, "refill"):
@@ -368,6 +382,10 @@ class Engine:
         proposal's expected yield, policy/depth_tuner.py; a fixed d needs none). `first`: the request's first."""
         if self.ctx.is_leader:
             self.channel.send(prop)
+        self._tuner_sent(first)
+
+    def _tuner_sent(self, first: bool) -> None:
+        """The depth tuner's round ends with a proposal out (auto d's trials weigh it by its expected yield)."""
         self.tuner.sent(new_request=first,
                         expected_tokens=self.draft.expected_tokens() if self.tuner.fixed is None else None)
 
@@ -385,7 +403,7 @@ class Engine:
 
     def _round_d(self) -> int:
         """Expansions per round: overlapped ones in async_tree, serial ones after the refill otherwise."""
-        return self.tuner.round_d if self.mode == "async_tree" else self.shape.d
+        return self.tuner.round_d if self.mode in ("async_tree", "serial_tree") else self.shape.d
 
     def _next_iteration(self) -> int:
         self.iteration += 1
@@ -495,8 +513,12 @@ def run_rank(ctx: ParallelContext, cfg: ExperimentConfig, prompts: list[list[int
     rows = iteration_rows(records, leaders, engine.colocated)
     generated = sum(len(o) for o in outputs if o is not None)
     d_used = [r.extra_fields()["d"] for r in records if r.name == "step.reroot"]
+    # d_rule (tree modes): fixed, or runtime (auto: the depth tuner's); a serial_tree record with d auto that lacks
+    # it ran the breadth rule (calibration/validation_replay.py recorded_serial_d)
+    tree = cfg.spec.mode in ("serial_tree", "async_tree")
     metrics = summarize(cfg, rows, generated, wall_s, gpu=device_name(ctx.device), num_requests=len(prompts),
                         d_used=d_used[-1] if d_used else None,
+                        **({"d_rule": "fixed" if cfg.spec.d_fixed is not None else "runtime"} if tree else {}),
                         **({"oracle_belief": cfg.spec.oracle_belief} if engine.oracle_on else {}),
                         **({"leader_channel": engine.channel.kind} if ctx.peer_leader_rank is not None else {}))
     eos_used = None if engine.oracle_on else eos

@@ -131,9 +131,11 @@ def verify_proposals(sim: Simulation) -> Generator[Any, Any, None]:
 
 
 def _send(sim: Simulation, sid: int, req: int, it: int) -> None:
-    if sim.tuner is not None:
-        sim.tuner.sent(new_request=it == 0, expected_tokens=sim.trees.expected_tokens(sid, sim.bs))
     tokens, parents = sim.trees.select(sid, sim.bs)
+    expected = sim.trees.expected_tokens(sid, sim.bs)  # memoised by select
+    sim.tally.expected_tokens += expected
+    if sim.tuner is not None:
+        sim.tuner.sent(new_request=it == 0, expected_tokens=expected)
     sim.draft_outbox.put(DraftProposal(req, it, tokens, parents))
 
 
@@ -300,7 +302,7 @@ def grow_tree_async(sim: Simulation) -> Generator[Any, Any, None]:
 def grow_tree_serial(sim: Simulation) -> Generator[Any, Any, None]:
     """Draft of serial_tree / chain: after each verified path, re-root, refill to bs, expand d more, send."""
     env, tally, rows, events, trees = sim.env, sim.tally, sim.rows, sim.events, sim.trees
-    get, record, d, bs, w = sim.draft_inbox.get, sim.record_events, sim.d, sim.bs, sim.w
+    get, record, d, bs, w, tuner = sim.draft_inbox.get, sim.record_events, sim.d, sim.bs, sim.w, sim.tuner
     count_hits = sim.mode == "serial_tree"
     extra = 0 if sim.mode == "chain" else d  # a chain's refill to gamma + 1 nodes is its gamma forwards
     for req in range(sim.num_requests):
@@ -313,6 +315,8 @@ def grow_tree_serial(sim: Simulation) -> Generator[Any, Any, None]:
         tally.draft_busy_s += pf
         sid, it, tr, tc, deferred, pending = 0, 0, sim.tree_op_s, 0.0, False, False  # first round: a fresh tree
         while True:  # as the runtime's Engine._propose: refill to bs nodes, then d more (chain: none more)
+            if tuner is not None:  # sim.d_rule=runtime: the runtime's SerialDepthTuner picks this round's d
+                extra = tuner.shared_d()
             e0, lone = trees.num_expanded(sid), trees.size(sid) == 1
             sid, n2 = trees.refill(sid, bs)
             sid, n = trees.expand(sid, extra)
@@ -337,6 +341,8 @@ def grow_tree_serial(sim: Simulation) -> Generator[Any, Any, None]:
             msg = yield get()
             row = rows[sim.row_base[req] + it]
             row.draft_idle_s = env.now - t0
+            if tuner is not None:
+                tuner.received(len(msg.node_indices))  # accepted + bonus, as the runtime's
             if msg.stop:
                 break
             ranks = msg.token_ids[1:]

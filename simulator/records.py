@@ -88,7 +88,7 @@ class Tally:
 
     __slots__ = ("generated_tokens", "verifies", "verify_s", "draft_forwards", "expand_s", "target_busy_s",
                  "draft_busy_s", "draft_busy_end_s", "prefill_s", "reroots", "hits", "accept_hist", "wall_s",
-                 "iterations", "polled_expansions", "polled_rounds")
+                 "iterations", "polled_expansions", "polled_rounds", "expected_tokens")
 
     def __init__(self) -> None:
         self.generated_tokens = 0
@@ -113,6 +113,9 @@ class Tally:
         self.polled_expansions = 0
         """spec.d=poll: overlapped expansions, summed over rounds (their mean is the d the run settled on)."""
         self.polled_rounds = 0
+        self.expected_tokens = 0.0
+        """Expected tokens of the proposals sent, under the tree's weights (`TreeStates.expected_tokens`), summed:
+        what serial_tree's pilots score d by (simulation.serial_auto_d), as the runtime's tuner scores its rounds."""
 
 
 def iteration_dicts(rows: list[IterationRow]) -> list[dict[str, Any]]:

@@ -22,9 +22,11 @@ and r + 1 and keeps the faster. The simulator takes
 both times from the cost model at the first iteration's context (t_verify = both messages + the verify
 forward) and uses d = max(1, round(t_verify / t_expand)) (`sim.d_rule=round`: r or r + 1, whichever the
 ratio is nearer; Python rounds halves to even), or simulates a pilot (one request of PILOT_TOKENS) at
-max(1, r) and r + 1 and keeps the faster (`sim.d_rule=best_of_two`). serial_tree uses the same rule, so
-serial vs async at one d isolates the overlap. A draft with draft_gpus = 0 shares the target's GPUs
-(TP = target_gpus) and messages cost 0.
+max(1, r) and r + 1 and keeps the faster (`sim.d_rule=best_of_two`). serial_tree's auto d is the runtime's
+SerialDepthTuner climb (policy/depth_tuner.py: from ceil((bs - 1) / w), one d at a time, kept while the expected
+tokens per second rise): under round and best_of_two over pilot simulations (`serial_auto_d`), under runtime the
+tuner itself on simulated time. A draft with draft_gpus = 0 shares the target's GPUs (TP = target_gpus) and
+messages cost 0.
 
 Seeds: the truth uniforms of request i come from SeedSequence([seed, workload.seed, i]); nothing else is
 random. Two simulations share no state (no globals, no class-level counters).
@@ -44,7 +46,7 @@ from conf.paths import resolve_path
 from conf.presets import GPU_PRESETS, LINK_PRESETS, model_preset
 from conf.schema import ExperimentConfig
 from policy.acceptance import load_acceptance
-from policy.depth_tuner import DepthTuner
+from policy.depth_tuner import DepthTuner, SerialDepthTuner, breadth_d, climb, serial_d_max
 from policy.predicates import chained_autoregressive, draft_tp, loop_shape, uses_draft
 from simulator.checks import check_config
 from simulator.cost_model import (
@@ -324,6 +326,9 @@ class Simulation:
         # Colocated (no draft group): the runtime keeps, re-roots and compacts on the target's ranks, one after
         # another, so nothing the runtime does after a send overlaps the other side's work.
         self.colocated = config.parallel.draft_gpus == 0
+        # d_rule = runtime: the runtime's DepthTuner / SerialDepthTuner picks each round's d on simulated time
+        tuned = (self.mode in ("async_tree", "serial_tree") and d is None and spec.d_fixed is None
+                 and not spec.d_poll and config.sim.d_rule == "runtime")
         self.acceptance = load_acceptance(config.acceptance, self.topk)
         self.trees = TreeStates(self.acceptance.belief(self.topk), self.topk, self.w, spec.max_tree_nodes)
         if self.mode == "autoregressive":
@@ -332,17 +337,18 @@ class Simulation:
             self.d = spec.gamma
         elif d is not None:
             self.d = d
-        elif self.mode == "serial_tree":  # the runtime's rule: d more expansions after the refill
-            self.d = spec.serial_d
+        elif self.mode == "serial_tree":  # d more expansions after the refill
+            self.d = spec.d_fixed or (breadth_d(spec.bs, spec.w) if tuned else serial_auto_d(config, costs))
         else:
             self.d = spec.d_fixed or max(1, round(d_ratio(config, costs)))
         # d = poll: the async draft expands until the verified path is in its inbox (self.d then unused).
         self.poll = self.mode == "async_tree" and spec.d_poll
-        # d_rule = runtime: the runtime's DepthTuner picks each round's d on simulated time (self.d unused).
-        self.tuner = None
-        if (self.mode == "async_tree" and d is None and spec.d_fixed is None and not spec.d_poll
-                and config.sim.d_rule == "runtime"):
-            self.tuner = DepthTuner(None, d_max=max(1, spec.max_tree_nodes // self.w), clock=lambda: self.env.now)
+        self.tuner: DepthTuner | None = None  # under d_rule = runtime (self.d unused)
+        if tuned:
+            clock = lambda: self.env.now  # noqa: E731
+            self.tuner = (DepthTuner(None, d_max=max(1, spec.max_tree_nodes // self.w), clock=clock)
+                          if self.mode == "async_tree" else
+                          SerialDepthTuner(None, spec.bs, spec.w, spec.max_tree_nodes, clock=clock))
         self._seed = (config.seed, wl.seed)
         self._children: dict[tuple[tuple[int, ...], tuple[int, ...]], dict[tuple[int, int], int]] = {}
         self.tally = Tally()
@@ -397,12 +403,36 @@ class Simulation:
         return self
 
 
+def serial_auto_d(config: ExperimentConfig, costs: Costs) -> int:
+    """serial_tree's auto d without the runtime's warm-up: the runtime tuner's climb (policy.depth_tuner.climb, from
+    the breadth rule within serial_d_max) over pilot simulations, one per candidate d (one request of
+    PILOT_TOKENS, as best_of_two's), each scored as the runtime's `SerialDepthTuner` scores its rounds: the
+    expected tokens of the proposals sent (`Tally.expected_tokens`) per second of decoding (prefill left out).
+
+    Why pilots and not a formula: a serial tree carries its subtree over a hit, so the tokens a round buys at d
+    depend on the mix of trees that d grows, which a pilot samples and a one-round formula would not.
+    Why expected tokens: on a pilot the emitted ones swing by more than the few percent between neighbouring d
+    (strong at bs 8: emitted tokens climb to d = 4, expected ones to the best fixed d, 6)."""
+    spec = config.spec
+    pilot_tokens = min(config.workload.max_new_tokens, PILOT_TOKENS)
+
+    def rate(d: int) -> float:
+        pilot = Simulation(config, costs, d=d, num_requests=1, record_events=False,
+                           max_new_tokens=pilot_tokens).run()
+        return pilot.tally.expected_tokens / max(pilot.tally.wall_s - pilot.tally.prefill_s, 1e-12)
+
+    return climb(rate, breadth_d(spec.bs, spec.w), serial_d_max(spec.bs, spec.w, spec.max_tree_nodes))
+
+
 def resolve_d(config: ExperimentConfig, costs: Costs) -> int | None:
-    """d of async_tree under `sim.d_rule` (None: the Simulation's default rule applies: serial_tree's auto d is
-    the runtime's ceil((bs - 1) / w), or d = poll)."""
-    if (config.spec.mode != "async_tree" or config.spec.d_fixed is not None or config.spec.d_poll
+    """d of the tree modes under `sim.d_rule` (None: the Simulation decides: a fixed d, d = poll, or the runtime's
+    tuner under d_rule = runtime). serial_tree's auto d under round and best_of_two alike: `serial_auto_d`."""
+    spec = config.spec
+    if (spec.mode not in ("async_tree", "serial_tree") or spec.d_fixed is not None or spec.d_poll
             or config.sim.d_rule == "runtime"):
         return None
+    if spec.mode == "serial_tree":
+        return serial_auto_d(config, costs)
     if config.sim.d_rule == "round":
         return max(1, round(d_ratio(config, costs)))
     r = math.floor(d_ratio(config, costs))

@@ -1,4 +1,5 @@
-"""DepthTuner (auto d of async_tree) driven by a fake clock through the draft loop's call sequence."""
+"""DepthTuner (auto d of async_tree) and SerialDepthTuner / HillClimb (auto d of serial_tree) driven by a fake clock
+through the draft loop's call sequence."""
 
 from __future__ import annotations
 
@@ -209,3 +210,126 @@ def test_expected_tokens_must_count_the_bonus_token(bad):
     tuner, _ = make()
     with pytest.raises(ValueError, match="expected_tokens must be a finite number >= 1"):
         tuner.sent(expected_tokens=bad)
+
+
+# ---- serial_tree: HillClimb, SerialDepthTuner ---------------------------------------------------------------------
+def saturating(d: int, gain: float = 4.0, keep: float = 0.7) -> float:
+    """Expected tokens of a proposal grown by d serial forwards: 1 + gain (1 - keep^d), each forward buying less."""
+    return 1.0 + gain * (1.0 - keep ** d)
+
+
+def serial_rate(d: int, verify_s: float = 0.010, expand_s: float = 0.001, **kw: float) -> float:
+    """Tokens per second of a serial round: d forwards, then the verify."""
+    return saturating(d, **kw) / (verify_s + d * expand_s)
+
+
+def best_of(rate, d_max: int) -> int:
+    return max(range(1, d_max + 1), key=rate)
+
+
+def test_breadth_rule_and_serial_bound():
+    from policy.depth_tuner import breadth_d, serial_d_max
+
+    assert [breadth_d(bs, 8) for bs in (2, 8, 9, 16, 17)] == [1, 1, 1, 2, 2]
+    assert serial_d_max(16, 8, 256) == 15  # bs - 1: after it the top-bs selection cannot change
+    assert serial_d_max(16, 8, 64) == 8  # the expansions the tree region holds
+    assert serial_d_max(2, 64, 32) == 1
+
+
+@pytest.mark.parametrize("case", [dict(), dict(keep=0.9), dict(keep=0.95, gain=10.0), dict(keep=0.3),
+                                  dict(verify_s=0.002)])
+@pytest.mark.parametrize("d0", [1, 2, 6])
+def test_hill_climb_finds_the_peak_of_a_unimodal_rate(case, d0):
+    from policy.depth_tuner import climb
+
+    def rate(d: int) -> float:
+        return serial_rate(d, **case)
+
+    assert climb(rate, d0, 15) == best_of(rate, 15)
+
+
+def test_hill_climb_order_bounds_and_patience():
+    from policy.depth_tuner import HillClimb, climb
+
+    seen: list[int] = []
+
+    def falling(d: int) -> float:
+        seen.append(d)
+        return 1.0 / d
+
+    assert climb(falling, 3, 8) == 1 and seen == [3, 4, 5, 2, 1]  # up twice without gain, then down
+    seen.clear()
+    assert climb(lambda d: seen.append(d) or float(d), 3, 5) == 5 and seen == [3, 4, 5]  # stops at d_max
+    # one dip (a noisy trial) does not end the climb: PATIENCE candidates in a row must fail
+    dip = {1: 1.0, 2: 2.0, 3: 1.9, 4: 3.0, 5: 2.5, 6: 2.4, 7: 9.0}
+    assert HillClimb.PATIENCE == 2 and climb(dip.__getitem__, 1, 7) == 4
+    hc = HillClimb(9, 4)
+    assert hc.next == 4  # d0 clamped into [1, d_max]
+    with pytest.raises(ValueError, match="expected the candidate 4"):
+        hc.record(3, 1.0)
+    with pytest.raises(ValueError, match="d_max must be >= 1"):
+        HillClimb(1, 0)
+
+
+def drive_serial(tuner, clock: FakeClock, rounds: int, round_s, expected=saturating,
+                 request_rounds: int | None = None) -> list[int]:
+    """The engine's serial loop: `shared_d` -> refill and d forwards -> `sent` (the proposal they grew, worth
+    `expected(d)`) -> the verify -> `received`. `round_s(k, d)`: the round's seconds. Returns each round's d."""
+    used = []
+    for k in range(rounds):
+        d = tuner.shared_d()
+        used.append(d)
+        clock.t += round_s(k, d)
+        tuner.sent(new_request=k == 0 or (request_rounds is not None and k % request_rounds == 0),
+                   expected_tokens=expected(d))
+        tuner.received(2)
+    return used
+
+
+@pytest.mark.parametrize("case", [dict(), dict(keep=0.9), dict(keep=0.3), dict(keep=0.95, gain=10.0)])
+def test_serial_tuner_keeps_the_fastest_d_on_synthetic_costs(case):
+    """Round time verify + d forwards, expected tokens saturating in d: the tuner lands on the d of the closed form's
+    peak, whichever side of the breadth rule (bs 16, w 8: d0 = 2) it lies."""
+    from policy.depth_tuner import SerialDepthTuner
+
+    clock = FakeClock()
+    tuner = SerialDepthTuner(None, 16, 8, 256, clock=clock)
+    tokens = {k: v for k, v in case.items() if k in ("gain", "keep")}
+    used = drive_serial(tuner, clock, 400, lambda k, d: 0.010 + d * 0.001, lambda d: saturating(d, **tokens))
+    want = best_of(lambda d: serial_rate(d, **case), 15)
+    assert tuner.chosen == want and used[-1] == want
+    assert used[:SerialDepthTuner.SKIP + 1] == [2] * (SerialDepthTuner.SKIP + 1)  # the first rounds: breadth rule
+
+
+def test_serial_tuner_leaves_out_settle_and_outlier_rounds():
+    """A round slower than OUTLIER x its candidate's median (a late compilation) does not flip the choice; every
+    candidate counts TRIAL rounds, its first SETTLE ones (a tree grown at the previous candidate's d) left out."""
+    from policy.depth_tuner import SerialDepthTuner
+
+    clock = FakeClock()
+    tuner = SerialDepthTuner(None, 8, 8, 256, clock=clock)
+    seen: dict[int, int] = {}
+
+    def round_s(k: int, d: int) -> float:
+        seen[d] = seen.get(d, 0) + 1
+        return 5.0 if (d == 3 and seen[d] == 4) else 0.010 + d * 0.001
+
+    drive_serial(tuner, clock, 400, round_s)
+    assert tuner.chosen == best_of(serial_rate, 7)
+    assert all(len(rounds) == SerialDepthTuner.TRIAL for rounds in tuner._trials.values())
+
+
+def test_serial_tuner_fixed_bounded_and_shared():
+    from policy.depth_tuner import SerialDepthTuner
+
+    clock = FakeClock()
+    fixed = SerialDepthTuner(40, 8, 8, 256, clock=clock)  # a fixed d is taken as given
+    assert drive_serial(fixed, clock, 5, lambda k, d: 0.01) == [40] * 5
+    # tokens that never stop rising: the climb ends at serial_d_max = min(bs - 1, max_tree_nodes // w) = 4
+    tuner = SerialDepthTuner(None, 8, 2, 8, clock=clock)
+    used = drive_serial(tuner, clock, 300, lambda k, d: 0.01, expected=lambda d: 1.0 + d)
+    assert max(used) == 4 and tuner.chosen == 4
+    shared: list[int] = []
+    follower = SerialDepthTuner(None, 16, 8, 256, clock=clock, leader=False, share=lambda d: shared.append(d) or 5)
+    assert drive_serial(follower, clock, 30, lambda k, d: 0.01) == [5] * 30 and shared == [0] * 30
+    assert follower.climb is None and follower.chosen is None

@@ -128,9 +128,11 @@ def test_paper_qwen2_reaches_the_papers_lengths_at_its_tree_budget():
 def test_strong_is_eagle_class_and_weak_is_weak():
     assert _mean_len("acceptance=strong", "spec=async_tree", "spec.bs=16") >= 5.0
     assert _mean_len("acceptance=strong", "spec=serial_tree", "spec.bs=16", "spec.d=4") >= 5.0
-    # serial at bs 16, w 8, d auto: refill 2 + d 2 forwards, depth <= 4, so at most 5 tokens whatever the draft
-    assert _mean_len("acceptance=strong", "spec=serial_tree", "spec.bs=16") < 5.0
-    assert _mean_len("acceptance.kind=family", "acceptance.top1=1.0", "spec=serial_tree", "spec.bs=16") == 5.0
+    # serial d auto climbs with the draft (policy/depth_tuner.py HillClimb): the issue's `python simulate.py
+    # acceptance=strong spec=serial_tree spec.bs=16`, and a perfect draft, whose proposal grows into one chain of
+    # bs - 1 drafted tokens, all accepted (the breadth rule's d 2 stopped both at depth 4: 5 tokens)
+    assert _mean_len("acceptance=strong", "spec=serial_tree", "spec.bs=16") >= 5.0
+    assert _mean_len("acceptance.kind=family", "acceptance.top1=1.0", "spec=serial_tree", "spec.bs=16") == 16.0
     for mode in (("spec=chain",), ("spec=serial_tree",), ("spec=async_tree",), ("spec=async_tree", "spec.bs=32")):
         assert _mean_len("acceptance=weak", *mode) < 2.5
 

@@ -270,11 +270,22 @@ def test_host_costs_stay_out_of_prefill_rows_and_verify_time():
     assert b.tally.wall_s > a.tally.wall_s
 
 
-def test_serial_auto_d_is_the_runtimes():
-    """serial_tree with d=auto expands ceil((bs - 1) / w) more times after the refill, as runtime.engine."""
-    for bs, w in ((8, 8), (16, 4), (32, 4)):
-        config = cfg(*BASE, "spec=serial_tree", f"spec.bs={bs}", f"spec.w={w}", "spec.d=auto")
-        assert simulate(config).d == -(-(bs - 1) // w)
+def test_serial_d_rule_runtime_runs_the_runtimes_serial_depth_tuner():
+    """serial_tree d=auto under sim.d_rule=runtime: the runtime's SerialDepthTuner picks each round's d on simulated
+    time: the first SKIP rounds at the breadth rule, then the climb's candidates (each SETTLE + TRIAL rounds), and the
+    run settles on the best measured one."""
+    from policy.depth_tuner import SerialDepthTuner, breadth_d
+
+    config = cfg(*BASE, "spec=serial_tree", "spec.bs=16", "spec.w=4", "spec.d=auto", "sim.d_rule=runtime",
+                 "acceptance=strong", "workload.max_new_tokens=1024")
+    sim = simulate(config)
+    tuner = sim.tuner
+    assert isinstance(tuner, SerialDepthTuner) and tuner.chosen is not None and sim.d_used == tuner.chosen
+    assert tuner.chosen == max(tuner.climb.rates, key=tuner.climb.rates.get) and len(tuner.climb.rates) >= 2
+    d0 = breadth_d(16, 4)  # the climb starts at the breadth rule and measures a contiguous run of d's around it
+    assert tuner.d0 == d0 and sorted(tuner.climb.rates) == list(range(min(tuner.climb.rates),
+                                                                      max(tuner.climb.rates) + 1))
+    assert min(tuner.climb.rates) <= d0 <= max(tuner.climb.rates)
 
 
 def test_d_rule_runtime_runs_the_runtimes_depth_tuner():
