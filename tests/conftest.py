@@ -70,3 +70,29 @@ def _pdl_policy_restored():
     pdl = sys.modules.get("kernels.pdl")
     if pdl is not None:  # set_pdl(True, **policy) sets any policy exactly, all-off included
         pdl.set_pdl(before is not None, **(before or {}))
+
+
+def pairwise(**factors: list) -> list[tuple]:
+    """A covering subset of the product of `factors`' values in which every pair of values of any two factors occurs
+    (greedy, deterministic: the case that covers most uncovered pairs, the least used values breaking ties, until
+    none is left). For kernel grids where a failure needs at most two settings together: the full product's cost in
+    Triton's interpreter grows with every factor, this with the two largest."""
+    import itertools
+
+    names, values = list(factors), list(factors.values())
+    product = list(itertools.product(*(range(len(v)) for v in values)))
+
+    def pairs(case: tuple[int, ...]) -> set[tuple[int, int, int, int]]:
+        return {(a, case[a], b, case[b]) for a, b in itertools.combinations(range(len(names)), 2)}
+
+    uncovered = set().union(*map(pairs, product))
+    chosen: list[tuple[int, ...]] = []
+    used = [[0] * len(v) for v in values]
+    while uncovered:
+        best = max(product, key=lambda case: (len(pairs(case) & uncovered),
+                                              -sum(used[i][j] for i, j in enumerate(case))))
+        chosen.append(best)
+        uncovered -= pairs(best)
+        for i, j in enumerate(best):
+            used[i][j] += 1
+    return [tuple(values[i][j] for i, j in enumerate(case)) for case in sorted(chosen)]
