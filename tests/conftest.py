@@ -17,9 +17,25 @@ INTERPRET_DEFAULTED = "TRITON_INTERPRET" not in os.environ
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+# Modules whose tests take seconds each (rank launches, engine runs, subprocesses), longest test first: they are
+# collected first, so that under `pytest -n 2` (scripts/test.sh) the last tests to finish are short ones and
+# neither worker idles at the end waiting for the other's long test. (`--dist loadgroup` in pyproject.toml sends
+# the tests of an `xdist_group` to one worker, ahead of single tests: one rank launch per module's split.)
+SLOW_FIRST = ("test_readme.py", "runtime/test_engine.py", "runtime/test_engine_mp.py", "bench/test_bench_runtime.py",
+              "runtime/test_tp.py", "runtime/test_parallel.py", "analysis/test_sweep.py", "runtime/test_faults.py",
+              "runtime/test_loading.py", "bench/test_compiled_peers.py", "conf/test_config_doc.py",
+              "runtime/test_train_draft.py", "runtime/test_comm.py")
+
+
 @pytest.hookimpl(trylast=True)  # after `-m` deselection (addopts deselects gpu tests on plain runs)
 def pytest_collection_modifyitems(config, items):
-    """GPU tests selected while this file turned the Triton interpreter on: stop with the fix, not 29 errors."""
+    """Slow modules first (SLOW_FIRST, stable otherwise). GPU tests selected while this file turned the Triton
+    interpreter on: stop with the fix, not 29 errors."""
+    def rank(item) -> int:
+        path = item.path.relative_to(REPO / "tests").as_posix() if item.path.is_relative_to(REPO / "tests") else ""
+        return SLOW_FIRST.index(path) if path in SLOW_FIRST else len(SLOW_FIRST)
+
+    items.sort(key=rank)
     if INTERPRET_DEFAULTED and any(item.get_closest_marker(m) for item in items for m in ("gpu", "multi_gpu")):
         import torch
 
