@@ -17,10 +17,10 @@ INTERPRET_DEFAULTED = "TRITON_INTERPRET" not in os.environ
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
-# Modules whose tests take seconds each (rank launches, engine runs, subprocesses), longest test first: they are
-# collected first, so that under `pytest -n 2` (scripts/test.sh) the last tests to finish are short ones and
-# neither worker idles at the end waiting for the other's long test. (`--dist loadgroup` in pyproject.toml sends
-# the tests of an `xdist_group` to one worker, ahead of single tests: one rank launch per module's split.)
+# Modules that take longest (rank launches, engine runs, subprocesses), longest first: they are collected first. Under
+# `pytest -n 2` (scripts/test.sh) a worker takes a whole file at a time, in collection order (`--dist loadfile
+# --no-loadscope-reorder` in pyproject.toml: a module-scoped fixture, e.g. one rank launch per split, runs once), so
+# the last files to finish are short ones and neither worker idles at the end waiting for the other's long file.
 SLOW_FIRST = ("test_readme.py", "runtime/test_engine.py", "runtime/test_engine_mp.py", "bench/test_bench_runtime.py",
               "runtime/test_tp.py", "runtime/test_parallel.py", "analysis/test_sweep.py", "runtime/test_faults.py",
               "runtime/test_loading.py", "bench/test_compiled_peers.py", "conf/test_config_doc.py",

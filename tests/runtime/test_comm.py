@@ -82,7 +82,6 @@ def exchanges():
     return launch(_exchange_every_kind, make_cfg(2, 2))
 
 
-@pytest.mark.xdist_group("comm_2_2")
 @pytest.mark.parametrize("kind", KINDS)
 def test_messages_cross_groups_and_reach_every_rank(exchanges, kind):
     """auto: both leaders run on this host, so they pick the unix channel (non-leaders only broadcast in-group,
@@ -211,7 +210,6 @@ def unix_1_1():
     return launch(_closed_peer_then_timed_receives, make_cfg(1, 1, timeout_s=60.0))
 
 
-@pytest.mark.xdist_group("comm_unix_1_1")
 def test_unix_channel_reports_a_closed_peer_at_once(unix_1_1):
     (first, error), took, _ = unix_1_1
     assert first == DraftProposal.make_dummy(4)
@@ -240,7 +238,6 @@ def _timed_receives(ctx, cfg):
     return [(r.duration_s, json.loads(r.extra)) for r in tl.records() if r.name == "comm.recv"]
 
 
-@pytest.mark.xdist_group("comm_unix_1_1")
 def test_unix_receive_records_arrival_and_sleep(unix_1_1):
     """The recv span's extra fields say when the bytes came out of the socket and whether the wait slept."""
     (late_dur, late), (quick_dur, quick) = unix_1_1[2]
@@ -275,7 +272,6 @@ def _origins(ctx, cfg):
     return everyone
 
 
-@pytest.mark.xdist_group("comm_2_2")
 def test_ranks_of_one_host_share_rank_zeros_time_origin(exchanges):
     """Timeline.start: ranks leave the barrier at different times; on one host every rank takes rank 0's clock
     reading as its origin, so spans of different ranks compare exactly (message deliveries, timelines)."""

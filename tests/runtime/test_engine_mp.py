@@ -1,10 +1,9 @@
 """Engine across processes (gloo, spawned ranks): draft group + target group, incl. a TP target.
 
-Spawning costs several seconds per launch, so each split is launched once per module (a module-scoped fixture)
-and that launch runs every configuration of the tests of that split (`run_jobs`), each over its prompts; the
-outputs are compared token-exactly with plain greedy decoding of the target alone (`reference_outputs`, in this
-process). The tests of one launch share an `xdist_group`, so that `pytest -n 2 --dist loadgroup`
-(scripts/test.sh) runs them on one worker and launches the split once.
+Spawning costs several seconds per launch, so each split is launched once per module (a module-scoped fixture;
+`pytest -n 2` sends a whole file to one worker: `--dist loadfile` in pyproject.toml) and that launch runs every
+configuration of the tests of that split (`run_jobs`), each over its prompts; the outputs are compared token-exactly
+with plain greedy decoding of the target alone (`reference_outputs`, in this process).
 """
 
 from __future__ import annotations
@@ -64,7 +63,6 @@ def split_1_1() -> dict[str, dict]:
     return _launch(jobs)
 
 
-@pytest.mark.xdist_group("split_1_1")
 def test_disaggregated_draft_and_target_are_lossless(split_1_1):
     """Draft 1 + target 1: every mode and tree shape, two model pairs."""
     expected, _ = reference_outputs("tiny-llama")
@@ -113,7 +111,6 @@ def _assert_sends_first(traces, name: str) -> int:
     return deferred
 
 
-@pytest.mark.xdist_group("split_1_1")
 def test_disaggregated_self_speculation_and_oracle(split_1_1):
     """Draft = target, topk 1, d = 1: accept bs - 1 = 4 every verify and hit every re-root. Oracle run:
     labelled, all forwards real, acceptance within the positional model's support."""
@@ -154,7 +151,6 @@ def split_2_1() -> dict[str, dict]:
     return _launch({name: (cfg, PROMPTS, eos) for name, cfg in zip(TP_TARGET + UNIX, cfgs)})
 
 
-@pytest.mark.xdist_group("split_2_1")
 @pytest.mark.timeout(300)
 def test_tensor_parallel_target_is_lossless(split_2_1):
     """Draft 1 + target 2 (TP): async and serial trees, and autoregressive decoding on the TP target (its
@@ -166,7 +162,6 @@ def test_tensor_parallel_target_is_lossless(split_2_1):
         assert out["metrics"]["target_gpus"] == 2
 
 
-@pytest.mark.xdist_group("split_2_1")
 @pytest.mark.timeout(300)
 def test_unix_leader_channel_is_lossless(split_2_1):
     """parallel.leader_channel=unix (a Unix-domain socket between the leaders) with a TP-2 target, whose
