@@ -17,9 +17,25 @@ INTERPRET_DEFAULTED = "TRITON_INTERPRET" not in os.environ
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+# Modules that take longest (rank launches, engine runs, subprocesses), longest first: they are collected first. Under
+# `pytest -n 2` (scripts/test.sh) a worker takes a whole file at a time, in collection order (`--dist loadfile
+# --no-loadscope-reorder` in pyproject.toml: a module-scoped fixture, e.g. one rank launch per split, runs once), so
+# the last files to finish are short ones and neither worker idles at the end waiting for the other's long file.
+SLOW_FIRST = ("test_readme.py", "runtime/test_engine.py", "runtime/test_engine_mp.py", "bench/test_bench_runtime.py",
+              "runtime/test_tp.py", "runtime/test_parallel.py", "analysis/test_sweep.py", "runtime/test_faults.py",
+              "runtime/test_loading.py", "bench/test_compiled_peers.py", "conf/test_config_doc.py",
+              "runtime/test_train_draft.py", "runtime/test_comm.py")
+
+
 @pytest.hookimpl(trylast=True)  # after `-m` deselection (addopts deselects gpu tests on plain runs)
 def pytest_collection_modifyitems(config, items):
-    """GPU tests selected while this file turned the Triton interpreter on: stop with the fix, not 29 errors."""
+    """Slow modules first (SLOW_FIRST, stable otherwise). GPU tests selected while this file turned the Triton
+    interpreter on: stop with the fix, not 29 errors."""
+    def rank(item) -> int:
+        path = item.path.relative_to(REPO / "tests").as_posix() if item.path.is_relative_to(REPO / "tests") else ""
+        return SLOW_FIRST.index(path) if path in SLOW_FIRST else len(SLOW_FIRST)
+
+    items.sort(key=rank)
     if INTERPRET_DEFAULTED and any(item.get_closest_marker(m) for item in items for m in ("gpu", "multi_gpu")):
         import torch
 
@@ -70,3 +86,29 @@ def _pdl_policy_restored():
     pdl = sys.modules.get("kernels.pdl")
     if pdl is not None:  # set_pdl(True, **policy) sets any policy exactly, all-off included
         pdl.set_pdl(before is not None, **(before or {}))
+
+
+def pairwise(**factors: list) -> list[tuple]:
+    """A covering subset of the product of `factors`' values in which every pair of values of any two factors occurs
+    (greedy, deterministic: the case that covers most uncovered pairs, the least used values breaking ties, until
+    none is left). For kernel grids where a failure needs at most two settings together: the full product's cost in
+    Triton's interpreter grows with every factor, this with the two largest."""
+    import itertools
+
+    names, values = list(factors), list(factors.values())
+    product = list(itertools.product(*(range(len(v)) for v in values)))
+
+    def pairs(case: tuple[int, ...]) -> set[tuple[int, int, int, int]]:
+        return {(a, case[a], b, case[b]) for a, b in itertools.combinations(range(len(names)), 2)}
+
+    uncovered = set().union(*map(pairs, product))
+    chosen: list[tuple[int, ...]] = []
+    used = [[0] * len(v) for v in values]
+    while uncovered:
+        best = max(product, key=lambda case: (len(pairs(case) & uncovered),
+                                              -sum(used[i][j] for i, j in enumerate(case))))
+        chosen.append(best)
+        uncovered -= pairs(best)
+        for i, j in enumerate(best):
+            used[i][j] += 1
+    return [tuple(values[i][j] for i, j in enumerate(case)) for case in sorted(chosen)]

@@ -9,6 +9,7 @@ import torch
 
 from kernels import tree_attention
 from kernels.reference import tree_attention_ref
+from tests.conftest import pairwise
 from tests.kernels.trees import ancestor_mask, build, root_path
 from tests.tolerances import assert_bitwise, assert_close, poisoned
 
@@ -42,11 +43,21 @@ TREES = [("single", 1), ("chain", 5), ("star", 7), ("random", 13)]
 PREFIXES = [0, 1, BLOCK_N - 1, BLOCK_N, BLOCK_N + 1, 3 * BLOCK_N + 5]
 
 
-@pytest.mark.parametrize("splits", [1, 3], ids=lambda s: f"splits{s}")
-@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
-@pytest.mark.parametrize("group", [1, 4, 8], ids=lambda g: f"gqa{g}")
-@pytest.mark.parametrize("tree", TREES, ids=[f"{k}{n}" for k, n in TREES])
-@pytest.mark.parametrize("prefix", PREFIXES, ids=lambda p: f"prefix{p}")
+DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+def _case_id(value) -> str:
+    """Test ids of the pairwise grids below."""
+    if isinstance(value, tuple):
+        return f"{value[0]}{value[1]}"
+    return DTYPE_NAMES.get(value, str(value))
+
+
+# Every pair of (prefix, tree, GQA group, dtype, splits) values, not their whole product (tests/conftest.py
+# `pairwise`): 24 of 288 cases.
+@pytest.mark.parametrize("prefix,tree,group,dtype,splits",
+                         pairwise(prefix=PREFIXES, tree=TREES, group=[1, 4, 8], dtype=list(DTYPES.values()),
+                                  splits=[1, 3]), ids=_case_id)
 def test_matches_reference(prefix, tree, group, dtype, splits):
     parent = build(tree[0], tree[1], seed=prefix)
     n = len(parent)
@@ -209,10 +220,14 @@ def _rope_operands(t, hq, hkv, d, cap, dtype, seed):
     return qkv, k, v, positions, inv_freq
 
 
-@pytest.mark.parametrize("tune", [{}, {"num_splits": 3, "block_n": BLOCK_N}], ids=["one-split", "3-splits-16-keys"])
-@pytest.mark.parametrize("group", [4, 3], ids=["gqa4", "gqa3"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
-@pytest.mark.parametrize("case", ["verify", "expansion", "two_row_blocks"])
+ROPE_TUNES = {"one-split": {}, "3-splits-16-keys": {"num_splits": 3, "block_n": BLOCK_N}}
+
+
+# Every pair of (case, dtype, GQA group, tune) values: 10 of 36 cases (tests/conftest.py `pairwise`).
+@pytest.mark.parametrize("case,dtype,group,tune",
+                         pairwise(case=["verify", "expansion", "two_row_blocks"],
+                                  dtype=[torch.float32, torch.float16, torch.bfloat16], group=[4, 3],
+                                  tune=list(ROPE_TUNES)), ids=_case_id)
 def test_rope_tree_attention_equals_rope_kv_write_then_attention(case, dtype, group, tune):
     """kernels.rope_tree_attention = kernels.rope_kv_write followed by tree_attention: the same q (rotated in
     registers, rounded to qkv's dtype), the same cache contents, the same output (to rounding: other kernels); and
@@ -246,6 +261,7 @@ def test_rope_tree_attention_equals_rope_kv_write_then_attention(case, dtype, gr
     scale = 1 / math.sqrt(d)
     k_sep, v_sep, k_fused, v_fused = k.clone(), v.clone(), k.clone(), v.clone()
     q = rope_kv_write(qkv, positions, inv_freq, k_sep, v_sep, slots, hq, hkv)
+    tune = ROPE_TUNES[tune]
     want = tree_attention(q, k_sep, v_sep, torch.tensor([prefix]), mask, scale, **tune)
     got = rope_tree_attention(qkv, positions, inv_freq, k_fused, v_fused, slots, hq, torch.tensor([prefix]), mask,
                               scale, out=poisoned((t, hq, d), dtype), **tune)
@@ -293,9 +309,11 @@ def test_rope_tree_attention_rejects_bad_operands():
                             0.25)
 
 
-@pytest.mark.parametrize("prefetch", [False, True], ids=["plain", "prefix_ready"])
-@pytest.mark.parametrize("splits", [1, 3, 8], ids=lambda s: f"splits{s}")
-@pytest.mark.parametrize("prefix", [0, BLOCK_N - 1, 3 * BLOCK_N + 5], ids=lambda p: f"prefix{p}")
+# Every pair of (prefix, splits, prefix_ready) values: 10 of 18 cases (tests/conftest.py `pairwise`).
+@pytest.mark.parametrize("prefix,splits,prefetch",
+                         pairwise(prefix=[0, BLOCK_N - 1, 3 * BLOCK_N + 5], splits=[1, 3, 8], prefetch=[False, True]),
+                         ids=lambda v: {False: "plain", True: "prefix_ready"}.get(v, str(v)) if isinstance(v, bool)
+                         else str(v))
 def test_tma_prefix_descriptors_give_the_pointer_path_result(monkeypatch, prefix, splits, prefetch):
     """`use_tma_prefix`'s path forced on (the interpreter runs descriptors): the prefix blocks through tensor
     descriptors (whole boxes, keys past prefix_len read and masked in the scores, rows past the cache zero) give the

@@ -39,10 +39,14 @@ def with_channel(cfg, kind: str):
     return freeze(dataclasses.replace(cfg, parallel=dataclasses.replace(cfg.parallel, leader_channel=kind)))
 
 
-def _exchange(ctx, cfg):
-    """Alternate draft -> target and target -> draft messages; every rank records what it received."""
+KINDS = ["dist", "unix", "auto"]
+
+
+def _exchange(ctx, kind: str):
+    """Alternate draft -> target and target -> draft messages on a `kind` channel; every rank records what it
+    received."""
     tl = Timeline.start(ctx, run_id="comm-test")
-    ch = make_channel(ctx, cfg.parallel.leader_channel, MAX_NODES, timeline=tl)
+    ch = make_channel(ctx, kind, MAX_NODES, timeline=tl)
     got = []
     for draft_msg, target_msg in zip(DRAFT_SENDS, TARGET_SENDS):
         if ctx.role == "draft":
@@ -66,12 +70,24 @@ def _exchange(ctx, cfg):
     return everyone
 
 
-@pytest.mark.parametrize("kind", ["dist", "unix", "auto"])
-def test_messages_cross_groups_and_reach_every_rank(kind):
+def _exchange_every_kind(ctx, cfg):
+    """One launch for every channel kind in turn (`_exchange`), then every rank's timeline origin (`_origins`)."""
+    return {**{kind: _exchange(ctx, kind) for kind in KINDS}, "origins": _origins(ctx, cfg)}
+
+
+@pytest.fixture(scope="module")
+def exchanges():
+    """A 2 + 2 split (both groups have a non-leader, so both directions need the in-group broadcast), launched
+    once: `_exchange_every_kind`'s reports."""
+    return launch(_exchange_every_kind, make_cfg(2, 2))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_messages_cross_groups_and_reach_every_rank(exchanges, kind):
     """auto: both leaders run on this host, so they pick the unix channel (non-leaders only broadcast in-group,
     alike in both channels, and keep the dist class)."""
-    target, draft = 2, 2  # both groups have a non-leader, so both directions need the in-group broadcast
-    reports = launch(_exchange, with_channel(make_cfg(target, draft), kind))
+    target, draft = 2, 2
+    reports = exchanges[kind]
     assert len(reports) == target + draft
     leader_class = {"dist": "LeaderChannel", "unix": "UnixLeaderChannel", "auto": "UnixLeaderChannel"}[kind]
     for rep in reports:
@@ -181,13 +197,25 @@ def _peer_exits_after_one_message(ctx, cfg):
     return [first, "no error"]
 
 
-def test_unix_channel_reports_a_closed_peer_at_once():
+def _closed_peer_then_timed_receives(ctx, cfg):
+    """One 1 + 1 launch: `_peer_exits_after_one_message` (with its own clock), then `_timed_receives`."""
     start = time.monotonic()
-    first, error = launch(_peer_exits_after_one_message, make_cfg(1, 1, timeout_s=60.0))  # rank 0's result
+    closed = _peer_exits_after_one_message(ctx, cfg)
+    return [closed, time.monotonic() - start, _timed_receives(ctx, cfg)]
+
+
+@pytest.fixture(scope="module")
+def unix_1_1():
+    """rank 0's [closed-peer result, its seconds, timed receives] (`_closed_peer_then_timed_receives`)."""
+    return launch(_closed_peer_then_timed_receives, make_cfg(1, 1, timeout_s=60.0))
+
+
+def test_unix_channel_reports_a_closed_peer_at_once(unix_1_1):
+    (first, error), took, _ = unix_1_1
     assert first == DraftProposal.make_dummy(4)
     assert error == ("rank 0 (target leader): waiting for a message from rank 1 (draft leader): the peer "
                              "closed the channel (it exited or failed)")
-    assert time.monotonic() - start < 30
+    assert took < 30  # not the 60 s deadline
 
 
 def _timed_receives(ctx, cfg):
@@ -210,10 +238,9 @@ def _timed_receives(ctx, cfg):
     return [(r.duration_s, json.loads(r.extra)) for r in tl.records() if r.name == "comm.recv"]
 
 
-def test_unix_receive_records_arrival_and_sleep():
+def test_unix_receive_records_arrival_and_sleep(unix_1_1):
     """The recv span's extra fields say when the bytes came out of the socket and whether the wait slept."""
-    cfg = with_channel(make_cfg(1, 1, timeout_s=30.0), "unix")
-    (late_dur, late), (quick_dur, quick) = launch(_timed_receives, cfg)
+    (late_dur, late), (quick_dur, quick) = unix_1_1[2]
     assert late["slept"] is True and quick["slept"] is False
     assert 0.1 < late["arrive_s"] <= late_dur and 0 <= quick["arrive_s"] <= quick_dur
     assert late["payload_bytes"] == 8 * (4 + 2 * 4) and late["kind"] == "DraftProposal"
@@ -243,8 +270,8 @@ def _origins(ctx, cfg):
     return everyone
 
 
-def test_ranks_of_one_host_share_rank_zeros_time_origin():
+def test_ranks_of_one_host_share_rank_zeros_time_origin(exchanges):
     """Timeline.start: ranks leave the barrier at different times; on one host every rank takes rank 0's clock
     reading as its origin, so spans of different ranks compare exactly (message deliveries, timelines)."""
-    reports = launch(_origins, make_cfg(1, 2))
-    assert len(reports) == 3 and len({origin for origin, _ in reports}) == 1 and all(ok for _, ok in reports)
+    reports = exchanges["origins"]
+    assert len(reports) == 4 and len({origin for origin, _ in reports}) == 1 and all(ok for _, ok in reports)

