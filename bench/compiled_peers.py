@@ -44,7 +44,6 @@ from typing import Any
 import torch
 
 from runtime.attention import AttentionBackend, AttnMeta
-from runtime.kv_cache import KVCache
 
 GPTFAST = "gptfast_compiled"
 TRANSFORMERS = "transformers_compiled"
@@ -119,28 +118,66 @@ class StaticCacheAttention(AttentionBackend):
         return out.view(hkv, g, t, d).permute(2, 0, 1, 3).reshape(t, hq, d).to(out_dtype or q.dtype)
 
 
+class LayerCaches:
+    """The peer's KV cache: one K and one V tensor per layer, each [slots, Hkv, D] (gpt-fast's per-layer cache
+    buffers), duck-typed as runtime.kv_cache.KVCache where the model reads it (`layer(i)`).
+
+    Why not our KVCache: its one monolithic tensor [layers, 2, slots, Hkv, D] hands each layer a *view*, and an
+    in-place write into a view of a compiled graph's input is functionalised into a scatter of the updated view back
+    into the whole base tensor, which inductor does not write in place: every layer's K/V write then copies the whole
+    cache (all layers) once more per step. Separate per-layer tensors are graph inputs written directly, which
+    inductor turns into an in-place scatter of the new rows. Their addresses are static (`mark_static_address`), so a
+    CUDA graph may mutate them (cudagraph trees skip graphs that mutate inputs of changing address)."""
+
+    def __init__(self, layers: int, slots: int, heads: int, head_dim: int, dtype: torch.dtype,
+                 device: torch.device, static: bool) -> None:
+        """Zeroed caches of `slots` positions; `static`: mark their addresses static for torch.compile."""
+        self.k = [torch.zeros(slots, heads, head_dim, dtype=dtype, device=device) for _ in range(layers)]
+        self.v = [torch.zeros_like(k) for k in self.k]
+        if static:
+            for t in (*self.k, *self.v):
+                torch._dynamo.mark_static_address(t)
+
+    def layer(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(K, V) of layer `i`, each [slots, Hkv, D]; writes go to the cache."""
+        return self.k[i], self.v[i]
+
+
 class StaticDecoder:
     """One model with its static KV cache (slot = position) and a greedy step per row count, compiled or eager.
 
     `prefill(prompt)` fills slots [0, len) and returns the greedy next token; `self(tokens, start)` runs rows
-    `tokens` [T] at positions start .. start + T - 1 (`start`: a one-element device tensor) and returns the argmax
-    after each row [T] (a copy: safe past the next CUDA-graph replay). Slots past the current position may hold K/V
-    of rejected tokens; the causal mask by position hides them until they are overwritten.
+    `tokens` [T] at positions start .. start + T - 1 and returns the argmax after each row [T] (a copy: safe past
+    the next CUDA-graph replay). Slots past the current position may hold K/V of rejected tokens; the causal mask by
+    position hides them until they are overwritten.
+
+    Compiled (gpt-fast's design): one `torch.compile(fullgraph=True, dynamic=False, mode=...)` function per row count
+    (the one-token step; a chain's gamma + 1 row verify), traced once and, under reduce-overhead, replayed as one CUDA
+    graph per call. Everything a step reads is either a static-address tensor or a small per-call input: the weights
+    and the per-layer caches (`LayerCaches`), the step's first position `start` (a one-element device tensor filled
+    in place before each call, so the position is data, never a guard: no recompile per position), the row offsets and
+    causal mask of the row count (constants of the step). The only per-call host work is that fill, the call and a
+    copy of the argmax out of the graph's output pool.
     """
 
     def __init__(self, model: torch.nn.Module, slots: int, compile_cfg: Any | None) -> None:
         """Allocate the cache of `slots` positions; `compile_cfg` (PeerCompileConfig) None or disabled: eager."""
         self.model = model
         self.device = model.norm.weight.device
-        layers, heads, head_dim = model.cache_spec()
-        self.cache = KVCache(layers, slots, heads, head_dim, model.dtype, self.device)
-        self.attn = StaticCacheAttention()
         self.compiled = compile_cfg is not None and compile_cfg.enabled
         self.compile_cfg = compile_cfg
+        layers, heads, head_dim = model.cache_spec()
+        self.cache = LayerCaches(layers, slots, heads, head_dim, model.dtype, self.device, static=self.compiled)
+        self.attn = StaticCacheAttention()
         self.start = torch.zeros(1, dtype=torch.long, device=self.device)  # the step's first position (filled)
+        if self.compiled:
+            torch._dynamo.mark_static_address(self.start)  # filled in place: no copy into the graph's input
         self._steps: dict[int, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {}
-        if self.compiled:  # the cache is mutated inside the CUDA graph: its address must stay fixed
-            torch._dynamo.mark_static_address(self.cache.kv)
+
+    @property
+    def steps_made(self) -> int:
+        """Step functions made so far (one per row count): the graphs a compiled decoder should have compiled."""
+        return len(self._steps)
 
     @torch.no_grad()
     def prefill(self, prompt: list[int]) -> torch.Tensor:
