@@ -445,15 +445,16 @@ INDUCTOR_SETTINGS = {"triton.unique_kernel_names": True, "fx_graph_cache": True}
 """gpt-fast's fixed inductor settings beside `coordinate_descent_tuning` (a PeerCompileConfig knob): kernel names that
 say which ops they fuse (the per-kernel profile reads them) and the on-disk FX graph cache (a warm machine skips the
 recompile)."""
-CUDAGRAPH_SKIP_LOGGER = "torch._inductor.cudagraph_utils.__cudagraphs"
-"""The logger inductor reports a CUDA-graph skip on (`log_cudagraph_skip_and_bump_counter`, a warning)."""
+CUDAGRAPH_SKIP_LOGGERS = tuple(f"torch._inductor.cudagraph_utils.__{a}" for a in ("cudagraphs", "perf_hints"))
+"""The loggers inductor reports a CUDA-graph skip on (`log_cudagraph_skip_and_bump_counter`, a warning: the
+`cudagraphs` artifact in newer torch, `perf_hints` in older), listened to whatever TORCH_LOGS enables."""
 KERNEL_LAUNCHES = {"cudaGraphLaunch": "graph_launches", "cudaLaunchKernel": "kernel_launches",
                    "cudaLaunchKernelExC": "kernel_launches", "cuLaunchKernel": "kernel_launches",
                    "cuLaunchKernelEx": "kernel_launches"}
 """Host-side launch calls a profile counts: CUDA-graph replays, and kernels launched one by one (outside a graph)."""
 PROFILE_TOP = 15
-PROFILE_NEEDS_S = 60.0
-"""Time the per-kernel profiles need (builds of our steps included); they are skipped with less left."""
+PROFILE_NEEDS_S = 40.0
+"""Time the per-kernel profiles after one gptfast job need (builds of our steps included); skipped with less left."""
 
 
 def compile_record(compile_cfg: Any) -> dict[str, Any]:
@@ -501,7 +502,8 @@ class CompileWatch:
 
         self.reasons: list[str] = []
         self._handler = Reasons(level=logging.WARNING)
-        logging.getLogger(CUDAGRAPH_SKIP_LOGGER).addHandler(self._handler)
+        for name in CUDAGRAPH_SKIP_LOGGERS:
+            logging.getLogger(name).addHandler(self._handler)
         self._before = self.counters()
         return self
 
@@ -509,7 +511,8 @@ class CompileWatch:
         """Stop listening."""
         import logging
 
-        logging.getLogger(CUDAGRAPH_SKIP_LOGGER).removeHandler(self._handler)
+        for name in CUDAGRAPH_SKIP_LOGGERS:
+            logging.getLogger(name).removeHandler(self._handler)
         self._after = self.counters()
 
     @staticmethod
@@ -571,22 +574,22 @@ def kernel_profile(step: Callable[[], Any], device: torch.device | str, *, warmu
                          "share": time_us[n] / total if total else None} for n in ranked]}
 
 
-def profile_steps(decoders: dict[str, StaticDecoder], prompt: list[int], cfg: Any, gamma: int,
-                  device: torch.device) -> dict[str, Any]:
+def profile_steps(decoders: dict[str, StaticDecoder], prompt: list[int], cfg: Any, gamma: int, device: torch.device,
+                  into: dict[str, Any]) -> None:
     """Per-kernel profiles (`kernel_profile`) of one decode step of gptfast and of ours, side by side, after a
     `prompt`-long context: the target's one-token step, its gamma + 1 row verify and the draft's one-token step, each
-    where the gptfast job compiled it. Ours: the runtime's captured step graph as bench/step_replay.py builds it
-    (kernels=graphs; GPU only).
+    once the gptfast jobs have compiled it and not yet in `into`. Ours: the runtime's captured step graph as
+    bench/step_replay.py builds it (kernels=graphs; GPU only).
 
-    Returns {"ctx", "steps": {"<role> rows <T>": {"gptfast_compiled": profile, "swiftspec": profile | {"skipped"}}}}."""
+    Fills `into` in place: {"ctx", "steps": {"<role> rows <T>": {"gptfast_compiled": profile, "swiftspec": profile |
+    {"skipped"} | {"error"}}}}."""
     ctx = len(prompt)
-    out: dict[str, Any] = {"ctx": ctx, "steps": {}}
-    cases = [("target", 1), ("target", gamma + 1), ("draft", 1)]
-    for role, rows in cases:
-        dec = decoders.get(role)
-        if dec is None or rows not in dec._steps:
+    into["ctx"] = ctx
+    steps = into.setdefault("steps", {})
+    for role, rows in [("target", 1), ("target", gamma + 1), ("draft", 1)]:
+        dec, name = decoders.get(role), f"{role} rows {rows}"
+        if dec is None or rows not in dec._steps or name in steps:
             continue
-        name = f"{role} rows {rows}"
         dec.prefill(prompt)
         tokens = torch.zeros(rows, dtype=torch.long, device=dec.device)
         entry = {"gptfast_compiled": kernel_profile(lambda d=dec, t=tokens: d(t, ctx), device)}
@@ -602,8 +605,7 @@ def profile_steps(decoders: dict[str, StaticDecoder], prompt: list[int], cfg: An
                 entry["swiftspec"] = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
         else:
             entry["swiftspec"] = {"skipped": "our decode steps are CUDA graphs: profiled on a GPU only"}
-        out["steps"][name] = entry
-    return out
+        steps[name] = entry
 
 
 def profile_table(profiles: dict[str, Any]) -> str:
@@ -656,7 +658,8 @@ def run_compiled_phase(bc: Any, cfg: Any, prompts: list[list[int]], eos_token_id
     Budgets: a job starts only while its system's budget (`bc.peer_budget_s`, compile and repeats) is left before
     `deadline`, else its row is skipped with the reason; before it starts, its row already says it did not finish (what
     the results file keeps if the stage's timeout ends the process). `profiles` (a dict, filled in place): the
-    per-kernel profiles (`profile_steps`) after the gptfast jobs, when `PROFILE_NEEDS_S` is left.
+    per-kernel profiles (`profile_steps`) of the steps each gptfast job compiled, right after it (a later job cut by
+    the stage's timeout costs none of them), when `PROFILE_NEEDS_S` is left.
     """
     from bench.peers import BUDGET_SPENT, hf_from_runtime, load_hf
     from conf.presets import model_preset
@@ -708,12 +711,14 @@ def run_compiled_phase(bc: Any, cfg: Any, prompts: list[list[int]], eos_token_id
     def profile() -> None:
         left = deadline - time.time()
         if left < PROFILE_NEEDS_S:
-            profiles["skipped"] = f"{BUDGET_SPENT}: {left:.0f} s left, the profiles need {PROFILE_NEEDS_S:.0f} s"
+            profiles["skipped"] = f"{BUDGET_SPENT}: {left:.0f} s left, a profile needs {PROFILE_NEEDS_S:.0f} s"
             return
-        print("[bench] per-kernel profiles of one decode step, ours and gptfast", flush=True)
+        print("[bench] per-kernel profiles of the decode steps compiled so far, ours and gptfast", flush=True)
         try:
-            profiles.update(profile_steps(gptfast, prompts[0], cfg, gamma, dev))
-            print(profile_table(profiles), flush=True)
+            before = set(profiles.get("steps", {}))
+            profile_steps(gptfast, prompts[0], cfg, gamma, dev, profiles)
+            new = {k: v for k, v in profiles["steps"].items() if k not in before}
+            print(profile_table({"ctx": profiles["ctx"], "steps": new}), flush=True)
         except Exception as exc:  # a diagnostic: reported, the benchmark goes on
             profiles["error"] = f"{type(exc).__name__}: {exc}"[:4000]
 
@@ -766,7 +771,7 @@ def run_compiled_phase(bc: Any, cfg: Any, prompts: list[list[int]], eos_token_id
         return raw
 
     results: dict[str, dict[str, Any]] = {}
-    for i, (system, mode) in enumerate(jobs):
+    for system, mode in jobs:
         key = f"{system}/{mode}"
         name = "transformers_compiled_assisted" if mode == "assisted" else system
         budget = bc.peer_budget_s[name]
@@ -789,8 +794,7 @@ def run_compiled_phase(bc: Any, cfg: Any, prompts: list[list[int]], eos_token_id
                                             if r["decode_tpot_s"]) + " ms/token, compile "
                   f"{raw['compile_s']:.1f} s") if "repeats" in raw else (raw.get("error") or raw["skipped"])[:200]
         print(f"[bench] {key}: {status}", flush=True)
-        last_gptfast = system == GPTFAST and (i + 1 == len(jobs) or jobs[i + 1][0] != GPTFAST)
-        if profiles is not None and last_gptfast and gptfast:
+        if profiles is not None and system == GPTFAST and "repeats" in raw:  # the steps this job compiled
             profile()
         if on_result is not None:
             on_result(results)
