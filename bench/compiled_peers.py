@@ -2,13 +2,17 @@
 one request at a time on one GPU without a serving engine.
 
 - `gptfast_compiled`: the project's plain model (`runtime.loader.build_model`, decoded through the forward
-  `model(ids, AttnMeta, KVCache, backend)` exactly as runtime/reference.py calls it) decoded the way gpt-fast decodes:
-  a static KV cache addressed by position, attention over every slot of it under a mask (`StaticCacheAttention`), an
-  eager prefill that yields the first token, and one `torch.compile`d greedy step per row count (`StaticDecoder`).
-  `autoregressive`: the one-token step. `chain`: an iteration is gamma one-token draft steps, one verify of the
-  gamma + 1 rows [last token, drafts] by the target, greedy acceptance on the host (one read per iteration: the
-  longest prefix of drafts equal to the target's argmax, then the target's token after it), and, when every draft was
-  accepted, one more draft step that writes the last draft's K/V (the draft never saw it).
+  `model(ids, AttnMeta, cache, backend)` as runtime/reference.py calls it) decoded the way gpt-fast decodes: a static
+  KV cache addressed by position, held as one K and one V tensor per layer at fixed addresses (`LayerCaches`),
+  attention over every slot of it under a mask (`StaticCacheAttention`), an eager prefill that yields the first
+  token, and one `torch.compile(fullgraph=True, mode="reduce-overhead")`d greedy step per row count
+  (`StaticDecoder`) whose position is a device tensor, so each step is one CUDA-graph replay whatever the position.
+  `autoregressive`: the one-token step. `chain`: an iteration is gamma calls of the draft's compiled one-token step
+  (a Python loop: one small graph replayed gamma times, not gamma steps unrolled into one large graph that compiles
+  for long), one call of the target's compiled gamma + 1 row verify of [last token, drafts], greedy acceptance on the
+  host (one read per iteration: the longest prefix of drafts equal to the target's argmax, then the target's token
+  after it), and, when every draft was accepted, one more draft step that writes the last draft's K/V (the draft
+  never saw it).
 - `transformers_compiled` (`greedy`) and `transformers_compiled_assisted` (`assisted`): transformers' documented fast
   path: `generation_config.cache_implementation = "static"` and `generate` compiling the decode forward itself
   (`generation_config.compile_config = CompileConfig(fullgraph, mode)`; the prefill stays eager). Assisted
@@ -21,9 +25,14 @@ Weights: the same as our runtime's. The runtime model is built once per role and
 transformers decodes views of it (bench.peers.hf_from_runtime), except for a Hugging Face folder checkpoint, which
 transformers reads itself (`from_pretrained`).
 
-Compile settings (`peer_compile`, conf/bench_schema.py PeerCompileConfig) apply to both peers and are recorded in
-their rows with the torch and transformers versions. Warm-up runs (compiles and CUDA-graph recording included) are
-timed apart: `compile_s` is their wall time.
+Compile settings (`peer_compile`, conf/bench_schema.py PeerCompileConfig, and gpt-fast's fixed inductor settings
+`INDUCTOR_SETTINGS`) apply to both peers and are recorded in their rows with the torch and transformers versions.
+Warm-up runs (compiles and CUDA-graph recording included) are timed apart: `compile_s` is their wall time. Each row's
+`compile` also holds what the compiles did (`CompileWatch`): graphs compiled, recompiles beyond one graph per step
+function, graph breaks, CUDA-graph skips and inductor's reasons for them: a peer that silently runs without CUDA
+graphs, or recompiles per position, is visible in its row. `profile_steps` adds per-kernel profiles of one decode
+step of gptfast and of ours (`kernel_profile`: the top kernels by device time, and the launches per step: one
+CUDA-graph launch, or one launch per kernel when graphs are not used).
 
 Timing. Every system's decode time per output token is `decode_tpot_s` = (time the last token was known - time the
 first was) / (n - 1), over all requests: sum of decode times / sum of (n - 1). gptfast: a CUDA event after each
@@ -448,10 +457,10 @@ recompile)."""
 CUDAGRAPH_SKIP_LOGGERS = tuple(f"torch._inductor.cudagraph_utils.__{a}" for a in ("cudagraphs", "perf_hints"))
 """The loggers inductor reports a CUDA-graph skip on (`log_cudagraph_skip_and_bump_counter`, a warning: the
 `cudagraphs` artifact in newer torch, `perf_hints` in older), listened to whatever TORCH_LOGS enables."""
-KERNEL_LAUNCHES = {"cudaGraphLaunch": "graph_launches", "cudaLaunchKernel": "kernel_launches",
-                   "cudaLaunchKernelExC": "kernel_launches", "cuLaunchKernel": "kernel_launches",
-                   "cuLaunchKernelEx": "kernel_launches"}
-"""Host-side launch calls a profile counts: CUDA-graph replays, and kernels launched one by one (outside a graph)."""
+KERNEL_LAUNCHES = (("cudaGraphLaunch", "graph_launches"), ("cudaLaunchKernel", "kernel_launches"),
+                   ("cuLaunchKernel", "kernel_launches"))
+"""Host-side launch calls a profile counts, by name prefix (cudaLaunchKernelExC, cuLaunchKernelEx and versioned
+names too): CUDA-graph replays, and kernels launched one by one (outside a graph)."""
 PROFILE_TOP = 15
 PROFILE_NEEDS_S = 40.0
 """Time the per-kernel profiles after one gptfast job need (builds of our steps included); skipped with less left."""
@@ -555,8 +564,10 @@ def kernel_profile(step: Callable[[], Any], device: torch.device | str, *, warmu
     calls: dict[str, int] = {}
     launches = {"graph_launches": 0, "kernel_launches": 0}
     for e in prof.events():
-        if e.name in KERNEL_LAUNCHES and e.device_type == DeviceType.CPU:
-            launches[KERNEL_LAUNCHES[e.name]] += 1
+        if e.device_type == DeviceType.CPU:
+            kind = next((k for prefix, k in KERNEL_LAUNCHES if e.name.startswith(prefix)), None)
+            if kind is not None:
+                launches[kind] += 1
         if cuda and e.device_type == DeviceType.CUDA:
             us = e.time_range.elapsed_us()
         elif not cuda and e.name.startswith("aten::"):
