@@ -629,9 +629,11 @@ def profile_table(profiles: dict[str, Any]) -> str:
             if "kernels" not in p:
                 lines += [f"- {system}: {p.get('error') or p.get('skipped')}", ""]
                 continue
-            lines += [f"- {system}: device time {1e3 * p['device_time_per_step_s']:.3f} ms per step, "
-                      f"{p['graph_launches_per_step']:.0f} CUDA-graph launches and {p['kernel_launches_per_step']:.0f} "
-                      f"single kernel launches per step, {p['distinct_kernels']} distinct kernels", "",
+            graphs = "used" if p["graph_launches_per_step"] >= 1 else "NOT used"
+            lines += [f"- {system}: CUDA graphs {graphs}: {p['graph_launches_per_step']:.0f} graph launches and "
+                      f"{p['kernel_launches_per_step']:.0f} single kernel launches per step; device time "
+                      f"{1e3 * p['device_time_per_step_s']:.3f} ms per step, {p['distinct_kernels']} distinct kernels",
+                      "",
                       "| kernel | us / step | calls / step | share |", "|---|---|---|---|"]
             lines += [f"| `{k['name'][:90]}` | {1e6 * k['time_per_step_s']:.1f} | {k['calls_per_step']:.0f} | "
                       f"{100 * (k['share'] or 0):.1f}% |" for k in p["kernels"]]

@@ -276,6 +276,7 @@ real_pair() {
 # the JSON's kernel_profiles and peers_table.md. Without the GGUF (scripts/assemble_gguf.sh finds neither the file nor
 # its parts) the real pair is skipped with the reason. PEERS_EXTRA: more overrides for both calls (e.g.
 # peer_budget_s.transformers_compiled=120, peer_compile.coordinate_descent_tuning=false: shorter cold compiles);
+# PEERS_A_PEERS: workload a's peer list (default [gptfast_compiled,transformers_compiled]);
 # PEERS_SHAPES: the presets (e.g. shape_realistic alone: one call of ~8.5 min; a CPU run: tests/bench/test_gpu_recipes.py).
 # OUT: runtime_<preset>_<date>_<sha>.json per shape (for python -m bench.promote), peers_<preset>.log, peers_table.md
 # (python -m bench.compiled_peers: the comparison, the rows and the profiles, printed last).
@@ -289,7 +290,7 @@ peers() {
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
   for preset in ${PEERS_SHAPES:-shape_realistic real_pair}; do
     if [ "$preset" != real_pair ]; then
-      limit=${PEERS_A_S:-480} peer_list="[gptfast_compiled,transformers_compiled]"
+      limit=${PEERS_A_S:-480} peer_list=${PEERS_A_PEERS:-[gptfast_compiled,transformers_compiled]}
     else
       limit=${PEERS_REAL_S:-170} peer_list="[gptfast_compiled,transformers_compiled,transformers_compiled_assisted]"
       if ! bash scripts/assemble_gguf.sh > "$out/gguf.log" 2>&1; then
