@@ -738,8 +738,9 @@ def run_compiled_phase(bc: Any, cfg: Any, prompts: list[list[int]], eos_token_id
     def run_job(system: str, mode: str) -> dict[str, Any]:
         """One job's raw result: repeats, compile time and settings, compile diagnostics; or its error."""
         made = sum(d.steps_made for d in gptfast.values())
+        watch = CompileWatch()
         try:
-            with CompileWatch() as watch:
+            with watch:
                 if system == GPTFAST and mode == "autoregressive":
                     run = partial(decode_autoregressive, decoder("target"), capacity=capacity, eos=eos_token_id,
                                   clock=clock)
@@ -761,7 +762,8 @@ def run_compiled_phase(bc: Any, cfg: Any, prompts: list[list[int]], eos_token_id
             return raw
         except Exception as exc:  # reported as the row's reason; the benchmark goes on
             what = "assisted generation on a static cache: " if mode == "assisted" else ""
-            return {"error": f"{what}{type(exc).__name__}: {exc}"[:4000], "compile": record}
+            diag = watch.delta() if hasattr(watch, "_after") else {}  # e.g. a graph break's skip reasons
+            return {"error": f"{what}{type(exc).__name__}: {exc}"[:4000], "compile": {**record, **diag}}
 
     def measure_transformers_job(mode: str) -> dict[str, Any]:
         target = hf_model("target")
@@ -789,11 +791,11 @@ def run_compiled_phase(bc: Any, cfg: Any, prompts: list[list[int]], eos_token_id
         name = "transformers_compiled_assisted" if mode == "assisted" else system
         budget = bc.peer_budget_s[name]
         left = deadline - time.time()
-        if left < budget:
+        if mode in ("chain", "assisted") and not has_draft:
+            results[key] = {"skipped": "the workload has no draft model"}
+        elif left < budget:
             results[key] = {"skipped": f"{BUDGET_SPENT}: {left:.0f} s left, its budget (peer_budget_s.{name}) is "
                                        f"{budget:.0f} s"}
-        elif mode in ("chain", "assisted") and not has_draft:
-            results[key] = {"skipped": "the workload has no draft model"}
         else:
             results[key] = {"skipped": f"did not finish: the stage's timeout ended it (started with {left:.0f} s "
                                        f"left, its budget {budget:.0f} s)"}
@@ -812,6 +814,8 @@ def run_compiled_phase(bc: Any, cfg: Any, prompts: list[list[int]], eos_token_id
         if on_result is not None:
             on_result(results)
     return results
+
+
 # ---- the short table of a `scripts/gpu.sh peers` call ---------------------------------------------------------------
 def summary(results: list[dict[str, Any]]) -> str:
     """Markdown: per results JSON of bench/bench_runtime.py, its comparison table (ours against the compiled peers)
