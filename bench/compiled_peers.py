@@ -546,8 +546,8 @@ def kernel_profile(step: Callable[[], Any], device: torch.device | str, *, warmu
     """torch.profiler over `steps` calls of `step` (after `warmup` unprofiled ones): per step, the device time of
     every kernel (CUDA: kernels, memcpys and memsets, inside CUDA graphs too; CPU: aten ops' self time) and the
     host's launch calls (`graph_launches`: CUDA-graph replays, `kernel_launches`: kernels launched one by one).
-    Returns {"device_time_per_step_s", "graph_launches_per_step", "kernel_launches_per_step", "distinct_kernels",
-    "kernels": the `top` by time [{"name", "time_per_step_s", "calls_per_step", "share"}]}."""
+    Returns {"device", "device_time_per_step_s", "graph_launches_per_step", "kernel_launches_per_step",
+    "distinct_kernels", "kernels": the `top` by time [{"name", "time_per_step_s", "calls_per_step", "share"}]}."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -578,7 +578,7 @@ def kernel_profile(step: Callable[[], Any], device: torch.device | str, *, warmu
         calls[e.name] = calls.get(e.name, 0) + 1
     total = sum(time_us.values())
     ranked = sorted(time_us, key=time_us.__getitem__, reverse=True)[:top]
-    return {"device_time_per_step_s": total / steps / 1e6,
+    return {"device": "cuda" if cuda else "cpu", "device_time_per_step_s": total / steps / 1e6,
             **{f"{k}_per_step": v / steps for k, v in launches.items()},
             "distinct_kernels": len(time_us), "steps_profiled": steps,
             "kernels": [{"name": n, "time_per_step_s": time_us[n] / steps / 1e6, "calls_per_step": calls[n] / steps,
@@ -629,8 +629,9 @@ def profile_table(profiles: dict[str, Any]) -> str:
             if "kernels" not in p:
                 lines += [f"- {system}: {p.get('error') or p.get('skipped')}", ""]
                 continue
-            graphs = "used" if p["graph_launches_per_step"] >= 1 else "NOT used"
-            lines += [f"- {system}: CUDA graphs {graphs}: {p['graph_launches_per_step']:.0f} graph launches and "
+            graphs = ("CPU (aten ops' self time)" if p.get("device") == "cpu" else
+                      "CUDA graphs " + ("used" if p["graph_launches_per_step"] >= 1 else "NOT used"))
+            lines += [f"- {system}: {graphs}: {p['graph_launches_per_step']:.0f} graph launches and "
                       f"{p['kernel_launches_per_step']:.0f} single kernel launches per step; device time "
                       f"{1e3 * p['device_time_per_step_s']:.3f} ms per step, {p['distinct_kernels']} distinct kernels",
                       "",
