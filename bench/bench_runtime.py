@@ -18,7 +18,10 @@ Phases, in one process; a phase or system that fails becomes a row with its erro
 3. transformers in this process (GPU 0 or CPU): greedy, then assisted with our draft (eager, bench/peers.py).
 4. the compiled single-GPU peers in this process (bench/compiled_peers.py): our model decoded the gpt-fast way
    (`gptfast_compiled`: autoregressive, chain at the chain mode's gamma), transformers' static cache + compiled forward
-   (`transformers_compiled`: greedy, assisted); their compile settings and warm-up (compile) time go in their rows.
+   (`transformers_compiled`: greedy, assisted); their compile settings, compile diagnostics (graphs, recompiles, graph
+   breaks, CUDA-graph skips and why) and warm-up (compile) time go in their rows. Each job has its own time budget
+   (`peer_budget_s`). With `profile_steps=true`, per-kernel profiles of one decode step of ours and of gptfast go in
+   the results' `kernel_profiles`.
 Then every system's tokens are checked against a greedy transformers run's (eager if it ran, else compiled;
 tie-aware, `bench.peers.check_outputs`). With compiled peers the result also holds `comparison` (`peer_comparison`:
 our autoregressive decode time per token against the best compiled peer's, our chain iteration against gptfast's, each
@@ -532,10 +535,13 @@ def run_bench(bc: BenchRuntimeConfig, run_dir: Path, command: str) -> dict[str, 
         # the chain's gamma (spec=chain) where there is a draft; a target-only workload runs the autoregressive peers
         peer_cfg = probe if probe.model.draft is None else compose_experiment([*base, "spec=chain",
                                                                                 "run_name=bench_compiled_peers"])
+        profiles: dict[str, Any] | None = None
+        if bc.profile_steps:
+            profiles = result["kernel_profiles"] = {}  # filled in place by the phase, written with each finish
         compiled = run_compiled_phase(
             bc, peer_cfg, prompts, eos, device, deadline,
             on_result=lambda so_far: finish(bc, result, probe, prompts, ours, ds, hf, {}, t_start, write_doc=False,
-                                            compiled=so_far))
+                                            compiled=so_far), profiles=profiles)
     checks: dict[str, Any] = {}
     if wl.check_outputs:
         outputs = output_sets(ours, ds, hf, compiled)

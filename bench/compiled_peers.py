@@ -2,13 +2,17 @@
 one request at a time on one GPU without a serving engine.
 
 - `gptfast_compiled`: the project's plain model (`runtime.loader.build_model`, decoded through the forward
-  `model(ids, AttnMeta, KVCache, backend)` exactly as runtime/reference.py calls it) decoded the way gpt-fast decodes:
-  a static KV cache addressed by position, attention over every slot of it under a mask (`StaticCacheAttention`), an
-  eager prefill that yields the first token, and one `torch.compile`d greedy step per row count (`StaticDecoder`).
-  `autoregressive`: the one-token step. `chain`: an iteration is gamma one-token draft steps, one verify of the
-  gamma + 1 rows [last token, drafts] by the target, greedy acceptance on the host (one read per iteration: the
-  longest prefix of drafts equal to the target's argmax, then the target's token after it), and, when every draft was
-  accepted, one more draft step that writes the last draft's K/V (the draft never saw it).
+  `model(ids, AttnMeta, cache, backend)` as runtime/reference.py calls it) decoded the way gpt-fast decodes: a static
+  KV cache addressed by position, held as one K and one V tensor per layer at fixed addresses (`LayerCaches`),
+  attention over every slot of it under a mask (`StaticCacheAttention`), an eager prefill that yields the first
+  token, and one `torch.compile(fullgraph=True, mode="reduce-overhead")`d greedy step per row count
+  (`StaticDecoder`) whose position is a device tensor, so each step is one CUDA-graph replay whatever the position.
+  `autoregressive`: the one-token step. `chain`: an iteration is gamma calls of the draft's compiled one-token step
+  (a Python loop: one small graph replayed gamma times, not gamma steps unrolled into one large graph that compiles
+  for long), one call of the target's compiled gamma + 1 row verify of [last token, drafts], greedy acceptance on the
+  host (one read per iteration: the longest prefix of drafts equal to the target's argmax, then the target's token
+  after it), and, when every draft was accepted, one more draft step that writes the last draft's K/V (the draft
+  never saw it).
 - `transformers_compiled` (`greedy`) and `transformers_compiled_assisted` (`assisted`): transformers' documented fast
   path: `generation_config.cache_implementation = "static"` and `generate` compiling the decode forward itself
   (`generation_config.compile_config = CompileConfig(fullgraph, mode)`; the prefill stays eager). Assisted
@@ -21,9 +25,14 @@ Weights: the same as our runtime's. The runtime model is built once per role and
 transformers decodes views of it (bench.peers.hf_from_runtime), except for a Hugging Face folder checkpoint, which
 transformers reads itself (`from_pretrained`).
 
-Compile settings (`peer_compile`, conf/bench_schema.py PeerCompileConfig) apply to both peers and are recorded in
-their rows with the torch and transformers versions. Warm-up runs (compiles and CUDA-graph recording included) are
-timed apart: `compile_s` is their wall time.
+Compile settings (`peer_compile`, conf/bench_schema.py PeerCompileConfig, and gpt-fast's fixed inductor settings
+`INDUCTOR_SETTINGS`) apply to both peers and are recorded in their rows with the torch and transformers versions.
+Warm-up runs (compiles and CUDA-graph recording included) are timed apart: `compile_s` is their wall time. Each row's
+`compile` also holds what the compiles did (`CompileWatch`): graphs compiled, recompiles beyond one graph per step
+function, graph breaks, CUDA-graph skips and inductor's reasons for them: a peer that silently runs without CUDA
+graphs, or recompiles per position, is visible in its row. `profile_steps` adds per-kernel profiles of one decode
+step of gptfast and of ours (`kernel_profile`: the top kernels by device time, and the launches per step: one
+CUDA-graph launch, or one launch per kernel when graphs are not used).
 
 Timing. Every system's decode time per output token is `decode_tpot_s` = (time the last token was known - time the
 first was) / (n - 1), over all requests: sum of decode times / sum of (n - 1). gptfast: a CUDA event after each
@@ -44,7 +53,6 @@ from typing import Any
 import torch
 
 from runtime.attention import AttentionBackend, AttnMeta
-from runtime.kv_cache import KVCache
 
 GPTFAST = "gptfast_compiled"
 TRANSFORMERS = "transformers_compiled"
@@ -119,28 +127,66 @@ class StaticCacheAttention(AttentionBackend):
         return out.view(hkv, g, t, d).permute(2, 0, 1, 3).reshape(t, hq, d).to(out_dtype or q.dtype)
 
 
+class LayerCaches:
+    """The peer's KV cache: one K and one V tensor per layer, each [slots, Hkv, D] (gpt-fast's per-layer cache
+    buffers), duck-typed as runtime.kv_cache.KVCache where the model reads it (`layer(i)`).
+
+    Why not our KVCache: its one monolithic tensor [layers, 2, slots, Hkv, D] hands each layer a *view*, and an
+    in-place write into a view of a compiled graph's input is functionalised into a scatter of the updated view back
+    into the whole base tensor, which inductor does not write in place: every layer's K/V write then copies the whole
+    cache (all layers) once more per step. Separate per-layer tensors are graph inputs written directly, which
+    inductor turns into an in-place scatter of the new rows. Their addresses are static (`mark_static_address`), so a
+    CUDA graph may mutate them (cudagraph trees skip graphs that mutate inputs of changing address)."""
+
+    def __init__(self, layers: int, slots: int, heads: int, head_dim: int, dtype: torch.dtype,
+                 device: torch.device, static: bool) -> None:
+        """Zeroed caches of `slots` positions; `static`: mark their addresses static for torch.compile."""
+        self.k = [torch.zeros(slots, heads, head_dim, dtype=dtype, device=device) for _ in range(layers)]
+        self.v = [torch.zeros_like(k) for k in self.k]
+        if static:
+            for t in (*self.k, *self.v):
+                torch._dynamo.mark_static_address(t)
+
+    def layer(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(K, V) of layer `i`, each [slots, Hkv, D]; writes go to the cache."""
+        return self.k[i], self.v[i]
+
+
 class StaticDecoder:
     """One model with its static KV cache (slot = position) and a greedy step per row count, compiled or eager.
 
     `prefill(prompt)` fills slots [0, len) and returns the greedy next token; `self(tokens, start)` runs rows
-    `tokens` [T] at positions start .. start + T - 1 (`start`: a one-element device tensor) and returns the argmax
-    after each row [T] (a copy: safe past the next CUDA-graph replay). Slots past the current position may hold K/V
-    of rejected tokens; the causal mask by position hides them until they are overwritten.
+    `tokens` [T] at positions start .. start + T - 1 and returns the argmax after each row [T] (a copy: safe past
+    the next CUDA-graph replay). Slots past the current position may hold K/V of rejected tokens; the causal mask by
+    position hides them until they are overwritten.
+
+    Compiled (gpt-fast's design): one `torch.compile(fullgraph=True, dynamic=False, mode=...)` function per row count
+    (the one-token step; a chain's gamma + 1 row verify), traced once and, under reduce-overhead, replayed as one CUDA
+    graph per call. Everything a step reads is either a static-address tensor or a small per-call input: the weights
+    and the per-layer caches (`LayerCaches`), the step's first position `start` (a one-element device tensor filled
+    in place before each call, so the position is data, never a guard: no recompile per position), the row offsets and
+    causal mask of the row count (constants of the step). The only per-call host work is that fill, the call and a
+    copy of the argmax out of the graph's output pool.
     """
 
     def __init__(self, model: torch.nn.Module, slots: int, compile_cfg: Any | None) -> None:
         """Allocate the cache of `slots` positions; `compile_cfg` (PeerCompileConfig) None or disabled: eager."""
         self.model = model
         self.device = model.norm.weight.device
-        layers, heads, head_dim = model.cache_spec()
-        self.cache = KVCache(layers, slots, heads, head_dim, model.dtype, self.device)
-        self.attn = StaticCacheAttention()
         self.compiled = compile_cfg is not None and compile_cfg.enabled
         self.compile_cfg = compile_cfg
+        layers, heads, head_dim = model.cache_spec()
+        self.cache = LayerCaches(layers, slots, heads, head_dim, model.dtype, self.device, static=self.compiled)
+        self.attn = StaticCacheAttention()
         self.start = torch.zeros(1, dtype=torch.long, device=self.device)  # the step's first position (filled)
+        if self.compiled:
+            torch._dynamo.mark_static_address(self.start)  # filled in place: no copy into the graph's input
         self._steps: dict[int, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {}
-        if self.compiled:  # the cache is mutated inside the CUDA graph: its address must stay fixed
-            torch._dynamo.mark_static_address(self.cache.kv)
+
+    @property
+    def steps_made(self) -> int:
+        """Step functions made so far (one per row count): the graphs a compiled decoder should have compiled."""
+        return len(self._steps)
 
     @torch.no_grad()
     def prefill(self, prompt: list[int]) -> torch.Tensor:
@@ -403,12 +449,30 @@ def measure_transformers(model: Any, prompts: list[list[int]], max_new_tokens: i
     return {"repeats": reps, "compile_s": compile_s}
 
 
-# ---- the benchmark phase ------------------------------------------------------------------------------------------
+# ---- compile diagnostics and per-kernel profiles -----------------------------------------------------------------
+INDUCTOR_SETTINGS = {"triton.unique_kernel_names": True, "fx_graph_cache": True}
+"""gpt-fast's fixed inductor settings beside `coordinate_descent_tuning` (a PeerCompileConfig knob): kernel names that
+say which ops they fuse (the per-kernel profile reads them) and the on-disk FX graph cache (a warm machine skips the
+recompile)."""
+CUDAGRAPH_SKIP_LOGGERS = tuple(f"torch._inductor.cudagraph_utils.__{a}" for a in ("cudagraphs", "perf_hints"))
+"""The loggers inductor reports a CUDA-graph skip on (`log_cudagraph_skip_and_bump_counter`, a warning: the
+`cudagraphs` artifact in newer torch, `perf_hints` in older), listened to whatever TORCH_LOGS enables."""
+KERNEL_LAUNCHES = (("cudaGraphLaunch", "graph_launches"), ("cudaLaunchKernel", "kernel_launches"),
+                   ("cuLaunchKernel", "kernel_launches"))
+"""Host-side launch calls a profile counts, by name prefix (cudaLaunchKernelExC, cuLaunchKernelEx and versioned
+names too): CUDA-graph replays, and kernels launched one by one (outside a graph)."""
+PROFILE_TOP = 15
+PROFILE_NEEDS_S = 40.0
+"""Time the per-kernel profiles after one gptfast job need (builds of our steps included); skipped with less left."""
+
+
 def compile_record(compile_cfg: Any) -> dict[str, Any]:
-    """The compile settings and library versions a row records."""
+    """The compile settings (inductor's too) and library versions a row records."""
     import dataclasses
 
-    rec: dict[str, Any] = {**dataclasses.asdict(compile_cfg), "dynamic": False, "torch": torch.__version__}
+    rec: dict[str, Any] = {**dataclasses.asdict(compile_cfg), "dynamic": False, "torch": torch.__version__,
+                           "inductor": {"coordinate_descent_tuning": compile_cfg.coordinate_descent_tuning,
+                                        **INDUCTOR_SETTINGS} if compile_cfg.enabled else {}}
     try:
         import transformers
 
@@ -418,23 +482,178 @@ def compile_record(compile_cfg: Any) -> dict[str, Any]:
     return rec
 
 
-def compile_counters() -> dict[str, int]:
-    """Process-wide dynamo / inductor counters a row records as its delta: graphs compiled, and compiled graphs that
-    run without CUDA graphs (`cudagraph_skips`: e.g. a mutated input without a static address; the log says why)."""
-    from torch._dynamo.utils import counters
-
-    return {"unique_graphs": int(counters["stats"]["unique_graphs"]),
-            "cudagraph_skips": int(counters["inductor"]["cudagraph_skips"])}
-
-
 def apply_inductor_settings(compile_cfg: Any) -> None:
-    """Process-wide inductor settings of the compiled peers (set before their first compile)."""
+    """Process-wide inductor settings of the compiled peers, gpt-fast's (set before their first compile)."""
     if compile_cfg.enabled:
         import torch._inductor.config as inductor_config
 
         inductor_config.coordinate_descent_tuning = compile_cfg.coordinate_descent_tuning
+        inductor_config.triton.unique_kernel_names = INDUCTOR_SETTINGS["triton.unique_kernel_names"]
+        inductor_config.fx_graph_cache = INDUCTOR_SETTINGS["fx_graph_cache"]
 
 
+class CompileWatch:
+    """Dynamo / inductor diagnostics of one compiled job, as deltas of the process-wide counters over a `with` block:
+    graphs compiled (`unique_graphs`), graph breaks (`graph_breaks`: fullgraph=True makes any an error instead),
+    compiled graphs that run without CUDA graphs (`cudagraph_skips`) and the reasons inductor gave
+    (`cudagraph_skip_reasons`, e.g. a mutated input without a static address). `recompiles` = graphs compiled beyond
+    `expected` (the step functions made: one graph each), when the caller knows it."""
+
+    def __enter__(self) -> CompileWatch:
+        """Snapshot the counters, listen for skip reasons."""
+        import logging
+
+        watch = self
+
+        class Reasons(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                watch.reasons.append(record.getMessage()[:500])
+
+        self.reasons: list[str] = []
+        self._handler = Reasons(level=logging.WARNING)
+        for name in CUDAGRAPH_SKIP_LOGGERS:
+            logging.getLogger(name).addHandler(self._handler)
+        self._before = self.counters()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        """Stop listening."""
+        import logging
+
+        for name in CUDAGRAPH_SKIP_LOGGERS:
+            logging.getLogger(name).removeHandler(self._handler)
+        self._after = self.counters()
+
+    @staticmethod
+    def counters() -> dict[str, int]:
+        """The process-wide counters now."""
+        from torch._dynamo.utils import counters
+
+        return {"unique_graphs": int(counters["stats"]["unique_graphs"]),
+                "graph_breaks": int(sum(counters["graph_break"].values())),
+                "cudagraph_skips": int(counters["inductor"]["cudagraph_skips"])}
+
+    def delta(self, expected: int | None = None) -> dict[str, Any]:
+        """The counters' deltas over the block, the skip reasons, and `recompiles` (None without `expected`)."""
+        out: dict[str, Any] = {k: self._after[k] - self._before[k] for k in self._after}
+        out["recompiles"] = None if expected is None else max(0, out["unique_graphs"] - expected)
+        out["cudagraph_skip_reasons"] = self.reasons
+        return out
+
+
+def kernel_profile(step: Callable[[], Any], device: torch.device | str, *, warmup: int = 3, steps: int = 5,
+                   top: int = PROFILE_TOP) -> dict[str, Any]:
+    """torch.profiler over `steps` calls of `step` (after `warmup` unprofiled ones): per step, the device time of
+    every kernel (CUDA: kernels, memcpys and memsets, inside CUDA graphs too; CPU: aten ops' self time) and the
+    host's launch calls (`graph_launches`: CUDA-graph replays, `kernel_launches`: kernels launched one by one).
+    Returns {"device", "device_time_per_step_s", "graph_launches_per_step", "kernel_launches_per_step",
+    "distinct_kernels", "kernels": the `top` by time [{"name", "time_per_step_s", "calls_per_step", "share"}]}."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = torch.device(device).type == "cuda"
+    clock = Clock(device)
+    for _ in range(warmup):
+        step()
+    clock.sync()
+    with profile(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]) as prof:
+        for _ in range(steps):
+            step()
+        clock.sync()
+    time_us: dict[str, float] = {}
+    calls: dict[str, int] = {}
+    launches = {"graph_launches": 0, "kernel_launches": 0}
+    for e in prof.events():
+        if e.device_type == DeviceType.CPU:
+            kind = next((k for prefix, k in KERNEL_LAUNCHES if e.name.startswith(prefix)), None)
+            if kind is not None:
+                launches[kind] += 1
+        if cuda and e.device_type == DeviceType.CUDA:
+            us = e.time_range.elapsed_us()
+        elif not cuda and e.name.startswith("aten::"):
+            us = e.self_cpu_time_total
+        else:
+            continue
+        time_us[e.name] = time_us.get(e.name, 0.0) + us
+        calls[e.name] = calls.get(e.name, 0) + 1
+    total = sum(time_us.values())
+    ranked = sorted(time_us, key=time_us.__getitem__, reverse=True)[:top]
+    return {"device": "cuda" if cuda else "cpu", "device_time_per_step_s": total / steps / 1e6,
+            **{f"{k}_per_step": v / steps for k, v in launches.items()},
+            "distinct_kernels": len(time_us), "steps_profiled": steps,
+            "kernels": [{"name": n, "time_per_step_s": time_us[n] / steps / 1e6, "calls_per_step": calls[n] / steps,
+                         "share": time_us[n] / total if total else None} for n in ranked]}
+
+
+def profile_steps(decoders: dict[str, StaticDecoder], prompt: list[int], cfg: Any, gamma: int, device: torch.device,
+                  into: dict[str, Any]) -> None:
+    """Per-kernel profiles (`kernel_profile`) of one decode step of gptfast and of ours, side by side, after a
+    `prompt`-long context: the target's one-token step, its gamma + 1 row verify and the draft's one-token step, each
+    once the gptfast jobs have compiled it and not yet in `into`. Ours: the runtime's captured step graph as
+    bench/step_replay.py builds it (kernels=graphs; GPU only).
+
+    Fills `into` in place: {"ctx", "steps": {"<role> rows <T>": {"gptfast_compiled": profile, "swiftspec": profile |
+    {"skipped"} | {"error"}}}}."""
+    ctx = len(prompt)
+    into["ctx"] = ctx
+    steps = into.setdefault("steps", {})
+    for role, rows in [("target", 1), ("target", gamma + 1), ("draft", 1)]:
+        dec, name = decoders.get(role), f"{role} rows {rows}"
+        if dec is None or rows not in dec._steps or name in steps:
+            continue
+        dec.prefill(prompt)
+        tokens = torch.zeros(rows, dtype=torch.long, device=dec.device)
+        entry = {"gptfast_compiled": kernel_profile(lambda d=dec, t=tokens: d(t, ctx), device)}
+        if device.type == "cuda":
+            from bench.step_replay import captured_step
+
+            mcfg = getattr(cfg.model, role)
+            try:
+                with captured_step(mcfg.preset, role, rows, rows, ctx=ctx, cap=cfg.workload.max_seq_len_tokens,
+                                   dtype=mcfg.dtype) as (replay, _):
+                    entry["swiftspec"] = kernel_profile(replay, device)
+            except Exception as exc:  # our side's profile is a diagnostic: its failure is reported, not fatal
+                entry["swiftspec"] = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+        else:
+            entry["swiftspec"] = {"skipped": "our decode steps are CUDA graphs: profiled on a GPU only"}
+        steps[name] = entry
+
+
+def profile_table(profiles: dict[str, Any]) -> str:
+    """Markdown: per profiled step, the totals and the top kernels of ours and of gptfast (time per step, calls)."""
+    lines = []
+    for step, sides in profiles.get("steps", {}).items():
+        lines += [f"#### {step}, context {profiles['ctx']}", ""]
+        for system in ("swiftspec", "gptfast_compiled"):
+            p = sides.get(system, {})
+            if "kernels" not in p:
+                lines += [f"- {system}: {p.get('error') or p.get('skipped')}", ""]
+                continue
+            graphs = ("CPU (aten ops' self time)" if p.get("device") == "cpu" else
+                      "CUDA graphs " + ("used" if p["graph_launches_per_step"] >= 1 else "NOT used"))
+            lines += [f"- {system}: {graphs}: {p['graph_launches_per_step']:.0f} graph launches and "
+                      f"{p['kernel_launches_per_step']:.0f} single kernel launches per step; device time "
+                      f"{1e3 * p['device_time_per_step_s']:.3f} ms per step, {p['distinct_kernels']} distinct kernels",
+                      "",
+                      "| kernel | us / step | calls / step | share |", "|---|---|---|---|"]
+            lines += [f"| `{k['name'][:90]}` | {1e6 * k['time_per_step_s']:.1f} | {k['calls_per_step']:.0f} | "
+                      f"{100 * (k['share'] or 0):.1f}% |" for k in p["kernels"]]
+            lines.append("")
+    return "\n".join(lines)
+
+
+def diagnosis_line(key: str, raw: dict[str, Any]) -> str:
+    """One line of a compiled job's compile diagnostics (printed by the phase)."""
+    c = raw.get("compile", {})
+    if "unique_graphs" not in c:
+        return f"[bench] {key}: no compile diagnostics ({str(raw.get('error') or raw.get('skipped'))[:120]})"
+    reasons = "; ".join(c["cudagraph_skip_reasons"])[:300] or "none"
+    return (f"[bench] {key} diagnostics: graphs compiled {c['unique_graphs']} (recompiles {c['recompiles']}), "
+            f"graph breaks {c['graph_breaks']}, CUDA-graph skips {c['cudagraph_skips']} (reasons: {reasons}), "
+            f"compile {raw.get('compile_s', 0):.1f} s")
+
+
+# ---- the benchmark phase ------------------------------------------------------------------------------------------
 def cache_slots(prompts: list[list[int]], max_new_tokens: int, capacity: int, gamma: int) -> int:
     """Static cache size of the compiled peers: the longest request (within `capacity`) plus a chain verify's
     lookahead (gamma + 1 rows past the last emitted position). gpt-fast sizes its cache to the request the same way;
@@ -444,11 +663,17 @@ def cache_slots(prompts: list[list[int]], max_new_tokens: int, capacity: int, ga
 
 
 def run_compiled_phase(bc: Any, cfg: Any, prompts: list[list[int]], eos_token_id: int | None, device: torch.device,
-                       deadline: float, on_result: Callable[[dict[str, Any]], None] | None = None
-                       ) -> dict[str, dict[str, Any]]:
+                       deadline: float, on_result: Callable[[dict[str, Any]], None] | None = None,
+                       profiles: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """Phase 4 of bench/bench_runtime.py, in the calling process (GPU 0 or CPU): the compiled peers the workload
     asks for, gptfast first. Returns {"<system>/<mode>": {"repeats", "compile_s", "compile", ...} | {"error"} |
     {"skipped"}}; `on_result(results so far)` after each (the caller writes its results file).
+
+    Budgets: a job starts only while its system's budget (`bc.peer_budget_s`, compile and repeats) is left before
+    `deadline`, else its row is skipped with the reason; before it starts, its row already says it did not finish (what
+    the results file keeps if the stage's timeout ends the process). `profiles` (a dict, filled in place): the
+    per-kernel profiles (`profile_steps`) of the steps each gptfast job compiled, right after it (a later job cut by
+    the stage's timeout costs none of them), when `PROFILE_NEEDS_S` is left.
     """
     from bench.peers import BUDGET_SPENT, hf_from_runtime, load_hf
     from conf.presets import model_preset
@@ -497,60 +722,96 @@ def run_compiled_phase(bc: Any, cfg: Any, prompts: list[list[int]], eos_token_id
                                else hf_from_runtime(runtime_model(role), model_preset(mcfg.preset)))
         return hf_models[role]
 
+    def profile() -> None:
+        left = deadline - time.time()
+        if left < PROFILE_NEEDS_S:
+            profiles["skipped"] = f"{BUDGET_SPENT}: {left:.0f} s left, a profile needs {PROFILE_NEEDS_S:.0f} s"
+            return
+        print("[bench] per-kernel profiles of the decode steps compiled so far, ours and gptfast", flush=True)
+        try:
+            before = set(profiles.get("steps", {}))
+            profile_steps(gptfast, prompts[0], cfg, gamma, dev, profiles)
+            new = {k: v for k, v in profiles["steps"].items() if k not in before}
+            print(profile_table({"ctx": profiles["ctx"], "steps": new}), flush=True)
+        except Exception as exc:  # a diagnostic: reported, the benchmark goes on
+            profiles["error"] = f"{type(exc).__name__}: {exc}"[:4000]
+
+    def run_job(system: str, mode: str) -> dict[str, Any]:
+        """One job's raw result: repeats, compile time and settings, compile diagnostics; or its error."""
+        made = sum(d.steps_made for d in gptfast.values())
+        watch = CompileWatch()
+        try:
+            with watch:
+                if system == GPTFAST and mode == "autoregressive":
+                    run = partial(decode_autoregressive, decoder("target"), capacity=capacity, eos=eos_token_id,
+                                  clock=clock)
+                    raw = measure_gptfast(run, prompts, wl.max_new_tokens, clock,
+                                          warmup_new_tokens=bc.warmup_new_tokens, **kw)
+                elif system == GPTFAST:
+                    run = partial(decode_chain, decoder("target"), decoder("draft"), capacity=capacity,
+                                  eos=eos_token_id, gamma=gamma, clock=clock)
+                    raw = measure_gptfast(run, prompts, wl.max_new_tokens, clock,
+                                          warmup_new_tokens=bc.warmup_new_tokens, gamma=gamma, **kw)
+                    raw["gamma"] = gamma
+                else:
+                    raw = measure_transformers_job(mode)
+            expected = (sum(d.steps_made for d in gptfast.values()) - made
+                        if system == GPTFAST and bc.peer_compile.enabled else None)
+            raw["compile"] = {**record, **watch.delta(expected)}
+            if system == GPTFAST:
+                raw["cache_slots"] = slots
+            return raw
+        except Exception as exc:  # reported as the row's reason; the benchmark goes on
+            what = "assisted generation on a static cache: " if mode == "assisted" else ""
+            diag = watch.delta() if hasattr(watch, "_after") else {}  # e.g. a graph break's skip reasons
+            return {"error": f"{what}{type(exc).__name__}: {exc}"[:4000], "compile": {**record, **diag}}
+
+    def measure_transformers_job(mode: str) -> dict[str, Any]:
+        target = hf_model("target")
+        raw_setup = static_cache_generation(target, eos_token_id, bc.peer_compile, slots)
+        assistant = None
+        if mode == "assisted":
+            from bench.peers import set_greedy
+
+            assistant = hf_model("draft")
+            set_greedy(assistant, eos_token_id)
+            assistant.generation_config.num_assistant_tokens = gamma
+            assistant.generation_config.num_assistant_tokens_schedule = "constant"
+            raw_setup["assistant"] = {"num_assistant_tokens": gamma, "schedule": "constant", "cache": "dynamic",
+                                      "compiled": False}
+        raw = measure_transformers(target, prompts, wl.max_new_tokens, capacity, clock, assistant=assistant, **kw)
+        raw["generation"] = raw_setup
+        raw["attn_implementation"] = target.config._attn_implementation
+        if mode == "assisted":
+            raw["gamma"] = gamma
+        return raw
+
     results: dict[str, dict[str, Any]] = {}
     for system, mode in jobs:
         key = f"{system}/{mode}"
-        if time.time() > deadline:
-            results[key] = {"skipped": BUDGET_SPENT}
-            continue
+        name = "transformers_compiled_assisted" if mode == "assisted" else system
+        budget = bc.peer_budget_s[name]
+        left = deadline - time.time()
         if mode in ("chain", "assisted") and not has_draft:
             results[key] = {"skipped": "the workload has no draft model"}
-            continue
-        print(f"[bench] {key}: warm-up (compiles) and {bc.repeats} repeats", flush=True)
-        before = compile_counters()
-        try:
-            if system == GPTFAST and mode == "autoregressive":
-                run = partial(decode_autoregressive, decoder("target"), capacity=capacity, eos=eos_token_id,
-                              clock=clock)
-                raw = measure_gptfast(run, prompts, wl.max_new_tokens, clock, warmup_new_tokens=bc.warmup_new_tokens,
-                                      **kw)
-            elif system == GPTFAST:
-                run = partial(decode_chain, decoder("target"), decoder("draft"), capacity=capacity, eos=eos_token_id,
-                              gamma=gamma, clock=clock)
-                raw = measure_gptfast(run, prompts, wl.max_new_tokens, clock, warmup_new_tokens=bc.warmup_new_tokens,
-                                      gamma=gamma, **kw)
-                raw["gamma"] = gamma
-            else:
-                target = hf_model("target")
-                raw_setup = static_cache_generation(target, eos_token_id, bc.peer_compile, slots)
-                assistant = None
-                if mode == "assisted":
-                    from bench.peers import set_greedy
-
-                    assistant = hf_model("draft")
-                    set_greedy(assistant, eos_token_id)
-                    assistant.generation_config.num_assistant_tokens = gamma
-                    assistant.generation_config.num_assistant_tokens_schedule = "constant"
-                    raw_setup["assistant"] = {"num_assistant_tokens": gamma, "schedule": "constant",
-                                              "cache": "dynamic", "compiled": False}
-                raw = measure_transformers(target, prompts, wl.max_new_tokens, capacity, clock, assistant=assistant,
-                                           **kw)
-                raw["generation"] = raw_setup
-                raw["attn_implementation"] = target.config._attn_implementation
-                if mode == "assisted":
-                    raw["gamma"] = gamma
-            after = compile_counters()
-            raw["compile"] = {**record, **{k: after[k] - before[k] for k in after}}
-            if system == GPTFAST:
-                raw["cache_slots"] = slots
-        except Exception as exc:  # reported as the row's reason; the benchmark goes on
-            what = "assisted generation on a static cache: " if mode == "assisted" else ""
-            raw = {"error": f"{what}{type(exc).__name__}: {exc}"[:4000], "compile": record}
-        results[key] = raw
+        elif left < budget:
+            results[key] = {"skipped": f"{BUDGET_SPENT}: {left:.0f} s left, its budget (peer_budget_s.{name}) is "
+                                       f"{budget:.0f} s"}
+        else:
+            results[key] = {"skipped": f"did not finish: the stage's timeout ended it (started with {left:.0f} s "
+                                       f"left, its budget {budget:.0f} s)"}
+            if on_result is not None:
+                on_result(results)
+            print(f"[bench] {key}: warm-up (compiles) and {bc.repeats} repeats (budget {budget:.0f} s)", flush=True)
+            results[key] = run_job(system, mode)
+            print(diagnosis_line(key, results[key]), flush=True)
+        raw = results[key]
         status = ("ok: decode " + ", ".join(f"{1e3 * r['decode_tpot_s']:.3f}" for r in raw["repeats"]
                                             if r["decode_tpot_s"]) + " ms/token, compile "
-                  f"{raw['compile_s']:.1f} s") if "repeats" in raw else raw.get("error", "")[:200]
+                  f"{raw['compile_s']:.1f} s") if "repeats" in raw else (raw.get("error") or raw["skipped"])[:200]
         print(f"[bench] {key}: {status}", flush=True)
+        if profiles is not None and system == GPTFAST and "repeats" in raw:  # the steps this job compiled
+            profile()
         if on_result is not None:
             on_result(results)
     return results
@@ -583,6 +844,10 @@ def summary(results: list[dict[str, Any]]) -> str:
             out.append(f"| {r['system']} | {mode} | {tps} | {ms(r.get('decode_tpot_s'))} | "
                        f"{ms(r.get('iteration_time_s'))} | {floors} | {compile_s} | {check} | {status} |")
         out.append("")
+        if res.get("kernel_profiles"):
+            kp = res["kernel_profiles"]
+            out += ["### Per-kernel profiles (one decode step)", "",
+                    profile_table(kp) if "steps" in kp else f"- {kp.get('error') or kp.get('skipped')}", ""]
     return "\n".join(out)
 
 

@@ -20,9 +20,11 @@ replay. The floor: every weight byte once + the K/V of ctx + rows tokens over th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import statistics
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -112,11 +114,12 @@ def time_replays(replay: Any, rounds: int, inner: int) -> list[float]:
     return times
 
 
-def run_case(preset: str, role: str, rows: int, tree_len: int, *, ctx: int, cap: int, rounds: int, inner: int,
-             dtype: str) -> dict:
-    """Build, capture and time one case (module docstring); its result row."""
-    import contextlib
-
+@contextlib.contextmanager
+def captured_step(preset: str, role: str, rows: int, tree_len: int, *, ctx: int, cap: int,
+                  dtype: str) -> Iterator[tuple[Callable[[], None], dict]]:
+    """One case built and captured (module docstring), its cache filled with `ctx` tokens and its inputs set once:
+    yields (a replay of the captured step, {"logits_finite", "floor_s"}); frees the model, cache and graph on exit.
+    Also the runtime's side of bench/compiled_peers.py's per-kernel profiles."""
     from calibration.profile_step import byte_floor_s
     from runtime.attention import AttnMeta, make_attention_backend
     from runtime.graphs import StepGraph, StepSpec
@@ -133,27 +136,37 @@ def run_case(preset: str, role: str, rows: int, tree_len: int, *, ctx: int, cap:
     else:
         launches = contextlib.nullcontext()
     gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        with launches:  # the launch attributes are recorded in the graph
-            graph = StepGraph(model, cache, attn, StepSpec(rows, tree_len))
-        # after the capture (which wrote slots [0, rows)): a real context, so the attention reads non-zero K/V; a
-        # replay writes K/V at ctx + its tree slots only
-        prompt = torch.randint(0, model.shape.vocab_size, (ctx,), generator=gen).to(device)
-        for start in range(0, ctx, 512):
-            n = min(512, ctx - start)
-            model(prompt[start:start + n], AttnMeta.causal(start, n, device), cache, attn)
-        ids, pos, slots, mask = tree_inputs(rows, ctx, model.shape.vocab_size, gen)
-        full_mask = torch.zeros(rows, tree_len, dtype=torch.bool)
-        full_mask[:, :rows] = mask
-        logits = graph.replay(ids, pos, slots, ctx, full_mask)
-        finite = bool(torch.isfinite(logits.float()).all())
-        times = time_replays(graph.graph.replay, rounds, inner)
-    floor = byte_floor_s(model.model, ctx, rows)  # the plain model's weights
-    med = statistics.median(times)
-    del graph, model, cache
-    torch.cuda.empty_cache()
+    try:
+        with torch.no_grad():
+            with launches:  # the launch attributes are recorded in the graph
+                graph = StepGraph(model, cache, attn, StepSpec(rows, tree_len))
+            # after the capture (which wrote slots [0, rows)): a real context, so the attention reads non-zero K/V; a
+            # replay writes K/V at ctx + its tree slots only
+            prompt = torch.randint(0, model.shape.vocab_size, (ctx,), generator=gen).to(device)
+            for start in range(0, ctx, 512):
+                n = min(512, ctx - start)
+                model(prompt[start:start + n], AttnMeta.causal(start, n, device), cache, attn)
+            ids, pos, slots, mask = tree_inputs(rows, ctx, model.shape.vocab_size, gen)
+            full_mask = torch.zeros(rows, tree_len, dtype=torch.bool)
+            full_mask[:, :rows] = mask
+            logits = graph.replay(ids, pos, slots, ctx, full_mask)
+            info = {"logits_finite": bool(torch.isfinite(logits.float()).all()),
+                    "floor_s": byte_floor_s(model.model, ctx, rows)}  # the plain model's weights
+            yield graph.graph.replay, info
+    finally:
+        del model, cache
+        graph = None
+        torch.cuda.empty_cache()
+
+
+def run_case(preset: str, role: str, rows: int, tree_len: int, *, ctx: int, cap: int, rounds: int, inner: int,
+             dtype: str) -> dict:
+    """Build, capture and time one case (module docstring); its result row."""
+    with captured_step(preset, role, rows, tree_len, ctx=ctx, cap=cap, dtype=dtype) as (replay, info):
+        times = time_replays(replay, rounds, inner)
+    floor, med = info["floor_s"], statistics.median(times)
     return {"preset": preset, "role": role, "rows": rows, "tree_len": tree_len, "ctx": ctx, "replay_s": med,
-            "over_floor": med / floor, "floor_s": floor, "replay_s_all": times, "logits_finite": finite}
+            "over_floor": med / floor, "floor_s": floor, "replay_s_all": times, "logits_finite": info["logits_finite"]}
 
 
 def table(results: list[dict]) -> str:

@@ -21,6 +21,8 @@ PEERS = ("hf_greedy", "hf_assisted", "deepspeed", "gptfast_compiled", "transform
 DeepSpeed-Inference AutoTP (autoregressive, `tensor_parallel={"tp_size": N}`), and the compiled single-GPU peers of
 bench/compiled_peers.py: our plain model decoded the gpt-fast way (autoregressive, and chain speculation when the
 workload has a draft) and transformers' static cache + compiled forward (greedy; assisted)."""
+COMPILED_PEERS = ("gptfast_compiled", "transformers_compiled", "transformers_compiled_assisted")
+"""The compiled single-GPU peers (bench/compiled_peers.py), each with its own time budget (`peer_budget_s`)."""
 DTYPES = ("float32", "bfloat16", "float16")
 DEVICES = ("auto", "cuda", "cpu")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -122,6 +124,14 @@ class BenchRuntimeConfig(_Frozen):
     """DeepSpeed-Inference AutoTP degree (GPUs of the peer's target)."""
     peer_compile: PeerCompileConfig = field(default_factory=PeerCompileConfig)
     """torch.compile settings of the compiled peers (gptfast_compiled, transformers_compiled*)."""
+    peer_budget_s: dict[str, float] = field(default_factory=lambda: {
+        "gptfast_compiled": 150.0, "transformers_compiled": 200.0, "transformers_compiled_assisted": 200.0})
+    """Per compiled peer: the time one of its jobs (a mode: cold compiles, warm-up and repeats) may take. A job starts
+    only while that much of `budget_s` is left, else its row is skipped with the reason; so a slow peer's compile
+    cannot eat another's time, and a stage's timeout never cuts a job that was given its budget."""
+    profile_steps: bool = False
+    """Per-kernel profiles (torch.profiler, the top kernels by time) of one decode step of ours and of gptfast_compiled
+    (target one-token step, chain verify, draft step), after the gptfast jobs; into the results' `kernel_profiles`."""
     device: str = "auto"
     """auto (cuda if available) | cuda | cpu: where our runtime and the peers run."""
     gpu: str = "h200"
@@ -156,6 +166,12 @@ class BenchRuntimeConfig(_Frozen):
         _require(self.warmup_new_tokens >= 1, "warmup_new_tokens", f"must be >= 1, got {self.warmup_new_tokens}")
         _require(self.deepspeed_tp_size >= 1, "deepspeed_tp_size", f"must be >= 1, got {self.deepspeed_tp_size}")
         self.peer_compile.validate()
+        missing = [p for p in COMPILED_PEERS if p not in self.peer_budget_s]
+        unknown = [p for p in self.peer_budget_s if p not in COMPILED_PEERS]
+        _require(not missing and not unknown, "peer_budget_s",
+                 f"needs exactly the keys {', '.join(COMPILED_PEERS)}; missing {missing}, unknown {unknown}")
+        bad_s = {p: s for p, s in self.peer_budget_s.items() if not s > 0}
+        _require(not bad_s, "peer_budget_s", f"budgets must be > 0 s, got {bad_s}")
         _require(self.device in DEVICES, "device", f"{self.device!r} is not one of {', '.join(DEVICES)}")
         _require(self.gpu in GPU_PRESETS, "gpu", f"unknown GPU preset {self.gpu!r}; allowed: {sorted(GPU_PRESETS)}")
         _require(self.timeout_s > 0, "timeout_s", f"must be > 0, got {self.timeout_s}")

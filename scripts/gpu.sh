@@ -14,8 +14,8 @@
 #   bash scripts/gpu.sh colocated_runs OUT       traced runs of the colocated loop, for the profile's runtime block
 #   bash scripts/gpu.sh train_draft OUT [OVR]    distil the SmolLM2 draft, its acceptance report (1 GPU)
 #   bash scripts/gpu.sh real_pair OUT            train_draft, the real-pair benchmark, the real-weight GPU tests
-#   bash scripts/gpu.sh peers OUT                1 GPU, ~7.5 min: our AR and chain against the compiled peers
-#                                                (gptfast_compiled, transformers_compiled) on workload a and the real pair
+#   bash scripts/gpu.sh peers OUT                1 GPU: our AR and chain against the compiled peers (gptfast_compiled,
+#                                                transformers_compiled) on workload a and the real pair, kernel profiles
 #
 # Each recipe sources scripts/device_env.sh (NVLink multicast off, the carried wheels in .whl/ installed into
 # /tmp/site). Environment knobs are named in each recipe's comment.
@@ -262,27 +262,35 @@ real_pair() {
   tail -3 "$out/tests_real.log"
 }
 
-# ---- peers (1 GPU, ~7.5 min with cold compiles): our autoregressive and chain modes (draft colocated: parallel=1x0)
-# beside the compiled single-GPU peers of bench/compiled_peers.py, one bench_runtime call per shape, each under its own
-# timeout: workload a (preset=shape_realistic: Llama-3-8B + 3.2-1B shapes, random bf16; our chain with the oracle;
-# gptfast_compiled AR + chain, transformers_compiled greedy) within PEERS_A_S (default 280 s), then the real pair
-# (preset=real_pair: the SmolLM2 GGUF + models/smollm2-draft; also transformers' assisted generation; tokens checked
-# against transformers' compiled greedy ones) within PEERS_REAL_S (170 s). Each call stops starting peers PEERS_MARGIN_S
-# (90 s: a cold compile) before its timeout and writes its JSON after every peer, so a compile cut by the timeout
-# costs only that row. Without the GGUF (scripts/assemble_gguf.sh finds neither the file nor its parts) the real pair
-# is skipped with the reason. PEERS_EXTRA: more overrides for both calls (e.g. peer_compile.coordinate_descent_tuning=
-# false: shorter cold compiles); PEERS_SHAPES: the presets (a CPU run: tests/bench/test_gpu_recipes.py). OUT: runtime_<preset>_<date>_<sha>.json per shape (for python -m bench.promote),
-# peers_<preset>.log, peers_table.md (python -m bench.compiled_peers: the comparison and the rows, printed last).
+# ---- peers (1 GPU): our autoregressive and chain modes (draft colocated: parallel=1x0) beside the compiled single-GPU
+# peers of bench/compiled_peers.py, one bench_runtime call per shape, each under its own timeout: workload a
+# (preset=shape_realistic: Llama-3-8B + 3.2-1B shapes, random bf16; our chain with the oracle; gptfast_compiled AR +
+# chain, transformers_compiled greedy) within PEERS_A_S (default 480 s), then the real pair (preset=real_pair: the
+# SmolLM2 GGUF + models/smollm2-draft; also transformers' assisted generation; tokens checked against transformers'
+# compiled greedy ones) within PEERS_REAL_S (170 s). A call's phases stop PEERS_MARGIN_S (20 s: writing the results)
+# before its timeout; each compiled job starts only while its own budget (peer_budget_s.<peer>, conf/bench_runtime.yaml)
+# is left, and its row says it did not finish if the timeout ends it, so a cold compile cut short costs only that row.
+# Every compiled job prints its compile diagnostics (graphs, recompiles, graph breaks, CUDA-graph skips and why);
+# PEERS_TORCH_LOGS (default recompiles,graph_breaks,perf_hints) is exported as TORCH_LOGS into peers_<preset>.log.
+# PEERS_PROFILE=1 (default): per-kernel profiles of one decode step of ours and of gptfast (profile_steps=true), in
+# the JSON's kernel_profiles and peers_table.md. Without the GGUF (scripts/assemble_gguf.sh finds neither the file nor
+# its parts) the real pair is skipped with the reason. PEERS_EXTRA: more overrides for both calls (e.g.
+# peer_budget_s.transformers_compiled=120, peer_compile.coordinate_descent_tuning=false: shorter cold compiles);
+# PEERS_A_PEERS: workload a's peer list (default [gptfast_compiled,transformers_compiled]);
+# PEERS_SHAPES: the presets (e.g. shape_realistic alone: one call of ~8.5 min; a CPU run: tests/bench/test_gpu_recipes.py).
+# OUT: runtime_<preset>_<date>_<sha>.json per shape (for python -m bench.promote), peers_<preset>.log, peers_table.md
+# (python -m bench.compiled_peers: the comparison, the rows and the profiles, printed last).
 peers() {
   local out; out=$(outdir "${1:?usage: scripts/gpu.sh peers OUT}") || exit 2
   source scripts/device_env.sh
-  local extra=() margin=${PEERS_MARGIN_S:-90} limit preset peer_list
+  local extra=() margin=${PEERS_MARGIN_S:-20} limit preset peer_list profile=false
   read -r -a extra <<< "${PEERS_EXTRA:-}"
+  [ "${PEERS_PROFILE:-1}" = 1 ] && profile=true
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader 2>/dev/null
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
   for preset in ${PEERS_SHAPES:-shape_realistic real_pair}; do
     if [ "$preset" != real_pair ]; then
-      limit=${PEERS_A_S:-280} peer_list="[gptfast_compiled,transformers_compiled]"
+      limit=${PEERS_A_S:-480} peer_list=${PEERS_A_PEERS:-[gptfast_compiled,transformers_compiled]}
     else
       limit=${PEERS_REAL_S:-170} peer_list="[gptfast_compiled,transformers_compiled,transformers_compiled_assisted]"
       if ! bash scripts/assemble_gguf.sh > "$out/gguf.log" 2>&1; then
@@ -291,13 +299,14 @@ peers() {
       fi
     fi
     stage "$preset: ours (autoregressive, chain; 1 GPU) + compiled peers $peer_list, timeout $limit s"
-    timeout "$limit" python3 bench/bench_runtime.py preset="$preset" "presets.$preset.parallel=1x0" \
-      "presets.$preset.peers=$peer_list" "modes=[autoregressive,chain]" budget_s=$((limit > margin + 30 ? \
-      limit - margin : 30)) out_dir="$out" doc=null hydra.run.dir="/tmp/peers_$preset" ${extra[@]+"${extra[@]}"} \
+    TORCH_LOGS=${PEERS_TORCH_LOGS-recompiles,graph_breaks,perf_hints} timeout "$limit" python3 bench/bench_runtime.py \
+      preset="$preset" "presets.$preset.parallel=1x0" "presets.$preset.peers=$peer_list" "modes=[autoregressive,chain]" \
+      budget_s=$((limit > margin + 30 ? limit - margin : 30)) profile_steps=$profile out_dir="$out" doc=null \
+      hydra.run.dir="/tmp/peers_$preset" ${extra[@]+"${extra[@]}"} \
       2>&1 | grep --line-buffered -v -E "USDT|Loading weights" > "$out/peers_$preset.log"
     local rc=${PIPESTATUS[0]}
     [ "$rc" = 0 ] || echo "$preset: bench_runtime exited $rc (124: the timeout; the JSON keeps the rows done)"
-    grep -E "^\[bench\]" "$out/peers_$preset.log" | tail -12
+    grep -E "^\[bench\] ([a-z_]+/[a-z]+|swiftspec)" "$out/peers_$preset.log" | tail -24
   done
   stage "summary"
   # shellcheck disable=SC2012

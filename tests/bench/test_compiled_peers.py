@@ -6,6 +6,7 @@ attention equals the reference attention, the benchmark's rows, decode time per 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -137,7 +138,7 @@ def test_peer_comparison_picks_the_best_compiled_peer_and_the_target():
 def test_the_benchmark_measures_the_compiled_peers_beside_ours(tmp_path, capsys):
     bc = build_bench_config(compose("bench_runtime", [
         "preset=tiny", "device=cpu", "repeats=2", "warmup_runs=1", "warmup_new_tokens=4", f"out_dir={tmp_path}",
-        "doc=null", "modes=[autoregressive,chain]", "peer_compile.enabled=false",
+        "doc=null", "modes=[autoregressive,chain]", "peer_compile.enabled=false", "profile_steps=true",
         "presets.tiny.peers=[gptfast_compiled,transformers_compiled,transformers_compiled_assisted]"]))
     result = B.run_bench(bc, tmp_path / "run", "pytest")
     rows = {(r["system"], r["mode"]): r for r in result["rows"]}
@@ -152,6 +153,7 @@ def test_the_benchmark_measures_the_compiled_peers_beside_ours(tmp_path, capsys)
         if key[0] != B.OURS:
             assert r["compile"]["enabled"] is False and r["compile"]["mode"] == "reduce-overhead"
             assert r["compile"]["unique_graphs"] == 0 and r["compile"]["cudagraph_skips"] == 0  # eager
+            assert r["compile"]["graph_breaks"] == 0 and r["compile"]["inductor"] == {}
             assert r["compile_s"] > 0
     for key in ((B.OURS, "chain"), ("gptfast_compiled", "chain")):
         assert rows[key]["spec"] == "gamma 4" and rows[key]["iteration_floor_s"] > rows[key]["byte_floor_s"]
@@ -160,14 +162,71 @@ def test_the_benchmark_measures_the_compiled_peers_beside_ours(tmp_path, capsys)
     assert comp["autoregressive_tpot"]["ours_s"] == rows[(B.OURS, "autoregressive")]["decode_tpot_s"]
     assert comp["chain_iteration"]["best_peer"] == "gptfast_compiled/chain"
     assert comp["outputs"]["gptfast_compiled/chain"] == "identical"
+    prof = data["kernel_profiles"]  # CPU: gptfast's eager steps profiled, ours (CUDA graphs) skipped
+    assert set(prof["steps"]) == {"target rows 1", "target rows 5", "draft rows 1"}
+    assert prof["ctx"] == data["prompt_tokens"][0]
+    for sides in prof["steps"].values():
+        assert sides["gptfast_compiled"]["kernels"] and "GPU only" in sides["swiftspec"]["skipped"]
+    for r in rows.values():
+        if r["system"] == "gptfast_compiled":
+            assert r["compile"]["recompiles"] is None and r["compile"]["cudagraph_skip_reasons"] == []
     B.print_summary(result)
     out = capsys.readouterr().out
     assert data["comparison_table"] in out and "| transformers_compiled | greedy | 1 |" in out and "reference" in out
+    assert f"#### target rows 5, context {data['prompt_tokens'][0]}" in C.summary([data])
 
 
-def test_peer_compile_mode_is_checked():
+def test_peer_compile_mode_and_budgets_are_checked():
     with pytest.raises(ValueError, match="peer_compile.mode"):
         build_bench_config(compose("bench_runtime", ["peer_compile.mode=fast"]))
+    with pytest.raises(ValueError, match=r"peer_budget_s: budgets must be > 0 s, got \{'gptfast_compiled': 0.0\}"):
+        build_bench_config(compose("bench_runtime", ["peer_budget_s.gptfast_compiled=0"]))
+    with pytest.raises(ValueError, match=r"peer_budget_s: needs exactly the keys .* unknown \['gptfast'\]"):
+        build_bench_config(compose("bench_runtime", ["+peer_budget_s.gptfast=10"]))
+
+
+def test_a_compiled_job_over_its_budget_is_skipped_with_the_reason(tmp_path):
+    bc = build_bench_config(compose("bench_runtime", [
+        "preset=tiny", "device=cpu", "repeats=1", "warmup_runs=1", "warmup_new_tokens=4", f"out_dir={tmp_path}",
+        "doc=null", "modes=[autoregressive]", "peer_compile.enabled=false", "budget_s=600",
+        "peer_budget_s.transformers_compiled=100000", "presets.tiny.max_new_tokens=8",
+        "presets.tiny.peers=[gptfast_compiled,transformers_compiled]"]))
+    result = B.run_bench(bc, tmp_path / "run", "pytest")
+    rows = {(r["system"], r["mode"]): r for r in result["rows"]}
+    skipped = rows[("transformers_compiled", "greedy")]
+    assert skipped["status"] == "skipped" and "its budget (peer_budget_s.transformers_compiled) is 100000 s" in \
+        skipped["reason"]
+    assert rows[("gptfast_compiled", "autoregressive")]["status"] == "ok"
+    assert rows[("gptfast_compiled", "chain")]["status"] == "ok"
+
+
+def test_compile_watch_reports_cudagraph_skips_with_their_reason():
+    from torch._inductor.cudagraph_utils import log_cudagraph_skip_and_bump_counter
+
+    with C.CompileWatch() as watch:
+        log_cudagraph_skip_and_bump_counter("skipping cudagraphs due to mutated inputs (1 instances)")
+    d = watch.delta(expected=0)
+    assert d["cudagraph_skips"] == 1 and d["unique_graphs"] == 0 and d["recompiles"] == 0
+    assert d["cudagraph_skip_reasons"] == ["skipping cudagraphs due to mutated inputs (1 instances)"]
+    assert watch.delta()["recompiles"] is None
+    line = C.diagnosis_line("gptfast_compiled/autoregressive", {"compile": d, "compile_s": 1.0})
+    assert "CUDA-graph skips 1 (reasons: skipping cudagraphs due to mutated inputs" in line
+
+
+def test_kernel_profile_ranks_the_ops_of_a_step_by_time():
+    a, b = torch.randn(256, 256), torch.randn(256, 256)
+
+    def step():
+        (a @ b).relu_()
+        a.add(1.0)
+
+    p = C.kernel_profile(step, "cpu", warmup=1, steps=4, top=2)
+    names = [k["name"] for k in p["kernels"]]
+    assert len(names) == 2 and names[0] == "aten::mm"  # the matmul dominates (CPU: aten ops' self time)
+    assert p["kernels"][0]["calls_per_step"] == 1 and p["steps_profiled"] == 4
+    assert p["kernels"][0]["time_per_step_s"] >= p["kernels"][1]["time_per_step_s"] > 0
+    assert p["device_time_per_step_s"] >= sum(k["time_per_step_s"] for k in p["kernels"]) * 0.999
+    assert p["graph_launches_per_step"] == 0 and p["distinct_kernels"] >= 3
 
 
 @pytest.mark.slow
@@ -175,13 +234,24 @@ def test_peer_compile_mode_is_checked():
 def test_compiled_gptfast_steps_give_the_eager_tokens(tiny):
     """torch.compile(fullgraph=True) of the one-token step and the 5-row verify traces our plain forward (AttnMeta
     built inside the graph) and decodes the eager tokens (CPU: no CUDA graphs; ~1-2 min of cold compiles)."""
+    from torch._inductor.utils import run_and_get_code
+
     target, draft, prompt = tiny
     cfg = PeerCompileConfig(coordinate_descent_tuning=False)
     C.apply_inductor_settings(cfg)
     want = reference_decode(target, prompt, 12, 128)
     t, d = C.StaticDecoder(target, 64, cfg), C.StaticDecoder(draft, 64, cfg)
-    assert C.decode_autoregressive(t, prompt, 12, 128, None, CLOCK)["tokens"] == want
-    assert C.decode_chain(t, d, prompt, 12, 128, None, 4, CLOCK)["tokens"] == want
+    with C.CompileWatch() as watch:
+        got, code = run_and_get_code(C.decode_autoregressive, t, prompt, 12, 128, None, CLOCK)
+        assert got["tokens"] == want
+        assert C.decode_chain(t, d, prompt, 12, 128, None, 4, CLOCK)["tokens"] == want
+    diag = watch.delta(expected=t.steps_made + d.steps_made)
+    assert diag["unique_graphs"] == 3 and diag["recompiles"] == 0 and diag["graph_breaks"] == 0  # 1 + 5 rows, draft
+    # K/V are written in place into the per-layer caches: no buffer of a whole layer's cache [64, Hkv, D] (or of
+    # every layer's) is allocated in the step, as happens when the writes go through views of one monolithic cache
+    _, heads, head_dim = target.cache_spec()
+    allocs = re.findall(r"empty_strided\w*\(\(([\d, ]+)\)", code[0])
+    assert allocs and not [a for a in allocs if a in (f"64, {heads}, {head_dim}", f"2, 2, 64, {heads}, {head_dim}")]
 
 
 @pytest.mark.gpu
@@ -195,12 +265,15 @@ def test_compiled_gptfast_on_the_gpu_replays_cuda_graphs_and_gives_the_reference
     want = reference_decode(target, prompt, 24, 128)
     cfg = PeerCompileConfig(coordinate_descent_tuning=False)
     C.apply_inductor_settings(cfg)
-    before = C.compile_counters()
     clock = C.Clock("cuda")
     t, d = C.StaticDecoder(target, 64, cfg), C.StaticDecoder(draft, 64, cfg)
-    for _ in range(3):  # warm-up, recording, replay
-        assert C.decode_autoregressive(t, prompt, 24, 128, None, clock)["tokens"] == want
-        assert C.decode_chain(t, d, prompt, 24, 128, None, 4, clock)["tokens"] == want
-    after = C.compile_counters()
-    assert after["unique_graphs"] - before["unique_graphs"] == 3  # target 1 and 5 rows, draft 1 row
-    assert after["cudagraph_skips"] == before["cudagraph_skips"]
+    with C.CompileWatch() as watch:
+        for _ in range(3):  # warm-up, recording, replay
+            assert C.decode_autoregressive(t, prompt, 24, 128, None, clock)["tokens"] == want
+            assert C.decode_chain(t, d, prompt, 24, 128, None, 4, clock)["tokens"] == want
+    diag = watch.delta(expected=t.steps_made + d.steps_made)
+    assert diag["unique_graphs"] == 3 and diag["recompiles"] == 0  # target 1 and 5 rows, draft 1 row
+    assert diag["cudagraph_skips"] == 0, diag["cudagraph_skip_reasons"]
+    # a step is one CUDA-graph replay plus the position fill and the output copy, not one launch per op
+    p = C.kernel_profile(lambda: t(torch.zeros(1, dtype=torch.long, device="cuda"), 30), "cuda")
+    assert p["graph_launches_per_step"] == 1 and p["kernel_launches_per_step"] <= 4, p
