@@ -37,6 +37,7 @@ if str(REPO_ROOT) not in sys.path:
 from calibration.compare import error_summary, relative_error  # noqa: E402
 from calibration.report import fmt, pct  # noqa: E402
 from conf import compose_config  # noqa: E402
+from conf.retired import drop_retired_overrides  # noqa: E402
 from conf.rundir import BENCH_DIR, atomic_write_json, git_sha  # noqa: E402
 
 OURS = "swiftspec"
@@ -77,7 +78,8 @@ def row_overrides(workload: dict[str, Any], row: dict[str, Any], requests: int, 
           f"kernels={workload['kernels']}", f"workload.prompt_tokens={prompt_tokens}",
           f"workload.max_new_tokens={int(max_new_tokens or workload['max_new_tokens'])}",
           f"workload.num_requests={requests}", f"sim.profile={profile}", "trace.enabled=false",
-          *workload.get("experiment_overrides", []), *([f"acceptance={acceptance}"] if acceptance else []),
+          *drop_retired_overrides(workload.get("experiment_overrides", [])),
+          *([f"acceptance={acceptance}"] if acceptance else []),
           f"spec={mode}", *parse_shape(mode, row.get("spec", ""))]
     if mode == "serial_tree" and "spec.d=auto" in ov and "d_rule" not in row:
         # recorded before the serial depth tuner (no d_rule in the row): it ran the breadth rule, pinned here

@@ -40,9 +40,8 @@ from conf.rundir import REPO_ROOT, atomic_write_json, atomic_write_text  # noqa:
 
 PAIR = "llama3-8b_llama3.2-1b"
 BASE = ["workload=default", "model=llama3-8b_llama3.2-1b", "kernels=graphs", "spec.oracle=true",
-        "spec.oracle_belief=table", "workload.prompt_tokens=512",
-        "workload.max_new_tokens=256", "workload.num_requests=1", "workload.max_seq_len_tokens=1024",
-        "parallel.timeout_s=60", "trace.chrome=false"]
+        "workload.prompt_tokens=512", "workload.max_new_tokens=256", "workload.num_requests=1",
+        "workload.max_seq_len_tokens=1024", "parallel.timeout_s=60", "trace.chrome=false"]
 """Every measured configuration: the oracle pair on 1 + 1 GPUs, kernels=graphs (Triton kernels + CUDA graphs),
 the draft growing its tree by the oracle table's belief (as the simulator's autoconfig search assumes; older runs
 grew by the random draft's flat log-probs, replayed with uniform belief). 256 new tokens: shorter runs spread too

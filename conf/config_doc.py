@@ -54,7 +54,6 @@ READER_EXCEPTIONS: dict[str, tuple[str, str]] = {
     "parallel.draft_gpus": (BOTH, "the split"),
     "parallel.leader_channel": (BOTH, "the simulator prices the leaders' messages by the channel"),
     "spec.oracle": (GENERATE, "the simulator always draws verify outcomes from the acceptance model"),
-    "spec.oracle_belief": (GENERATE, "the simulated tree always grows by the acceptance model's belief"),
     "kernels.preset": (BOTH, "the simulator prices the Triton or the reference path, captured or eager steps"),
     "kernels.ablate": (BOTH, "the simulator prices cuda_graphs, skinny with target_qkv_rope, rope_attention, "
                        "refill_graph and prefill_graph; the other features are the runtime's alone"),

@@ -100,6 +100,9 @@ RETIRED: dict[str, Retired] = {
                            "runtime/gc_policy.py"),
     "hardware.gpus_per_node": Retired((8,), "a property of the GPU's node", "conf/presets.py GpuSpec.gpus_per_node"),
     "sim.record_events": Retired(None, "the simulator keeps its event log when it writes traces", "trace.enabled"),
+    # model: the default until every oracle run (validation, benchmarks) grew its tree by the table's belief
+    "spec.oracle_belief": Retired(("table", "model"), "an oracle run's draft grows its tree by the acceptance "
+                                  "table's belief, as the simulator's does"),
     "hardware.num_nodes": Retired(None, "nodes follow from the split (ranks fill the GPU preset's nodes in order)"),
 }
 """Dotted field name -> what a recorded config may hold for it. docs/LOG.md has the number behind each removal."""
@@ -198,3 +201,17 @@ def check_overrides(overrides: Iterable[str]) -> None:
             new = MOVED[name].to + key[len(name):]
             raise ValueError(f"{key}: moved to {new}; write +{new}=... for a key of a mapping" if new != MOVED[name].to
                              else f"{key}: moved to {new}")
+
+
+def drop_retired_overrides(overrides: Iterable[str]) -> list[str]:
+    """A recorded override list (a benchmark result's experiment overrides) without the overrides of retired fields
+    that set a value the code now always runs (`spec.oracle_belief=table`); any other override of a retired field
+    stays, so that replaying it fails naming the field."""
+    out = []
+    for arg in overrides:
+        key, _, value = arg.lstrip("+").partition("=")
+        retired = RETIRED.get(key.strip())
+        if retired is not None and (retired.accepted is None or value.strip() in map(str, retired.accepted)):
+            continue
+        out.append(arg)
+    return out

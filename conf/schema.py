@@ -143,7 +143,7 @@ class AcceptanceConfig(_Frozen):
     """kind=replay: the draft log-probability proxy the simulated tree grows by (the replay has no table):
     geometric (rank r weighs 2^-(r+1), a trained draft) | uniform (every rank alike: a random-weight draft,
     whose top-k log-probs are flat, grows its tree breadth-first) | table (the belief of `positional`, the
-    inline table: a runtime oracle run with spec.oracle_belief=table grew its tree by it)."""
+    inline table: a runtime oracle run grew its tree by it)."""
 
     def validate(self) -> None:
         """Check the kind and that every row is a sub-probability vector."""
@@ -216,12 +216,10 @@ class SpecConfig(_Frozen):
     temperature: float = 0.0
     """0 = greedy; > 0 = lossless tree rejection sampling."""
     oracle: bool = False
-    """Draw verify outcomes from the acceptance model (shape-realistic runs); outputs are labelled oracle."""
-    oracle_belief: str = "model"
-    """With the oracle: what the draft grows its tree by. model: the draft model's own top-k log-probs (a
-    random-weight draft's are flat, so its tree grows breadth-first and rarely goes deeper than 1-2);
-    table: the acceptance model's belief (log of the positional table, non-increasing in rank: a draft whose
-    confidence is calibrated to its acceptance, as the simulator's tree grows), token ids still the model's."""
+    """Draw verify outcomes from the acceptance model (shape-realistic runs); outputs are labelled oracle. The
+    draft then grows its tree by the acceptance model's belief (log of the positional table, non-increasing in
+    rank: a draft whose confidence is calibrated to its acceptance, as the simulator's tree grows), not by a
+    random-weight draft's flat log-probs; token ids stay the model's."""
 
     @property
     def d_fixed(self) -> int | None:
@@ -248,8 +246,6 @@ class SpecConfig(_Frozen):
         _require(self.max_tree_nodes >= max(self.bs, self.w + 1), "spec.max_tree_nodes",
                  f"{self.max_tree_nodes} < max(bs, w + 1) = {max(self.bs, self.w + 1)}")
         _require(self.temperature >= 0.0, "spec.temperature", f"must be >= 0, got {self.temperature}")
-        _require(self.oracle_belief in ("model", "table"), "spec.oracle_belief",
-                 f"{self.oracle_belief!r} is not one of model, table")
 
 
 @dataclass

@@ -76,7 +76,7 @@ class DraftWorker:
         self.selection: list[int] = []  # node ids of the last proposal, in proposal order
         self._deferred: tuple[int, tuple[int, ...]] | None = None  # (old prefix_len, keep slots) to compact
         self.graph = self.pending_graph = self.refill_graph = self.pending_refill_graph = None
-        self.belief: list[list[float]] | None = None  # oracle runs, spec.oracle_belief=table (runtime/oracle.py)
+        self.belief: list[list[float]] | None = None  # oracle runs: the acceptance table's (runtime/oracle.py)
         if cuda_graphs:
             self._capture_expansions(refill=kernels.refill_graph)
         # kernels.prefill_graph: prompt prefills replayed per length bucket (runtime/graphs.py PrefillGraphs)

@@ -110,7 +110,7 @@ class Engine:
                                        cfg.kernels.features)
         if self.mode != "autoregressive" and (ctx.role == "draft" or self.colocated):
             self.draft = DraftWorker(self._model(cfg.model.draft), attn, draft_spec, cfg.kernels.features)
-            if self.oracle_on and spec.oracle_belief == "table":
+            if self.oracle_on:
                 self.draft.belief = oracle_belief(cfg.acceptance, self.shape.topk)
         # Greedy autoregressive decoding on one GPU with graphs: step i + 1 is queued before token i is read.
         self.chained = chained_autoregressive(cfg) and self.target is not None and self.target.can_chain
@@ -519,7 +519,7 @@ def run_rank(ctx: ParallelContext, cfg: ExperimentConfig, prompts: list[list[int
     metrics = summarize(cfg, rows, generated, wall_s, gpu=device_name(ctx.device), num_requests=len(prompts),
                         d_used=d_used[-1] if d_used else None,
                         **({"d_rule": "fixed" if cfg.spec.d_fixed is not None else "runtime"} if tree else {}),
-                        **({"oracle_belief": cfg.spec.oracle_belief} if engine.oracle_on else {}),
+                        **({"oracle_belief": "table"} if engine.oracle_on else {}),  # replays read it
                         **({"leader_channel": engine.channel.kind} if ctx.peer_leader_rank is not None else {}))
     eos_used = None if engine.oracle_on else eos
     metrics["prompt_source"] = "argument" if prompts_given else prompt_source(cfg)

@@ -43,5 +43,5 @@ def test_a_recorded_colocated_serial_auto_run_replays_at_the_d_it_ran(tmp_path):
     measured = json.loads((COLOCATED / "metrics.json").read_text())
     config = json.loads((COLOCATED / "config.json").read_text())["config"]
     assert config["spec"]["d"] == "auto" and "d_rule" not in measured and measured["d_used"] == 1
-    row = simulate_run(COLOCATED, "profiles/h200.json", {}, tmp_path / "sim")
+    row = simulate_run(COLOCATED, "profiles/h200.json", tmp_path / "sim")
     assert row["d_config"] == "auto" and row["d_used"] == 1 == row["d_measured"]
