@@ -12,7 +12,7 @@ from policy.depth_tuner import breadth_d
 from simulator.simulation import Simulation, build_costs, resolve_d, simulate
 from tests.simulator.conftest import cfg
 
-QUIET = ("sim.record_events=false", "trace.enabled=false")
+QUIET = ("trace.enabled=false",)
 
 
 def _run(*overrides: str, d: int | None = None) -> Simulation:
