@@ -17,6 +17,7 @@ conf.kernels_config.kernels_from_recorded).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -133,7 +134,8 @@ REPLACED: dict[str, str] = {
     "kernels.target_qkv_rope": _ABLATE.format("target_qkv_rope"),
     "kernels.refill_graph": _ABLATE.format("refill_graph"),
     "kernels.prefill_graph": _ABLATE.format("prefill_graph"),
-    "kernels=triton_graphs": "kernels=graphs (the fused GEMM + all-reduce was never priced or run)",
+    "kernels=triton_graphs": "kernels=graphs (the fused GEMM + all-reduce: the simulator what-if "
+                             "sim.whatif.fused_allreduce=true)",
 }
 """An override key (`group.field`) or group option (`group=option`) that moved -> what replaces it; `check_overrides`
 refuses it with one line naming the replacement ("kernels.pdl: now kernels=graphs with kernels.ablate=[pdl]")."""
@@ -207,11 +209,22 @@ def drop_retired_overrides(overrides: Iterable[str]) -> list[str]:
     """A recorded override list (a benchmark result's experiment overrides) without the overrides of retired fields
     that set a value the code now always runs (`spec.oracle_belief=table`); any other override of a retired field
     stays, so that replaying it fails naming the field."""
+    import yaml
+
     out = []
     for arg in overrides:
         key, _, value = arg.lstrip("+").partition("=")
         retired = RETIRED.get(key.strip())
-        if retired is not None and (retired.accepted is None or value.strip() in map(str, retired.accepted)):
+        if retired is not None and (retired.accepted is None or _same(yaml.safe_load(value), retired.accepted)):
             continue
         out.append(arg)
     return out
+
+
+def _same(value: Any, accepted: tuple[Any, ...]) -> bool:
+    """Whether an override's parsed value is one of `accepted` (a bool only equals a bool; `3e-5`, a string to YAML,
+    is read as the number it spells)."""
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = float(value)
+    return any(value == a and isinstance(value, bool) == isinstance(a, bool) for a in accepted)

@@ -384,10 +384,11 @@ class SimConfig(_Frozen):
     profile: str | None = None
     """Fitted profile JSON (calibrate.py); None = the analytic roofline prior."""
     d_rule: str = "round"
-    """How async_tree's spec.d=auto resolves: round (d = max(1, round(t_verify / t_expand))) | best_of_two
+    """How spec.d=auto resolves. async_tree: round (d = max(1, round(t_verify / t_expand))) | best_of_two
     (simulate r = floor(t_verify / t_expand) and r + 1 on a short pilot and keep the faster) | runtime (the
     runtime's own DepthTuner on simulated time: skipped, warm-up and trial rounds included, as a measured
-    run pays them)."""
+    run pays them). serial_tree: round and best_of_two both climb d over pilot simulations from
+    ceil((bs - 1) / w) (simulator/simulation.py serial_auto_d); runtime runs the runtime's SerialDepthTuner."""
     whatif: WhatIfConfig = field(default_factory=WhatIfConfig)
 
     def validate(self) -> None:
@@ -407,8 +408,9 @@ class TraceConfig(_Frozen):
     """Also write a Chrome trace (open in Perfetto)."""
     graph_events: bool = False
     """CUDA events around every graph-replayed verify (not chained autoregressive steps): its device time as
-    `device_s` in the leader's step.verify span extra (read after the verdict's own sync; needs
-    kernels.cuda_graphs), split into `gpu_inputs_s` (span start -> input copies on the device), `gpu_copies_s`,
+    `device_s` in the leader's step.verify span extra (read after the verdict's own sync; needs kernels=graphs
+    without cuda_graphs in kernels.ablate), split into `gpu_inputs_s` (span start -> input copies on the device),
+    `gpu_copies_s`,
     `gpu_replay_s`, with the host's marks `inputs_s` (inputs built), `copied_s`, `launched_s` (replay queued)
     and `decided_s` (verdict known), seconds after the span's start. Tells host gaps from device time. Also
     around every replayed draft expansion: `device_s`, `gpu_copies_s`, `gpu_replay_s` and the host's marks

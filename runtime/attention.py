@@ -186,7 +186,7 @@ _BACKENDS: dict[str, type[AttentionBackend]] = {"reference": ReferenceAttention,
 
 
 def make_attention_backend(name: str) -> AttentionBackend:
-    """The backend called `name` (kernels.backend in the config: reference | triton)."""
+    """The backend called `name` (the kernels preset's backend: reference | triton)."""
     if name not in _BACKENDS:
-        raise ValueError(f"kernels.backend: unknown attention backend {name!r}; allowed: {sorted(_BACKENDS)}")
+        raise ValueError(f"attention backend: unknown {name!r}; allowed: {sorted(_BACKENDS)}")
     return _BACKENDS[name]()

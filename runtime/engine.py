@@ -95,7 +95,8 @@ class Engine:
         """Build this rank's models (sharded on its group) and workers."""
         check_runtime_support(cfg)
         if cfg.kernels.cuda_graphs and ctx.device.type != "cuda":
-            raise ValueError(f"kernels.cuda_graphs: needs CUDA devices, this rank runs on {ctx.device}; "
+            raise ValueError(f"kernels: {cfg.kernels.preset} captures CUDA graphs, which need CUDA devices; this rank "
+                             f"runs on {ctx.device}; "
                              f"use kernels=triton or kernels=reference")
         self.ctx, self.cfg, self.tl, self.eos = ctx, cfg, timeline, eos_token_id
         spec, self.shape = cfg.spec, spec_shape(cfg.spec)

@@ -148,7 +148,7 @@ class TargetWorker:
         (overwritten by the next step: copy it out first).
         """
         if not self.can_chain:
-            raise ValueError("TargetWorker.chain_step: needs kernels.cuda_graphs, rows 1 and temperature 0")
+            raise ValueError("TargetWorker.chain_step: needs CUDA graphs (kernels=graphs), rows 1 and temperature 0")
         self.flush_keep()  # (a one-row step's keep never moves anything)
         if token is None:
             ids = self.graph.replay_chained()

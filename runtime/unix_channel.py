@@ -220,8 +220,8 @@ class UnixLeaderChannel(LeaderChannel):
 
 GPU_RECV_SPIN_S = 50e-3
 """How long a GPU rank's leader spins on a receive before it sleeps in poll: it has a host core to itself, and its long
-waits (serial trees, refills after a miss, the peer's prefill) would otherwise pay the poll wake-up (30-130 us against
-2-7 us spinning)."""
+waits (serial trees, refills after a miss, the peer's prefill) would otherwise pay the poll wake-up, several times the
+hop itself (docs/LOG.md has the numbers)."""
 CPU_RECV_SPIN_S = 1e-3
 """The same on a CPU rank, whose ranks share the host's cores: a short spin, then sleep."""
 

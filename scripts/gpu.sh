@@ -187,7 +187,7 @@ colocated_runs() {
     # shellcheck disable=SC2086
     timeout 240 python3 generate.py model=llama3-8b_llama3.2-1b model.target.dtype=bfloat16 \
       model.draft.dtype=bfloat16 "${spec[@]}" parallel=1x0 kernels=graphs \
-      spec.oracle=true spec.oracle_belief=table "workload.prompts=[]" workload.num_requests=2 \
+      spec.oracle=true "workload.prompts=[]" workload.num_requests=2 \
       workload.prompt_tokens=512 workload.max_new_tokens=256 workload.max_seq_len_tokens=1024 trace.enabled=true \
       trace.chrome=false ${EXTRA:-} run_name="large_$mode${TAG:-}" hydra.run.dir="$work/large_$mode${TAG:-}" 2>&1 \
       | tail -1 | tee -a "$out/runs.log"

@@ -113,8 +113,8 @@ def test_old_kernels_overrides_name_the_preset_and_ablation():
          "kernels.skinny: now kernels=graphs with kernels.ablate=[skinny,target_qkv_rope] (docs/CONFIG.md)"),
         ("kernels.prefill_graph=false",
          "kernels.prefill_graph: now kernels=graphs with kernels.ablate=[prefill_graph] (docs/CONFIG.md)"),
-        ("kernels=triton_graphs", "kernels=triton_graphs: now kernels=graphs (the fused GEMM + all-reduce was never "
-                                  "priced or run) (docs/CONFIG.md)"),
+        ("kernels=triton_graphs", "kernels=triton_graphs: now kernels=graphs (the fused GEMM + all-reduce: the "
+                                  "simulator what-if sim.whatif.fused_allreduce=true) (docs/CONFIG.md)"),
         ("kernels.pdl_policy.norm=late", f"kernels.pdl_policy.norm: removed ({RETIRED['kernels.pdl_policy'].why}; "
                                          "docs/LOG.md); drop the override"),
     ]:
@@ -249,3 +249,13 @@ def test_the_measured_runs_still_load():
     for p in paths:
         cfg = config_from_dict(json.loads(p.read_text())["config"])
         cfg.validate()
+
+
+def test_recorded_overrides_of_retired_fields_at_their_kept_value_are_dropped():
+    """A benchmark result's experiment overrides replayed today: `spec.oracle_belief=table` (and `false` / `null`
+    spelled the YAML way for the kept values) go; a value the code no longer runs stays, so replaying it fails."""
+    from conf.retired import drop_retired_overrides
+
+    kept = ["acceptance=smollm2", "spec.oracle_belief=table", "trace.per_operator=false",
+            "parallel.recv_spin_ms=null", "sim.step_overhead_s=3e-5", "spec.presend=true"]
+    assert drop_retired_overrides(kept) == ["acceptance=smollm2", "spec.presend=true"]
