@@ -147,32 +147,33 @@ def strip_retired(data: dict[str, Any]) -> dict[str, Any]:
     experiment path)."""
     out = copy.deepcopy(data)
     for name, retired in RETIRED.items():
-        *parents, leaf = name.split(".")
-        node: Any = out
-        for key in parents:
-            node = node.get(key) if isinstance(node, dict) else None
-        if not isinstance(node, dict) or leaf not in node:
+        found, value = _pop(out, name)
+        if not found or retired.accepted is None:
             continue
-        value = node.pop(leaf)
-        if retired.accepted is None:
-            continue
-        if value not in retired.accepted or isinstance(value, bool) != isinstance(retired.accepted[0], bool):
+        if not _same(value, retired.accepted):
             raise ValueError(f"{name}: removed ({retired.why}); this recorded config holds {value!r}, which the code "
                              f"no longer runs (accepted: {', '.join(map(repr, retired.accepted))})")
     for name, moved in MOVED.items():
-        *parents, leaf = name.split(".")
-        node = out
-        for key in parents:
-            node = node.get(key) if isinstance(node, dict) else None
-        if not isinstance(node, dict) or leaf not in node:
+        found, value = _pop(out, name)
+        if not found:
             continue
-        value = node.pop(leaf)
         *new_parents, new_leaf = moved.to.split(".")
         target = out
         for key in new_parents:
             target = target.setdefault(key, {})
         target[new_leaf] = moved.convert(value) if moved.convert else value
     return out
+
+
+def _pop(data: dict[str, Any], name: str) -> tuple[bool, Any]:
+    """Remove the dotted field `name` from the nested dict `data`: (whether it was there, its value)."""
+    *parents, leaf = name.split(".")
+    node: Any = data
+    for key in parents:
+        node = node.get(key) if isinstance(node, dict) else None
+    if not isinstance(node, dict) or leaf not in node:
+        return False, None
+    return True, node.pop(leaf)
 
 
 def _owner(key: str, table: dict[str, Any]) -> str | None:
@@ -215,16 +216,21 @@ def drop_retired_overrides(overrides: Iterable[str]) -> list[str]:
     for arg in overrides:
         key, _, value = arg.lstrip("+").partition("=")
         retired = RETIRED.get(key.strip())
-        if retired is not None and (retired.accepted is None or _same(yaml.safe_load(value), retired.accepted)):
+        if retired is not None and (retired.accepted is None
+                                    or _same(_number(yaml.safe_load(value)), retired.accepted)):
             continue
         out.append(arg)
     return out
 
 
-def _same(value: Any, accepted: tuple[Any, ...]) -> bool:
-    """Whether an override's parsed value is one of `accepted` (a bool only equals a bool; `3e-5`, a string to YAML,
-    is read as the number it spells)."""
+def _number(value: Any) -> Any:
+    """An override's YAML value, with a string that spells a number (`3e-5`: a string to YAML) as that number."""
     if isinstance(value, str):
         with contextlib.suppress(ValueError):
-            value = float(value)
+            return float(value)
+    return value
+
+
+def _same(value: Any, accepted: tuple[Any, ...]) -> bool:
+    """Whether `value` is one of `accepted`, a bool only equal to a bool (False is not the accepted 0)."""
     return any(value == a and isinstance(value, bool) == isinstance(a, bool) for a in accepted)

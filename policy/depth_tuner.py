@@ -113,10 +113,9 @@ class DepthTuner:
       next proposal sent), not of the one it verified: that proposal's *expected* tokens when the caller gives
       them (`sent(expected_tokens=...)`: 1 + the selected nodes' path probabilities under the draft's own
       weights), else the tokens it emits (`EXPECTED`, `CREDIT_GROWN`). Not in [P]. Why: a round emits 1 to 5 tokens and
-      hits or misses by luck, which swamps the few percent between d = r and r + 1 (measured runs kept a d the simulator
-      puts 7% behind after four unlucky rounds). On the simulator (bench/bench_depth_tuner.py, 16 seeds, 5 cases) the
-      earlier policy (4 + 4 rounds, emitted tokens of the verified proposal) found the best fixed d in 38-69% of the
-      seeds, this one (16 + 16 rounds, expected tokens of the grown proposal) in 75-100%, +0.5-3.1% mean tokens/s;
+      hits or misses by luck, which swamps the few percent between d = r and r + 1; on the simulator this policy
+      (16 + 16 rounds, expected tokens of the grown proposal) finds the best fixed d far more often than the earlier
+      one (4 + 4 rounds, emitted tokens of the verified proposal); the study's numbers are in docs/archive/LOG_*.md;
     - drift: the median time of `WINDOW` rounds at the kept d right after the choice is the reference; when
       the median of the last `WINDOW` rounds later differs from it by more than a factor `DRIFT`, the tuning
       restarts from the warm-up, at most `RETUNES` times per run.
@@ -133,8 +132,8 @@ class DepthTuner:
     RETUNES = 1
     ALTERNATE = False
     """Trial rounds alternate the candidates (False: `TRIAL` rounds of r, then of r + 1). Alternating mixes the
-    trees the two candidates grow, and with each round credited with the proposal it grew it gains nothing
-    (bench/bench_depth_tuner.py)."""
+    trees the two candidates grow, and with each round credited with the proposal it grew it gains nothing (the same
+    study)."""
     EXPECTED = True
     """Trials count the proposals' expected tokens when given (False: the emitted ones, the earlier policy)."""
     CREDIT_GROWN = True

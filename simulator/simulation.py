@@ -403,6 +403,12 @@ class Simulation:
         return self
 
 
+def _pilot(config: ExperimentConfig, costs: Costs, d: int) -> Simulation:
+    """A short simulation at `d` that auto-d rules compare: one request of PILOT_TOKENS (or fewer), no event log."""
+    return Simulation(config, costs, d=d, num_requests=1, record_events=False,
+                      max_new_tokens=min(config.workload.max_new_tokens, PILOT_TOKENS)).run()
+
+
 def serial_auto_d(config: ExperimentConfig, costs: Costs) -> int:
     """serial_tree's auto d without the runtime's warm-up: the runtime tuner's climb (policy.depth_tuner.climb, from
     the breadth rule within serial_d_max) over pilot simulations, one per candidate d (one request of
@@ -414,12 +420,10 @@ def serial_auto_d(config: ExperimentConfig, costs: Costs) -> int:
     Why expected tokens: on a pilot the emitted ones swing by more than the few percent between neighbouring d
     (strong at bs 8: emitted tokens climb to d = 4, expected ones to the best fixed d, 6)."""
     spec = config.spec
-    pilot_tokens = min(config.workload.max_new_tokens, PILOT_TOKENS)
 
     def rate(d: int) -> float:
-        pilot = Simulation(config, costs, d=d, num_requests=1, record_events=False,
-                           max_new_tokens=pilot_tokens).run()
-        return pilot.tally.expected_tokens / max(pilot.tally.wall_s - pilot.tally.prefill_s, 1e-12)
+        tally = _pilot(config, costs, d).tally
+        return tally.expected_tokens / max(tally.wall_s - tally.prefill_s, 1e-12)
 
     return climb(rate, breadth_d(spec.bs, spec.w), serial_d_max(spec.bs, spec.w, spec.max_tree_nodes))
 
@@ -438,9 +442,8 @@ def resolve_d(config: ExperimentConfig, costs: Costs) -> int | None:
     r = math.floor(d_ratio(config, costs))
     best: tuple[float, int] | None = None
     for d in sorted({max(1, r), r + 1}):
-        pilot = Simulation(config, costs, d=d, num_requests=1, record_events=False,
-                           max_new_tokens=min(config.workload.max_new_tokens, PILOT_TOKENS)).run()
-        speed = pilot.tally.generated_tokens / pilot.tally.wall_s
+        tally = _pilot(config, costs, d).tally
+        speed = tally.generated_tokens / tally.wall_s
         if best is None or speed > best[0]:
             best = (speed, d)
     assert best is not None
